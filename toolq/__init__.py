@@ -1,0 +1,63 @@
+"""toolq: run LLM tool calls on a distributed Celery/Redis queue.
+
+Parse a model's tool calls (OpenAI Chat, OpenAI Responses, Anthropic, Gemini, MCP), route
+each to the queue of its risk level, park the ones that need a human, run them on
+workers, stream every step, and render the results as the provider's own messages.
+"""
+
+from toolq.dispatch import AsyncBatch, AsyncClient, Batch, CallRef, Client, parse_tool_calls, to_messages
+from toolq.errors import ToolqError
+from toolq.models import (
+    AudioContent,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    Event,
+    EventType,
+    ImageContent,
+    ProviderFormat,
+    RiskLevel,
+    TextContent,
+    ToolCall,
+    ToolOutput,
+)
+from toolq.registry import FunctionTool, Tool, ToolContext, ToolRegistry
+from toolq.settings import Settings
+from toolq.workers import AfterHook, BeforeHook, Executor, Middleware
+from toolq.workers.app import create_celery
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AfterHook",
+    "AsyncBatch",
+    "AsyncClient",
+    "AudioContent",
+    "Batch",
+    "BeforeHook",
+    "CallEnvelope",
+    "CallRef",
+    "CallResult",
+    "CallStatus",
+    "Client",
+    "Event",
+    "EventType",
+    "Executor",
+    "FunctionTool",
+    "ImageContent",
+    "Middleware",
+    "ProviderFormat",
+    "RiskLevel",
+    "Settings",
+    "TextContent",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolqError",
+    "__version__",
+    "create_celery",
+    "parse_tool_calls",
+    "to_messages",
+]

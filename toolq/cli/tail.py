@@ -1,0 +1,28 @@
+"""``toolq tail``: print a run's events, optionally following new ones."""
+
+from __future__ import annotations
+
+import typer
+
+from toolq.cli.common import settings_for
+from toolq.keys import Keys
+from toolq.results.events import EventLog
+
+
+def tail(
+    run_id: str = typer.Argument(..., help="Run id."),
+    after: str | None = typer.Option(None, help="Only events after this stream id."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+) -> None:
+    """Print events as JSON lines."""
+    import redis
+
+    settings = settings_for(redis_url=redis_url)
+    log = EventLog(redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix))
+    events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
+    try:
+        for event in events:
+            typer.echo(event.model_dump_json())
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,51 @@
+"""``toolq worker``: a Celery worker consuming the queues of the named risk levels."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.keys import Keys
+from toolq.models import RiskLevel
+from toolq.workers.app import create_celery
+
+POOLS = ("prefork", "threads", "solo")
+
+
+def worker(
+    app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
+    risk: str = typer.Option("safe,moderate,dangerous", help="Risk queues to consume."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Processes/threads."),
+    pool: str = typer.Option("prefork", help="prefork, threads or solo."),
+    prefetch: int | None = typer.Option(
+        None, help="Prefetch multiplier (default 1 with dangerous, else 4)."
+    ),
+    loglevel: str = typer.Option("info", "--loglevel", "-l"),
+    hostname: str | None = typer.Option(None, "--hostname", "-n"),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+) -> None:
+    """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
+    if pool not in POOLS:
+        raise typer.BadParameter(f"pool must be one of {', '.join(POOLS)}")
+    settings = settings_for(app, redis_url)
+    registry = load_registry(settings.app)
+    levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    keys = Keys(settings.key_prefix)
+    if prefetch is None:
+        prefetch = 1 if RiskLevel.DANGEROUS in levels else 4
+    name = hostname or f"toolq-{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
+    argv = [
+        "worker",
+        "--queues", ",".join(keys.queue_for(level) for level in levels),
+        "--pool", pool,
+        "--loglevel", loglevel,
+        "--hostname", name,
+        "--prefetch-multiplier", str(prefetch),
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    create_celery(settings, registry).worker_main(argv)

@@ -1,0 +1,358 @@
+"""``Client`` and ``AsyncClient``: dispatch, wait, stream events, cancel, approve."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from toolq.approvals.policy import ApprovalPolicy
+from toolq.approvals.store import ApprovalStore
+from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
+from toolq.dispatch.providers import to_messages
+from toolq.errors import CallNotFoundError
+from toolq.keys import Keys
+from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat
+from toolq.registry.registry import ToolRegistry
+from toolq.results.events import EventLog
+from toolq.results.store import CallStore
+from toolq.settings import Settings
+from toolq.workers.app import Publisher, create_celery
+
+T = TypeVar("T")
+
+
+class Batch:
+    """The calls of one ``dispatch``, in call order."""
+
+    def __init__(self, client: Client, dispatched: Dispatched) -> None:
+        self._client = client
+        self.run_id = dispatched.run_id
+        self.calls: list[CallRef] = dispatched.calls
+        self.format = dispatched.format
+
+    @property
+    def call_ids(self) -> list[str]:
+        """Call ids in call order."""
+        return [c.call_id for c in self.calls]
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __iter__(self) -> Iterator[CallRef]:
+        return iter(self.calls)
+
+    def wait(self, timeout: float | None = None) -> list[CallResult]:
+        """Block until every call is final; results in call order.
+
+        Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
+        """
+        return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
+
+    def results(self) -> list[CallResult]:
+        """Current results in call order, final or not."""
+        return self._client.store.results(self.call_ids)
+
+    def events(
+        self, after: str | None = None, *, follow: bool = True, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """The run's events; with ``follow`` keep streaming until every call is final."""
+        if not follow:
+            yield from self._client.events(self.run_id, after=after)
+            return
+        pending = set(self.call_ids)
+        for status, call_id in zip(self._client.store.statuses(self.call_ids), self.call_ids, strict=True):
+            if status is not None and status.is_final:
+                pending.discard(call_id)
+
+        def done(event: Event) -> bool:
+            if event.data.get("status") in {s.value for s in CallStatus if s.is_final}:
+                pending.discard(event.call_id)
+            return not pending
+
+        if not pending:
+            yield from self._client.events(self.run_id, after=after)
+            return
+        yield from self._client.log.follow(self.run_id, after, stop=done, timeout=timeout)
+
+    def to_messages(self, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
+        """Current results as the provider's tool-result messages (default: the input format)."""
+        fmt = format or self.format or ProviderFormat.OPENAI
+        return to_messages(self.results(), fmt)
+
+
+class Approvals:
+    """``client.approvals``: pending calls and decisions."""
+
+    def __init__(self, store: ApprovalStore) -> None:
+        self._store = store
+
+    def pending(
+        self, run_id: str | None = None, risk: str | None = None, tool: str | None = None
+    ) -> list[CallResult]:
+        """Calls awaiting a decision."""
+        return self._store.pending(run_id=run_id, risk=risk, tool=tool)
+
+    def get(self, call_id: str) -> CallResult:
+        """One call's current state."""
+        return self._store.get(call_id)
+
+    def approve(self, call_id: str, by: str, note: str | None = None) -> CallResult:
+        """Approve and enqueue; raises ``NotAwaitingApprovalError`` if already decided."""
+        return self._store.approve(call_id, by, note=note)
+
+    def deny(self, call_id: str, by: str, reason: str = "") -> CallResult:
+        """Deny with a reason the model will read."""
+        return self._store.deny(call_id, by, reason)
+
+
+class Client:
+    """Dispatches tool calls to workers and collects their results and events."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        settings: Settings | None = None,
+        *,
+        redis_client: redis.Redis | None = None,
+    ) -> None:
+        self.registry = registry
+        self.settings = settings or Settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self.redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self.store = CallStore(self.redis, self.settings)
+        self.log = EventLog(self.redis, self.keys)
+        self.celery = create_celery(self.settings, registry)
+        self.publisher = Publisher(self.celery, self.settings)
+        self.policy = ApprovalPolicy(self.redis, self.keys)
+        self.dispatcher = Dispatcher(registry, self.store, self.publisher, self.settings, self.policy)
+        self.approvals = Approvals(ApprovalStore(self.store, self.publisher))
+
+    def dispatch(
+        self,
+        payload: Any,
+        *,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        idempotency_key: str | None = None,
+        principal: str | None = None,
+        format: ProviderFormat | str | None = None,
+    ) -> Batch:
+        """Parse the tool calls in ``payload`` and queue or park each; returns at once."""
+        dispatched = self.dispatcher.dispatch(
+            payload,
+            run_id=run_id,
+            behavior=behavior,
+            idempotency_key=idempotency_key,
+            principal=principal,
+            format=format,
+        )
+        return Batch(self, dispatched)
+
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        principal: str | None = None,
+    ) -> CallResult:
+        """Dispatch one call and wait for its final result."""
+        payload = [{"id": f"call_{uuid.uuid4().hex}", "name": name, "arguments": arguments or {}}]
+        batch = self.dispatch(payload, run_id=run_id, behavior=behavior, principal=principal)
+        return batch.wait(timeout)[0]
+
+    def wait(
+        self, call_ids: Sequence[str], *, timeout: float | None = None, run_id: str | None = None
+    ) -> list[CallResult]:
+        """Block until the calls (of one run) are final; results in the given order."""
+        ids = list(call_ids)
+        if not ids:
+            return []
+        run = run_id or self.store.run_id(ids[0])
+        if run is None:
+            raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
+        self.log.wait_final(run, ids, self.store.statuses, timeout)
+        return self.store.results(ids)
+
+    def result(self, call_id: str) -> CallResult:
+        """A call's current state and, once final, its outcome."""
+        return self.store.result(call_id)
+
+    def results(self, run_id: str) -> list[CallResult]:
+        """Current results of every call of a run, in dispatch order."""
+        return self.store.results(self.store.run_call_ids(run_id))
+
+    def events(
+        self,
+        run_id: str,
+        after: str | None = None,
+        *,
+        follow: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Event]:
+        """A run's events after ``after`` (exclusive); ``follow`` keeps streaming new ones."""
+        if follow:
+            return self.log.follow(run_id, after, timeout=timeout)
+        return iter(self.log.read(run_id, after))
+
+    def to_messages(self, run_id: str, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
+        """A run's current results as provider tool-result messages."""
+        results = self.results(run_id)
+        fmt = format or next((r.format for r in results if r.format), None) or ProviderFormat.OPENAI
+        return to_messages(results, fmt)
+
+    def cancel(self, call_id: str) -> CallResult:
+        """Cancel a call: at once if queued or parked, cooperatively if running."""
+        ok, current = self.store.transition(
+            call_id,
+            from_states=[CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL],
+            to=CallStatus.CANCELLED,
+            event=EventType.CANCELLED,
+            data={"status": CallStatus.CANCELLED.value},
+            result={"error": "cancelled before it started", "error_type": "cancelled"},
+        )
+        if not ok and current == CallStatus.RUNNING.value:
+            self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
+        return self.store.result(call_id)
+
+    def close(self) -> None:
+        """Release connections."""
+        self.redis.close()
+        self.celery.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """``Client`` for asyncio code: the same methods, awaited; events as ``async for``.
+
+    Redis calls run in a worker thread, so the event loop never blocks on I/O.
+    """
+
+    def __init__(
+        self, registry: ToolRegistry, settings: Settings | None = None, **kwargs: Any
+    ) -> None:
+        self.sync = Client(registry, settings, **kwargs)
+        self.approvals = _AsyncApprovals(self.sync.approvals)
+
+    async def dispatch(self, payload: Any, **kwargs: Any) -> AsyncBatch:
+        """See ``Client.dispatch``."""
+        return AsyncBatch(await asyncio.to_thread(self.sync.dispatch, payload, **kwargs))
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> CallResult:
+        """See ``Client.call``."""
+        return await asyncio.to_thread(self.sync.call, name, arguments, **kwargs)
+
+    async def wait(self, call_ids: Sequence[str], **kwargs: Any) -> list[CallResult]:
+        """See ``Client.wait``."""
+        return await asyncio.to_thread(self.sync.wait, call_ids, **kwargs)
+
+    async def result(self, call_id: str) -> CallResult:
+        """See ``Client.result``."""
+        return await asyncio.to_thread(self.sync.result, call_id)
+
+    async def results(self, run_id: str) -> list[CallResult]:
+        """See ``Client.results``."""
+        return await asyncio.to_thread(self.sync.results, run_id)
+
+    async def cancel(self, call_id: str) -> CallResult:
+        """See ``Client.cancel``."""
+        return await asyncio.to_thread(self.sync.cancel, call_id)
+
+    def events(self, run_id: str, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
+        """See ``Client.events``."""
+        return _aiter(lambda: self.sync.events(run_id, after, **kwargs))
+
+    async def close(self) -> None:
+        """Release connections."""
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncBatch:
+    """``Batch`` for asyncio code."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.sync = batch
+        self.run_id = batch.run_id
+        self.calls = batch.calls
+        self.format = batch.format
+
+    async def wait(self, timeout: float | None = None) -> list[CallResult]:
+        """See ``Batch.wait``."""
+        return await asyncio.to_thread(self.sync.wait, timeout)
+
+    async def results(self) -> list[CallResult]:
+        """See ``Batch.results``."""
+        return await asyncio.to_thread(self.sync.results)
+
+    def events(self, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
+        """See ``Batch.events``."""
+        return _aiter(lambda: self.sync.events(after, **kwargs))
+
+    async def to_messages(self, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
+        """See ``Batch.to_messages``."""
+        return await asyncio.to_thread(self.sync.to_messages, format)
+
+
+class _AsyncApprovals:
+    def __init__(self, approvals: Approvals) -> None:
+        self.sync = approvals
+
+    async def pending(self, **kwargs: Any) -> list[CallResult]:
+        return await asyncio.to_thread(self.sync.pending, **kwargs)
+
+    async def get(self, call_id: str) -> CallResult:
+        return await asyncio.to_thread(self.sync.get, call_id)
+
+    async def approve(self, call_id: str, by: str, **kwargs: Any) -> CallResult:
+        return await asyncio.to_thread(self.sync.approve, call_id, by, **kwargs)
+
+    async def deny(self, call_id: str, by: str, reason: str = "") -> CallResult:
+        return await asyncio.to_thread(self.sync.deny, call_id, by, reason)
+
+
+async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+    """Drive a blocking iterator in a thread and hand its items to the event loop."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            for item in make():
+                if stop.is_set():
+                    return
+                loop.call_soon_threadsafe(queue.put_nowait, ("item", item))
+            loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+        except BaseException as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+
+    thread = threading.Thread(target=pump, daemon=True, name="toolq-events")
+    thread.start()
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()

@@ -1,0 +1,193 @@
+"""``Dispatcher``: a model's response in, one stored call per tool call, queued or parked.
+
+Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
+denied calls, each with an error the model can read; they never cost the batch its other
+calls. Every call is claimed under an idempotency key, so a retried dispatch returns the
+calls of the first one and runs nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from toolq.dispatch.limits import check_payload
+from toolq.dispatch.providers import parse_tool_calls
+from toolq.errors import PayloadError, ToolDeniedError, ToolqError
+from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
+from toolq.results.store import CallStore, NewCall
+
+if TYPE_CHECKING:
+    from toolq.approvals.policy import ApprovalPolicy
+    from toolq.registry.registry import ToolRegistry
+    from toolq.registry.tool import Tool
+    from toolq.settings import Settings
+    from toolq.workers.app import Publisher
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """A dispatched call as the caller sees it right after ``dispatch``."""
+
+    call_id: str
+    tool_call_id: str
+    name: str
+    status: CallStatus
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What ``Dispatcher.dispatch`` returns: the run, its calls in order, and their format."""
+
+    run_id: str
+    calls: list[CallRef]
+    format: ProviderFormat | None
+
+
+class Dispatcher:
+    """Parses, validates, gates and stores calls, then publishes the runnable ones."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        store: CallStore,
+        publisher: Publisher,
+        settings: Settings,
+        policy: ApprovalPolicy,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self.policy = policy
+
+    def dispatch(
+        self,
+        payload: Any,
+        *,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        idempotency_key: str | None = None,
+        principal: str | None = None,
+        format: ProviderFormat | str | None = None,
+    ) -> Dispatched:
+        """Store and route every tool call in ``payload``; raises only for unreadable payloads."""
+        payload = check_payload(payload, self.settings)
+        calls = parse_tool_calls(payload, format)
+        if len(calls) > self.settings.max_calls_per_dispatch:
+            raise PayloadError(
+                f"{len(calls)} tool calls in one dispatch; the limit is "
+                f"{self.settings.max_calls_per_dispatch}"
+            )
+        run = run_id or uuid.uuid4().hex
+        run_rules = self.policy.run_rules(run)
+        new_calls = []
+        for position, call in enumerate(calls):
+            key = f"client:{idempotency_key}:{position}" if idempotency_key else f"call:{call.id}"
+            new_calls.append(
+                self._prepare(call, run, position, behavior, principal, key, run_rules)
+            )
+        replies = self.store.create_many(new_calls)
+        refs: list[CallRef] = []
+        to_send: list[NewCall] = []
+        duplicate_ids: list[int] = []
+        for new, (outcome, value) in zip(new_calls, replies, strict=True):
+            env = new.envelope
+            if outcome == "dup":
+                duplicate_ids.append(len(refs))
+                refs.append(CallRef(value, env.tool_call_id, env.name, CallStatus.QUEUED, True))
+                continue
+            refs.append(CallRef(env.call_id, env.tool_call_id, env.name, new.status))
+            if new.status is CallStatus.QUEUED:
+                to_send.append(new)
+        if duplicate_ids:
+            statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
+            for i, status in zip(duplicate_ids, statuses, strict=True):
+                ref = refs[i]
+                refs[i] = CallRef(ref.call_id, ref.tool_call_id, ref.name, status or ref.status, True)
+        if to_send:
+            self.publisher.send_many([(n.envelope.call_id, n.envelope.risk, n.timeout) for n in to_send])
+            self.store.mark_sent(n.envelope.call_id for n in to_send)
+        formats = {c.format for c in calls}
+        return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None)
+
+    def _prepare(
+        self,
+        call: ToolCall,
+        run_id: str,
+        position: int,
+        behavior: str | None,
+        principal: str | None,
+        key: str,
+        run_rules: Any,
+    ) -> NewCall:
+        envelope = CallEnvelope(
+            call_id=uuid.uuid4().hex,
+            run_id=run_id,
+            tool_call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            format=call.format,
+            behavior=behavior,
+            principal=principal,
+            idempotency_key=key,
+            position=position,
+        )
+        tool = self.registry.get(call.name)
+        if tool is not None:
+            envelope.risk = tool.risk
+        base = {"name": call.name, "tool_call_id": call.id, "position": position}
+        try:
+            if call.error:
+                raise PayloadError(call.error)
+            tool = self.registry.require(call.name)
+            if not tool.is_behavior_allowed(behavior):
+                allowed = ", ".join(tool.allowed_behaviors or ())
+                raise ToolDeniedError(
+                    f"tool {tool.name!r} is not allowed in behavior {behavior!r} "
+                    f"(allowed: {allowed})",
+                    reason="behavior_not_allowed",
+                )
+            self.registry.check_enabled(tool)
+            tool.validate(call.arguments)
+        except ToolqError as exc:
+            status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
+            redacted = tool.redact(call.arguments) if tool is not None else call.arguments
+            result = {"error": exc.message, "error_type": exc.code}
+            event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
+            data = {**base, "status": status.value, **result, "arguments": redacted}
+            return NewCall(envelope, status, event, data, result=result, idempotency_key=key)
+        return self._route(tool, envelope, base, key, run_rules)
+
+    def _route(
+        self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, run_rules: Any
+    ) -> NewCall:
+        data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
+        timeout = tool.timeout if tool.timeout is not None else self.settings.default_timeout
+        if self.policy.needs_approval(tool, envelope.arguments, run_rules):
+            deadline = time.time() + (tool.approval_timeout or self.settings.approval_timeout)
+            data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
+            return NewCall(
+                envelope,
+                CallStatus.AWAITING_APPROVAL,
+                EventType.AWAITING_APPROVAL,
+                data,
+                idempotent=tool.idempotent,
+                timeout=timeout,
+                deadline=deadline,
+                idempotency_key=key,
+            )
+        data["status"] = CallStatus.QUEUED.value
+        return NewCall(
+            envelope,
+            CallStatus.QUEUED,
+            EventType.QUEUED,
+            data,
+            idempotent=tool.idempotent,
+            timeout=timeout,
+            idempotency_key=key,
+        )
+

@@ -1,0 +1,120 @@
+"""What every provider module shares: its interface and the reading of one tool call."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from toolq.errors import PayloadError
+from toolq.models import CallResult, ProviderFormat, ToolCall
+
+
+class Provider(Protocol):
+    """One provider's wire format; each provider module satisfies this protocol."""
+
+    FORMAT: ProviderFormat
+    EXPECTED: str
+    """What a payload of this format looks like, for error messages."""
+
+    def detect(self, payload: Any) -> bool:
+        """Tell whether the JSON-form ``payload`` is unmistakably this provider's."""
+        ...
+
+    def parse(self, payload: Any) -> list[ToolCall]:
+        """Read the tool calls in the JSON-form ``payload``; PayloadError if it does not fit."""
+        ...
+
+    def render(self, results: Sequence[CallResult]) -> list[dict[str, Any]]:
+        """Render the provider's tool-result messages for ``results``, in order."""
+        ...
+
+
+def to_json(payload: Any) -> tuple[Any, str | None]:
+    """Dump SDK models in ``payload`` to their wire (alias) form; also return the SDK.
+
+    The SDK is the top-level package of the first pydantic model found (``"openai"``,
+    ``"anthropic"``, ``"google"``, ``"mcp_types"``), or None for plain data.
+    """
+    if isinstance(payload, BaseModel):
+        sdk = type(payload).__module__.partition(".")[0]
+        return payload.model_dump(mode="json", by_alias=True), sdk
+    if isinstance(payload, list | tuple):
+        items = [to_json(item) for item in payload]
+        first = next((found for _, found in items if found is not None), None)
+        return [item for item, _ in items], first
+    return payload, None
+
+
+def new_call_id(prefix: str = "call_") -> str:
+    """Make a fresh id for a provider call that came without one."""
+    return prefix + uuid.uuid4().hex
+
+
+def make_call(
+    *,
+    call_id: Any,
+    name: Any,
+    arguments: Any,
+    format: ProviderFormat | None,
+    id_prefix: str = "call_",
+) -> ToolCall:
+    """Build one ToolCall; a missing name or unreadable arguments become its ``error``."""
+    decoded, error = decode_arguments(arguments)
+    if not isinstance(name, str) or not name:
+        name, error = "", "tool call has no name"
+    if call_id in (None, ""):
+        call_id = new_call_id(id_prefix)
+    return ToolCall(id=str(call_id), name=name, arguments=decoded, format=format, error=error)
+
+
+def decode_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """Decode arguments from a dict or a JSON string; ``({}, message)`` when unreadable."""
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw, parse_constant=_reject_constant)
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON: {exc}"
+        except RecursionError:
+            return {}, "arguments are not valid JSON: nested too deeply"
+    if not isinstance(raw, dict):
+        return {}, f"arguments must be a JSON object, got {json_type(raw)}"
+    return raw, None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def json_type(value: Any) -> str:
+    """Name ``value``'s JSON type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def dict_items(payload: Any, expected: str) -> list[dict[str, Any]]:
+    """Return ``payload`` as a list of dicts; PayloadError naming ``expected`` otherwise."""
+    items = payload if isinstance(payload, list) else [payload]
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise PayloadError(
+                f"expected {expected}; item {position} is {json_type(item)}",
+                position=position,
+            )
+    return items

@@ -1,0 +1,188 @@
+"""Every error toolq raises derives from :class:`ToolqError`.
+
+::
+
+    ToolqError
+    ├── ConfigurationError          bad settings, --app that does not load
+    ├── RegistryError
+    │   ├── DuplicateToolError      a name registered twice
+    │   └── CategoryNotFoundError
+    ├── ToolNotFoundError           unknown tool name (also a LookupError)
+    ├── InvalidArgumentsError       arguments that do not match the schema (also a ValueError)
+    ├── PayloadError                a payload toolq cannot read, or one over a limit
+    ├── ToolDeniedError             gated: behavior, disabled category, unavailable tool
+    ├── ToolExecutionError          the handler failed
+    │   ├── ToolTimeoutError        the handler ran past its time limit
+    │   ├── InvalidOutputError      the output does not match the output schema
+    │   └── WorkerLostError         the worker died while running a non-idempotent call
+    ├── CallCancelledError          the call was cancelled
+    ├── CallNotFoundError           unknown call id
+    ├── ApprovalError
+    │   ├── ApprovalDeniedError     a human said no
+    │   ├── ApprovalExpiredError    nobody decided before the deadline
+    │   ├── NotAwaitingApprovalError a decision on a call that is not pending (lost race)
+    │   ├── DigestMismatchError     approving something other than what was shown
+    │   └── NotAuthorizedError      self-approval, or a principal without the right
+    ├── UndoError                   nothing to undo, undone twice, undo handler failed
+    └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+
+Each error has a stable ``code`` for APIs and survives pickling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ToolqError(Exception):
+    """Base of every toolq error."""
+
+    code = "toolq_error"
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form with the stable code."""
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+def _rebuild(cls: type[ToolqError], message: str, details: dict[str, Any]) -> ToolqError:
+    return cls(message, **details)
+
+
+class ConfigurationError(ToolqError):
+    """Settings or an ``--app`` reference that cannot be used."""
+
+    code = "configuration_error"
+
+
+class RegistryError(ToolqError):
+    """A registry operation that cannot be done."""
+
+    code = "registry_error"
+
+
+class DuplicateToolError(RegistryError):
+    """A tool name registered twice."""
+
+    code = "duplicate_tool"
+
+
+class CategoryNotFoundError(RegistryError, LookupError):
+    """A category that was never set up."""
+
+    code = "category_not_found"
+
+
+class ToolNotFoundError(ToolqError, LookupError):
+    """No tool of that name is registered."""
+
+    code = "tool_not_found"
+
+
+class InvalidArgumentsError(ToolqError, ValueError):
+    """Arguments that do not match the tool's schema; the message names the fields."""
+
+    code = "invalid_arguments"
+
+
+class PayloadError(ToolqError, ValueError):
+    """A payload toolq cannot read, or one over a configured limit."""
+
+    code = "invalid_payload"
+
+
+class ToolDeniedError(ToolqError):
+    """A call refused before running: behavior not allowed, category disabled, unavailable."""
+
+    code = "tool_denied"
+
+
+class ToolExecutionError(ToolqError):
+    """The tool's handler failed."""
+
+    code = "execution_failed"
+
+
+class ToolTimeoutError(ToolExecutionError, TimeoutError):
+    """The handler ran past its time limit."""
+
+    code = "timeout"
+
+
+class InvalidOutputError(ToolExecutionError):
+    """The handler's output does not match the tool's output schema."""
+
+    code = "invalid_output"
+
+
+class WorkerLostError(ToolExecutionError):
+    """The worker died while running a call that is not safe to run twice."""
+
+    code = "worker_lost"
+
+
+class CallCancelledError(ToolqError):
+    """The call was cancelled."""
+
+    code = "cancelled"
+
+
+class CallNotFoundError(ToolqError, LookupError):
+    """No call has that id."""
+
+    code = "call_not_found"
+
+
+class ApprovalError(ToolqError):
+    """Base of approval errors."""
+
+    code = "approval_error"
+
+
+class ApprovalDeniedError(ApprovalError):
+    """A human denied the call."""
+
+    code = "approval_denied"
+
+
+class ApprovalExpiredError(ApprovalError):
+    """Nobody decided before the deadline."""
+
+    code = "approval_expired"
+
+
+class NotAwaitingApprovalError(ApprovalError):
+    """The call is not awaiting approval (already decided, expired, or never parked)."""
+
+    code = "not_awaiting_approval"
+
+
+class DigestMismatchError(ApprovalError):
+    """The decision names arguments other than the ones parked."""
+
+    code = "digest_mismatch"
+
+
+class NotAuthorizedError(ApprovalError):
+    """The principal may not make this decision."""
+
+    code = "not_authorized"
+
+
+class UndoError(ToolqError):
+    """Nothing to undo, undone already, or the undo handler failed."""
+
+    code = "undo_failed"
+
+
+class WaitTimeoutError(ToolqError, TimeoutError):
+    """Waiting for calls ran out of time; the calls go on."""
+
+    code = "wait_timeout"

@@ -1,0 +1,107 @@
+"""Every Redis key, channel and queue name toolq uses; nothing else builds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolq.models import RiskLevel
+
+TASK_NAME = "toolq.execute"
+UNDO_TASK_NAME = "toolq.undo"
+PREVIEW_TASK_NAME = "toolq.preview"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key builder for one prefix (``Settings.key_prefix``)."""
+
+    prefix: str = "toolq"
+
+    def call(self, call_id: str) -> str:
+        """Hash holding a call's record: status, envelope, result."""
+        return f"{self.prefix}:call:{call_id}"
+
+    def run_stream(self, run_id: str) -> str:
+        """Redis Stream of a run's events."""
+        return f"{self.prefix}:run:{run_id}:events"
+
+    def run_channel(self, run_id: str) -> str:
+        """Pub/sub channel that wakes readers of a run's stream."""
+        return f"{self.prefix}:run:{run_id}:wake"
+
+    def run_calls(self, run_id: str) -> str:
+        """List of a run's call ids in dispatch order."""
+        return f"{self.prefix}:run:{run_id}:calls"
+
+    def run_settings(self, run_id: str) -> str:
+        """JSON of a run's approval mode, tool lists and sticky decisions."""
+        return f"{self.prefix}:run:{run_id}:settings"
+
+    def idempotency(self, run_id: str, key: str) -> str:
+        """String mapping (run, provider call id or client key) to a call id."""
+        return f"{self.prefix}:idem:{run_id}:{key}"
+
+    def lease(self, call_id: str) -> str:
+        """Execution lease of a running call (``SET NX PX``)."""
+        return f"{self.prefix}:lease:{call_id}"
+
+    def cancel(self, call_id: str) -> str:
+        """Durable cancel flag of a call."""
+        return f"{self.prefix}:cancel:{call_id}"
+
+    def undo(self, call_id: str) -> str:
+        """Undo data of a finished call."""
+        return f"{self.prefix}:undo:{call_id}"
+
+    @property
+    def running(self) -> str:
+        """Sorted set of running calls scored by lease expiry (ms)."""
+        return f"{self.prefix}:running"
+
+    @property
+    def pending_approvals(self) -> str:
+        """Sorted set of parked calls scored by approval deadline."""
+        return f"{self.prefix}:approvals:pending"
+
+    @property
+    def unsent(self) -> str:
+        """Sorted set of queued calls not yet confirmed published, scored by time queued."""
+        return f"{self.prefix}:unsent"
+
+    @property
+    def sweeper_lock(self) -> str:
+        """Short lock so one worker at a time sweeps."""
+        return f"{self.prefix}:sweeper:lock"
+
+    @property
+    def audit_stream(self) -> str:
+        """Stream of every approval decision, refusal and expiry."""
+        return f"{self.prefix}:audit"
+
+    @property
+    def recent_calls(self) -> str:
+        """Sorted set of recently created calls scored by creation time."""
+        return f"{self.prefix}:calls:recent"
+
+    @property
+    def events_channel(self) -> str:
+        """Pub/sub channel announcing any run's activity (dashboard)."""
+        return f"{self.prefix}:events"
+
+    def worker(self, hostname: str) -> str:
+        """Heartbeat of one worker: its queues, with a TTL."""
+        return f"{self.prefix}:worker:{hostname}"
+
+    @property
+    def worker_pattern(self) -> str:
+        """Pattern matching every worker heartbeat key."""
+        return f"{self.prefix}:worker:*"
+
+    def queue_for(self, risk: RiskLevel | str) -> str:
+        """Celery queue of a risk level: ``toolq.safe``, ``toolq.moderate``, ``toolq.dangerous``."""
+        return f"{self.prefix}.{RiskLevel.parse(risk).value}"
+
+
+def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
+    """Celery queue name of a risk level."""
+    return Keys(prefix).queue_for(risk)

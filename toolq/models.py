@@ -1,0 +1,248 @@
+"""The data toolq moves around: calls, results, content blocks, events and their states."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RiskLevel(str, Enum):
+    """How much harm a tool can do; each level has its own queue and worker pool."""
+
+    SAFE = "safe"
+    MODERATE = "moderate"
+    DANGEROUS = "dangerous"
+
+    @classmethod
+    def parse(cls, value: RiskLevel | str) -> RiskLevel:
+        """Accept a member or its name/value in any case (``"dangerous"``, ``"DANGEROUS"``)."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown risk level {value!r}; expected one of {choices}") from None
+
+
+class ProviderFormat(str, Enum):
+    """Wire formats toolq reads tool calls from and renders results into."""
+
+    OPENAI = "openai"
+    OPENAI_RESPONSES = "openai-responses"
+    ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
+    MCP = "mcp"
+
+    @classmethod
+    def parse(cls, value: ProviderFormat | str) -> ProviderFormat:
+        """Accept a member or its value; a clear error names the valid formats."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown format {value!r}; expected one of {choices}") from None
+
+
+class CallStatus(str, Enum):
+    """Where a call is in its life; the last five are final."""
+
+    QUEUED = "queued"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """True once the call can no longer change state."""
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset(
+    {
+        CallStatus.SUCCEEDED,
+        CallStatus.FAILED,
+        CallStatus.DENIED,
+        CallStatus.EXPIRED,
+        CallStatus.CANCELLED,
+    }
+)
+
+
+class EventType(str, Enum):
+    """Kinds of entries in a run's event stream."""
+
+    QUEUED = "call.queued"
+    AWAITING_APPROVAL = "call.awaiting_approval"
+    APPROVED = "call.approved"
+    DENIED = "call.denied"
+    EXPIRED = "call.expired"
+    STARTED = "call.started"
+    PROGRESS = "call.progress"
+    RETRYING = "call.retrying"
+    SUCCEEDED = "call.succeeded"
+    FAILED = "call.failed"
+    CANCELLED = "call.cancelled"
+    UNDONE = "call.undone"
+    UNDO_FAILED = "call.undo_failed"
+
+
+# -- content blocks (MassGen's ExecutionResult output blocks) ------------------------------
+
+
+class TextContent(BaseModel):
+    """Plain text produced by a tool."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageContent(BaseModel):
+    """A base64-encoded image produced by a tool."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["image"] = "image"
+    data: str
+    mime_type: str = "image/png"
+
+
+class AudioContent(BaseModel):
+    """Base64-encoded audio produced by a tool."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["audio"] = "audio"
+    data: str
+    mime_type: str = "audio/wav"
+
+
+ContentBlock = Annotated[TextContent | ImageContent | AudioContent, Field(discriminator="type")]
+
+
+# -- calls in ---------------------------------------------------------------------------------
+
+
+class ToolCall(BaseModel):
+    """One tool call as the model asked for it.
+
+    ``error`` is set (never raised) when the call cannot run as given, for example when its
+    arguments are not valid JSON or not an object; the call still gets an answer.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    format: ProviderFormat | None = None
+    error: str | None = None
+
+
+# -- results out ------------------------------------------------------------------------------
+
+
+class ToolOutput(BaseModel):
+    """What a handler may return to say more than a bare value (stageflow's ``ToolOutput``).
+
+    A handler can also return any JSON-able value, which becomes ``CallResult.output``.
+    """
+
+    success: bool = True
+    data: Any = None
+    error: str | None = None
+    content: list[ContentBlock] = Field(default_factory=list)
+    artifacts: list[dict[str, Any]] = Field(default_factory=list)
+    undo_metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def ok(
+        cls,
+        data: Any = None,
+        *,
+        content: list[ContentBlock] | None = None,
+        artifacts: list[dict[str, Any]] | None = None,
+        undo_metadata: dict[str, Any] | None = None,
+    ) -> ToolOutput:
+        """A successful output, optionally with content blocks, artifacts and undo data."""
+        return cls(
+            data=data,
+            content=content or [],
+            artifacts=artifacts or [],
+            undo_metadata=undo_metadata,
+        )
+
+    @classmethod
+    def fail(cls, error: str, *, data: Any = None) -> ToolOutput:
+        """A failed output whose message the model will read."""
+        return cls(success=False, error=error, data=data)
+
+    @classmethod
+    def text(cls, text: str) -> ToolOutput:
+        """A successful output made of one text block."""
+        return cls(content=[TextContent(text=text)])
+
+
+class CallResult(BaseModel):
+    """The outcome of one call, final or not, as callers and renderers see it."""
+
+    call_id: str
+    tool_call_id: str
+    name: str
+    status: CallStatus
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    content: list[ContentBlock] = Field(default_factory=list)
+    artifacts: list[dict[str, Any]] = Field(default_factory=list)
+    undo: dict[str, Any] | None = None
+    duration_ms: float | None = None
+    attempts: int = 0
+    format: ProviderFormat | None = None
+    run_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the call succeeded."""
+        return self.status is CallStatus.SUCCEEDED
+
+    @property
+    def is_final(self) -> bool:
+        """True when the call can no longer change state."""
+        return self.status.is_final
+
+
+class Event(BaseModel):
+    """One entry of a run's event stream; ``id`` is the Redis Stream id, ordered per run."""
+
+    id: str
+    type: EventType
+    run_id: str
+    call_id: str
+    ts: float = Field(default_factory=time.time)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallEnvelope(BaseModel):
+    """Everything a worker needs to run a call; stored in Redis as the call's record."""
+
+    call_id: str
+    run_id: str
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    original_arguments: dict[str, Any] | None = None
+    format: ProviderFormat | None = None
+    risk: RiskLevel = RiskLevel.SAFE
+    behavior: str | None = None
+    principal: str | None = None
+    idempotency_key: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    position: int = 0

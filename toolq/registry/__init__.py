@@ -1,0 +1,7 @@
+"""Tools, the registry that holds them, their schemas and provider formats."""
+
+from toolq.registry.context import ToolContext
+from toolq.registry.registry import Category, ToolRegistry
+from toolq.registry.tool import FunctionTool, Tool
+
+__all__ = ["Category", "FunctionTool", "Tool", "ToolContext", "ToolRegistry"]

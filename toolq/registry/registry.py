@@ -1,0 +1,342 @@
+"""``ToolRegistry``: the tools an application offers, their categories and hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from pydantic import BaseModel
+
+from toolq.errors import (
+    CategoryNotFoundError,
+    ConfigurationError,
+    DuplicateToolError,
+    ToolDeniedError,
+    ToolNotFoundError,
+)
+from toolq.models import CallResult, ProviderFormat, RiskLevel
+from toolq.registry.context import ToolContext
+from toolq.registry.formats import tool_schemas
+from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
+from toolq.workers.middleware import AfterHook, BeforeHook, Middleware
+
+
+@dataclass
+class Category:
+    """A named group of tools that can be switched off together (MassGen's categories)."""
+
+    name: str
+    description: str = ""
+    enabled: bool = True
+
+
+class ToolRegistry:
+    """Registered tools by name, with categories, middleware and schema export."""
+
+    def __init__(self, *, middleware: Iterable[Middleware] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._categories: dict[str, Category] = {}
+        self.middleware: list[Middleware] = list(middleware)
+        self._lock = threading.Lock()
+
+    # -- registration ------------------------------------------------------------------------
+
+    @overload
+    def tool(self, name: Callable[..., Any]) -> FunctionTool: ...
+
+    @overload
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        risk: RiskLevel | str = RiskLevel.SAFE,
+        tags: Iterable[str] = (),
+        category: str | None = None,
+        requires_approval: bool | ApprovalPredicate | None = None,
+        allowed_behaviors: Iterable[str] | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_on: Iterable[type[BaseException]] = (),
+        idempotent: bool = False,
+        approval_timeout: float | None = None,
+        output_schema: dict[str, Any] | type[BaseModel] | None = None,
+        middleware: Sequence[Middleware] = (),
+        preview: Callable[..., Any] | None = None,
+        undo: Callable[..., Any] | None = None,
+        validate_args: Callable[..., Any] | None = None,
+        is_available: Callable[[], bool] | None = None,
+        instructions: str | Callable[..., str | None] | None = None,
+        approval_metadata: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
+    ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+    def tool(
+        self, name: str | Callable[..., Any] | None = None, **options: Any
+    ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+        """Register a function as a tool; its signature and docstring give the schema.
+
+        Use as ``@registry.tool`` or ``@registry.tool("name", risk="dangerous", ...)``. The
+        decorated name becomes the ``FunctionTool``, which still calls the function.
+        """
+        if callable(name):
+            return self.register(FunctionTool(name))
+
+        def decorator(func: Callable[..., Any]) -> FunctionTool:
+            tool = FunctionTool(func, name=name, **options)
+            self.register(tool)
+            return tool
+
+        return decorator
+
+    def register(self, tool: Tool | type[Tool] | Callable[..., Any], **options: Any) -> Tool:
+        """Add a tool instance, a ``Tool`` subclass (instantiated) or a function.
+
+        Raises ``DuplicateToolError`` when the name is taken.
+        """
+        if isinstance(tool, type) and issubclass(tool, Tool):
+            instance: Tool = tool()
+        elif isinstance(tool, Tool):
+            instance = tool
+        elif callable(tool):
+            instance = FunctionTool(tool, **options)
+        else:
+            raise ConfigurationError(f"cannot register {tool!r}: not a Tool or a function")
+        with self._lock:
+            if instance.name in self._tools:
+                raise DuplicateToolError(
+                    f"a tool named {instance.name!r} is already registered", tool=instance.name
+                )
+            self._tools[instance.name] = instance
+            if instance.category and instance.category not in self._categories:
+                self._categories[instance.category] = Category(instance.category)
+        return instance
+
+    def include(self, tools: ToolRegistry | Iterable[Tool]) -> None:
+        """Register every tool of another registry or iterable (e.g. a built-in toolkit)."""
+        for tool in tools.list() if isinstance(tools, ToolRegistry) else tools:
+            self.register(tool)
+
+    def unregister(self, name: str) -> bool:
+        """Remove a tool; True if it was registered."""
+        with self._lock:
+            return self._tools.pop(name, None) is not None
+
+    remove = unregister
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def get(self, name: str) -> Tool | None:
+        """The tool of that name, or ``None``."""
+        return self._tools.get(name)
+
+    def require(self, name: str) -> Tool:
+        """The tool of that name; raises ``ToolNotFoundError`` naming close matches."""
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise ToolNotFoundError(f"unknown tool {name!r} (registered: {known})", tool=name)
+        return tool
+
+    def __getitem__(self, name: str) -> Tool:
+        return self.require(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def has(self, name: str) -> bool:
+        """True if a tool of that name is registered."""
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.list())
+
+    def list(self) -> list[Tool]:
+        """All tools, sorted by name."""
+        return [self._tools[n] for n in sorted(self._tools)]
+
+    def names(self) -> list[str]:
+        """All tool names, sorted."""
+        return sorted(self._tools)
+
+    list_names = names
+
+    def search(
+        self,
+        *,
+        name_contains: str | None = None,
+        tags: Iterable[str] | None = None,
+        match_all_tags: bool = False,
+    ) -> list[Tool]:
+        """Tools whose name contains a substring (any case) and that carry any/all ``tags``."""
+        wanted = set(tags or ())
+        found = []
+        for tool in self.list():
+            if name_contains and name_contains.lower() not in tool.name.lower():
+                continue
+            if wanted:
+                have = set(tool.tags)
+                if match_all_tags and not wanted <= have:
+                    continue
+                if not match_all_tags and not wanted & have:
+                    continue
+            found.append(tool)
+        return found
+
+    def by_risk(self, risk: RiskLevel | str) -> list[Tool]:
+        """Tools of one risk level."""
+        level = RiskLevel.parse(risk)
+        return [t for t in self.list() if t.risk is level]
+
+    get_by_risk = by_risk
+
+    # -- categories --------------------------------------------------------------------------
+
+    def setup_category(self, name: str, description: str = "", *, enabled: bool = True) -> Category:
+        """Create (or update) a category."""
+        with self._lock:
+            category = self._categories.setdefault(name, Category(name))
+            category.description = description or category.description
+            category.enabled = enabled
+            return category
+
+    def categories(self) -> dict[str, Category]:
+        """Categories by name."""
+        return dict(self._categories)
+
+    def set_categories_enabled(self, names: Iterable[str], enabled: bool) -> None:
+        """Enable or disable categories; raises ``CategoryNotFoundError`` for unknown ones."""
+        names = list(names)
+        unknown = [n for n in names if n not in self._categories]
+        if unknown:
+            raise CategoryNotFoundError(f"unknown categories: {', '.join(unknown)}")
+        for name in names:
+            self._categories[name].enabled = enabled
+
+    def enable_category(self, name: str) -> None:
+        """Make a category's tools visible and callable again."""
+        self.set_categories_enabled([name], True)
+
+    def disable_category(self, name: str) -> None:
+        """Hide a category's tools from schemas and refuse their calls."""
+        self.set_categories_enabled([name], False)
+
+    def delete_category(self, name: str) -> None:
+        """Remove a category and unregister its tools."""
+        if name not in self._categories:
+            raise CategoryNotFoundError(f"unknown category {name!r}")
+        with self._lock:
+            del self._categories[name]
+            for tool_name in [n for n, t in self._tools.items() if t.category == name]:
+                del self._tools[tool_name]
+
+    def is_enabled(self, tool: Tool) -> bool:
+        """False when the tool's category is disabled."""
+        category = self._categories.get(tool.category) if tool.category else None
+        return category is None or category.enabled
+
+    def check_enabled(self, tool: Tool) -> None:
+        """Raise ``ToolDeniedError`` with a reason the model can read if the tool is off."""
+        if not self.is_enabled(tool):
+            raise ToolDeniedError(
+                f"tool {tool.name!r} is disabled (category {tool.category!r} is disabled)",
+                tool=tool.name,
+                reason="category_disabled",
+            )
+        if not tool.is_available():
+            raise ToolDeniedError(
+                f"tool {tool.name!r} is not available right now",
+                tool=tool.name,
+                reason="unavailable",
+            )
+
+    def active(self) -> list[Tool]:
+        """Tools in enabled categories that report themselves available."""
+        return [t for t in self.list() if self.is_enabled(t) and t.is_available()]
+
+    # -- what the model sees -----------------------------------------------------------------
+
+    def schemas(
+        self, format: ProviderFormat | str = ProviderFormat.OPENAI, *, strict: bool = False
+    ) -> list[dict[str, Any]]:
+        """Definitions of the active tools in a provider's format."""
+        return tool_schemas(self.active(), format, strict=strict)
+
+    def instructions(self, ctx: ToolContext | None = None) -> str:
+        """The active tools' instructions joined for a system prompt."""
+        parts = []
+        for tool in self.active():
+            text = tool.instructions(ctx)
+            if text:
+                parts.append(f"## {tool.name}\n{text.strip()}")
+        return "\n\n".join(parts)
+
+    # -- middleware --------------------------------------------------------------------------
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """Add a global middleware (runs around every tool's execution)."""
+        self.middleware.append(middleware)
+        return middleware
+
+    def before(self, func: Callable[..., Any], *, tool: str | None = None) -> Callable[..., Any]:
+        """Add a pre-hook ``(ctx, arguments) -> arguments | None``, global or for one tool."""
+        self._attach(BeforeHook(func), tool)
+        return func
+
+    def after(self, func: Callable[..., Any], *, tool: str | None = None) -> Callable[..., Any]:
+        """Add a post-hook ``(ctx, outcome) -> outcome`` (outcome may be an exception)."""
+        self._attach(AfterHook(func), tool)
+        return func
+
+    def _attach(self, middleware: Middleware, tool_name: str | None) -> None:
+        if tool_name is None:
+            self.middleware.append(middleware)
+        else:
+            target = self.require(tool_name)
+            target.middleware = (*target.middleware, middleware)
+
+    # -- local execution ---------------------------------------------------------------------
+
+    async def ainvoke(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        context: ToolContext | None = None,
+        executor: Any = None,
+    ) -> CallResult:
+        """Run a tool in this process through the shared ``Executor``."""
+        from toolq.workers.executor import Executor
+
+        ctx = context or ToolContext()
+        ctx.call_id = call_id or ctx.call_id or uuid.uuid4().hex
+        ctx.tool_call_id = ctx.tool_call_id or ctx.call_id
+        ctx.tool_name = name
+        runner = executor or Executor(self)
+        result: CallResult = await runner.execute(name, dict(arguments or {}), ctx)
+        return result
+
+    def invoke(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        context: ToolContext | None = None,
+    ) -> CallResult:
+        """Synchronous ``ainvoke``; inside a running event loop use ``await ainvoke``."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.ainvoke(name, arguments, call_id=call_id, context=context))
+        raise RuntimeError("invoke() called inside an event loop; use `await registry.ainvoke()`")
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry {len(self)} tools>"

@@ -1,0 +1,257 @@
+"""Argument schemas: one object gives a tool's JSON schema and validates its arguments.
+
+Two sources: a pydantic model (derived from a function signature, or a class tool's
+``Input``) and a raw JSON-schema dict (validated with ``jsonschema``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, SecretBytes, SecretStr, ValidationError, create_model
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+
+from toolq.errors import ConfigurationError, InvalidArgumentsError, InvalidOutputError
+from toolq.registry.context import ToolContext
+
+_SECRET_TYPES = (SecretStr, SecretBytes)
+
+
+class ArgumentSchema(Protocol):
+    """What the executor needs from a schema."""
+
+    json_schema: dict[str, Any]
+    secret_fields: frozenset[str]
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for the handler; raises ``InvalidArgumentsError``."""
+        ...
+
+
+class _NoTitles(GenerateJsonSchema):
+    """Pydantic's generator without the ``title`` keys providers don't need."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: Any, mode: Any = "validation") -> JsonSchemaValue:
+        result = super().generate(schema, mode=mode)
+        result.pop("title", None)
+        for definition in result.get("$defs", {}).values():
+            definition.pop("title", None)
+        return result
+
+    def model_schema(self, schema: Any) -> JsonSchemaValue:
+        result = super().model_schema(schema)
+        result.pop("title", None)
+        return result
+
+    def enum_schema(self, schema: Any) -> JsonSchemaValue:
+        result = super().enum_schema(schema)
+        result.pop("title", None)
+        return result
+
+
+def model_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema without titles."""
+    schema = model.model_json_schema(schema_generator=_NoTitles)
+    schema.setdefault("properties", {})
+    schema.setdefault("type", "object")
+    return schema
+
+
+def _is_secret(annotation: Any) -> bool:
+    if annotation in _SECRET_TYPES:
+        return True
+    return any(_is_secret(arg) for arg in typing.get_args(annotation))
+
+
+def _describe(error: dict[str, Any]) -> str:
+    location = ".".join(str(part) for part in error["loc"]) or "arguments"
+    return f"{location}: {error['msg']}"
+
+
+def invalid_arguments(tool_name: str, errors: list[str]) -> InvalidArgumentsError:
+    """The one error raised for arguments that do not validate, naming every field."""
+    listed = "; ".join(errors)
+    return InvalidArgumentsError(
+        f"invalid arguments for {tool_name!r}: {listed}", tool=tool_name, errors=errors
+    )
+
+
+class ModelSchema:
+    """Arguments validated by a pydantic model (derived from a signature or given)."""
+
+    def __init__(self, tool_name: str, model: type[BaseModel]) -> None:
+        self.tool_name = tool_name
+        self.model = model
+        self.json_schema = model_json_schema(model)
+        self.secret_fields = frozenset(
+            name for name, field in model.model_fields.items() if _is_secret(field.annotation)
+        )
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments; nested models stay model instances."""
+        try:
+            instance = self.model.model_validate(arguments)
+        except ValidationError as exc:
+            errors = [_describe(dict(e)) for e in exc.errors(include_url=False)]
+            raise invalid_arguments(self.tool_name, errors) from None
+        return {name: getattr(instance, name) for name in self.model.model_fields}
+
+
+class DictSchema:
+    """Arguments validated against a raw JSON-schema dict (roura's ``parameters``)."""
+
+    def __init__(self, tool_name: str, schema: dict[str, Any]) -> None:
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ConfigurationError(f"tool {tool_name!r} has an invalid schema: {exc.message}")
+        self.tool_name = tool_name
+        self.json_schema = {"type": "object", "properties": {}, **schema}
+        self._validator = jsonschema.Draft202012Validator(self.json_schema)
+        properties: dict[str, Any] = self.json_schema.get("properties", {})
+        self.secret_fields = frozenset(
+            name
+            for name, prop in properties.items()
+            if isinstance(prop, dict)
+            and (prop.get("x-secret") or prop.get("writeOnly") or prop.get("format") == "password")
+        )
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments with top-level schema defaults filled in."""
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            described = []
+            for error in errors:
+                location = ".".join(str(part) for part in error.path) or "arguments"
+                described.append(f"{location}: {error.message}")
+            raise invalid_arguments(self.tool_name, described)
+        filled = dict(arguments)
+        for name, prop in self.json_schema.get("properties", {}).items():
+            if name not in filled and isinstance(prop, dict) and "default" in prop:
+                filled[name] = prop["default"]
+        return filled
+
+
+class OutputSchema:
+    """Validates a handler's output against a JSON schema or a pydantic model."""
+
+    def __init__(self, tool_name: str, schema: dict[str, Any] | type[BaseModel]) -> None:
+        self.tool_name = tool_name
+        self.model: type[BaseModel] | None = None
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            self.model = schema
+            self.json_schema = model_json_schema(schema)
+        else:
+            jsonschema.Draft202012Validator.check_schema(schema)
+            self.json_schema = dict(schema)
+        self._validator = jsonschema.Draft202012Validator(self.json_schema)
+
+    def validate(self, output: Any) -> Any:
+        """The output (JSON-able) if it matches; raises ``InvalidOutputError``."""
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
+        errors = list(self._validator.iter_errors(output))
+        if errors:
+            listed = "; ".join(
+                f"{'.'.join(str(p) for p in e.path) or 'output'}: {e.message}" for e in errors
+            )
+            raise InvalidOutputError(f"output of {self.tool_name!r} does not match its schema: {listed}")
+        return output
+
+
+# -- signatures ---------------------------------------------------------------------------
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params):\s*$")
+_OTHER_SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
+_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The summary and per-parameter descriptions of a Google-style docstring."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    param_indent = None
+    for line in lines:
+        if _SECTION.match(line):
+            in_args, current = True, None
+            continue
+        if in_args and _OTHER_SECTION.match(line) and not line.startswith(" "):
+            in_args, current = False, None
+            continue
+        if not in_args:
+            if not params and current is None and not _OTHER_SECTION.match(line):
+                summary.append(line)
+            continue
+        indent = len(line) - len(line.lstrip())
+        match = _PARAM.match(line)
+        if match and (param_indent is None or indent <= param_indent):
+            param_indent = indent
+            current = match.group(1).lstrip("*")
+            params[current] = match.group(3).strip()
+        elif current and line.strip():
+            params[current] = f"{params[current]} {line.strip()}".strip()
+    description = "\n".join(summary).strip()
+    return description, params
+
+
+def context_parameter(func: Callable[..., Any]) -> str | None:
+    """Name of the parameter annotated ``ToolContext``, if any."""
+    hints = _hints(func)
+    for name in inspect.signature(func).parameters:
+        annotation = hints.get(name)
+        if isinstance(annotation, type) and issubclass(annotation, ToolContext):
+            return name
+    return None
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(func, include_extras=True)
+    except Exception as exc:
+        raise ConfigurationError(f"cannot resolve type hints of {func!r}: {exc}") from exc
+
+
+def signature_model(
+    func: Callable[..., Any], model_name: str, descriptions: dict[str, str]
+) -> type[BaseModel]:
+    """A pydantic model of ``func``'s parameters, without the ``ToolContext`` one.
+
+    Unknown arguments are refused rather than dropped: a model that invents a parameter
+    should hear about it.
+    """
+    hints = _hints(func)
+    fields: dict[str, Any] = {}
+    for name, param in inspect.signature(func).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(name, Any)
+        if isinstance(annotation, type) and issubclass(annotation, ToolContext):
+            continue
+        default = param.default
+        if isinstance(default, FieldInfo):
+            field = default
+            if field.description is None and name in descriptions:
+                field.description = descriptions[name]
+        else:
+            field = Field(
+                ... if default is inspect.Parameter.empty else default,
+                description=descriptions.get(name),
+            )
+        fields[name] = (annotation, field)
+    return create_model(  # type: ignore[call-overload,no-any-return]
+        model_name, __config__=ConfigDict(extra="forbid"), **fields
+    )

@@ -1,0 +1,282 @@
+"""``Tool``: one callable capability with its schema, risk and policies.
+
+Subclass it (class-based tools, with an ``Input`` model, a raw ``parameters`` JSON schema,
+or a typed ``execute`` signature) or let ``@registry.tool`` wrap a function.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
+
+from toolq.errors import ConfigurationError, InvalidArgumentsError
+from toolq.models import RiskLevel
+from toolq.registry.context import ToolContext
+from toolq.registry.schema import (
+    ArgumentSchema,
+    DictSchema,
+    ModelSchema,
+    OutputSchema,
+    context_parameter,
+    parse_docstring,
+    signature_model,
+)
+
+if TYPE_CHECKING:
+    from toolq.workers.middleware import Middleware
+
+ApprovalPredicate = Callable[[dict[str, Any]], bool]
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace(".", "_").split("_")) or "Tool"
+
+
+class Tool:
+    """Base class of every tool.
+
+    Class attributes configure it; ``execute`` does the work and may be a plain function,
+    a coroutine, or an async generator whose yields are progress and whose last yield (or a
+    yielded ``ToolOutput``) is the result. Arguments arrive as keyword arguments; a
+    parameter annotated ``ToolContext`` receives the call's context.
+    """
+
+    name: str = ""
+    description: str = ""
+    risk: RiskLevel = RiskLevel.SAFE
+    tags: tuple[str, ...] = ()
+    category: str | None = None
+    requires_approval: bool | ApprovalPredicate | None = None
+    allowed_behaviors: tuple[str, ...] | None = None
+    timeout: float | None = None
+    retries: int = 0
+    retry_on: tuple[type[BaseException], ...] = ()
+    idempotent: bool = False
+    approval_timeout: float | None = None
+    Input: ClassVar[type[BaseModel] | None] = None
+    parameters: ClassVar[dict[str, Any] | None] = None
+    output_schema: dict[str, Any] | type[BaseModel] | None = None
+    middleware: Sequence[Middleware] = ()
+
+    def __init__(self) -> None:
+        risk_level = getattr(self, "risk_level", None)  # roura spells it risk_level
+        self.risk = RiskLevel.parse(risk_level if risk_level is not None else self.risk)
+        if not self.name:
+            raise ConfigurationError(f"{type(self).__name__} has no name")
+        if not self.description:
+            self.description = self._default_description()
+        self.tags = tuple(self.tags)
+        self.middleware = tuple(self.middleware)
+        if self.allowed_behaviors is not None:
+            self.allowed_behaviors = tuple(self.allowed_behaviors)
+        self.schema: ArgumentSchema = self._build_schema()
+        self._output = (
+            OutputSchema(self.name, self.output_schema) if self.output_schema is not None else None
+        )
+        self._context_params = {
+            method: context_parameter(getattr(self, method))
+            for method in ("execute", "preview", "undo", "validate_args", "instructions")
+        }
+
+    def _default_description(self) -> str:
+        return parse_docstring(type(self).__doc__)[0]
+
+    def _build_schema(self) -> ArgumentSchema:
+        if self.Input is not None:
+            return ModelSchema(self.name, self.Input)
+        if self.parameters is not None:
+            return DictSchema(self.name, self.parameters)
+        model = signature_model(self.execute, f"{_camel(self.name)}Input", {})
+        return ModelSchema(self.name, model)
+
+    # -- overridable behaviour ---------------------------------------------------------------
+
+    def execute(self, **arguments: Any) -> Any:
+        """Do the work; override in subclasses."""
+        raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
+
+    def preview(self, **arguments: Any) -> dict[str, Any] | None:
+        """Describe what the call would do, shown to approvers; ``None`` when not defined."""
+        return None
+
+    def validate_args(self, **arguments: Any) -> tuple[bool, str] | None:
+        """Extra checks after the schema; return ``(False, reason)`` to refuse."""
+        return None
+
+    def is_available(self) -> bool:
+        """False hides the tool from schemas and refuses its calls."""
+        return True
+
+    def instructions(self, ctx: ToolContext | None = None) -> str | None:
+        """Text for the system prompt about when and how to use this tool."""
+        return None
+
+    def approval_metadata(self) -> dict[str, Any] | None:
+        """Context shown to approvers (pai-agent-sdk's ``get_approval_metadata``)."""
+        return None
+
+    def undo(self, undo_data: dict[str, Any]) -> Any:
+        """Reverse a call from the undo data its handler returned; override to support undo."""
+        raise NotImplementedError(f"tool {self.name!r} cannot be undone")
+
+    # -- derived ---------------------------------------------------------------------------
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments."""
+        return self.schema.json_schema
+
+    @property
+    def output_json_schema(self) -> dict[str, Any] | None:
+        """JSON schema of the output, if declared."""
+        return self._output.json_schema if self._output else None
+
+    @property
+    def secret_fields(self) -> frozenset[str]:
+        """Argument names whose values are never shown (``SecretStr`` or marked secret)."""
+        return self.schema.secret_fields
+
+    @property
+    def has_preview(self) -> bool:
+        """True when the tool defines ``preview``."""
+        return _overrides(self, "preview")
+
+    @property
+    def has_undo(self) -> bool:
+        """True when the tool defines ``undo``."""
+        return _overrides(self, "undo")
+
+    def needs_approval(self, arguments: dict[str, Any]) -> bool | None:
+        """The tool's own answer (``None``: leave it to the policy's default by risk)."""
+        if callable(self.requires_approval):
+            return bool(self.requires_approval(arguments))
+        return self.requires_approval
+
+    def is_behavior_allowed(self, behavior: str | None) -> bool:
+        """Stageflow's gating: ``allowed_behaviors`` ``None`` allows every behavior."""
+        if self.allowed_behaviors is None:
+            return True
+        return behavior in self.allowed_behaviors
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Schema-validated keyword arguments, then the tool's ``validate_args``."""
+        validated = self.schema.validate(arguments)
+        verdict = self.call_method("validate_args", validated, None)
+        if verdict is not None:
+            ok, reason = verdict
+            if not ok:
+                raise InvalidArgumentsError(
+                    f"invalid arguments for {self.name!r}: {reason}", tool=self.name, errors=[reason]
+                )
+        return validated
+
+    def validate_output(self, output: Any) -> Any:
+        """The output, checked against the output schema when one is declared."""
+        return self._output.validate(output) if self._output else output
+
+    def redact(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A copy of the arguments with secret fields masked."""
+        if not self.secret_fields:
+            return dict(arguments)
+        return {k: ("**********" if k in self.secret_fields else v) for k, v in arguments.items()}
+
+    def call_method(self, method: str, arguments: dict[str, Any], ctx: ToolContext | None) -> Any:
+        """Call ``execute``/``preview``/``undo``/... with arguments and, if wanted, the context."""
+        func = getattr(self, method)
+        kwargs = dict(arguments)
+        context_name = self._context_params.get(method)
+        if context_name is not None:
+            kwargs[context_name] = ctx if ctx is not None else ToolContext(tool_name=self.name)
+        return func(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} risk={self.risk.value}>"
+
+
+def _overrides(tool: Tool, method: str) -> bool:
+    own = getattr(type(tool), method, None)
+    if own is not getattr(Tool, method):
+        return True
+    return method in tool.__dict__  # FunctionTool sets hooks per instance
+
+
+class FunctionTool(Tool):
+    """A tool made from a function by ``@registry.tool``; calling it calls the function."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        risk: RiskLevel | str = RiskLevel.SAFE,
+        tags: Iterable[str] = (),
+        category: str | None = None,
+        requires_approval: bool | ApprovalPredicate | None = None,
+        allowed_behaviors: Iterable[str] | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_on: Iterable[type[BaseException]] = (),
+        idempotent: bool = False,
+        approval_timeout: float | None = None,
+        output_schema: dict[str, Any] | type[BaseModel] | None = None,
+        middleware: Sequence[Middleware] = (),
+        preview: Callable[..., Any] | None = None,
+        undo: Callable[..., Any] | None = None,
+        validate_args: Callable[..., Any] | None = None,
+        is_available: Callable[[], bool] | None = None,
+        instructions: str | Callable[..., str | None] | None = None,
+        approval_metadata: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
+    ) -> None:
+        summary, self._param_docs = parse_docstring(func.__doc__)
+        self.func = func
+        self.name = name or func.__name__
+        self.description = description or summary
+        self.risk = RiskLevel.parse(risk)
+        self.tags = tuple(tags)
+        self.category = category
+        self.requires_approval = requires_approval
+        self.allowed_behaviors = tuple(allowed_behaviors) if allowed_behaviors is not None else None
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_on = tuple(retry_on)
+        self.idempotent = idempotent
+        self.approval_timeout = approval_timeout
+        self.output_schema = output_schema
+        self.middleware = tuple(middleware)
+        hooks = {"preview": preview, "undo": undo, "validate_args": validate_args}
+        for method, hook in hooks.items():
+            if hook is not None:
+                setattr(self, method, hook)
+        if is_available is not None:
+            self.is_available = is_available  # type: ignore[method-assign]
+        if instructions is not None:
+            text = instructions
+            self.instructions = (  # type: ignore[method-assign]
+                text if callable(text) else (lambda ctx=None: text)
+            )
+        if approval_metadata is not None:
+            meta = approval_metadata
+            self.approval_metadata = (  # type: ignore[method-assign]
+                meta if callable(meta) else (lambda: meta)
+            )
+        self.execute = func  # type: ignore[method-assign]
+        super().__init__()
+
+    def _default_description(self) -> str:
+        return ""
+
+    def _build_schema(self) -> ArgumentSchema:
+        model = signature_model(self.func, f"{_camel(self.name)}Input", self._param_docs)
+        return ModelSchema(self.name, model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+
+def is_async_callable(func: Callable[..., Any]) -> bool:
+    """True for coroutine functions and async generator functions."""
+    return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)

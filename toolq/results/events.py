@@ -1,0 +1,170 @@
+"""``EventLog``: read a run's event stream, follow it live, and wait for calls to finish.
+
+Readers subscribe to the run's wake-up channel first, then read the stream from their
+last id, then block on the channel. The stream is the only source of truth; pub/sub only
+says "look again", and a periodic re-read covers a lost subscription.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+
+from toolq.errors import WaitTimeoutError
+from toolq.keys import Keys
+from toolq.models import FINAL_STATUSES, CallStatus, Event, EventType
+
+POLL_SECONDS = 1.0
+"""Longest time a reader trusts pub/sub before reading the stream anyway."""
+BATCH = 1000
+
+_FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
+    """An ``Event`` from one stream entry."""
+    f = {_text(k): _text(v) for k, v in fields.items()}
+    return Event(
+        id=_text(entry_id),
+        type=EventType(f["type"]),
+        run_id=run_id,
+        call_id=f["call_id"],
+        ts=float(f.get("ts", 0) or 0),
+        data=json.loads(f.get("data") or "{}"),
+    )
+
+
+class _Subscription:
+    """A pub/sub subscription that re-subscribes after the connection drops."""
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self.client = client
+        self.channel = channel
+        self.pubsub: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
+        self.close()
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(self.channel)
+
+    def wait(self, timeout: float) -> None:
+        """Block until a wake-up or ``timeout``; then drain queued wake-ups."""
+        try:
+            message = self.pubsub.get_message(timeout=timeout)
+            while message is not None:
+                message = self.pubsub.get_message(timeout=0)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            # Killed subscription (CLIENT KILL TYPE pubsub, Redis restart): the caller
+            # re-reads the stream anyway, so nothing is lost; just subscribe again.
+            time.sleep(min(timeout, 0.1))
+            try:
+                self._connect()
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                pass
+
+    def close(self) -> None:
+        if self.pubsub is not None:
+            try:
+                self.pubsub.close()
+            except Exception:  # noqa: S110 - closing a dead connection may fail; nothing to do
+                pass
+            self.pubsub = None
+
+
+class EventLog:
+    """Reads event streams of runs."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+
+    def read(self, run_id: str, after: str | None = None, count: int | None = None) -> list[Event]:
+        """Events of a run strictly after ``after`` (all of them when ``None``), in order."""
+        start = f"({after}" if after else "-"
+        out: list[Event] = []
+        stream = self.keys.run_stream(run_id)
+        while True:
+            limit = BATCH if count is None else min(BATCH, count - len(out))
+            if limit <= 0:
+                return out
+            entries = self.redis.xrange(stream, min=start, max="+", count=limit)
+            out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
+            if len(entries) < limit:
+                return out
+            start = f"({_text(entries[-1][0])}"
+
+    def last_id(self, run_id: str) -> str | None:
+        """Id of the newest event of a run."""
+        entries = self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
+        return _text(entries[0][0]) if entries else None
+
+    def follow(
+        self,
+        run_id: str,
+        after: str | None = None,
+        *,
+        stop: Callable[[Event], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Event]:
+        """Every event after ``after``, then new ones as they come, until ``stop`` or timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        subscription = _Subscription(self.redis, self.keys.run_channel(run_id))
+        try:
+            last = after
+            while True:
+                for event in self.read(run_id, last):
+                    last = event.id
+                    yield event
+                    if stop is not None and stop(event):
+                        return
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                subscription.wait(POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining))
+        finally:
+            subscription.close()
+
+    def wait_final(
+        self,
+        run_id: str,
+        call_ids: Sequence[str],
+        statuses: Callable[[Sequence[str]], Sequence[CallStatus | None]],
+        timeout: float | None,
+    ) -> None:
+        """Block until every call is final, with one subscription for the whole batch.
+
+        The newest stream id is read *before* the states, so a call that turns final after
+        the state read shows up in the stream read that follows.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        subscription = _Subscription(self.redis, self.keys.run_channel(run_id))
+        try:
+            last = self.last_id(run_id)
+            pending = {
+                c for c, s in zip(call_ids, statuses(call_ids), strict=True) if s is None or not s.is_final
+            }
+            while pending:
+                for event in self.read(run_id, last):
+                    last = event.id
+                    if event.call_id in pending and event.data.get("status") in _FINAL_VALUES:
+                        pending.discard(event.call_id)
+                if not pending:
+                    return
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeoutError(
+                        f"{len(pending)} of {len(call_ids)} calls not final after {timeout:g}s",
+                        pending=sorted(pending),
+                    )
+                subscription.wait(POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining))
+        finally:
+            subscription.close()

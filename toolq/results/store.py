@@ -1,0 +1,399 @@
+"""``CallStore``: call records in Redis, changed only through the atomic scripts."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolq.errors import CallNotFoundError
+from toolq.keys import Keys
+from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
+from toolq.results import scripts
+from toolq.settings import Settings
+
+OUTPUT_IN_EVENT_LIMIT = 4096
+"""Outputs up to this many bytes of JSON ride along in the final event; larger ones don't."""
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON used for everything toolq writes to Redis."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class NewCall:
+    """A call to create: its envelope, first state, first event and tool facts."""
+
+    envelope: CallEnvelope
+    status: CallStatus
+    event: EventType
+    event_data: dict[str, Any]
+    idempotent: bool = False
+    timeout: float | None = None
+    result: dict[str, Any] | None = None
+    deadline: float | None = None
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What ``start`` tells a worker: run it (with the envelope), or why not."""
+
+    outcome: str  # ok | skip | leased | cancelled | missing
+    envelope: CallEnvelope | None = None
+    attempt: int = 0
+    status: str | None = None
+
+
+def result_payload(result: CallResult) -> dict[str, Any]:
+    """The outcome fields of a result, as stored (identity comes from the envelope)."""
+    return result.model_dump(
+        mode="json",
+        include={"output", "error", "error_type", "content", "artifacts", "duration_ms", "attempts"},
+        exclude_defaults=True,
+    )
+
+
+def final_event_data(status: CallStatus, payload: dict[str, Any]) -> dict[str, Any]:
+    """Data of a final event: status, error, duration, and the output when it is small."""
+    data: dict[str, Any] = {"status": status.value}
+    for key in ("error", "error_type", "duration_ms", "attempts"):
+        if key in payload:
+            data[key] = payload[key]
+    if "output" in payload:
+        encoded = dumps(payload["output"])
+        if len(encoded) <= OUTPUT_IN_EVENT_LIMIT:
+            data["output"] = payload["output"]
+        else:
+            data["output_truncated"] = True
+    return data
+
+
+class CallStore:
+    """Reads and writes call records, run streams and the recovery sets."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._create = client.register_script(scripts.CREATE)
+        self._start = client.register_script(scripts.START)
+        self._finish = client.register_script(scripts.FINISH)
+        self._progress = client.register_script(scripts.PROGRESS)
+        self._renew = client.register_script(scripts.RENEW)
+        self._transition = client.register_script(scripts.TRANSITION)
+        self._recover = client.register_script(scripts.RECOVER)
+
+    @property
+    def _maxlen(self) -> int:
+        return self.settings.stream_maxlen
+
+    @property
+    def _ttl(self) -> int:
+        return self.settings.result_ttl
+
+    # -- creation ----------------------------------------------------------------------------
+
+    def create_many(self, calls: Sequence[NewCall]) -> list[tuple[str, str]]:
+        """Create calls in one round trip; each is ``('new', event_id)`` or ``('dup', call_id)``.
+
+        The idempotency key is claimed with the record, so a retried dispatch never creates
+        a second call.
+        """
+        k = self.keys
+        now = repr(time.time())
+        pipe = self.redis.pipeline(transaction=False)
+        for call in calls:
+            env = call.envelope
+            self._create(
+                keys=[
+                    k.idempotency(env.run_id, call.idempotency_key or env.call_id),
+                    k.call(env.call_id),
+                    k.run_stream(env.run_id),
+                    k.run_calls(env.run_id),
+                    k.recent_calls,
+                    k.unsent,
+                    k.pending_approvals,
+                ],
+                args=[
+                    env.call_id,
+                    call.status.value,
+                    env.model_dump_json(),
+                    call.event.value,
+                    dumps(call.event_data),
+                    k.run_channel(env.run_id),
+                    self._maxlen,
+                    self._ttl,
+                    now,
+                    repr(call.deadline or 0),
+                    env.run_id,
+                    env.name,
+                    env.risk.value,
+                    "1" if call.idempotent else "0",
+                    "" if call.timeout is None else repr(call.timeout),
+                    dumps(call.result) if call.result is not None else "",
+                ],
+                client=pipe,
+            )
+        return [(_text(r[0]), _text(r[1])) for r in pipe.execute()]
+
+    def mark_sent(self, call_ids: Iterable[str]) -> None:
+        """Forget calls that reached the broker (the sweeper re-sends the others)."""
+        ids = list(call_ids)
+        if ids:
+            self.redis.zrem(self.keys.unsent, *ids)
+
+    # -- worker side -------------------------------------------------------------------------
+
+    def start(self, call_id: str, token: str, cancelled: dict[str, Any]) -> Started:
+        """Take the execution lease and move ``queued`` → ``running``, atomically."""
+        k = self.keys
+        run_id = self.run_id(call_id)
+        if run_id is None:
+            return Started("missing")
+        now = time.time()
+        reply = self._start(
+            keys=[k.call(call_id), k.run_stream(run_id), k.lease(call_id), k.cancel(call_id), k.running],
+            args=[
+                call_id,
+                token,
+                int(self.settings.lease_seconds * 1000),
+                repr(now),
+                k.run_channel(run_id),
+                self._maxlen,
+                dumps(cancelled),
+                int(now * 1000),
+            ],
+        )
+        outcome = _text(reply[0])
+        if outcome == "ok":
+            envelope = CallEnvelope.model_validate_json(reply[1])
+            return Started("ok", envelope, int(reply[2]))
+        return Started(outcome, status=_text(reply[1]) if len(reply) > 1 else None)
+
+    def progress(self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]) -> bool:
+        """Append a non-final event of a running call (progress, retrying)."""
+        k = self.keys
+        reply = self._progress(
+            keys=[k.call(envelope.call_id), k.run_stream(envelope.run_id)],
+            args=[
+                envelope.call_id,
+                token,
+                etype.value,
+                dumps(data),
+                k.run_channel(envelope.run_id),
+                self._maxlen,
+                repr(time.time()),
+            ],
+        )
+        return _text(reply[0]) == "ok"
+
+    def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
+        """Write the final state and its event; False if this runner lost the call."""
+        k = self.keys
+        payload = result_payload(result)
+        etype = _FINAL_EVENTS[result.status]
+        reply = self._finish(
+            keys=[
+                k.call(envelope.call_id),
+                k.run_stream(envelope.run_id),
+                k.lease(envelope.call_id),
+                k.running,
+                k.undo(envelope.call_id),
+            ],
+            args=[
+                envelope.call_id,
+                token,
+                result.status.value,
+                dumps(payload),
+                etype.value,
+                dumps(final_event_data(result.status, payload)),
+                k.run_channel(envelope.run_id),
+                self._maxlen,
+                repr(time.time()),
+                self._ttl,
+                dumps(result.undo) if result.undo else "",
+                self.settings.undo_ttl,
+            ],
+        )
+        return _text(reply[0]) == "ok"
+
+    def renew(self, leases: dict[str, str]) -> dict[str, bool]:
+        """Extend the leases of running calls (call id → token); which ones are still ours."""
+        k = self.keys
+        now_ms = int(time.time() * 1000)
+        lease_ms = int(self.settings.lease_seconds * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        ids = list(leases)
+        for call_id in ids:
+            self._renew(
+                keys=[k.lease(call_id), k.running],
+                args=[call_id, leases[call_id], lease_ms, now_ms],
+                client=pipe,
+            )
+        return {call_id: bool(ok) for call_id, ok in zip(ids, pipe.execute(), strict=True)}
+
+    def cancel_requested(self, call_ids: Sequence[str]) -> list[str]:
+        """The calls among ``call_ids`` whose durable cancel flag is set."""
+        if not call_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.exists(self.keys.cancel(call_id))
+        return [c for c, flag in zip(call_ids, pipe.execute(), strict=True) if flag]
+
+    # -- state changes from outside the worker ------------------------------------------------
+
+    def transition(
+        self,
+        call_id: str,
+        *,
+        from_states: Iterable[CallStatus] | str,
+        to: CallStatus,
+        event: EventType,
+        data: dict[str, Any],
+        result: dict[str, Any] | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> tuple[bool, str]:
+        """Compare-and-set a call's state; ``(True, event_id)`` or ``(False, current_status)``."""
+        run_id = self.run_id(call_id)
+        if run_id is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        k = self.keys
+        allowed = from_states if isinstance(from_states, str) else ",".join(s.value for s in from_states)
+        extra: list[str] = []
+        for name, value in (fields or {}).items():
+            extra += [name, value]
+        reply = self._transition(
+            keys=[k.call(call_id), k.run_stream(run_id), k.pending_approvals, k.unsent, k.running],
+            args=[
+                call_id,
+                allowed,
+                to.value,
+                event.value,
+                dumps(data),
+                k.run_channel(run_id),
+                self._maxlen,
+                repr(time.time()),
+                self._ttl,
+                dumps(result) if result is not None else "",
+                *extra,
+            ],
+        )
+        outcome = _text(reply[0])
+        if outcome == "missing":
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        return outcome == "ok", _text(reply[1])
+
+    def recover(self, call_id: str, max_recoveries: int) -> str:
+        """Handle a running call whose lease expired: ``requeue``, ``failed``, ``timeout``, ..."""
+        run_id = self.run_id(call_id)
+        k = self.keys
+        if run_id is None:
+            self.redis.zrem(k.running, call_id)
+            return "gone"
+        lost = {
+            "error": "worker lost during execution; the tool is not idempotent, so it was "
+            "not run again",
+            "error_type": "worker_lost",
+        }
+        timed_out = {
+            "error": "the tool exceeded its time limit and its worker process was killed",
+            "error_type": "timeout",
+        }
+        reply = self._recover(
+            keys=[k.call(call_id), k.lease(call_id), k.running, k.run_stream(run_id), k.unsent],
+            args=[
+                call_id,
+                repr(time.time()),
+                k.run_channel(run_id),
+                self._maxlen,
+                self._ttl,
+                max_recoveries,
+                dumps(lost),
+                dumps(timed_out),
+            ],
+        )
+        return _text(reply[0])
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def run_id(self, call_id: str) -> str | None:
+        """The run a call belongs to, or ``None`` for an unknown call."""
+        value = self.redis.hget(self.keys.call(call_id), "run_id")
+        return _text(value) if value is not None else None
+
+    def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
+        """Raw records of many calls in one round trip (``None`` for unknown ids)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hgetall(self.keys.call(call_id))
+        out: list[dict[str, str] | None] = []
+        for raw in pipe.execute():
+            out.append({_text(a): _text(b) for a, b in raw.items()} if raw else None)
+        return out
+
+    def statuses(self, call_ids: Sequence[str]) -> list[CallStatus | None]:
+        """Current states of many calls in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hget(self.keys.call(call_id), "status")
+        return [CallStatus(_text(s)) if s is not None else None for s in pipe.execute()]
+
+    def results(self, call_ids: Sequence[str]) -> list[CallResult]:
+        """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
+        out = []
+        for call_id, record in zip(call_ids, self.records(call_ids), strict=True):
+            if record is None:
+                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+            out.append(record_to_result(record))
+        return out
+
+    def result(self, call_id: str) -> CallResult:
+        """Current result of one call."""
+        return self.results([call_id])[0]
+
+    def envelope(self, call_id: str) -> CallEnvelope:
+        """The stored envelope of a call."""
+        raw = self.redis.hget(self.keys.call(call_id), "envelope")
+        if raw is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        return CallEnvelope.model_validate_json(raw)
+
+    def run_call_ids(self, run_id: str) -> list[str]:
+        """A run's call ids in dispatch order."""
+        return [_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
+
+
+def record_to_result(record: dict[str, str]) -> CallResult:
+    """A ``CallResult`` from a raw record (envelope + status + stored outcome)."""
+    envelope = CallEnvelope.model_validate_json(record["envelope"])
+    payload = json.loads(record["result"]) if record.get("result") else {}
+    payload.setdefault("attempts", int(record.get("attempt") or 0))
+    return CallResult(
+        call_id=envelope.call_id,
+        tool_call_id=envelope.tool_call_id,
+        name=envelope.name,
+        status=CallStatus(record["status"]),
+        format=envelope.format,
+        run_id=envelope.run_id,
+        **payload,
+    )
+
+
+_FINAL_EVENTS = {
+    CallStatus.SUCCEEDED: EventType.SUCCEEDED,
+    CallStatus.FAILED: EventType.FAILED,
+    CallStatus.CANCELLED: EventType.CANCELLED,
+    CallStatus.DENIED: EventType.DENIED,
+    CallStatus.EXPIRED: EventType.EXPIRED,
+}

@@ -1,0 +1,135 @@
+"""``create_celery(settings, registry)``: the Celery app, its one task, and the publisher."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery, bootsteps
+from kombu import Queue
+
+from toolq.keys import TASK_NAME, Keys
+from toolq.models import RiskLevel
+from toolq.registry.registry import ToolRegistry
+from toolq.settings import Settings
+
+HARD_LIMIT_GRACE = 10.0
+"""Seconds past a tool's own time limit before Celery kills the worker process."""
+
+
+class Publisher:
+    """Sends call ids to the queue of their risk level."""
+
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app = app
+        self.keys = Keys(settings.key_prefix)
+
+    def send_many(self, calls: Sequence[tuple[str, RiskLevel, float | None]]) -> None:
+        """Publish ``(call_id, risk, timeout)`` triples over one producer connection."""
+        with self.app.producer_or_acquire() as producer:
+            for call_id, risk, timeout in calls:
+                options: dict[str, Any] = {}
+                if timeout is not None:
+                    options["time_limit"] = timeout + HARD_LIMIT_GRACE
+                self.app.send_task(
+                    TASK_NAME,
+                    args=[call_id],
+                    queue=self.keys.queue_for(risk),
+                    producer=producer,
+                    ignore_result=True,
+                    **options,
+                )
+
+    def send(self, call_id: str, risk: RiskLevel, timeout: float | None = None) -> None:
+        """Publish one call."""
+        self.send_many([(call_id, risk, timeout)])
+
+
+class _PerProcess:
+    """One ``WorkerRuntime`` per process, made lazily after a prefork child is forked."""
+
+    def __init__(self, settings: Settings, registry: ToolRegistry, app: Celery) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.app = app
+        self._runtime: Any = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    from toolq.workers.runtime import WorkerRuntime
+
+                    self._runtime = WorkerRuntime(self.settings, self.registry)
+                    self._pid = os.getpid()
+        return self._runtime
+
+
+class MaintenanceStep(bootsteps.StartStopStep):
+    """Runs heartbeat, recovery and sweeping in the worker's main process."""
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.maintenance: Any = None
+
+    def start(self, worker: Any) -> None:
+        from toolq.workers.maintenance import Maintenance
+
+        app = worker.app
+        queues = sorted(app.amqp.queues.consume_from or app.amqp.queues)
+        self.maintenance = Maintenance(
+            app.toolq_settings, app.toolq_registry, Publisher(app, app.toolq_settings),
+            hostname=worker.hostname, queues=queues, pool=type(worker.pool).__name__,
+            concurrency=worker.concurrency,
+        )
+        self.maintenance.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.maintenance is not None:
+            self.maintenance.stop()
+
+
+def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
+    """A Celery app for ``registry``: JSON only, late acks, one queue per risk level.
+
+    Library code never imports a global app: every process builds its own from settings.
+    """
+    keys = Keys(settings.key_prefix)
+    app = Celery("toolq", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        event_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[Queue(keys.queue_for(level)) for level in RiskLevel],
+        task_default_queue=keys.queue_for(RiskLevel.SAFE),
+        task_create_missing_queues=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            # Above the longest hard limit, so a running call is never redelivered early;
+            # toolq's own lease recovers dead workers' calls long before this.
+            "visibility_timeout": int(settings.max_time_limit + HARD_LIMIT_GRACE + 60),
+        },
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        worker_enable_remote_control=True,
+    )
+    app.toolq_settings = settings  # type: ignore[attr-defined]
+    app.toolq_registry = registry  # type: ignore[attr-defined]
+    holder = _PerProcess(settings, registry, app)
+
+    @app.task(name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+    def execute(call_id: str) -> None:
+        holder.get().run(call_id)
+
+    app.steps["worker"].add(MaintenanceStep)
+    return app

@@ -1,0 +1,255 @@
+"""``Executor``: runs one call in process: validate, hooks, handler, retries, time limit.
+
+No Celery in here: workers wrap it in one task, and ``registry.invoke`` uses it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from toolq.errors import (
+    CallCancelledError,
+    ToolDeniedError,
+    ToolNotFoundError,
+    ToolqError,
+    ToolTimeoutError,
+)
+from toolq.models import CallResult, CallStatus, ImageContent, TextContent, ToolOutput, AudioContent
+from toolq.registry.context import ToolContext
+from toolq.workers.middleware import resolve
+
+if TYPE_CHECKING:
+    from toolq.registry.registry import ToolRegistry
+    from toolq.registry.tool import Tool
+
+RetryHook = Callable[[int, float, BaseException], None]
+"""Called before each retry with (next attempt, delay seconds, the error)."""
+
+_BLOCKS = (TextContent, ImageContent, AudioContent)
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-able copy of a handler's value (models dumped, unknown types as text)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)
+
+
+def error_type(exc: BaseException) -> str:
+    """Stable code of a toolq error, or the exception's class name."""
+    return exc.code if isinstance(exc, ToolqError) else type(exc).__name__
+
+
+def error_message(exc: BaseException) -> str:
+    """A message for the model: the error text, or its class name if it has none."""
+    text = str(exc)
+    if isinstance(exc, ToolqError) or not text:
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+class Executor:
+    """Runs calls of one registry."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        default_timeout: float | None = None,
+        retry_backoff: float = 0.5,
+        retry_backoff_max: float = 30.0,
+    ) -> None:
+        self.registry = registry
+        self.default_timeout = default_timeout
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+
+    async def execute(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        ctx: ToolContext,
+        *,
+        on_retry: RetryHook | None = None,
+        validated: bool = False,
+    ) -> CallResult:
+        """Run one call to a final ``CallResult``; never raises for the call's own failures."""
+        started = time.perf_counter()
+        attempts = 0
+        try:
+            tool = self.registry.require(name)
+            self.registry.check_enabled(tool)
+            kwargs = arguments if validated else tool.validate(arguments)
+            for mw in self._chain(tool):
+                rewritten = await resolve(mw.before_execute(ctx, tool, kwargs))
+                if rewritten is not None:
+                    kwargs = rewritten
+            outcome: Any
+            try:
+                outcome, attempts = await self._attempts(tool, kwargs, ctx, on_retry)
+            except BaseException as exc:
+                if not isinstance(exc, Exception | asyncio.CancelledError):
+                    raise
+                outcome = CallCancelledError(str(ctx.call_id)) if isinstance(
+                    exc, asyncio.CancelledError
+                ) else exc
+                attempts = max(attempts, 1)
+            for mw in reversed(self._chain(tool)):
+                outcome = await resolve(mw.after_execute(ctx, tool, outcome))
+            return self._result(tool, ctx, outcome, attempts, started)
+        except ToolNotFoundError as exc:
+            return self._failure(name, ctx, exc, attempts, started)
+        except ToolDeniedError as exc:
+            return self._failure(name, ctx, exc, attempts, started, CallStatus.DENIED)
+        except Exception as exc:
+            return self._failure(name, ctx, exc, attempts, started)
+
+    def _chain(self, tool: Tool) -> list[Any]:
+        return [*self.registry.middleware, *tool.middleware]
+
+    async def _attempts(
+        self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, on_retry: RetryHook | None
+    ) -> tuple[Any, int]:
+        max_attempts = 1 + max(0, tool.retries)
+        attempt = max(1, ctx.attempt)
+        while True:
+            ctx.attempt = attempt
+            try:
+                return await self._run_once(tool, kwargs, ctx), attempt
+            except Exception as exc:
+                retryable = tool.retry_on and isinstance(exc, tool.retry_on)
+                if not retryable or attempt >= max_attempts or ctx.cancelled:
+                    if ctx.cancelled and not isinstance(exc, ToolTimeoutError):
+                        raise CallCancelledError(f"call {ctx.call_id} was cancelled") from exc
+                    raise
+                delay = self._backoff(attempt)
+                if on_retry is not None:
+                    on_retry(attempt + 1, delay, exc)
+                if await asyncio.to_thread(ctx.wait_cancelled, delay):
+                    raise CallCancelledError(f"call {ctx.call_id} was cancelled") from exc
+                attempt += 1
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.retry_backoff * (2 ** (attempt - 1)), self.retry_backoff_max)
+        return base * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not crypto
+
+    async def _run_once(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext) -> Any:
+        timeout = tool.timeout if tool.timeout is not None else self.default_timeout
+        ctx.check_cancelled()
+        if timeout is None and not _is_async(tool):
+            return await self._finish(tool.call_method("execute", kwargs, ctx), ctx)
+        job = asyncio.ensure_future(self._invoke(tool, kwargs, ctx, threaded=timeout is not None))
+        loop = asyncio.get_running_loop()
+        ctx.on_cancel(lambda: loop.call_soon_threadsafe(job.cancel))
+        try:
+            return await asyncio.wait_for(job, timeout)
+        except TimeoutError:
+            ctx.cancel()
+            raise ToolTimeoutError(
+                f"{tool.name!r} timed out after {timeout:g}s", tool=tool.name, timeout=timeout
+            ) from None
+        except asyncio.CancelledError:
+            if ctx.cancelled:
+                raise CallCancelledError(f"call {ctx.call_id} was cancelled") from None
+            raise
+
+    async def _invoke(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, *, threaded: bool) -> Any:
+        if _is_async(tool):
+            return await self._finish(tool.call_method("execute", kwargs, ctx), ctx)
+        if threaded:
+            value = await asyncio.to_thread(tool.call_method, "execute", kwargs, ctx)
+        else:
+            value = tool.call_method("execute", kwargs, ctx)
+        return await self._finish(value, ctx)
+
+    async def _finish(self, value: Any, ctx: ToolContext) -> Any:
+        """Await coroutines and drain async generators (their yields are progress)."""
+        if inspect.isawaitable(value):
+            value = await value
+        if inspect.isasyncgen(value):
+            return await _drain(value, ctx)
+        return value
+
+    def _result(
+        self, tool: Tool, ctx: ToolContext, outcome: Any, attempts: int, started: float
+    ) -> CallResult:
+        if isinstance(outcome, BaseException):
+            status = CallStatus.CANCELLED if isinstance(outcome, CallCancelledError) else CallStatus.FAILED
+            return self._failure(tool.name, ctx, outcome, attempts, started, status)
+        result = CallResult(
+            call_id=ctx.call_id,
+            tool_call_id=ctx.tool_call_id or ctx.call_id,
+            name=tool.name,
+            status=CallStatus.SUCCEEDED,
+            attempts=attempts,
+            run_id=ctx.run_id or None,
+        )
+        try:
+            if isinstance(outcome, ToolOutput):
+                if not outcome.success:
+                    result.status = CallStatus.FAILED
+                    result.error = outcome.error or "tool reported failure"
+                    result.error_type = "tool_failure"
+                result.output = jsonable(tool.validate_output(outcome.data)) if outcome.success else jsonable(outcome.data)
+                result.content = list(outcome.content)
+                result.artifacts = [jsonable(a) for a in outcome.artifacts]
+                result.undo = jsonable(outcome.undo_metadata) if outcome.undo_metadata else None
+            elif isinstance(outcome, _BLOCKS):
+                result.content = [outcome]
+            elif isinstance(outcome, list) and outcome and all(isinstance(b, _BLOCKS) for b in outcome):
+                result.content = list(outcome)
+            else:
+                result.output = jsonable(tool.validate_output(outcome))
+        except Exception as exc:
+            return self._failure(tool.name, ctx, exc, attempts, started)
+        result.duration_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    def _failure(
+        self,
+        name: str,
+        ctx: ToolContext,
+        exc: BaseException,
+        attempts: int,
+        started: float,
+        status: CallStatus = CallStatus.FAILED,
+    ) -> CallResult:
+        return CallResult(
+            call_id=ctx.call_id,
+            tool_call_id=ctx.tool_call_id or ctx.call_id,
+            name=name,
+            status=status,
+            error=error_message(exc),
+            error_type=error_type(exc),
+            attempts=attempts,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            run_id=ctx.run_id or None,
+        )
+
+
+def _is_async(tool: Tool) -> bool:
+    func = tool.execute
+    return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+
+
+async def _drain(gen: Any, ctx: ToolContext) -> Any:
+    last: Any = None
+    try:
+        async for item in gen:
+            if isinstance(item, ToolOutput):
+                return item
+            ctx.progress(jsonable(item) if not isinstance(item, _BLOCKS) else item.model_dump())
+            last = item
+            if ctx.cancelled:
+                raise CallCancelledError(f"call {ctx.call_id} was cancelled")
+    finally:
+        await gen.aclose()
+    return last

@@ -1,0 +1,134 @@
+"""``Maintenance``: the worker's background duties, so users run no extra process.
+
+Heartbeat (for ``toolq check`` and metrics), recovery of calls whose worker died,
+re-sending calls that were queued or approved but never reached the broker, and expiring
+overdue approvals. Every step is a compare-and-set, so several workers sweeping at once
+cannot do harm; a short lock just keeps them from doing the same work twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+import redis
+
+from toolq.keys import Keys
+from toolq.models import CallStatus, RiskLevel
+from toolq.registry.registry import ToolRegistry
+from toolq.results.store import CallStore
+from toolq.settings import Settings
+from toolq.workers.app import Publisher
+
+log = logging.getLogger("toolq.maintenance")
+
+MAX_RECOVERIES = 3
+"""Re-runs of an idempotent call after worker loss before it is failed for good."""
+UNSENT_GRACE = 5.0
+"""Seconds a queued call may wait for its publish confirmation before it is re-sent."""
+SWEEP_BATCH = 500
+
+
+class Sweeper:
+    """One sweep over the recovery sets; used by workers and ``toolq dev``."""
+
+    def __init__(self, store: CallStore, publisher: Publisher) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.keys = store.keys
+        self.redis = store.redis
+
+    def sweep(self) -> dict[str, int]:
+        """Recover dead workers' calls and re-send unsent ones; returns counts by outcome."""
+        counts: dict[str, int] = {}
+        now = time.time()
+        for raw in self.redis.zrangebyscore(
+            self.keys.running, 0, int(now * 1000), start=0, num=SWEEP_BATCH
+        ):
+            call_id = raw.decode() if isinstance(raw, bytes) else raw
+            outcome = self.store.recover(call_id, MAX_RECOVERIES)
+            counts[outcome] = counts.get(outcome, 0) + 1
+            if outcome != "alive":
+                log.warning("call %s lost its worker: %s", call_id, outcome)
+        unsent = self.redis.zrangebyscore(
+            self.keys.unsent, 0, now - UNSENT_GRACE, start=0, num=SWEEP_BATCH
+        )
+        ids = [c.decode() if isinstance(c, bytes) else c for c in unsent]
+        counts["resent"] = self.resend(ids)
+        return counts
+
+    def resend(self, call_ids: list[str]) -> int:
+        """Publish again the calls among ``call_ids`` that are still queued."""
+        if not call_ids:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hmget(self.keys.call(call_id), "status", "risk", "timeout")
+        sends = []
+        for call_id, (status, risk, timeout) in zip(call_ids, pipe.execute(), strict=True):
+            if status is not None and status.decode() == CallStatus.QUEUED.value:
+                sends.append((call_id, RiskLevel(risk.decode()), float(timeout) if timeout else None))
+        if sends:
+            self.publisher.send_many(sends)
+        self.store.mark_sent(call_ids)
+        return len(sends)
+
+
+class Maintenance(threading.Thread):
+    """Background thread of a worker's main process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: ToolRegistry,
+        publisher: Publisher,
+        *,
+        hostname: str,
+        queues: list[str],
+        pool: str = "",
+        concurrency: int = 1,
+    ) -> None:
+        super().__init__(name="toolq-maintenance", daemon=True)
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.store = CallStore(self.redis, settings)
+        self.sweeper = Sweeper(self.store, publisher)
+        self.hostname = hostname
+        self.info = json.dumps(
+            {"hostname": hostname, "queues": queues, "pool": pool,
+             "concurrency": concurrency, "pid": os.getpid()}
+        )
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        last_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() - last_beat >= self.settings.heartbeat_seconds:
+                    self.heartbeat()
+                    last_beat = time.monotonic()
+                lock_ms = max(1, int(self.settings.sweep_interval * 900))
+                if self.redis.set(self.keys.sweeper_lock, self.hostname, nx=True, px=lock_ms):
+                    self.sweeper.sweep()
+            except redis.RedisError as exc:
+                log.warning("maintenance cannot reach Redis: %s", exc)
+            except Exception:
+                log.exception("maintenance step failed")
+            self._stop.wait(self.settings.sweep_interval)
+
+    def heartbeat(self) -> None:
+        """Announce this worker and its queues for a few heartbeat periods."""
+        ttl = max(1, int(self.settings.heartbeat_seconds * 3))
+        self.redis.set(self.keys.worker(self.hostname), self.info, ex=ttl)
+
+    def stop(self) -> None:
+        """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
+        self._stop.set()
+        try:
+            self.redis.delete(self.keys.worker(self.hostname))
+        except redis.RedisError:
+            pass

@@ -1,0 +1,153 @@
+"""``WorkerRuntime``: what the one Celery task does with a call id, once per process.
+
+Start (lease + ``running``), execute, finish (final state + event), all through the
+store's atomic scripts. A ``LeaseKeeper`` thread renews leases and watches cancel flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from toolq.models import CallResult, CallStatus, EventType
+from toolq.registry.context import ToolContext
+from toolq.registry.registry import ToolRegistry
+from toolq.results.store import CallStore, dumps
+from toolq.settings import Settings
+from toolq.workers.executor import Executor, error_message
+
+log = logging.getLogger("toolq.worker")
+
+CANCEL_POLL_SECONDS = 0.2
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the leases of this process's running calls and delivers cancels to them."""
+
+    def __init__(self, store: CallStore, settings: Settings) -> None:
+        super().__init__(name="toolq-lease-keeper", daemon=True)
+        self.store = store
+        self.renew_every = settings.lease_seconds / 3
+        self._active: dict[str, tuple[str, ToolContext]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
+        with self._lock:
+            self._active[call_id] = (token, ctx)
+
+    def remove(self, call_id: str) -> None:
+        with self._lock:
+            self._active.pop(call_id, None)
+
+    def run(self) -> None:
+        last_renew = time.monotonic()
+        while True:
+            self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
+            with self._lock:
+                active = dict(self._active)
+            if not active:
+                continue
+            try:
+                for call_id in self.store.cancel_requested(list(active)):
+                    active[call_id][1].cancel()
+                if time.monotonic() - last_renew >= self.renew_every:
+                    last_renew = time.monotonic()
+                    held = self.store.renew({c: token for c, (token, _) in active.items()})
+                    for call_id, ok in held.items():
+                        if not ok:
+                            # Someone else may recover this call now: stop ours.
+                            log.warning("lease of call %s lost; cancelling this run", call_id)
+                            active[call_id][1].cancel()
+            except redis.RedisError as exc:
+                log.warning("lease keeper cannot reach Redis: %s", exc)
+
+
+class WorkerRuntime:
+    """Runs calls by id in one worker process."""
+
+    def __init__(self, settings: Settings, registry: ToolRegistry) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.store = CallStore(self.redis, settings)
+        self.executor = Executor(
+            registry,
+            default_timeout=settings.default_timeout,
+            retry_backoff=settings.retry_backoff,
+            retry_backoff_max=settings.retry_backoff_max,
+        )
+        self.keeper = LeaseKeeper(self.store, settings)
+        self.keeper.start()
+        self._loops = threading.local()
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            self._loops.loop = loop
+        return loop
+
+    def run(self, call_id: str) -> None:
+        """Run one call if it is still queued; anything else is a duplicate delivery."""
+        token = uuid.uuid4().hex
+        cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
+        started = self.store.start(call_id, token, cancelled)
+        if started.outcome != "ok" or started.envelope is None:
+            log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
+            return
+        env = started.envelope
+
+        def progress(data: Any) -> None:
+            self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
+
+        def retrying(attempt: int, delay: float, exc: BaseException) -> None:
+            data = {"status": "running", "attempt": attempt, "delay": round(delay, 3),
+                    "error": error_message(exc)}
+            self.store.progress(env, token, EventType.RETRYING, data)
+
+        ctx = ToolContext(
+            call_id=env.call_id,
+            run_id=env.run_id,
+            tool_call_id=env.tool_call_id,
+            tool_name=env.name,
+            behavior=env.behavior,
+            principal=env.principal,
+            metadata={"execution": started.attempt},
+            progress_sink=progress,
+        )
+        self.keeper.add(call_id, token, ctx)
+        try:
+            result = self._loop().run_until_complete(
+                self.executor.execute(env.name, env.arguments, ctx, on_retry=retrying)
+            )
+        except Exception as exc:  # the executor reports failures; this is a toolq bug
+            log.exception("executor crashed on call %s", call_id)
+            result = CallResult(
+                call_id=env.call_id, tool_call_id=env.tool_call_id, name=env.name,
+                status=CallStatus.FAILED, error=error_message(exc), error_type="internal_error",
+            )
+        finally:
+            self.keeper.remove(call_id)
+        self._finish(env, token, result)
+
+    def _finish(self, env: Any, token: str, result: CallResult) -> None:
+        # Redis may be restarting: keep trying for about a lease, after which the call
+        # belongs to recovery anyway.
+        deadline = time.monotonic() + self.settings.lease_seconds
+        while True:
+            try:
+                if not self.store.finish(env, token, result):
+                    log.warning("call %s finished after losing its lease; result dropped: %s",
+                                env.call_id, dumps(result.status))
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
