@@ -34,7 +34,13 @@ def detect(payload: Any) -> bool:
         or isinstance(payload.get("choices"), list)
         or "tool_calls" in payload
         or _is_call(payload)
+        or _is_plain_message(payload)
     )
+
+
+def _is_plain_message(payload: dict[str, Any]) -> bool:
+    # Anthropic assistant messages have a list of blocks, Gemini's role is "model".
+    return payload.get("role") == "assistant" and not isinstance(payload.get("content"), list)
 
 
 def parse(payload: Any) -> list[ToolCall]:
@@ -50,7 +56,7 @@ def parse(payload: Any) -> list[ToolCall]:
         if not isinstance(payload, dict):
             raise PayloadError(f"expected {EXPECTED}; choices[0] has no message")
     if isinstance(payload, dict) and not _is_call(payload):
-        if "tool_calls" not in payload and payload.get("role") != "assistant":
+        if "tool_calls" not in payload and not _is_plain_message(payload):
             raise PayloadError(f"expected {EXPECTED}")
         payload = payload.get("tool_calls") or []
     calls = []

@@ -1,0 +1,133 @@
+"""Real Redis on a dedicated database, flushed around each test; real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from toolq import Client, Settings
+from toolq.cli.check import missing_queues
+from toolq.models import RiskLevel
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("TOOLQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def test_settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "redis_url": REDIS_URL,
+        "lease_seconds": 2.0,
+        "sweep_interval": 0.2,
+        "heartbeat_seconds": 0.5,
+        "app": "tests.apps:registry",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def redis_client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.exit(f"Redis is not answering at {REDIS_URL}; start it first", returncode=3)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def r(redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    redis_client.flushdb()
+    yield redis_client
+    redis_client.flushdb()
+
+
+@pytest.fixture
+def settings(r: redis.Redis) -> Settings:
+    return test_settings()
+
+
+class Workers:
+    """Starts real `toolq worker` processes and stops them at teardown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, risk: str = "safe,moderate,dangerous", *, pool: str = "threads",
+              concurrency: int = 2, wait: bool = True, **env: str) -> subprocess.Popen[bytes]:
+        environ = {
+            **os.environ,
+            "TOOLQ_REDIS_URL": self.settings.redis_url,
+            "TOOLQ_APP": "tests.apps:registry",
+            "TOOLQ_LEASE_SECONDS": str(self.settings.lease_seconds),
+            "TOOLQ_SWEEP_INTERVAL": str(self.settings.sweep_interval),
+            "TOOLQ_HEARTBEAT_SECONDS": str(self.settings.heartbeat_seconds),
+            "PYTHONPATH": str(ROOT),
+            **env,
+        }
+        argv = [sys.executable, "-m", "toolq", "worker", "--risk", risk, "--pool", pool,
+                "--concurrency", str(concurrency), "--loglevel", "warning"]
+        proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True)
+        self.procs.append(proc)
+        if wait:
+            self.wait_ready([RiskLevel.parse(x) for x in risk.split(",")], proc)
+        return proc
+
+    def wait_ready(self, levels: list[RiskLevel], proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 30
+        while missing_queues(self.settings, levels):
+            assert proc.poll() is None, f"worker exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "worker did not come up"
+            time.sleep(0.1)
+
+    def kill9(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the worker and all its pool processes at once."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+@pytest.fixture
+def workers(settings: Settings) -> Iterator[Workers]:
+    manager = Workers(settings)
+    yield manager
+    manager.stop_all()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[Client]:
+    from tests.apps import registry
+
+    with Client(registry, settings) as c:
+        yield c
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., None]:
+    def wait(predicate: Callable[[], bool], timeout: float = 10, message: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, message or "condition not met in time"
+            time.sleep(0.05)
+
+    return wait
