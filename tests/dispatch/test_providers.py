@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import mcp.types as mcp_types
@@ -221,7 +221,7 @@ def test_openai_bad_arguments_become_call_errors() -> None:
     )
     bad_json, not_object, good, nan = parse_tool_calls(completion)
     assert bad_json.error == (
-        "arguments are not valid JSON: Expecting ',' delimiter: line 1 column 10 (char 9)"
+        "arguments are not valid JSON: Expecting ',' delimiter: line 1 column 9 (char 8)"
     )
     assert bad_json.arguments == {}
     assert bad_json.id == "call_1"
@@ -381,6 +381,22 @@ def test_generic_dicts() -> None:
 
 
 @pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "arguments are not valid JSON: nested too deeply"),
+        ('"text"', "arguments must be a JSON object, got string"),
+        ("null", "arguments must be a JSON object, got null"),
+        (5, "arguments must be a JSON object, got number"),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_argument_decoding(arguments: Any, error: str | None) -> None:
+    (call,) = parse_tool_calls({"id": "x", "name": "f", "arguments": arguments})
+    assert (call.arguments, call.error) == ({}, error)
+
+
+@pytest.mark.parametrize(
     "payload",
     [42, "a string", None, {"foo": 1}, [1, 2], {"choices": "nope"}],
 )
@@ -399,7 +415,7 @@ def test_forced_format() -> None:
     completion = chat_completion(chat_call("call_1", "f", "{}"))
     assert parse_tool_calls(completion, "openai")[0].id == "call_1"
     assert parse_tool_calls(completion, ProviderFormat.OPENAI)[0].id == "call_1"
-    with pytest.raises(PayloadError, match="Anthropic Message.*the payload is openai instead"):
+    with pytest.raises(PayloadError, match=r"Anthropic Message.*the payload is openai instead"):
         parse_tool_calls(completion, "anthropic")
     with pytest.raises(PayloadError, match="Gemini"):
         parse_tool_calls({"foo": 1}, "gemini")
@@ -563,7 +579,7 @@ def _answered(format: str, messages: list[dict[str, Any]]) -> list[tuple[str, bo
             raise AssertionError(format)
 
 
-ROUND_TRIPS = {
+ROUND_TRIPS: dict[str, Callable[[], BaseModel]] = {
     "openai": lambda: chat_completion(
         chat_call("call_1", "f", '{"x": 1}'), chat_call("call_2", "g", "{broken")
     ),
@@ -571,7 +587,9 @@ ROUND_TRIPS = {
         REASONING, function_call("call_1", "f", '{"x": 1}'), function_call("call_2", "g", "{")
     ),
     "anthropic": lambda: anthropic_message(
-        {"type": "text", "text": "hi"}, tool_use("toolu_1", "f", {"x": 1}), tool_use("toolu_2", "", {})
+        {"type": "text", "text": "hi"},
+        tool_use("toolu_1", "f", {"x": 1}),
+        tool_use("toolu_2", "", {}),
     ),
     "gemini": lambda: gemini_response(
         {"function_call": {"id": "fc_1", "name": "f", "args": {"x": 1}}},

@@ -65,7 +65,9 @@ class Batch:
             yield from self._client.events(self.run_id, after=after)
             return
         pending = set(self.call_ids)
-        for status, call_id in zip(self._client.store.statuses(self.call_ids), self.call_ids, strict=True):
+        for status, call_id in zip(
+            self._client.store.statuses(self.call_ids), self.call_ids, strict=True
+        ):
             if status is not None and status.is_final:
                 pending.discard(call_id)
 
@@ -129,7 +131,9 @@ class Client:
         self.celery = create_celery(self.settings, registry)
         self.publisher = Publisher(self.celery, self.settings)
         self.policy = ApprovalPolicy(self.redis, self.keys)
-        self.dispatcher = Dispatcher(registry, self.store, self.publisher, self.settings, self.policy)
+        self.dispatcher = Dispatcher(
+            registry, self.store, self.publisher, self.settings, self.policy
+        )
         self.approvals = Approvals(ApprovalStore(self.store, self.publisher))
 
     def dispatch(
@@ -202,7 +206,9 @@ class Client:
             return self.log.follow(run_id, after, timeout=timeout)
         return iter(self.log.read(run_id, after))
 
-    def to_messages(self, run_id: str, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
+    def to_messages(
+        self, run_id: str, format: ProviderFormat | str | None = None
+    ) -> list[dict[str, Any]]:
         """A run's current results as provider tool-result messages."""
         results = self.results(run_id)
         fmt = format or next((r.format for r in results if r.format), None) or ProviderFormat.OPENAI
@@ -250,7 +256,9 @@ class AsyncClient:
         """See ``Client.dispatch``."""
         return AsyncBatch(await asyncio.to_thread(self.sync.dispatch, payload, **kwargs))
 
-    async def call(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> CallResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any
+    ) -> CallResult:
         """See ``Client.call``."""
         return await asyncio.to_thread(self.sync.call, name, arguments, **kwargs)
 

@@ -107,9 +107,13 @@ class Dispatcher:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
             for i, status in zip(duplicate_ids, statuses, strict=True):
                 ref = refs[i]
-                refs[i] = CallRef(ref.call_id, ref.tool_call_id, ref.name, status or ref.status, True)
+                refs[i] = CallRef(
+                    ref.call_id, ref.tool_call_id, ref.name, status or ref.status, True
+                )
         if to_send:
-            self.publisher.send_many([(n.envelope.call_id, n.envelope.risk, n.timeout) for n in to_send])
+            self.publisher.send_many(
+                [(n.envelope.call_id, n.envelope.risk, n.timeout) for n in to_send]
+            )
             self.store.mark_sent(n.envelope.call_id for n in to_send)
         formats = {c.format for c in calls}
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None)
@@ -190,4 +194,3 @@ class Dispatcher:
             timeout=timeout,
             idempotency_key=key,
         )
-

@@ -49,7 +49,9 @@ def check_payload(payload: Any, settings: Settings) -> Any:
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise PayloadError(f"payload is nested deeper than {settings.max_json_depth} levels") from None
+        raise PayloadError(
+            f"payload is nested deeper than {settings.max_json_depth} levels"
+        ) from None
     _check_size(size, settings)
     _check_depth(payload, settings)
     return payload

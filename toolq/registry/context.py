@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -71,7 +72,7 @@ class ToolContext:
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start a subprocess in a new process group that is killed on cancel or timeout."""
         kwargs.setdefault("start_new_session", True)
-        proc = subprocess.Popen(list(argv), **kwargs)  # noqa: S603 - argv list, no shell
+        proc = subprocess.Popen(list(argv), **kwargs)  # an argv list, never a shell
         with self._lock:
             self._groups.add(proc.pid)
         if self.cancelled:
@@ -90,10 +91,8 @@ class ToolContext:
         with self._lock:
             groups = list(self._groups)
         for pgid in groups:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def cancel(self) -> None:
         """Mark the call cancelled, kill its process groups and run cancel callbacks."""

@@ -77,6 +77,8 @@ def _strict_property(sub: Any, required: bool, root: dict[str, Any], path: str) 
     sub = _strict(sub, root, path)
     if required or _is_nullable(sub):
         return sub
+    if isinstance(sub, dict) and set(sub) == {"anyOf"}:
+        return {"anyOf": [*sub["anyOf"], dict(_NULL)]}
     return {"anyOf": [sub, dict(_NULL)]}
 
 

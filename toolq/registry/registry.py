@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -83,7 +84,9 @@ class ToolRegistry:
         decorated name becomes the ``FunctionTool``, which still calls the function.
         """
         if callable(name):
-            return self.register(FunctionTool(name))
+            bare = FunctionTool(name)
+            self.register(bare)
+            return bare
 
         def decorator(func: Callable[..., Any]) -> FunctionTool:
             tool = FunctionTool(func, name=name, **options)
@@ -130,11 +133,11 @@ class ToolRegistry:
     # -- lookup ------------------------------------------------------------------------------
 
     def get(self, name: str) -> Tool | None:
-        """The tool of that name, or ``None``."""
+        """Return the tool of that name, or ``None``."""
         return self._tools.get(name)
 
     def require(self, name: str) -> Tool:
-        """The tool of that name; raises ``ToolNotFoundError`` naming close matches."""
+        """Return the tool of that name; raise ``ToolNotFoundError`` listing the known ones."""
         tool = self._tools.get(name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
@@ -148,7 +151,7 @@ class ToolRegistry:
         return name in self._tools
 
     def has(self, name: str) -> bool:
-        """True if a tool of that name is registered."""
+        """Tell whether a tool of that name is registered."""
         return name in self._tools
 
     def __len__(self) -> int:
@@ -161,7 +164,7 @@ class ToolRegistry:
         """All tools, sorted by name."""
         return [self._tools[n] for n in sorted(self._tools)]
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         """All tool names, sorted."""
         return sorted(self._tools)
 
@@ -173,7 +176,7 @@ class ToolRegistry:
         name_contains: str | None = None,
         tags: Iterable[str] | None = None,
         match_all_tags: bool = False,
-    ) -> list[Tool]:
+    ) -> builtins.list[Tool]:
         """Tools whose name contains a substring (any case) and that carry any/all ``tags``."""
         wanted = set(tags or ())
         found = []
@@ -189,7 +192,7 @@ class ToolRegistry:
             found.append(tool)
         return found
 
-    def by_risk(self, risk: RiskLevel | str) -> list[Tool]:
+    def by_risk(self, risk: RiskLevel | str) -> builtins.list[Tool]:
         """Tools of one risk level."""
         level = RiskLevel.parse(risk)
         return [t for t in self.list() if t.risk is level]
@@ -237,7 +240,7 @@ class ToolRegistry:
                 del self._tools[tool_name]
 
     def is_enabled(self, tool: Tool) -> bool:
-        """False when the tool's category is disabled."""
+        """Tell whether the tool's category (if any) is enabled."""
         category = self._categories.get(tool.category) if tool.category else None
         return category is None or category.enabled
 
@@ -256,7 +259,7 @@ class ToolRegistry:
                 reason="unavailable",
             )
 
-    def active(self) -> list[Tool]:
+    def active(self) -> builtins.list[Tool]:
         """Tools in enabled categories that report themselves available."""
         return [t for t in self.list() if self.is_enabled(t) and t.is_available()]
 
@@ -264,13 +267,13 @@ class ToolRegistry:
 
     def schemas(
         self, format: ProviderFormat | str = ProviderFormat.OPENAI, *, strict: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Definitions of the active tools in a provider's format."""
         return tool_schemas(self.active(), format, strict=strict)
 
     def instructions(self, ctx: ToolContext | None = None) -> str:
-        """The active tools' instructions joined for a system prompt."""
-        parts = []
+        """Join the active tools' instructions for a system prompt."""
+        parts: builtins.list[str] = []
         for tool in self.active():
             text = tool.instructions(ctx)
             if text:
@@ -331,7 +334,7 @@ class ToolRegistry:
         call_id: str | None = None,
         context: ToolContext | None = None,
     ) -> CallResult:
-        """Synchronous ``ainvoke``; inside a running event loop use ``await ainvoke``."""
+        """Run ``ainvoke`` to completion; inside a running event loop, ``await ainvoke`` instead."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, SecretBytes, SecretStr, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+    create_model,
+)
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
@@ -30,7 +38,7 @@ class ArgumentSchema(Protocol):
     secret_fields: frozenset[str]
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validated keyword arguments for the handler; raises ``InvalidArgumentsError``."""
+        """Return validated keyword arguments for the handler; raise ``InvalidArgumentsError``."""
         ...
 
 
@@ -59,7 +67,7 @@ class _NoTitles(GenerateJsonSchema):
 
 
 def model_json_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A model's JSON schema without titles."""
+    """Return a model's JSON schema without titles."""
     schema = model.model_json_schema(schema_generator=_NoTitles)
     schema.setdefault("properties", {})
     schema.setdefault("type", "object")
@@ -78,7 +86,7 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 def invalid_arguments(tool_name: str, errors: list[str]) -> InvalidArgumentsError:
-    """The one error raised for arguments that do not validate, naming every field."""
+    """Build the one error raised for arguments that do not validate, naming every field."""
     listed = "; ".join(errors)
     return InvalidArgumentsError(
         f"invalid arguments for {tool_name!r}: {listed}", tool=tool_name, errors=errors
@@ -97,7 +105,7 @@ class ModelSchema:
         )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validated keyword arguments; nested models stay model instances."""
+        """Return validated keyword arguments; nested models stay model instances."""
         try:
             instance = self.model.model_validate(arguments)
         except ValidationError as exc:
@@ -113,7 +121,9 @@ class DictSchema:
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
-            raise ConfigurationError(f"tool {tool_name!r} has an invalid schema: {exc.message}")
+            raise ConfigurationError(
+                f"tool {tool_name!r} has an invalid schema: {exc.message}"
+            ) from exc
         self.tool_name = tool_name
         self.json_schema = {"type": "object", "properties": {}, **schema}
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
@@ -126,7 +136,7 @@ class DictSchema:
         )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The arguments with top-level schema defaults filled in."""
+        """Return the arguments with top-level schema defaults filled in."""
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
             described = []
@@ -156,7 +166,7 @@ class OutputSchema:
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
 
     def validate(self, output: Any) -> Any:
-        """The output (JSON-able) if it matches; raises ``InvalidOutputError``."""
+        """Return the output (JSON-able) if it matches; raise ``InvalidOutputError``."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
         errors = list(self._validator.iter_errors(output))
@@ -164,7 +174,9 @@ class OutputSchema:
             listed = "; ".join(
                 f"{'.'.join(str(p) for p in e.path) or 'output'}: {e.message}" for e in errors
             )
-            raise InvalidOutputError(f"output of {self.tool_name!r} does not match its schema: {listed}")
+            raise InvalidOutputError(
+                f"output of {self.tool_name!r} does not match its schema: {listed}"
+            )
         return output
 
 
@@ -176,25 +188,29 @@ _PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The summary and per-parameter descriptions of a Google-style docstring."""
+    """Return the summary and per-parameter descriptions of a Google-style docstring.
+
+    The summary is the text before the first section; ``Returns:``, ``Raises:`` and other
+    sections are left out of both.
+    """
     if not doc:
         return "", {}
     lines = inspect.cleandoc(doc).splitlines()
     summary: list[str] = []
     params: dict[str, str] = {}
     current: str | None = None
-    in_args = False
+    section: str | None = None  # None: the summary; then "args" or "other"
     param_indent = None
     for line in lines:
         if _SECTION.match(line):
-            in_args, current = True, None
+            section, current = "args", None
             continue
-        if in_args and _OTHER_SECTION.match(line) and not line.startswith(" "):
-            in_args, current = False, None
+        if _OTHER_SECTION.match(line) and not line[:1].isspace():
+            section, current = "other", None
             continue
-        if not in_args:
-            if not params and current is None and not _OTHER_SECTION.match(line):
-                summary.append(line)
+        if section is None:
+            summary.append(line)
+        if section != "args":
             continue
         indent = len(line) - len(line.lstrip())
         match = _PARAM.match(line)
@@ -208,12 +224,28 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return description, params
 
 
+def _is_context(annotation: Any) -> bool:
+    """Tell whether ``annotation`` is ``ToolContext`` (also optional or ``Annotated``)."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, ToolContext)
+    return any(_is_context(arg) for arg in typing.get_args(annotation))
+
+
+def _has_description(annotation: Any) -> bool:
+    """Tell whether an ``Annotated[..., Field(description=...)]`` describes itself."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return False
+    return any(
+        isinstance(meta, FieldInfo) and meta.description is not None
+        for meta in annotation.__metadata__
+    )
+
+
 def context_parameter(func: Callable[..., Any]) -> str | None:
-    """Name of the parameter annotated ``ToolContext``, if any."""
+    """Return the name of the parameter annotated ``ToolContext``, if any."""
     hints = _hints(func)
     for name in inspect.signature(func).parameters:
-        annotation = hints.get(name)
-        if isinstance(annotation, type) and issubclass(annotation, ToolContext):
+        if _is_context(hints.get(name)):
             return name
     return None
 
@@ -228,7 +260,7 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
 def signature_model(
     func: Callable[..., Any], model_name: str, descriptions: dict[str, str]
 ) -> type[BaseModel]:
-    """A pydantic model of ``func``'s parameters, without the ``ToolContext`` one.
+    """Build a pydantic model of ``func``'s parameters, without the ``ToolContext`` one.
 
     Unknown arguments are refused rather than dropped: a model that invents a parameter
     should hear about it.
@@ -239,19 +271,19 @@ def signature_model(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         annotation = hints.get(name, Any)
-        if isinstance(annotation, type) and issubclass(annotation, ToolContext):
+        if _is_context(annotation):
             continue
+        # an explicit Field description beats the docstring's
+        described = _has_description(annotation)
         default = param.default
         if isinstance(default, FieldInfo):
             field = default
-            if field.description is None and name in descriptions:
+            if field.description is None and name in descriptions and not described:
                 field.description = descriptions[name]
         else:
-            field = Field(
-                ... if default is inspect.Parameter.empty else default,
-                description=descriptions.get(name),
-            )
+            value = ... if default is inspect.Parameter.empty else default
+            field = Field(value) if described else Field(value, description=descriptions.get(name))
         fields[name] = (annotation, field)
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(
         model_name, __config__=ConfigDict(extra="forbid"), **fields
     )

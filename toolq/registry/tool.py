@@ -107,7 +107,7 @@ class Tool:
         return None
 
     def is_available(self) -> bool:
-        """False hides the tool from schemas and refuses its calls."""
+        """Return False to hide the tool from schemas and refuse its calls."""
         return True
 
     def instructions(self, ctx: ToolContext | None = None) -> str | None:
@@ -150,7 +150,7 @@ class Tool:
         return _overrides(self, "undo")
 
     def needs_approval(self, arguments: dict[str, Any]) -> bool | None:
-        """The tool's own answer (``None``: leave it to the policy's default by risk)."""
+        """Return the tool's own answer (``None``: leave it to the policy's default by risk)."""
         if callable(self.requires_approval):
             return bool(self.requires_approval(arguments))
         return self.requires_approval
@@ -169,16 +169,18 @@ class Tool:
             ok, reason = verdict
             if not ok:
                 raise InvalidArgumentsError(
-                    f"invalid arguments for {self.name!r}: {reason}", tool=self.name, errors=[reason]
+                    f"invalid arguments for {self.name!r}: {reason}",
+                    tool=self.name,
+                    errors=[reason],
                 )
         return validated
 
     def validate_output(self, output: Any) -> Any:
-        """The output, checked against the output schema when one is declared."""
+        """Return the output, checked against the output schema when one is declared."""
         return self._output.validate(output) if self._output else output
 
     def redact(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """A copy of the arguments with secret fields masked."""
+        """Return a copy of the arguments with secret fields masked."""
         if not self.secret_fields:
             return dict(arguments)
         return {k: ("**********" if k in self.secret_fields else v) for k, v in arguments.items()}
@@ -274,9 +276,10 @@ class FunctionTool(Tool):
         return ModelSchema(self.name, model)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function itself, as if it were not decorated."""
         return self.func(*args, **kwargs)
 
 
 def is_async_callable(func: Callable[..., Any]) -> bool:
-    """True for coroutine functions and async generator functions."""
+    """Tell whether ``func`` is a coroutine function or an async generator function."""
     return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from toolq.keys import TASK_NAME, Keys
 from toolq.models import RiskLevel
@@ -110,7 +110,10 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
-        task_queues=[Queue(keys.queue_for(level)) for level in RiskLevel],
+        task_queues=[
+            Queue(name, Exchange(name, type="direct"), routing_key=name)
+            for name in (keys.queue_for(level) for level in RiskLevel)
+        ],
         task_default_queue=keys.queue_for(RiskLevel.SAFE),
         task_create_missing_queues=False,
         broker_connection_retry_on_startup=True,

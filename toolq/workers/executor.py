@@ -6,8 +6,11 @@ No Celery in here: workers wrap it in one task, and ``registry.invoke`` uses it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,7 +25,14 @@ from toolq.errors import (
     ToolqError,
     ToolTimeoutError,
 )
-from toolq.models import CallResult, CallStatus, ImageContent, TextContent, ToolOutput, AudioContent
+from toolq.models import (
+    AudioContent,
+    CallResult,
+    CallStatus,
+    ImageContent,
+    TextContent,
+    ToolOutput,
+)
 from toolq.registry.context import ToolContext
 from toolq.workers.middleware import resolve
 
@@ -37,19 +47,19 @@ _BLOCKS = (TextContent, ImageContent, AudioContent)
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON-able copy of a handler's value (models dumped, unknown types as text)."""
+    """Return a JSON-able copy of a handler's value (models dumped, unknown types as text)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return to_jsonable_python(value, fallback=str)
 
 
 def error_type(exc: BaseException) -> str:
-    """Stable code of a toolq error, or the exception's class name."""
+    """Return the stable code of a toolq error, or the exception's class name."""
     return exc.code if isinstance(exc, ToolqError) else type(exc).__name__
 
 
 def error_message(exc: BaseException) -> str:
-    """A message for the model: the error text, or its class name if it has none."""
+    """Return a message for the model: the error text, or its class name if it has none."""
     text = str(exc)
     if isinstance(exc, ToolqError) or not text:
         return text or type(exc).__name__
@@ -98,10 +108,12 @@ class Executor:
             except BaseException as exc:
                 if not isinstance(exc, Exception | asyncio.CancelledError):
                     raise
-                outcome = CallCancelledError(str(ctx.call_id)) if isinstance(
-                    exc, asyncio.CancelledError
-                ) else exc
-                attempts = max(attempts, 1)
+                outcome = (
+                    CallCancelledError(f"call {ctx.call_id} was cancelled")
+                    if isinstance(exc, asyncio.CancelledError)
+                    else exc
+                )
+                attempts = max(ctx.attempt, 1)  # the attempt that failed last
             for mw in reversed(self._chain(tool)):
                 outcome = await resolve(mw.after_execute(ctx, tool, outcome))
             return self._result(tool, ctx, outcome, attempts, started)
@@ -138,8 +150,8 @@ class Executor:
                 attempt += 1
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.retry_backoff * (2 ** (attempt - 1)), self.retry_backoff_max)
-        return base * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not crypto
+        base = min(self.retry_backoff * 2.0 ** (attempt - 1), self.retry_backoff_max)
+        return base * random.uniform(0.8, 1.2)  # jitter, not crypto
 
     async def _run_once(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext) -> Any:
         timeout = tool.timeout if tool.timeout is not None else self.default_timeout
@@ -148,7 +160,12 @@ class Executor:
             return await self._finish(tool.call_method("execute", kwargs, ctx), ctx)
         job = asyncio.ensure_future(self._invoke(tool, kwargs, ctx, threaded=timeout is not None))
         loop = asyncio.get_running_loop()
-        ctx.on_cancel(lambda: loop.call_soon_threadsafe(job.cancel))
+
+        def cancel_job() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the call is over
+                loop.call_soon_threadsafe(job.cancel)
+
+        ctx.on_cancel(cancel_job)
         try:
             return await asyncio.wait_for(job, timeout)
         except TimeoutError:
@@ -161,11 +178,13 @@ class Executor:
                 raise CallCancelledError(f"call {ctx.call_id} was cancelled") from None
             raise
 
-    async def _invoke(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, *, threaded: bool) -> Any:
+    async def _invoke(
+        self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, *, threaded: bool
+    ) -> Any:
         if _is_async(tool):
             return await self._finish(tool.call_method("execute", kwargs, ctx), ctx)
         if threaded:
-            value = await asyncio.to_thread(tool.call_method, "execute", kwargs, ctx)
+            value = await _in_thread(tool.call_method, "execute", kwargs, ctx)
         else:
             value = tool.call_method("execute", kwargs, ctx)
         return await self._finish(value, ctx)
@@ -182,7 +201,8 @@ class Executor:
         self, tool: Tool, ctx: ToolContext, outcome: Any, attempts: int, started: float
     ) -> CallResult:
         if isinstance(outcome, BaseException):
-            status = CallStatus.CANCELLED if isinstance(outcome, CallCancelledError) else CallStatus.FAILED
+            cancelled = isinstance(outcome, CallCancelledError)
+            status = CallStatus.CANCELLED if cancelled else CallStatus.FAILED
             return self._failure(tool.name, ctx, outcome, attempts, started, status)
         result = CallResult(
             call_id=ctx.call_id,
@@ -198,18 +218,24 @@ class Executor:
                     result.status = CallStatus.FAILED
                     result.error = outcome.error or "tool reported failure"
                     result.error_type = "tool_failure"
-                result.output = jsonable(tool.validate_output(outcome.data)) if outcome.success else jsonable(outcome.data)
+                data = tool.validate_output(outcome.data) if outcome.success else outcome.data
+                result.output = jsonable(data)
                 result.content = list(outcome.content)
                 result.artifacts = [jsonable(a) for a in outcome.artifacts]
                 result.undo = jsonable(outcome.undo_metadata) if outcome.undo_metadata else None
             elif isinstance(outcome, _BLOCKS):
                 result.content = [outcome]
-            elif isinstance(outcome, list) and outcome and all(isinstance(b, _BLOCKS) for b in outcome):
+            elif _is_blocks(outcome):
                 result.content = list(outcome)
             else:
                 result.output = jsonable(tool.validate_output(outcome))
         except Exception as exc:
             return self._failure(tool.name, ctx, exc, attempts, started)
+        if ctx.cancelled and result.status is CallStatus.SUCCEEDED:
+            # The handler noticed the cancel and returned early: what it returned is partial.
+            result.status = CallStatus.CANCELLED
+            result.error = "cancelled while running; the tool stopped early"
+            result.error_type = "cancelled"
         result.duration_ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -233,6 +259,42 @@ class Executor:
             duration_ms=(time.perf_counter() - started) * 1000,
             run_id=ctx.run_id or None,
         )
+
+
+def _is_blocks(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(b, _BLOCKS) for b in value)
+
+
+async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
+    """Run ``func`` in a daemon thread and await its value.
+
+    Not ``asyncio.to_thread``: ``asyncio.run`` joins those threads on exit, so a sync
+    handler that ignores its time limit would hold ``registry.invoke`` until it returned.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # timed out or cancelled: nobody waits for it any more
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def run() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = context.run(func, *args)
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name="toolq-handler", daemon=True).start()
+    return await future
 
 
 def _is_async(tool: Tool) -> bool:

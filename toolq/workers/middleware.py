@@ -24,7 +24,7 @@ class Middleware:
 
     def before_execute(
         self, ctx: ToolContext, tool: Tool, arguments: dict[str, Any]
-    ) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]:
+    ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
         """Return new arguments to replace them, or ``None`` to keep them."""
         return None
 
@@ -42,6 +42,7 @@ class BeforeHook(Middleware):
         self.func = func
 
     def before_execute(self, ctx: ToolContext, tool: Tool, arguments: dict[str, Any]) -> Any:
+        """Call the function with the context and the arguments."""
         return self.func(ctx, arguments)
 
 
@@ -52,6 +53,7 @@ class AfterHook(Middleware):
         self.func = func
 
     def after_execute(self, ctx: ToolContext, tool: Tool, outcome: Outcome) -> Any:
+        """Call the function with the context and the outcome."""
         return self.func(ctx, outcome)
 
 

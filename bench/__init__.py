@@ -1,0 +1,1 @@
+"""Benchmarks (not timed tests); each script prints its figures."""
