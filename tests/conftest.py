@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("TOOLQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
-def test_settings(**overrides: object) -> Settings:
+def make_settings(**overrides: object) -> Settings:
     values: dict[str, object] = {
         "redis_url": REDIS_URL,
         "lease_seconds": 2.0,
@@ -53,7 +53,7 @@ def r(redis_client: redis.Redis) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def settings(r: redis.Redis) -> Settings:
-    return test_settings()
+    return make_settings()
 
 
 class Workers:

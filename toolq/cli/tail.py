@@ -6,6 +6,7 @@ import typer
 
 from toolq.cli.common import settings_for
 from toolq.keys import Keys
+from toolq.results.connection import redis_client
 from toolq.results.events import EventLog
 
 
@@ -16,10 +17,8 @@ def tail(
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
 ) -> None:
     """Print events as JSON lines."""
-    import redis
-
     settings = settings_for(redis_url=redis_url)
-    log = EventLog(redis.Redis.from_url(settings.redis_url), Keys(settings.key_prefix))
+    log = EventLog(redis_client(settings.redis_url), Keys(settings.key_prefix))
     events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
     try:
         for event in events:

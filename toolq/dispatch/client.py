@@ -18,6 +18,7 @@ from toolq.errors import CallNotFoundError
 from toolq.keys import Keys
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redis_client as connect
 from toolq.results.events import EventLog
 from toolq.results.store import CallStore
 from toolq.settings import Settings
@@ -125,7 +126,7 @@ class Client:
         self.registry = registry
         self.settings = settings or Settings()
         self.keys = Keys(self.settings.key_prefix)
-        self.redis = redis_client or redis.Redis.from_url(self.settings.redis_url)
+        self.redis = redis_client or connect(self.settings.redis_url)
         self.store = CallStore(self.redis, self.settings)
         self.log = EventLog(self.redis, self.keys)
         self.celery = create_celery(self.settings, registry)

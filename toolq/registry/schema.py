@@ -161,7 +161,12 @@ class OutputSchema:
             self.model = schema
             self.json_schema = model_json_schema(schema)
         else:
-            jsonschema.Draft202012Validator.check_schema(schema)
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ConfigurationError(
+                    f"tool {tool_name!r} has an invalid output schema: {exc.message}"
+                ) from exc
             self.json_schema = dict(schema)
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
 

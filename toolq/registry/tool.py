@@ -89,7 +89,8 @@ class Tool:
             return ModelSchema(self.name, self.Input)
         if self.parameters is not None:
             return DictSchema(self.name, self.parameters)
-        model = signature_model(self.execute, f"{_camel(self.name)}Input", {})
+        descriptions = parse_docstring(self.execute.__doc__)[1]
+        model = signature_model(self.execute, f"{_camel(self.name)}Input", descriptions)
         return ModelSchema(self.name, model)
 
     # -- overridable behaviour ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import redis
 from toolq.keys import Keys
 from toolq.models import CallStatus, RiskLevel
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redis_client
 from toolq.results.store import CallStore
 from toolq.settings import Settings
 from toolq.workers.app import Publisher
@@ -94,7 +95,7 @@ class Maintenance(threading.Thread):
         super().__init__(name="toolq-maintenance", daemon=True)
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.redis = redis_client(settings.redis_url)
         self.store = CallStore(self.redis, settings)
         self.sweeper = Sweeper(self.store, publisher)
         self.hostname = hostname

@@ -18,6 +18,7 @@ import redis
 from toolq.models import CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
 from toolq.settings import Settings
 from toolq.workers.executor import Executor, error_message
@@ -75,7 +76,7 @@ class WorkerRuntime:
     def __init__(self, settings: Settings, registry: ToolRegistry) -> None:
         self.settings = settings
         self.registry = registry
-        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.redis = redis_client(settings.redis_url)
         self.store = CallStore(self.redis, settings)
         self.executor = Executor(
             registry,

@@ -1,0 +1,24 @@
+"""Redis clients that ride out a short outage (a restart, a failover) instead of failing."""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+RETRIES = 20
+"""With the backoff below, about ten seconds of retrying before an error reaches the caller."""
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client that retries commands on connection errors with exponential backoff.
+
+    Every write toolq retries is a compare-and-set or an idempotent claim, so a command
+    that reached Redis before the connection dropped cannot take effect twice.
+    """
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=30,
+    )
