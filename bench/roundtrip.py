@@ -292,6 +292,7 @@ def environment(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
         "pool": args.pool,
         "concurrency": args.concurrency,
         "cores": f"{affinity} usable / {os.cpu_count()} total",
+        "loadavg_at_start": "/".join(f"{x:.2f}" for x in os.getloadavg()),
         "platform": platform.platform(),
         "redis_url": args.redis_url,
     }

@@ -63,8 +63,15 @@ class Workers:
         self.settings = settings
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, risk: str = "safe,moderate,dangerous", *, pool: str = "threads",
-              concurrency: int = 2, wait: bool = True, **env: str) -> subprocess.Popen[bytes]:
+    def start(
+        self,
+        risk: str = "safe,moderate,dangerous",
+        *,
+        pool: str = "threads",
+        concurrency: int = 2,
+        wait: bool = True,
+        **env: str,
+    ) -> subprocess.Popen[bytes]:
         environ = {
             **os.environ,
             "TOOLQ_REDIS_URL": self.settings.redis_url,
@@ -75,8 +82,20 @@ class Workers:
             "PYTHONPATH": str(ROOT),
             **env,
         }
-        argv = [sys.executable, "-m", "toolq", "worker", "--risk", risk, "--pool", pool,
-                "--concurrency", str(concurrency), "--loglevel", "warning"]
+        argv = [
+            sys.executable,
+            "-m",
+            "toolq",
+            "worker",
+            "--risk",
+            risk,
+            "--pool",
+            pool,
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            "warning",
+        ]
         proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True)
         self.procs.append(proc)
         if wait:

@@ -5,7 +5,15 @@ each to the queue of its risk level, park the ones that need a human, run them o
 workers, stream every step, and render the results as the provider's own messages.
 """
 
-from toolq.dispatch import AsyncBatch, AsyncClient, Batch, CallRef, Client, parse_tool_calls, to_messages
+from toolq.dispatch import (
+    AsyncBatch,
+    AsyncClient,
+    Batch,
+    CallRef,
+    Client,
+    parse_tool_calls,
+    to_messages,
+)
 from toolq.errors import ToolqError
 from toolq.models import (
     AudioContent,

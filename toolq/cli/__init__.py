@@ -14,8 +14,12 @@ from toolq.cli.tools import tools
 from toolq.cli.worker import worker
 from toolq.errors import ToolqError
 
-app = typer.Typer(name="toolq", help="Run LLM tool calls on a distributed queue.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    name="toolq",
+    help="Run LLM tool calls on a distributed queue.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 app.command()(worker)
 app.command()(dev)
 app.command()(demo)

@@ -20,9 +20,13 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 
 @approvals.command("list")
-def list_(run_id: str | None = typer.Option(None), risk: str | None = typer.Option(None),
-          tool: str | None = typer.Option(None), app: str | None = _APP,
-          redis_url: str | None = _REDIS) -> None:
+def list_(
+    run_id: str | None = typer.Option(None),
+    risk: str | None = typer.Option(None),
+    tool: str | None = typer.Option(None),
+    app: str | None = _APP,
+    redis_url: str | None = _REDIS,
+) -> None:
     """Pending calls, soonest deadline first."""
     with _client(app, redis_url) as client:
         pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
@@ -44,9 +48,13 @@ def show(call_id: str, app: str | None = _APP, redis_url: str | None = _REDIS) -
 
 
 @approvals.command()
-def approve(call_id: str, by: str = typer.Option("cli", help="Approver name."),
-            note: str | None = typer.Option(None), app: str | None = _APP,
-            redis_url: str | None = _REDIS) -> None:
+def approve(
+    call_id: str,
+    by: str = typer.Option("cli", help="Approver name."),
+    note: str | None = typer.Option(None),
+    app: str | None = _APP,
+    redis_url: str | None = _REDIS,
+) -> None:
     """Approve and enqueue a parked call."""
     with _client(app, redis_url) as client:
         try:
@@ -58,9 +66,13 @@ def approve(call_id: str, by: str = typer.Option("cli", help="Approver name."),
 
 
 @approvals.command()
-def deny(call_id: str, reason: str = typer.Option(..., help="Told to the model."),
-         by: str = typer.Option("cli"), app: str | None = _APP,
-         redis_url: str | None = _REDIS) -> None:
+def deny(
+    call_id: str,
+    reason: str = typer.Option(..., help="Told to the model."),
+    by: str = typer.Option("cli"),
+    app: str | None = _APP,
+    redis_url: str | None = _REDIS,
+) -> None:
     """Deny a parked call with a reason."""
     with _client(app, redis_url) as client:
         try:

@@ -30,19 +30,25 @@ def settings_for(app: str | None = None, redis_url: str | None = None) -> Settin
 def load_registry(reference: str | None) -> ToolRegistry:
     """Import ``module:attribute`` (the current directory is importable, as with uvicorn)."""
     if not reference:
-        raise ConfigurationError("no tool registry given: pass --app module:registry or set TOOLQ_APP")
+        raise ConfigurationError(
+            "no tool registry given: pass --app module:registry or set TOOLQ_APP"
+        )
     module_name, _, attribute = reference.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} from --app {reference!r}: {exc}") from exc
+        raise ConfigurationError(
+            f"cannot import {module_name!r} from --app {reference!r}: {exc}"
+        ) from exc
     target: Any = getattr(module, attribute or "registry", None)
     if callable(target) and not isinstance(target, ToolRegistry):
         target = target()
     if not isinstance(target, ToolRegistry):
-        raise ConfigurationError(f"--app {reference!r} is not a ToolRegistry (got {type(target).__name__})")
+        raise ConfigurationError(
+            f"--app {reference!r} is not a ToolRegistry (got {type(target).__name__})"
+        )
     return target
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 import time
 import uuid
@@ -22,25 +24,39 @@ def demo_response() -> dict[str, object]:
     """An OpenAI Chat Completion asking for three tools in parallel, one of them dangerous."""
 
     def call(name: str, arguments: dict[str, object]) -> dict[str, object]:
-        return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)}}
+        return {
+            "id": f"call_{uuid.uuid4().hex[:12]}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
 
     return {
-        "id": "chatcmpl-demo", "object": "chat.completion", "created": int(time.time()),
+        "id": "chatcmpl-demo",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": "gpt-demo",
-        "choices": [{
-            "index": 0, "finish_reason": "tool_calls",
-            "message": {"role": "assistant", "content": None, "tool_calls": [
-                call("get_weather", {"city": "Paris"}),
-                call("summarize_notes", {"topic": "release", "steps": 3}),
-                call("archive_logs", {"older_than_days": 30}),
-            ]},
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        call("get_weather", {"city": "Paris"}),
+                        call("summarize_notes", {"topic": "release", "steps": 3}),
+                        call("archive_logs", {"older_than_days": 30}),
+                    ],
+                },
+            }
+        ],
     }
 
 
 def _show(event: Event) -> None:
-    detail = {k: v for k, v in event.data.items() if k in ("status", "data", "output", "error", "by")}
+    detail = {
+        k: v for k, v in event.data.items() if k in ("status", "data", "output", "error", "by")
+    }
     typer.echo(f"  {event.id:<17} {event.type.value:<24} {event.call_id[:8]}  {json.dumps(detail)}")
 
 
@@ -51,8 +67,9 @@ def demo(
     """Dispatch parallel calls, stream events, approve the dangerous one, print messages."""
     settings = settings_for(app, redis_url)
     registry = load_registry(app)
-    typer.echo("starting Redis and workers…")
-    stack = Stack.start(app, settings.redis_url, concurrency=2)
+    log_path = os.path.join(tempfile.gettempdir(), "toolq-demo-workers.log")
+    typer.echo(f"starting Redis and workers (worker log: {log_path})…")
+    stack = Stack.start(app, settings.redis_url, concurrency=2, log_path=log_path)
     try:
         stack.wait_ready()
         where = "embedded redis-server" if stack.embedded else "existing Redis"

@@ -24,8 +24,9 @@ def dev(
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)  # fail fast, before starting anything
     assert settings.app is not None
-    stack = Stack.start(settings.app, settings.redis_url, concurrency=concurrency, pool=pool,
-                        loglevel=loglevel)
+    stack = Stack.start(
+        settings.app, settings.redis_url, concurrency=concurrency, pool=pool, loglevel=loglevel
+    )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         stack.wait_ready()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import typer
 
@@ -24,11 +25,12 @@ def dispatch(
 ) -> None:
     """Dispatch tool calls; print the calls, or with --wait their results."""
     settings = settings_for(app, redis_url)
-    text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     with Client(load_registry(settings.app), settings) as client:
         try:
-            batch = client.dispatch(json.loads(text), run_id=run_id, behavior=behavior,
-                                    principal=principal)
+            batch = client.dispatch(
+                json.loads(text), run_id=run_id, behavior=behavior, principal=principal
+            )
             results = batch.wait(wait) if wait is not None else batch.results()
         except (ToolqError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -36,5 +38,9 @@ def dispatch(
         if messages:
             print_json(batch.to_messages(messages))
             return
-        print_json({"run_id": batch.run_id,
-                    "calls": [r.model_dump(mode="json", exclude_none=True) for r in results]})
+        print_json(
+            {
+                "run_id": batch.run_id,
+                "calls": [r.model_dump(mode="json", exclude_none=True) for r in results],
+            }
+        )

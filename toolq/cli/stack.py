@@ -50,11 +50,26 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
+        """URL of the embedded server."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir, "--maxmemory-policy", "noeviction"]
+        """Start the server and wait until it answers."""
+        argv = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--maxmemory-policy",
+            "noeviction",
+        ]
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not redis_answers(self.url):
@@ -63,6 +78,7 @@ class EmbeddedRedis:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        """Stop the server and remove its directory."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(10)
@@ -79,17 +95,28 @@ class Stack:
     pool: str = "prefork"
     loglevel: str = "warning"
     embedded: EmbeddedRedis | None = None
+    log_path: str | None = None
+    """Where worker output goes; ``None`` lets it through to the terminal."""
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, app: str, redis_url: str, *, concurrency: int = 2, pool: str = "prefork",
-              loglevel: str = "warning") -> Stack:
+    def start(
+        cls,
+        app: str,
+        redis_url: str,
+        *,
+        concurrency: int = 2,
+        pool: str = "prefork",
+        loglevel: str = "warning",
+        log_path: str | None = None,
+    ) -> Stack:
+        """Start Redis (embedded when ``redis_url`` does not answer) and the workers."""
         embedded = None
         if not redis_answers(redis_url):
             embedded = EmbeddedRedis()
             embedded.start()
             redis_url = embedded.url
-        stack = cls(app, redis_url, concurrency, pool, loglevel, embedded)
+        stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
         try:
             for level in RiskLevel:
                 stack._spawn(level)
@@ -101,9 +128,27 @@ class Stack:
     def _spawn(self, level: RiskLevel) -> None:
         env = {**os.environ, "TOOLQ_REDIS_URL": self.redis_url, "TOOLQ_APP": self.app}
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
-        argv = [sys.executable, "-m", "toolq", "worker", "--risk", level.value,
-                "--concurrency", str(concurrency), "--pool", self.pool, "--loglevel", self.loglevel]
-        self.workers[level.value] = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+        argv = [
+            sys.executable,
+            "-m",
+            "toolq",
+            "worker",
+            "--risk",
+            level.value,
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            self.pool,
+            "--loglevel",
+            self.loglevel,
+        ]
+        if self.log_path is None:
+            self.workers[level.value] = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+            return
+        with open(self.log_path, "ab") as log:
+            self.workers[level.value] = subprocess.Popen(
+                argv, env=env, cwd=os.getcwd(), stdout=log, stderr=subprocess.STDOUT
+            )
 
     def wait_ready(self, timeout: float = 30) -> None:
         """Block until a worker heartbeat covers every risk queue."""
@@ -121,6 +166,7 @@ class Stack:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        """SIGTERM the workers (warm shutdown), then stop embedded Redis."""
         for proc in self.workers.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

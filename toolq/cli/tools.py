@@ -10,8 +10,9 @@ from toolq.models import ProviderFormat
 
 def tools(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    format: str = typer.Option("openai", "--format", "-f", help="openai, openai-responses, "
-                               "anthropic, gemini or mcp."),
+    format: str = typer.Option(
+        "openai", "--format", "-f", help="openai, openai-responses, anthropic, gemini or mcp."
+    ),
     strict: bool = typer.Option(False, help="OpenAI strict mode schemas."),
 ) -> None:
     """Print tool schemas as JSON."""

@@ -38,11 +38,16 @@ def worker(
     name = hostname or f"toolq-{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
     argv = [
         "worker",
-        "--queues", ",".join(keys.queue_for(level) for level in levels),
-        "--pool", pool,
-        "--loglevel", loglevel,
-        "--hostname", name,
-        "--prefetch-multiplier", str(prefetch),
+        "--queues",
+        ",".join(keys.queue_for(level) for level in levels),
+        "--pool",
+        pool,
+        "--loglevel",
+        loglevel,
+        "--hostname",
+        name,
+        "--prefetch-multiplier",
+        str(prefetch),
         "--without-gossip",
         "--without-mingle",
     ]

@@ -7,6 +7,7 @@ says "look again", and a periodic re-read covers a lost subscription.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,7 +54,7 @@ class _Subscription:
 
     def _connect(self) -> None:
         self.close()
-        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         self.pubsub.subscribe(self.channel)
 
     def wait(self, timeout: float) -> None:
@@ -66,17 +67,14 @@ class _Subscription:
             # Killed subscription (CLIENT KILL TYPE pubsub, Redis restart): the caller
             # re-reads the stream anyway, so nothing is lost; just subscribe again.
             time.sleep(min(timeout, 0.1))
-            try:
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, OSError):
                 self._connect()
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                pass
 
     def close(self) -> None:
+        """Drop the subscription (closing a dead connection may fail; that is fine)."""
         if self.pubsub is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.pubsub.close()
-            except Exception:  # noqa: S110 - closing a dead connection may fail; nothing to do
-                pass
             self.pubsub = None
 
 
@@ -96,7 +94,7 @@ class EventLog:
             limit = BATCH if count is None else min(BATCH, count - len(out))
             if limit <= 0:
                 return out
-            entries = self.redis.xrange(stream, min=start, max="+", count=limit)
+            entries: Any = self.redis.xrange(stream, min=start, max="+", count=limit)
             out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
             if len(entries) < limit:
                 return out
@@ -129,7 +127,9 @@ class EventLog:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return
-                subscription.wait(POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining))
+                subscription.wait(
+                    POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining)
+                )
         finally:
             subscription.close()
 
@@ -150,7 +150,9 @@ class EventLog:
         try:
             last = self.last_id(run_id)
             pending = {
-                c for c, s in zip(call_ids, statuses(call_ids), strict=True) if s is None or not s.is_final
+                c
+                for c, s in zip(call_ids, statuses(call_ids), strict=True)
+                if s is None or not s.is_final
             }
             while pending:
                 for event in self.read(run_id, last):
@@ -165,6 +167,8 @@ class EventLog:
                         f"{len(pending)} of {len(call_ids)} calls not final after {timeout:g}s",
                         pending=sorted(pending),
                     )
-                subscription.wait(POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining))
+                subscription.wait(
+                    POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining)
+                )
         finally:
             subscription.close()

@@ -27,7 +27,9 @@ end
 # KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals
 # ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
 #       run_id, name, risk, idempotent, timeout, result
-CREATE = _EMIT + """
+CREATE = (
+    _EMIT
+    + """
 local existing = redis.call('GET', KEYS[1])
 if existing then return {'dup', existing} end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[8])
@@ -47,10 +49,13 @@ local id = emit(KEYS[3], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[9])
 redis.call('EXPIRE', KEYS[3], ARGV[8])
 return {'new', id}
 """
+)
 
 # KEYS: call, stream, lease, cancel, running
 # ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms
-START = _EMIT + """
+START = (
+    _EMIT
+    + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then
@@ -69,10 +74,13 @@ local id = emit(KEYS[2], ARGV[5], ARGV[6], 'call.started', ARGV[1],
                 '{"status":"running","attempt":' .. attempt .. '}', ARGV[4])
 return {'ok', redis.call('HGET', KEYS[1], 'envelope'), attempt, id}
 """
+)
 
 # KEYS: call, stream, lease, running, undo
 # ARGV: call_id, token, status, result, etype, data, channel, maxlen, now, ttl, undo, undo_ttl
-FINISH = _EMIT + """
+FINISH = (
+    _EMIT
+    + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running'
    or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
   return {'stale'}
@@ -85,16 +93,20 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 if ARGV[11] ~= '' then redis.call('SET', KEYS[5], ARGV[11], 'EX', ARGV[12]) end
 return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], ARGV[5], ARGV[1], ARGV[6], ARGV[9])}
 """
+)
 
 # KEYS: call, stream
 # ARGV: call_id, token, etype, data, channel, maxlen, now
-PROGRESS = _EMIT + """
+PROGRESS = (
+    _EMIT
+    + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running'
    or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
   return {'stale'}
 end
 return {'ok', emit(KEYS[2], ARGV[5], ARGV[6], ARGV[3], ARGV[1], ARGV[4], ARGV[7])}
 """
+)
 
 # KEYS: lease, running
 # ARGV: call_id, token, lease_ms, now_ms
@@ -109,7 +121,9 @@ return 1
 # KEYS: call, stream, pending_approvals, unsent, running
 # ARGV: call_id, from_states, to_status, etype, data, channel, maxlen, now, ttl,
 #       result ('' keeps it), extra field/value pairs...
-TRANSITION = _EMIT + """
+TRANSITION = (
+    _EMIT
+    + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if not allowed(ARGV[2], status) then return {'conflict', status} end
@@ -125,13 +139,17 @@ if ARGV[3] == 'queued' then redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
 else redis.call('ZREM', KEYS[4], ARGV[1]) end
 return {'ok', emit(KEYS[2], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[8]), status}
 """
+)
 
 # Recovery of a call whose worker died (its lease expired while it was running).
 # KEYS: call, lease, running, stream, unsent
 # ARGV: call_id, now, channel, maxlen, ttl, max_recoveries, lost_result, timeout_result
-RECOVER = _EMIT + """
+RECOVER = (
+    _EMIT
+    + """
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'alive'} end
-local f = redis.call('HMGET', KEYS[1], 'status', 'idempotent', 'recoveries', 'timeout', 'started_at')
+local f = redis.call('HMGET', KEYS[1], 'status', 'idempotent', 'recoveries', 'timeout',
+                    'started_at')
 redis.call('ZREM', KEYS[3], ARGV[1])
 if f[1] ~= 'running' then return {'gone'} end
 local now = tonumber(ARGV[2])
@@ -154,3 +172,4 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 emit(KEYS[4], ARGV[3], ARGV[4], 'call.failed', ARGV[1], '{"status":"failed"}', ARGV[2])
 return {outcome}
 """
+)

@@ -58,7 +58,15 @@ def result_payload(result: CallResult) -> dict[str, Any]:
     """The outcome fields of a result, as stored (identity comes from the envelope)."""
     return result.model_dump(
         mode="json",
-        include={"output", "error", "error_type", "content", "artifacts", "duration_ms", "attempts"},
+        include={
+            "output",
+            "error",
+            "error_type",
+            "content",
+            "artifacts",
+            "duration_ms",
+            "attempts",
+        },
         exclude_defaults=True,
     )
 
@@ -162,7 +170,13 @@ class CallStore:
             return Started("missing")
         now = time.time()
         reply = self._start(
-            keys=[k.call(call_id), k.run_stream(run_id), k.lease(call_id), k.cancel(call_id), k.running],
+            keys=[
+                k.call(call_id),
+                k.run_stream(run_id),
+                k.lease(call_id),
+                k.cancel(call_id),
+                k.running,
+            ],
             args=[
                 call_id,
                 token,
@@ -180,7 +194,9 @@ class CallStore:
             return Started("ok", envelope, int(reply[2]))
         return Started(outcome, status=_text(reply[1]) if len(reply) > 1 else None)
 
-    def progress(self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]) -> bool:
+    def progress(
+        self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
+    ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
         k = self.keys
         reply = self._progress(
@@ -269,7 +285,9 @@ class CallStore:
         if run_id is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         k = self.keys
-        allowed = from_states if isinstance(from_states, str) else ",".join(s.value for s in from_states)
+        allowed = (
+            from_states if isinstance(from_states, str) else ",".join(s.value for s in from_states)
+        )
         extra: list[str] = []
         for name, value in (fields or {}).items():
             extra += [name, value]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from toolq.keys import TASK_NAME, Keys
 from toolq.models import RiskLevel
@@ -59,6 +59,7 @@ class _PerProcess:
         self._lock = threading.Lock()
 
     def get(self) -> Any:
+        """The runtime of the current process."""
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
@@ -77,18 +78,24 @@ class MaintenanceStep(bootsteps.StartStopStep):
         self.maintenance: Any = None
 
     def start(self, worker: Any) -> None:
+        """Start the maintenance thread."""
         from toolq.workers.maintenance import Maintenance
 
         app = worker.app
         queues = sorted(app.amqp.queues.consume_from or app.amqp.queues)
         self.maintenance = Maintenance(
-            app.toolq_settings, app.toolq_registry, Publisher(app, app.toolq_settings),
-            hostname=worker.hostname, queues=queues, pool=type(worker.pool).__name__,
+            app.toolq_settings,
+            app.toolq_registry,
+            Publisher(app, app.toolq_settings),
+            hostname=worker.hostname,
+            queues=queues,
+            pool=type(worker.pool).__name__,
             concurrency=worker.concurrency,
         )
         self.maintenance.start()
 
     def stop(self, worker: Any) -> None:
+        """Stop the maintenance thread."""
         if self.maintenance is not None:
             self.maintenance.stop()
 
@@ -126,8 +133,8 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         worker_send_task_events=False,
         worker_enable_remote_control=True,
     )
-    app.toolq_settings = settings  # type: ignore[attr-defined]
-    app.toolq_registry = registry  # type: ignore[attr-defined]
+    app.toolq_settings = settings
+    app.toolq_registry = registry
     holder = _PerProcess(settings, registry, app)
 
     @app.task(name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True)

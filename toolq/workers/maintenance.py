@@ -8,11 +8,13 @@ cannot do harm; a short lock just keeps them from doing the same work twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
+from typing import Any
 
 import redis
 
@@ -46,18 +48,19 @@ class Sweeper:
         """Recover dead workers' calls and re-send unsent ones; returns counts by outcome."""
         counts: dict[str, int] = {}
         now = time.time()
-        for raw in self.redis.zrangebyscore(
+        overdue: Any = self.redis.zrangebyscore(
             self.keys.running, 0, int(now * 1000), start=0, num=SWEEP_BATCH
-        ):
-            call_id = raw.decode() if isinstance(raw, bytes) else raw
+        )
+        for raw in overdue:
+            call_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             outcome = self.store.recover(call_id, MAX_RECOVERIES)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome != "alive":
                 log.warning("call %s lost its worker: %s", call_id, outcome)
-        unsent = self.redis.zrangebyscore(
+        unsent: Any = self.redis.zrangebyscore(
             self.keys.unsent, 0, now - UNSENT_GRACE, start=0, num=SWEEP_BATCH
         )
-        ids = [c.decode() if isinstance(c, bytes) else c for c in unsent]
+        ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
         counts["resent"] = self.resend(ids)
         return counts
 
@@ -71,7 +74,9 @@ class Sweeper:
         sends = []
         for call_id, (status, risk, timeout) in zip(call_ids, pipe.execute(), strict=True):
             if status is not None and status.decode() == CallStatus.QUEUED.value:
-                sends.append((call_id, RiskLevel(risk.decode()), float(timeout) if timeout else None))
+                sends.append(
+                    (call_id, RiskLevel(risk.decode()), float(timeout) if timeout else None)
+                )
         if sends:
             self.publisher.send_many(sends)
         self.store.mark_sent(call_ids)
@@ -100,12 +105,18 @@ class Maintenance(threading.Thread):
         self.sweeper = Sweeper(self.store, publisher)
         self.hostname = hostname
         self.info = json.dumps(
-            {"hostname": hostname, "queues": queues, "pool": pool,
-             "concurrency": concurrency, "pid": os.getpid()}
+            {
+                "hostname": hostname,
+                "queues": queues,
+                "pool": pool,
+                "concurrency": concurrency,
+                "pid": os.getpid(),
+            }
         )
         self._stop = threading.Event()
 
     def run(self) -> None:
+        """Heartbeat and sweep until stopped."""
         last_beat = 0.0
         while not self._stop.is_set():
             try:
@@ -129,7 +140,5 @@ class Maintenance(threading.Thread):
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
         self._stop.set()
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.redis.delete(self.keys.worker(self.hostname))
-        except redis.RedisError:
-            pass

@@ -40,14 +40,17 @@ class LeaseKeeper(threading.Thread):
         self._wake = threading.Event()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
+        """Watch a call that just started."""
         with self._lock:
             self._active[call_id] = (token, ctx)
 
     def remove(self, call_id: str) -> None:
+        """Stop watching a call."""
         with self._lock:
             self._active.pop(call_id, None)
 
     def run(self) -> None:
+        """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
         while True:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
@@ -109,8 +112,12 @@ class WorkerRuntime:
             self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
-            data = {"status": "running", "attempt": attempt, "delay": round(delay, 3),
-                    "error": error_message(exc)}
+            data = {
+                "status": "running",
+                "attempt": attempt,
+                "delay": round(delay, 3),
+                "error": error_message(exc),
+            }
             self.store.progress(env, token, EventType.RETRYING, data)
 
         ctx = ToolContext(
@@ -131,8 +138,12 @@ class WorkerRuntime:
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", call_id)
             result = CallResult(
-                call_id=env.call_id, tool_call_id=env.tool_call_id, name=env.name,
-                status=CallStatus.FAILED, error=error_message(exc), error_type="internal_error",
+                call_id=env.call_id,
+                tool_call_id=env.tool_call_id,
+                name=env.name,
+                status=CallStatus.FAILED,
+                error=error_message(exc),
+                error_type="internal_error",
             )
         finally:
             self.keeper.remove(call_id)
@@ -145,8 +156,11 @@ class WorkerRuntime:
         while True:
             try:
                 if not self.store.finish(env, token, result):
-                    log.warning("call %s finished after losing its lease; result dropped: %s",
-                                env.call_id, dumps(result.status))
+                    log.warning(
+                        "call %s finished after losing its lease; result dropped: %s",
+                        env.call_id,
+                        dumps(result.status),
+                    )
                 return
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
