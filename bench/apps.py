@@ -41,7 +41,7 @@ def make_raw_celery(redis_url: str) -> Celery:
         worker_send_task_events=False,
     )
 
-    @app.task(name=RAW_TASK)
+    @app.task(name=RAW_TASK)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None
 

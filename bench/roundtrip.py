@@ -21,6 +21,7 @@ before and after. Use a database nothing else uses (default 14).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -70,23 +71,16 @@ class Procs:
         except ProcessLookupError:
             pgid = None
         if pgid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
         if pgid is not None:
-            try:  # children (prefork pool) may outlive the main process
+            # children (prefork pool) may outlive the main process
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         if proc in self.procs:
             self.procs.remove(proc)
 
@@ -185,10 +179,26 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
     app = make_raw_celery(args.redis_url)
     task = app.tasks["bench.raw.noop"]
     argv = [
-        sys.executable, "-m", "celery", "-A", "bench.apps:raw_celery", "worker",
-        "--queues", RAW_QUEUE, "--pool", args.pool, "--concurrency", str(args.concurrency),
-        "--loglevel", "warning", "--hostname", f"bench-raw-{os.getpid()}@%h",
-        "--prefetch-multiplier", "4", "--without-gossip", "--without-mingle",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "bench.apps:raw_celery",
+        "worker",
+        "--queues",
+        RAW_QUEUE,
+        "--pool",
+        args.pool,
+        "--concurrency",
+        str(args.concurrency),
+        "--loglevel",
+        "warning",
+        "--hostname",
+        f"bench-raw-{os.getpid()}@%h",
+        "--prefetch-multiplier",
+        "4",
+        "--without-gossip",
+        "--without-mingle",
     ]
     if args.pool == "solo":
         argv.remove("--concurrency")
@@ -203,7 +213,9 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
         )
         t0 = time.perf_counter()
         with app.producer_or_acquire() as producer:
-            results = [task.apply_async(queue=RAW_QUEUE, producer=producer) for _ in range(args.batch)]
+            results = [
+                task.apply_async(queue=RAW_QUEUE, producer=producer) for _ in range(args.batch)
+            ]
         t1 = time.perf_counter()
         ResultSet(results, app=app).join_native(timeout=BATCH_TIMEOUT)
         t2 = time.perf_counter()
@@ -221,16 +233,27 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
 
 
 def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:
+    from bench.apps import registry
     from toolq import Client, Settings
     from toolq.cli.check import missing_queues
     from toolq.models import CallStatus, RiskLevel
 
-    from bench.apps import registry
-
     settings = Settings(redis_url=args.redis_url)
     argv = [
-        sys.executable, "-m", "toolq", "worker", "--app", "bench.apps:registry", "--risk", "safe",
-        "--pool", args.pool, "--concurrency", str(args.concurrency), "--loglevel", "warning",
+        sys.executable,
+        "-m",
+        "toolq",
+        "worker",
+        "--app",
+        "bench.apps:registry",
+        "--risk",
+        "safe",
+        "--pool",
+        args.pool,
+        "--concurrency",
+        str(args.concurrency),
+        "--loglevel",
+        "warning",
     ]
     proc = procs.start(argv, worker_env(args.redis_url))
     figures = Figures("toolq")
@@ -280,7 +303,7 @@ def environment(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
     import kombu
 
     try:
-        affinity = len(os.sched_getaffinity(0))
+        affinity: int | None = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = os.cpu_count()
     return {
@@ -298,65 +321,125 @@ def environment(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
     }
 
 
-def report(env: dict[str, Any], raw: Figures, tq: Figures, args: argparse.Namespace) -> None:
+def merge(rounds: list[Figures]) -> Figures:
+    """All rounds of one side: latencies pooled, batch figures the median round's."""
+    if len(rounds) == 1:
+        return rounds[0]
+    by_throughput = sorted(rounds, key=lambda f: f.throughput)
+    mid = by_throughput[len(by_throughput) // 2]
+    return Figures(
+        name=rounds[0].name,
+        latencies_ms=[x for f in rounds for x in f.latencies_ms],
+        batch_size=mid.batch_size,
+        batch_send_s=mid.batch_send_s,
+        batch_total_s=mid.batch_total_s,
+        batch_how=mid.batch_how,
+    )
+
+
+def row(f: Figures, name: str | None = None) -> str:
+    return (
+        f"{name or f.name:<16}{f.p50:>9.2f}{f.p99:>9.2f}{f.mean:>9.2f}"
+        f"{f.batch_send_s:>14.3f}{f.batch_total_s:>15.3f}{f.throughput:>10.0f}"
+    )
+
+
+def report(
+    env: dict[str, Any], raws: list[Figures], tqs: list[Figures], args: argparse.Namespace
+) -> None:
+    raw, tq = merge(raws), merge(tqs)
     print()
     print("Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
-    print(f"Sequential round trips: {args.calls} calls after {WARMUP} warm-up; batch: {args.batch} calls")
+    print(
+        f"Sequential round trips: {args.calls} calls after {WARMUP} warm-up; "
+        f"batch: {args.batch} calls; rounds: {args.rounds} "
+        "(order alternates; latencies pooled, batch = median round)"
+    )
     print(f"  raw batch:   {raw.batch_how}")
     print(f"  toolq batch: {tq.batch_how}")
     print()
-    header = f"{'':<12}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'batch send s':>14}{'batch total s':>15}{'calls/s':>10}"
+    header = (
+        f"{'':<16}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'batch send s':>14}"
+        f"{'batch total s':>15}{'calls/s':>10}"
+    )
     print(header)
     print("-" * len(header))
-    for f in (raw, tq):
-        print(
-            f"{f.name:<12}{f.p50:>9.2f}{f.p99:>9.2f}{f.mean:>9.2f}"
-            f"{f.batch_send_s:>14.3f}{f.batch_total_s:>15.3f}{f.throughput:>10.0f}"
-        )
+    if len(raws) > 1:
+        for i, (a, b) in enumerate(zip(raws, tqs, strict=True), 1):
+            print(row(a, f"raw celery #{i}"))
+            print(row(b, f"toolq #{i}"))
+        print("-" * len(header))
+    print(row(raw))
+    print(row(tq))
     print()
     lat = tq.p50 / raw.p50
     thr = tq.throughput / raw.throughput
-    print(f"toolq p50 / raw p50               = {lat:5.2f}   (target <= 1.25)  {'OK' if lat <= 1.25 else 'MISS'}")
+    lat_ok = "OK" if lat <= 1.25 else "MISS"
+    thr_ok = "OK" if thr >= 1.0 else "MISS"
+    print(f"toolq p50 / raw p50               = {lat:5.2f}   (target <= 1.25)  {lat_ok}")
     print(f"toolq mean / raw mean             = {tq.mean / raw.mean:5.2f}")
-    print(f"toolq batch calls/s / raw calls/s = {thr:5.2f}   (target >= 1.00)  {'OK' if thr >= 1.0 else 'MISS'}")
-    print(f"toolq dispatch-only for {args.batch} calls = {tq.batch_send_s * 1000:.0f} ms "
-          f"({tq.batch_send_s / args.batch * 1e6:.0f} us/call); raw publish-only = "
-          f"{raw.batch_send_s * 1000:.0f} ms")
+    print(f"toolq batch calls/s / raw calls/s = {thr:5.2f}   (target >= 1.00)  {thr_ok}")
+    print(
+        f"toolq dispatch-only for {args.batch} calls = {tq.batch_send_s * 1000:.0f} ms "
+        f"({tq.batch_send_s / args.batch * 1e6:.0f} us/call); raw publish-only = "
+        f"{raw.batch_send_s * 1000:.0f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=300, help="sequential round trips (after warm-up)")
+    parser.add_argument(
+        "--calls", type=int, default=300, help="sequential round trips (after warm-up)"
+    )
     parser.add_argument("--batch", type=int, default=2000, help="calls in the throughput batch")
     parser.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat both sides, alternating which goes first (noisy hosts)",
+    )
     parser.add_argument("--only", choices=("raw", "toolq"), help="run one side only")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args(argv)
+    if args.redis_url.rstrip("/").endswith("/13"):
+        parser.error("database 13 belongs to the test suite; use another one")
 
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     r = redis.Redis.from_url(args.redis_url)
     r.ping()
-    if args.redis_url.rstrip("/").endswith("/13"):
-        parser.error("database 13 belongs to the test suite; use another one")
     procs = Procs()
     r.flushdb()
     try:
         env = environment(args, r)
-        raw = bench_raw(args, procs) if args.only != "toolq" else None
-        r.flushdb()
-        tq = bench_toolq(args, procs) if args.only != "raw" else None
-        if raw and tq:
-            report(env, raw, tq, args)
+        raws: list[Figures] = []
+        tqs: list[Figures] = []
+        for i in range(args.rounds):
+            sides = [("raw", bench_raw, raws), ("toolq", bench_toolq, tqs)]
+            if i % 2:
+                sides.reverse()
+            for name, run, out in sides:
+                if args.only in (None, name):
+                    out.append(run(args, procs))
+                    r.flushdb()
+        if raws and tqs:
+            report(env, raws, tqs, args)
         else:
-            for f in (raw, tq):
-                if f:
-                    print(json.dumps(f.as_dict(), indent=2))
+            for f in raws or tqs:
+                print(json.dumps(f.as_dict(), indent=2))
         if args.json:
-            Path(args.json).write_text(json.dumps(
-                {"env": env, **{f.name: f.as_dict() for f in (raw, tq) if f}}, indent=2
-            ))
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "env": env,
+                        "raw": [f.as_dict() for f in raws],
+                        "toolq": [f.as_dict() for f in tqs],
+                    },
+                    indent=2,
+                )
+            )
     finally:
         procs.stop_all()
         try:

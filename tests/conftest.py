@@ -15,6 +15,7 @@ import redis
 
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
+from toolq.cli.stack import EmbeddedRedis, redis_answers
 from toolq.models import RiskLevel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,13 +34,22 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Use the Redis at REDIS_URL, or a real embedded one when nothing answers there."""
+    global REDIS_URL
+    if redis_answers(REDIS_URL):
+        return
+    server = EmbeddedRedis()
+    server.start()
+    config.add_cleanup(server.stop)
+    REDIS_URL = server.url.rsplit("/", 1)[0] + "/13"
+    os.environ["TOOLQ_TEST_REDIS_URL"] = REDIS_URL
+
+
 @pytest.fixture(scope="session")
 def redis_client() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError:
-        pytest.exit(f"Redis is not answering at {REDIS_URL}; start it first", returncode=3)
+    client.ping()
     yield client
     client.close()
 

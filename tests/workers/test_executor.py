@@ -562,6 +562,30 @@ def test_undeclared_exceptions_are_not_retried(registry: ToolRegistry) -> None:
     assert retried == []
 
 
+def test_a_handler_timeout_error_is_retried_but_the_time_limit_is_final(
+    registry: ToolRegistry,
+) -> None:
+    calls: list[str] = []
+
+    @registry.tool(retries=2, retry_on=(TimeoutError,))
+    def socket_timeout(ctx: ToolContext) -> str:
+        calls.append("socket")
+        if ctx.attempt == 1:
+            raise TimeoutError("read timed out")  # the handler's own error: retried
+        return "read"
+
+    @registry.tool(timeout=0.05, retries=2, retry_on=(TimeoutError,))
+    async def over_limit() -> None:
+        calls.append("limit")
+        await asyncio.sleep(10)  # the tool's time limit: the call is over
+
+    executor = Executor(registry, retry_backoff=0.001)
+    assert run(executor, "socket_timeout", {}).attempts == 2
+    limited = run(executor, "over_limit", {})
+    assert (limited.error_type, limited.attempts) == ("timeout", 1)
+    assert calls == ["socket", "socket", "limit"]
+
+
 def test_retries_of_an_async_handler(registry: ToolRegistry) -> None:
     @registry.tool(retries=1, retry_on=(OSError,))
     async def once_more(ctx: ToolContext) -> int:
@@ -665,7 +689,11 @@ def test_after_hooks_see_the_cancellation(registry: ToolRegistry) -> None:
     async def sleeper() -> None:
         await asyncio.sleep(10)
 
-    registry.after(lambda ctx, outcome: seen.append(type(outcome).__name__) or outcome)
+    def observe(ctx: ToolContext, outcome: Any) -> Any:
+        seen.append(type(outcome).__name__)
+        return outcome
+
+    registry.after(observe)
     ctx = ToolContext()
     threading.Timer(0.05, ctx.cancel).start()
     assert registry.invoke("sleeper", context=ctx).status is CallStatus.CANCELLED

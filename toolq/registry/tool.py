@@ -95,15 +95,16 @@ class Tool:
 
     # -- overridable behaviour ---------------------------------------------------------------
 
-    def execute(self, **arguments: Any) -> Any:
+    # ``*args`` keeps any typed override compatible under mypy; calls pass keywords only
+    def execute(self, *args: Any, **arguments: Any) -> Any:
         """Do the work; override in subclasses."""
         raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
 
-    def preview(self, **arguments: Any) -> dict[str, Any] | None:
+    def preview(self, *args: Any, **arguments: Any) -> dict[str, Any] | None:
         """Describe what the call would do, shown to approvers; ``None`` when not defined."""
         return None
 
-    def validate_args(self, **arguments: Any) -> tuple[bool, str] | None:
+    def validate_args(self, *args: Any, **arguments: Any) -> tuple[bool, str] | None:
         """Extra checks after the schema; return ``(False, reason)`` to refuse."""
         return None
 

@@ -1,0 +1,123 @@
+"""The `toolq` console script, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from anthropic.types import ToolParam
+from pydantic import TypeAdapter
+
+from tests.conftest import ROOT
+from toolq import CallStatus
+
+pytestmark = pytest.mark.e2e
+
+
+def toolq(*args: str, settings, stdin: str | None = None, timeout: float = 60, **env: str):
+    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "toolq", *args], input=stdin, capture_output=True, text=True,
+        env=environ, cwd=ROOT, timeout=timeout,
+    )
+
+
+def test_tools_prints_schemas_in_each_format(settings):
+    done = toolq("tools", "--app", "tests.apps:registry", "--format", "anthropic", settings=settings)
+    assert done.returncode == 0, done.stderr
+    tools = json.loads(done.stdout)
+    assert {t["name"] for t in tools} >= {"echo", "add", "wipe"}
+    for tool in tools:
+        TypeAdapter(ToolParam).validate_python(tool)
+    bad = toolq("tools", "--app", "tests.apps:registry", "--format", "cobol", settings=settings)
+    assert bad.returncode != 0 and "unknown format" in bad.stderr
+
+
+def test_bad_app_reference_is_a_clear_error(settings):
+    done = toolq("tools", "--app", "no_such_module:registry", settings=settings)
+    assert done.returncode == 2
+    assert "cannot import 'no_such_module'" in done.stderr
+
+
+def test_check_exit_codes(settings, workers):
+    assert toolq("check", "--risk", "safe", settings=settings).returncode == 1
+    dead = toolq("check", settings=settings, TOOLQ_REDIS_URL="redis://127.0.0.1:1/0")
+    assert dead.returncode == 1 and "does not answer" in dead.stderr
+    workers.start("safe")
+    assert toolq("check", "--risk", "safe", settings=settings).returncode == 0
+    missing = toolq("check", "--risk", "safe,dangerous", settings=settings)
+    assert missing.returncode == 1 and "toolq.dangerous" in missing.stderr
+
+
+def test_dispatch_tail_and_approvals(settings, workers):
+    workers.start()
+    payload = json.dumps([
+        {"id": "c1", "name": "echo", "arguments": {"text": "hi"}},
+        {"id": "c2", "name": "wipe", "arguments": {"target": "t"}},
+    ])
+    done = toolq("dispatch", "--app", "tests.apps:registry", "--run-id", "cli-run", settings=settings,
+                 stdin=payload)
+    assert done.returncode == 0, done.stderr
+    calls = json.loads(done.stdout)["calls"]
+    parked = calls[1]["call_id"]
+    listed = toolq("approvals", "list", "--app", "tests.apps:registry", settings=settings)
+    assert parked in listed.stdout
+    approved = toolq("approvals", "approve", parked, "--by", "ops", "--app", "tests.apps:registry",
+                     settings=settings)
+    assert approved.returncode == 0, approved.stderr
+    again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry", settings=settings)
+    assert again.returncode == 1 and "not awaiting approval" in again.stderr
+    waited = toolq("dispatch", "--app", "tests.apps:registry", "--run-id", "cli-run", "--wait", "20",
+                   "--messages", "openai", settings=settings, stdin=payload)
+    messages = json.loads(waited.stdout)
+    assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]
+    assert "wiped t" in messages[1]["content"]
+    tail = toolq("tail", "cli-run", settings=settings)
+    types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
+    assert types.count("call.succeeded") == 2 and "call.approved" in types
+
+
+def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
+    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT),
+               "TOOLQ_HEARTBEAT_SECONDS": "0.5"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry", "--pool", "threads"],
+        env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        output = "".join(lines)
+        for queue in ("toolq.safe", "toolq.moderate", "toolq.dangerous"):
+            assert queue in output
+        assert toolq("check", settings=settings).returncode == 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        assert toolq("check", settings=settings).returncode == 1  # workers withdrew
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_demo_runs_on_an_embedded_redis(tmp_path):
+    environ = {**os.environ, "TOOLQ_REDIS_URL": "redis://127.0.0.1:1/0", "TOOLQ_DEMO_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "toolq", "demo"], capture_output=True, text=True,
+                          env=environ, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "embedded redis-server" in done.stdout
+    assert "call.approved" in done.stdout
+    messages = json.loads(done.stdout[done.stdout.index("[\n"):])
+    assert len(messages) == 3 and all(m["role"] == "tool" for m in messages)
+    assert (tmp_path / "toolq-demo" / "archived.txt").exists()
+    assert CallStatus.SUCCEEDED.value in done.stdout
