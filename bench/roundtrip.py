@@ -65,20 +65,19 @@ class Procs:
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-        """SIGTERM the process group, then SIGKILL whatever is left after ``grace``."""
-        try:
-            pgid = os.getpgid(proc.pid)
-        except ProcessLookupError:
-            pgid = None
-        if pgid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
+        """SIGTERM (Celery's warm shutdown), then SIGKILL the whole group after ``grace``.
+
+        SIGTERM goes to the worker's main process only: it stops its own pool children,
+        where a group-wide SIGTERM would make them die under it as "lost" workers.
+        The group was created with the worker (``start_new_session``), so its id is the pid.
+        """
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        if pgid is not None:
-            # children (prefork pool) may outlive the main process
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
+        # Anything left in the group (a stuck main process, orphaned prefork children).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         if proc in self.procs:
@@ -89,7 +88,10 @@ class Procs:
             self.stop(proc)
 
 
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    """First SIGTERM/SIGINT ends the run; later ones are ignored so the cleanup finishes."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise SystemExit(128 + signum)
 
 
@@ -407,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.redis_url.rstrip("/").endswith("/13"):
         parser.error("database 13 belongs to the test suite; use another one")
 
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
     r = redis.Redis.from_url(args.redis_url)
     r.ping()
     procs = Procs()

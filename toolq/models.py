@@ -92,6 +92,7 @@ class EventType(StrEnum):
     SUCCEEDED = "call.succeeded"
     FAILED = "call.failed"
     CANCELLED = "call.cancelled"
+    PREVIEWED = "call.previewed"
     UNDONE = "call.undone"
     UNDO_FAILED = "call.undo_failed"
 

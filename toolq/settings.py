@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from toolq.models import RiskLevel
+
 
 class Settings(BaseSettings):
     """Configuration for every toolq process; read from ``TOOLQ_*`` environment variables."""
@@ -31,6 +33,12 @@ class Settings(BaseSettings):
 
     approval_timeout: float = Field(3600.0, gt=0)
     """Default approval deadline in seconds."""
+    approvers: dict[str, list[RiskLevel]] | None = None
+    """Who may approve which risk levels (``TOOLQ_APPROVERS`` as JSON); ``None``: anyone."""
+    dangerous_approvals: int = Field(1, ge=1, le=5)
+    """Distinct approvers a DANGEROUS call needs."""
+    audit_maxlen: int = Field(1_000_000, gt=0)
+    """Approximate cap on the audit stream."""
     result_ttl: int = Field(7 * 24 * 3600, gt=0)
     """How long records and event streams of finished runs are kept (seconds)."""
     undo_ttl: int = Field(24 * 3600, gt=0)

@@ -1,19 +1,29 @@
-"""Which calls wait for a human: the tool's own rule, per-run rules, then risk."""
+"""Which calls wait for a human, and who may decide them.
+
+A call's route, first rule that applies: a sticky "always deny/approve this tool in this
+run", the run's list of tools needing approval, the tool's own ``requires_approval`` (bool
+or predicate on the arguments), the run's mode, then the default: DANGEROUS waits.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 from pydantic import BaseModel, Field
 
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.settings import Settings
 
 if TYPE_CHECKING:
     from toolq.registry.tool import Tool
+
+Route = Literal["run", "park", "deny"]
 
 
 class ApprovalMode(StrEnum):
@@ -24,7 +34,7 @@ class ApprovalMode(StrEnum):
     PERMISSIVE = "permissive"
     """Only DANGEROUS calls wait (the default)."""
     AUTO = "auto"
-    """Nothing waits, except tools listed for the run."""
+    """Nothing waits, except tools listed for the run or that ask for it themselves."""
 
 
 class RunRules(BaseModel):
@@ -35,40 +45,99 @@ class RunRules(BaseModel):
     """Tools that need approval in this run (pai-agent-sdk's ``need_user_approve_tools``)."""
     always_approve: list[str] = Field(default_factory=list)
     always_deny: list[str] = Field(default_factory=list)
+    approval_timeout: float | None = Field(None, gt=0)
+    """Deadline for this run's parked calls, in seconds (default: tool's, then settings')."""
+
+
+def digest_arguments(arguments: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a call's arguments: what an approver approves."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class ApprovalPolicy:
-    """Decides whether a call is parked for approval."""
+    """Routes calls (run, park or deny) and says who may decide them."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings) -> None:
         self.redis = client
         self.keys = keys
+        self.settings = settings
+
+    # -- run rules ---------------------------------------------------------------------------
 
     def run_rules(self, run_id: str) -> RunRules:
         """The run's stored rules (defaults when none were set)."""
-        raw = self.redis.get(self.keys.run_settings(run_id))
+        raw: Any = self.redis.get(self.keys.run_settings(run_id))
         return RunRules.model_validate_json(raw) if raw else RunRules()
 
-    def set_run_rules(self, run_id: str, rules: RunRules, ttl: int) -> None:
-        """Store a run's rules."""
-        self.redis.set(self.keys.run_settings(run_id), rules.model_dump_json(), ex=ttl)
+    def set_run_rules(self, run_id: str, rules: RunRules) -> RunRules:
+        """Replace a run's rules."""
+        self.redis.set(
+            self.keys.run_settings(run_id), rules.model_dump_json(), ex=self.settings.result_ttl
+        )
+        return rules
 
-    def needs_approval(self, tool: Tool, arguments: dict[str, Any], rules: RunRules) -> bool:
-        """True when this call must wait for a human."""
+    def update_rules(self, run_id: str, change: Callable[[RunRules], object]) -> RunRules:
+        """Change a run's rules atomically (optimistic transaction on the rules key)."""
+        key = self.keys.run_settings(run_id)
+        updated = RunRules()
+
+        def apply(pipe: Any) -> None:
+            nonlocal updated
+            raw = pipe.get(key)
+            updated = RunRules.model_validate_json(raw) if raw else RunRules()
+            change(updated)
+            for name in ("always_approve", "always_deny", "approve_tools"):
+                setattr(updated, name, sorted(set(getattr(updated, name))))
+            pipe.multi()
+            pipe.set(key, updated.model_dump_json(), ex=self.settings.result_ttl)
+
+        self.redis.transaction(apply, key)
+        return updated
+
+    def export_state(self, run_id: str) -> dict[str, Any]:
+        """The run's approval state, to save with a session and restore later."""
+        return self.run_rules(run_id).model_dump(mode="json")
+
+    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
+        """Restore what ``export_state`` returned (for this or another run id)."""
+        return self.set_run_rules(run_id, RunRules.model_validate(state))
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def route(self, tool: Tool, arguments: dict[str, Any], rules: RunRules) -> Route:
+        """Run now, park for approval, or deny by a standing rule."""
+        if tool.name in rules.always_deny:
+            return "deny"
         if tool.name in rules.always_approve:
-            return False
+            return "run"
         if tool.name in rules.approve_tools:
-            return True
+            return "park"
         own = tool.needs_approval(arguments)
         if own is not None:
-            return own
+            return "park" if own else "run"
         if rules.mode is ApprovalMode.AUTO:
-            return False
+            return "run"
         if rules.mode is ApprovalMode.STRICT:
-            return tool.risk is not RiskLevel.SAFE
-        return tool.risk is RiskLevel.DANGEROUS
+            return "park" if tool.risk is not RiskLevel.SAFE else "run"
+        return "park" if tool.risk is RiskLevel.DANGEROUS else "run"
 
+    def deadline_seconds(self, tool: Tool, rules: RunRules) -> float:
+        """How long a parked call may wait: the tool's, the run's, then the default."""
+        return tool.approval_timeout or rules.approval_timeout or self.settings.approval_timeout
 
-def dumps_rules(rules: RunRules) -> str:
-    """JSON of a run's rules (for export with the run's state)."""
-    return json.dumps(rules.model_dump(mode="json"))
+    # -- deciders ----------------------------------------------------------------------------
+
+    def refusal(self, risk: RiskLevel, submitter: str | None, by: str) -> str | None:
+        """Why ``by`` may not decide a call of ``risk`` submitted by ``submitter`` (or None)."""
+        if not by:
+            return "no_principal"
+        if submitter is not None and by == submitter:
+            return "self_approval"
+        approvers = self.settings.approvers
+        if approvers is not None:
+            if by not in approvers:
+                return "not_an_approver"
+            if risk not in approvers[by]:
+                return f"not_allowed_for_{risk.value}"
+        return None

@@ -1,36 +1,112 @@
-"""``ApprovalStore``: parked calls in Redis, decided by one compare-and-set each."""
+"""``ApprovalStore``: parked calls in Redis, decided by one compare-and-set each.
+
+Only a call still ``awaiting_approval`` and before its deadline can be decided; of any
+number of racing approvers exactly one wins and enqueues. Every decision, refusal and
+expiry is appended to the audit stream.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolq.errors import CallNotFoundError, NotAwaitingApprovalError
-from toolq.models import CallResult, CallStatus, EventType, RiskLevel
-from toolq.results.store import CallStore, record_to_result
+from toolq.approvals.models import ApprovalRequest, AuditEntry
+from toolq.approvals.policy import ApprovalPolicy, digest_arguments
+from toolq.errors import (
+    ApprovalExpiredError,
+    CallNotFoundError,
+    DigestMismatchError,
+    InvalidArgumentsError,
+    NotAuthorizedError,
+    NotAwaitingApprovalError,
+    ToolqError,
+)
+from toolq.models import CallEnvelope, CallResult, CallStatus, RiskLevel
+from toolq.results import scripts
+from toolq.results.store import CallStore, dumps
 
 if TYPE_CHECKING:
+    from toolq.registry.registry import ToolRegistry
     from toolq.workers.app import Publisher
+
+EXPIRED_RESULT = {
+    "error": "approval expired: nobody approved this call before its deadline, so it did not run",
+    "error_type": "approval_expired",
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def redact(arguments: Mapping[str, Any], secrets: str) -> dict[str, Any]:
+    """Arguments with the fields named in ``secrets`` (comma-separated) masked."""
+    hidden = {s for s in secrets.split(",") if s}
+    return {k: ("**********" if k in hidden else v) for k, v in arguments.items()}
+
+
+def to_request(record: dict[str, str]) -> ApprovalRequest:
+    """What approvers see of a call record."""
+    envelope = CallEnvelope.model_validate_json(record["envelope"])
+    secrets = record.get("secrets", "")
+    original = envelope.original_arguments
+    return ApprovalRequest(
+        call_id=envelope.call_id,
+        run_id=envelope.run_id,
+        tool_call_id=envelope.tool_call_id,
+        name=envelope.name,
+        risk=envelope.risk,
+        status=CallStatus(record["status"]),
+        arguments=redact(envelope.arguments, secrets),
+        original_arguments=redact(original, secrets) if original is not None else None,
+        digest=record.get("digest", ""),
+        submitter=envelope.principal,
+        created_at=float(record.get("created_at") or envelope.created_at),
+        deadline=float(record["deadline"]) if record.get("deadline") else None,
+        approval_metadata=json.loads(record["approval_metadata"])
+        if record.get("approval_metadata")
+        else None,
+        preview=json.loads(record["preview"]) if record.get("preview") else None,
+        preview_error=record.get("preview_error") or None,
+        diff=json.loads(record["diff"]) if record.get("diff") else None,
+        approvals=json.loads(record["approvers"]) if record.get("approvers") else [],
+        decided_by=record.get("decided_by") or None,
+    )
 
 
 class ApprovalStore:
-    """Lists, approves and denies calls that are ``awaiting_approval``."""
+    """Lists, approves, denies and expires calls that are ``awaiting_approval``."""
 
-    def __init__(self, store: CallStore, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        store: CallStore,
+        publisher: Publisher,
+        registry: ToolRegistry,
+        policy: ApprovalPolicy,
+    ) -> None:
         self.store = store
         self.publisher = publisher
+        self.registry = registry
+        self.policy = policy
+        self.settings = store.settings
         self.keys = store.keys
+        self.redis = store.redis
+        self._decide = self.redis.register_script(scripts.DECIDE)
+        self._expire = self.redis.register_script(scripts.EXPIRE)
+
+    # -- reading -----------------------------------------------------------------------------
 
     def pending(
         self,
         run_id: str | None = None,
         risk: RiskLevel | str | None = None,
         tool: str | None = None,
-    ) -> list[CallResult]:
+    ) -> list[ApprovalRequest]:
         """Calls awaiting a decision, soonest deadline first, optionally filtered."""
-        raw: Any = self.store.redis.zrange(self.keys.pending_approvals, 0, -1)
-        ids = [c.decode() if isinstance(c, bytes) else str(c) for c in raw]
+        raw: Any = self.redis.zrange(self.keys.pending_approvals, 0, -1)
+        ids = [_text(c) for c in raw]
         level = RiskLevel.parse(risk) if risk is not None else None
         out = []
         for record in self.store.records(ids):
@@ -42,23 +118,74 @@ class ApprovalStore:
                 continue
             if tool is not None and record["name"] != tool:
                 continue
-            out.append(record_to_result(record))
+            out.append(to_request(record))
         return out
 
-    def approve(self, call_id: str, by: str, note: str | None = None) -> CallResult:
-        """Approve and enqueue a parked call; exactly one of racing approvers wins."""
+    def get(self, call_id: str) -> ApprovalRequest:
+        """A call as approvers see it (any state)."""
+        [record] = self.store.records([call_id])
+        if record is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        return to_request(record)
+
+    def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
+        """Audit entries, oldest first, after the stream id ``after``."""
+        entries: Any = self.redis.xrange(
+            self.keys.audit_stream, min=f"({after}" if after else "-", count=count
+        )
+        out = []
+        for entry_id, fields in entries:
+            f = {_text(k): _text(v) for k, v in fields.items()}
+            out.append(AuditEntry(id=_text(entry_id), **{**f, "ts": float(f["ts"])}))
+        return out
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def approve(
+        self,
+        call_id: str,
+        by: str,
+        *,
+        arguments: dict[str, Any] | None = None,
+        note: str | None = None,
+        digest: str | None = None,
+        always: bool = False,
+    ) -> CallResult:
+        """Approve a parked call (optionally with edited arguments) and enqueue it.
+
+        ``digest`` names the arguments the approver saw; if they changed, the decision is
+        refused. ``always`` also approves this tool for the rest of the run.
+        """
+        request = self._authorize(call_id, by)
+        envelope = self.store.envelope(call_id)
         data: dict[str, Any] = {"status": CallStatus.QUEUED.value, "by": by, "decision": "approved"}
         if note:
             data["note"] = note
-        self._decide(call_id, CallStatus.QUEUED, EventType.APPROVED, data, None)
-        record: Any = self.store.redis.hmget(self.keys.call(call_id), "risk", "timeout")
-        risk, timeout = (v.decode() if v else "" for v in record)
-        self.publisher.send(call_id, RiskLevel(risk), float(timeout) if timeout else None)
-        self.store.mark_sent([call_id])
+        new_envelope = ""
+        if arguments is not None:
+            tool = self.registry.require(envelope.name)
+            try:
+                tool.validate(arguments)
+            except InvalidArgumentsError:
+                self._audit(request, by, "refused:invalid_arguments")
+                raise
+            edited = envelope.model_copy(
+                update={"arguments": arguments, "original_arguments": envelope.arguments}
+            )
+            new_envelope = edited.model_dump_json()
+            data["edited_arguments"] = tool.redact(arguments)
+        outcome = self._run_decide(request, "approve", by, data, None, new_envelope, digest)
+        if outcome == "ok":
+            self._send(call_id)
+        if always:
+            self.policy.update_rules(
+                envelope.run_id, lambda rules: rules.always_approve.append(envelope.name)
+            )
         return self.store.result(call_id)
 
-    def deny(self, call_id: str, by: str, reason: str) -> CallResult:
-        """Deny a parked call; the model reads ``reason``."""
+    def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
+        """Deny a parked call; the model reads ``reason``; ``always`` denies it for the run."""
+        request = self._authorize(call_id, by)
         message = f"denied by {by}: {reason}" if reason else f"denied by {by}"
         result: dict[str, Any] = {"error": message, "error_type": "approval_denied"}
         data: dict[str, Any] = {
@@ -66,40 +193,176 @@ class ApprovalStore:
             "by": by,
             "decision": "denied",
             "reason": reason,
+            "error": message,
         }
-        self._decide(call_id, CallStatus.DENIED, EventType.DENIED, data, result)
+        self._run_decide(request, "deny", by, data, result, "", None)
+        if always:
+            self.policy.update_rules(
+                request.run_id, lambda rules: rules.always_deny.append(request.name)
+            )
         return self.store.result(call_id)
 
-    def _decide(
+    def decide_run(
         self,
-        call_id: str,
-        to: CallStatus,
-        event: EventType,
+        run_id: str,
+        by: str,
+        *,
+        approve: Sequence[str] = (),
+        deny: Mapping[str, str] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """Decide several parallel calls of a run; each gets its result or its error."""
+        outcomes: dict[str, CallResult | ToolqError] = {}
+        for call_id in approve:
+            outcomes[call_id] = self._attempt(run_id, call_id, lambda c: self.approve(c, by))
+        for call_id, reason in (deny or {}).items():
+            outcomes[call_id] = self._attempt(
+                run_id, call_id, lambda c, r=reason: self.deny(c, by, r)
+            )
+        return outcomes
+
+    def _attempt(self, run_id: str, call_id: str, decide: Any) -> CallResult | ToolqError:
+        try:
+            if self.store.run_id(call_id) != run_id:
+                raise CallNotFoundError(f"call {call_id} is not part of run {run_id}")
+            result: CallResult = decide(call_id)
+            return result
+        except ToolqError as exc:
+            return exc
+
+    def expire_due(self, now: float | None = None, limit: int = 500) -> int:
+        """Expire parked calls past their deadline (the sweeper's step); returns how many."""
+        moment = time.time() if now is None else now
+        due: Any = self.redis.zrangebyscore(
+            self.keys.pending_approvals, 0, moment, start=0, num=limit
+        )
+        expired = 0
+        for raw in due:
+            call_id = _text(raw)
+            run_id = self.store.run_id(call_id)
+            if run_id is None:
+                self.redis.zrem(self.keys.pending_approvals, call_id)
+                continue
+            outcome = self._expire(
+                keys=[
+                    self.keys.call(call_id),
+                    self.keys.run_stream(run_id),
+                    self.keys.pending_approvals,
+                    self.keys.audit_stream,
+                ],
+                args=[
+                    call_id,
+                    repr(moment),
+                    self.keys.run_channel(run_id),
+                    self.settings.stream_maxlen,
+                    self.settings.result_ttl,
+                    dumps(EXPIRED_RESULT),
+                    self.settings.audit_maxlen,
+                ],
+            )
+            expired += _text(outcome) == "expired"
+        return expired
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _authorize(self, call_id: str, by: str) -> ApprovalRequest:
+        request = self.get(call_id)
+        reason = self.policy.refusal(request.risk, request.submitter, by)
+        if reason is not None:
+            self._audit(request, by, f"refused:{reason}")
+            raise NotAuthorizedError(
+                f"{by!r} may not decide call {call_id}: {reason.replace('_', ' ')}",
+                call_id=call_id,
+                by=by,
+            )
+        return request
+
+    def _run_decide(
+        self,
+        request: ApprovalRequest,
+        decision: str,
+        by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
-    ) -> None:
-        data["decided_at"] = time.time()
-        ok, current = self.store.transition(
-            call_id,
-            from_states=[CallStatus.AWAITING_APPROVAL],
-            to=to,
-            event=event,
-            data=data,
-            result=result,
+        envelope: str,
+        digest: str | None,
+    ) -> str:
+        k = self.keys
+        required = self.settings.dangerous_approvals if request.risk is RiskLevel.DANGEROUS else 1
+        reply = self._decide(
+            keys=[
+                k.call(request.call_id),
+                k.run_stream(request.run_id),
+                k.pending_approvals,
+                k.unsent,
+                k.audit_stream,
+            ],
+            args=[
+                request.call_id,
+                decision,
+                by,
+                repr(time.time()),
+                digest or "",
+                required,
+                k.run_channel(request.run_id),
+                self.settings.stream_maxlen,
+                self.settings.result_ttl,
+                dumps({**data, "decided_at": time.time()}),
+                dumps(result) if result is not None else "",
+                envelope,
+                self.settings.audit_maxlen,
+                dumps(EXPIRED_RESULT),
+            ],
         )
-        if not ok:
-            raise NotAwaitingApprovalError(
-                f"call {call_id} is {current}, not awaiting approval",
-                call_id=call_id,
-                status=current,
+        outcome = _text(reply[0])
+        if outcome in ("ok", "partial"):
+            return outcome
+        call_id = request.call_id
+        if outcome == "missing":
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        if outcome == "expired":
+            raise ApprovalExpiredError(
+                f"call {call_id} expired before it was decided", call_id=call_id
             )
+        if outcome == "digest":
+            raise DigestMismatchError(
+                f"call {call_id}: the arguments changed since they were shown (digest "
+                f"{request.digest} is current); review the call again",
+                call_id=call_id,
+                digest=request.digest,
+            )
+        if outcome == "same_approver":
+            raise NotAuthorizedError(
+                f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
+                call_id=call_id,
+                by=by,
+            )
+        raise NotAwaitingApprovalError(
+            f"call {call_id} is {_text(reply[1])}, not awaiting approval",
+            call_id=call_id,
+            status=_text(reply[1]),
+        )
 
-    def get(self, call_id: str) -> CallResult:
-        """The call's current state (any state)."""
-        return self.store.result(call_id)
+    def _send(self, call_id: str) -> None:
+        record: Any = self.redis.hmget(self.keys.call(call_id), "risk", "timeout")
+        risk, timeout = (_text(v) if v else "" for v in record)
+        self.publisher.send(call_id, RiskLevel(risk), float(timeout) if timeout else None)
+        self.store.mark_sent([call_id])
 
-    def require_known(self, call_ids: Sequence[str]) -> None:
-        """Raise ``CallNotFoundError`` for the first unknown id."""
-        for call_id, record in zip(call_ids, self.store.records(call_ids), strict=True):
-            if record is None:
-                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+    def _audit(self, request: ApprovalRequest, by: str, outcome: str) -> None:
+        self.redis.xadd(
+            self.keys.audit_stream,
+            {
+                "call_id": request.call_id,
+                "run_id": request.run_id,
+                "tool": request.name,
+                "by": by,
+                "outcome": outcome,
+                "digest": request.digest,
+                "ts": repr(time.time()),
+            },
+            maxlen=self.settings.audit_maxlen,
+            approximate=True,
+        )
+
+
+__all__ = ["EXPIRED_RESULT", "ApprovalStore", "digest_arguments", "redact", "to_request"]

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
 
-from toolq.approvals.policy import ApprovalPolicy
+from toolq.approvals.models import ApprovalRequest, AuditEntry
+from toolq.approvals.policy import ApprovalMode, ApprovalPolicy, RunRules
 from toolq.approvals.store import ApprovalStore
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
-from toolq.errors import CallNotFoundError
+from toolq.errors import CallNotFoundError, ToolqError, UndoError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat
 from toolq.registry.registry import ToolRegistry
+from toolq.results import scripts
 from toolq.results.connection import redis_client as connect
 from toolq.results.events import EventLog
 from toolq.results.store import CallStore
@@ -89,28 +92,86 @@ class Batch:
 
 
 class Approvals:
-    """``client.approvals``: pending calls and decisions."""
+    """``client.approvals``: parked calls, decisions, per-run rules and the audit trail."""
 
-    def __init__(self, store: ApprovalStore) -> None:
+    def __init__(self, store: ApprovalStore, policy: ApprovalPolicy) -> None:
         self._store = store
+        self._policy = policy
 
     def pending(
         self, run_id: str | None = None, risk: str | None = None, tool: str | None = None
-    ) -> list[CallResult]:
-        """Calls awaiting a decision."""
+    ) -> list[ApprovalRequest]:
+        """Calls awaiting a decision, soonest deadline first."""
         return self._store.pending(run_id=run_id, risk=risk, tool=tool)
 
-    def get(self, call_id: str) -> CallResult:
-        """One call's current state."""
+    def get(self, call_id: str) -> ApprovalRequest:
+        """A call as approvers see it: arguments (redacted), digest, preview, diff."""
         return self._store.get(call_id)
 
-    def approve(self, call_id: str, by: str, note: str | None = None) -> CallResult:
-        """Approve and enqueue; raises ``NotAwaitingApprovalError`` if already decided."""
-        return self._store.approve(call_id, by, note=note)
+    def approve(
+        self,
+        call_id: str,
+        by: str,
+        arguments: dict[str, Any] | None = None,
+        note: str | None = None,
+        digest: str | None = None,
+        *,
+        always: bool = False,
+    ) -> CallResult:
+        """Approve and enqueue; raises if decided already, expired, edited args invalid, ..."""
+        return self._store.approve(
+            call_id, by, arguments=arguments, note=note, digest=digest, always=always
+        )
 
-    def deny(self, call_id: str, by: str, reason: str = "") -> CallResult:
+    def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
         """Deny with a reason the model will read."""
-        return self._store.deny(call_id, by, reason)
+        return self._store.deny(call_id, by, reason, always=always)
+
+    def decide_run(
+        self,
+        run_id: str,
+        by: str,
+        approve: Sequence[str] = (),
+        deny: Mapping[str, str] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """Decide several parallel calls of one run; each maps to its result or error."""
+        return self._store.decide_run(run_id, by, approve=approve, deny=deny)
+
+    def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
+        """The audit trail: every decision, refusal and expiry."""
+        return self._store.audit(count, after)
+
+    def rules(self, run_id: str) -> RunRules:
+        """A run's approval rules."""
+        return self._policy.run_rules(run_id)
+
+    def set_rules(
+        self,
+        run_id: str,
+        *,
+        mode: ApprovalMode | str | None = None,
+        approve_tools: Sequence[str] | None = None,
+        approval_timeout: float | None = None,
+    ) -> RunRules:
+        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
+
+        def change(rules: RunRules) -> None:
+            if mode is not None:
+                rules.mode = ApprovalMode(mode)
+            if approve_tools is not None:
+                rules.approve_tools = list(approve_tools)
+            if approval_timeout is not None:
+                rules.approval_timeout = approval_timeout
+
+        return self._policy.update_rules(run_id, change)
+
+    def export_state(self, run_id: str) -> dict[str, Any]:
+        """A run's approval state (mode, lists, sticky decisions) to save."""
+        return self._policy.export_state(run_id)
+
+    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
+        """Restore a saved approval state onto a run."""
+        return self._policy.restore_state(run_id, state)
 
 
 class Client:
@@ -131,11 +192,13 @@ class Client:
         self.log = EventLog(self.redis, self.keys)
         self.celery = create_celery(self.settings, registry)
         self.publisher = Publisher(self.celery, self.settings)
-        self.policy = ApprovalPolicy(self.redis, self.keys)
+        self.policy = ApprovalPolicy(self.redis, self.keys, self.settings)
         self.dispatcher = Dispatcher(
             registry, self.store, self.publisher, self.settings, self.policy
         )
-        self.approvals = Approvals(ApprovalStore(self.store, self.publisher))
+        self._undo_claim = self.redis.register_script(scripts.UNDO_CLAIM)
+        self.approval_store = ApprovalStore(self.store, self.publisher, registry, self.policy)
+        self.approvals = Approvals(self.approval_store, self.policy)
 
     def dispatch(
         self,
@@ -229,6 +292,43 @@ class Client:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
         return self.store.result(call_id)
 
+    def undo(self, call_id: str, timeout: float | None = 30) -> Event:
+        """Run the call's undo handler on a worker of its risk level; the ``call.undone`` event.
+
+        Raises ``UndoError`` when there is nothing to undo, it was undone already, or the
+        handler failed (with its error).
+        """
+        claim = self._undo_claim(
+            keys=[self.keys.call(call_id), self.keys.undo(call_id)], args=[repr(time.time())]
+        )
+        outcome = claim.decode() if isinstance(claim, bytes) else str(claim)
+        if outcome == "missing":
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        if outcome != "ok":
+            reasons = {
+                "nothing": "it has nothing to undo",
+                "undone": "it was undone already",
+                "in_progress": "an undo is already in progress",
+            }
+            raise UndoError(f"cannot undo call {call_id}: {reasons[outcome]}", call_id=call_id)
+        envelope = self.store.envelope(call_id)
+        after = self.log.last_id(envelope.run_id)
+        self.publisher.send_undo(call_id, envelope.risk)
+        done = {EventType.UNDONE, EventType.UNDO_FAILED}
+        for event in self.log.follow(
+            envelope.run_id,
+            after,
+            stop=lambda e: e.call_id == call_id and e.type in done,
+            timeout=timeout,
+        ):
+            if event.call_id == call_id and event.type is EventType.UNDONE:
+                return event
+            if event.call_id == call_id and event.type is EventType.UNDO_FAILED:
+                raise UndoError(
+                    f"undo of call {call_id} failed: {event.data.get('error')}", call_id=call_id
+                )
+        raise WaitTimeoutError(f"undo of call {call_id} not finished after {timeout}s")
+
     def close(self) -> None:
         """Release connections."""
         self.redis.close()
@@ -279,6 +379,10 @@ class AsyncClient:
         """See ``Client.cancel``."""
         return await asyncio.to_thread(self.sync.cancel, call_id)
 
+    async def undo(self, call_id: str, timeout: float | None = 30) -> Event:
+        """See ``Client.undo``."""
+        return await asyncio.to_thread(self.sync.undo, call_id, timeout)
+
     def events(self, run_id: str, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
         """See ``Client.events``."""
         return _aiter(lambda: self.sync.events(run_id, after, **kwargs))
@@ -324,17 +428,20 @@ class _AsyncApprovals:
     def __init__(self, approvals: Approvals) -> None:
         self.sync = approvals
 
-    async def pending(self, **kwargs: Any) -> list[CallResult]:
+    async def pending(self, **kwargs: Any) -> list[ApprovalRequest]:
         return await asyncio.to_thread(self.sync.pending, **kwargs)
 
-    async def get(self, call_id: str) -> CallResult:
+    async def get(self, call_id: str) -> ApprovalRequest:
         return await asyncio.to_thread(self.sync.get, call_id)
 
     async def approve(self, call_id: str, by: str, **kwargs: Any) -> CallResult:
         return await asyncio.to_thread(self.sync.approve, call_id, by, **kwargs)
 
-    async def deny(self, call_id: str, by: str, reason: str = "") -> CallResult:
-        return await asyncio.to_thread(self.sync.deny, call_id, by, reason)
+    async def deny(self, call_id: str, by: str, reason: str = "", **kwargs: Any) -> CallResult:
+        return await asyncio.to_thread(self.sync.deny, call_id, by, reason, **kwargs)
+
+    async def decide_run(self, run_id: str, by: str, **kwargs: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.decide_run, run_id, by, **kwargs)
 
 
 async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:

@@ -13,11 +13,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from toolq.approvals.policy import RunRules, digest_arguments
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
-from toolq.results.store import CallStore, NewCall
+from toolq.results.store import CallStore, NewCall, dumps
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
@@ -93,6 +94,7 @@ class Dispatcher:
         replies = self.store.create_many(new_calls)
         refs: list[CallRef] = []
         to_send: list[NewCall] = []
+        to_preview: list[NewCall] = []
         duplicate_ids: list[int] = []
         for new, (outcome, value) in zip(new_calls, replies, strict=True):
             env = new.envelope
@@ -103,6 +105,8 @@ class Dispatcher:
             refs.append(CallRef(env.call_id, env.tool_call_id, env.name, new.status))
             if new.status is CallStatus.QUEUED:
                 to_send.append(new)
+            elif new.fields and new.fields.get("preview_state") == "pending":
+                to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
             for i, status in zip(duplicate_ids, statuses, strict=True):
@@ -115,6 +119,8 @@ class Dispatcher:
                 [(n.envelope.call_id, n.envelope.risk, n.timeout) for n in to_send]
             )
             self.store.mark_sent(n.envelope.call_id for n in to_send)
+        for new in to_preview:
+            self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
         formats = {c.format for c in calls}
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None)
 
@@ -126,7 +132,7 @@ class Dispatcher:
         behavior: str | None,
         principal: str | None,
         key: str,
-        run_rules: Any,
+        run_rules: RunRules,
     ) -> NewCall:
         envelope = CallEnvelope(
             call_id=uuid.uuid4().hex,
@@ -167,13 +173,37 @@ class Dispatcher:
         return self._route(tool, envelope, base, key, run_rules)
 
     def _route(
-        self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, run_rules: Any
+        self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, rules: RunRules
     ) -> NewCall:
         data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
         timeout = tool.timeout if tool.timeout is not None else self.settings.default_timeout
-        if self.policy.needs_approval(tool, envelope.arguments, run_rules):
-            deadline = time.time() + (tool.approval_timeout or self.settings.approval_timeout)
+        route = self.policy.route(tool, envelope.arguments, rules)
+        if route == "deny":
+            result = {
+                "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
+                "error_type": "approval_denied",
+            }
+            data.update(status=CallStatus.DENIED.value, by="rule", **result)
+            return NewCall(
+                envelope,
+                CallStatus.DENIED,
+                EventType.DENIED,
+                data,
+                result=result,
+                idempotency_key=key,
+            )
+        if route == "park":
+            deadline = time.time() + self.policy.deadline_seconds(tool, rules)
             data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
+            metadata = tool.approval_metadata()
+            fields = {
+                "digest": digest_arguments(envelope.arguments),
+                "deadline": repr(deadline),
+                "secrets": ",".join(sorted(tool.secret_fields)),
+                "approval_metadata": dumps(metadata) if metadata is not None else "",
+            }
+            if tool.has_preview:
+                fields["preview_state"] = "pending"
             return NewCall(
                 envelope,
                 CallStatus.AWAITING_APPROVAL,
@@ -183,8 +213,11 @@ class Dispatcher:
                 timeout=timeout,
                 deadline=deadline,
                 idempotency_key=key,
+                fields=fields,
             )
         data["status"] = CallStatus.QUEUED.value
+        if tool.name in rules.always_approve:
+            data["approved_by"] = "rule"
         return NewCall(
             envelope,
             CallStatus.QUEUED,

@@ -26,7 +26,7 @@ end
 
 # KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals
 # ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
-#       run_id, name, risk, idempotent, timeout, result
+#       run_id, name, risk, idempotent, timeout, result, extra field/value pairs...
 CREATE = (
     _EMIT
     + """
@@ -36,6 +36,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[8])
 redis.call('HSET', KEYS[2], 'status', ARGV[2], 'envelope', ARGV[3], 'run_id', ARGV[11],
            'name', ARGV[12], 'risk', ARGV[13], 'idempotent', ARGV[14], 'timeout', ARGV[15],
            'created_at', ARGV[9], 'updated_at', ARGV[9], 'attempt', 0, 'recoveries', 0)
+for i = 17, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[2], 'result', ARGV[16], 'finished_at', ARGV[9])
   redis.call('EXPIRE', KEYS[2], ARGV[8])
@@ -173,3 +174,96 @@ emit(KEYS[4], ARGV[3], ARGV[4], 'call.failed', ARGV[1], '{"status":"failed"}', A
 return {outcome}
 """
 )
+
+# A human's decision on a parked call: one compare-and-set, so exactly one of any number of
+# racing approvers wins. Past the deadline the call is expired here and then, not decided.
+# KEYS: call, stream, pending_approvals, unsent, audit
+# ARGV: call_id, decision (approve|deny), by, now, digest ('' = unchecked), required,
+#       channel, maxlen, ttl, event_data, result, envelope ('' = unchanged), audit_maxlen,
+#       expired_result
+DECIDE = (
+    _EMIT
+    + """
+local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'digest', 'approvers', 'run_id',
+                    'name')
+if not f[1] then return {'missing'} end
+local function audit(outcome)
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'call_id', ARGV[1], 'run_id', f[5],
+             'tool', f[6], 'by', ARGV[3], 'outcome', outcome, 'digest', f[3] or '', 'ts', ARGV[4])
+end
+if f[1] ~= 'awaiting_approval' then audit('refused:' .. f[1]); return {'conflict', f[1]} end
+local deadline = tonumber(f[2])
+if deadline and deadline > 0 and tonumber(ARGV[4]) > deadline then
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[14], 'updated_at', ARGV[4],
+             'finished_at', ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[9])
+  emit(KEYS[2], ARGV[7], ARGV[8], 'call.expired', ARGV[1], '{"status":"expired"}', ARGV[4])
+  audit('expired')
+  return {'expired'}
+end
+if ARGV[5] ~= '' and ARGV[5] ~= f[3] then audit('refused:digest_mismatch'); return {'digest'} end
+if ARGV[2] == 'deny' then
+  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', ARGV[11], 'decided_by', ARGV[3],
+             'updated_at', ARGV[4], 'finished_at', ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[9])
+  audit('denied')
+  return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], 'call.denied', ARGV[1], ARGV[10], ARGV[4])}
+end
+local approvers = {}
+if f[4] and f[4] ~= '' then approvers = cjson.decode(f[4]) end
+for _, name in ipairs(approvers) do
+  if name == ARGV[3] then audit('refused:same_approver'); return {'same_approver'} end
+end
+table.insert(approvers, ARGV[3])
+redis.call('HSET', KEYS[1], 'approvers', cjson.encode(approvers), 'updated_at', ARGV[4])
+if #approvers < tonumber(ARGV[6]) then
+  audit('approved:partial')
+  local data = cjson.decode(ARGV[10])
+  data['status'] = 'awaiting_approval'
+  data['approvals'] = #approvers
+  return {'partial', emit(KEYS[2], ARGV[7], ARGV[8], 'call.approved', ARGV[1], cjson.encode(data),
+                          ARGV[4])}
+end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', ARGV[3])
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'envelope', ARGV[12]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+audit('approved')
+return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], 'call.approved', ARGV[1], ARGV[10], ARGV[4])}
+"""
+)
+
+# Expire a parked call whose deadline passed (the sweeper's compare-and-set).
+# KEYS: call, stream, pending_approvals, audit
+# ARGV: call_id, now, channel, maxlen, ttl, result, audit_maxlen
+EXPIRE = (
+    _EMIT
+    + """
+local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'run_id', 'name', 'digest')
+if f[1] ~= 'awaiting_approval' then redis.call('ZREM', KEYS[3], ARGV[1]); return 'gone' end
+if tonumber(f[2]) > tonumber(ARGV[2]) then return 'early' end
+redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[6], 'updated_at', ARGV[2],
+           'finished_at', ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+emit(KEYS[2], ARGV[3], ARGV[4], 'call.expired', ARGV[1], '{"status":"expired"}', ARGV[2])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'call_id', ARGV[1], 'run_id', f[3],
+           'tool', f[4], 'by', 'sweeper', 'outcome', 'expired', 'digest', f[5] or '', 'ts', ARGV[2])
+return 'expired'
+"""
+)
+
+# Claim a call's undo data so it is undone at most once at a time.
+# KEYS: call, undo
+# ARGV: now
+UNDO_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
+local state = redis.call('HGET', KEYS[1], 'undo_state')
+if state == 'requested' then return 'in_progress' end
+if state == 'undone' then return 'undone' end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 'nothing' end
+redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_requested_at', ARGV[1])
+return 'ok'
+"""

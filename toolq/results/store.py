@@ -42,6 +42,7 @@ class NewCall:
     result: dict[str, Any] | None = None
     deadline: float | None = None
     idempotency_key: str = ""
+    fields: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ class CallStore:
                     "1" if call.idempotent else "0",
                     "" if call.timeout is None else repr(call.timeout),
                     dumps(call.result) if call.result is not None else "",
+                    *[item for pair in (call.fields or {}).items() for item in pair],
                 ],
                 client=pipe,
             )
@@ -266,6 +268,35 @@ class CallStore:
         for call_id in call_ids:
             pipe.exists(self.keys.cancel(call_id))
         return [c for c, flag in zip(call_ids, pipe.execute(), strict=True) if flag]
+
+    def emit(
+        self,
+        call_id: str,
+        event: EventType,
+        data: dict[str, Any],
+        fields: dict[str, str] | None = None,
+        delete: Sequence[str] = (),
+    ) -> str:
+        """Append an event that changes no state, with record fields set in the same MULTI."""
+        run_id = self.run_id(call_id)
+        if run_id is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        if fields:
+            pipe.hset(k.call(call_id), mapping=dict[Any, Any](fields))
+        if delete:
+            pipe.delete(*delete)
+        pipe.xadd(
+            k.run_stream(run_id),
+            {"type": event.value, "call_id": call_id, "ts": repr(time.time()), "data": dumps(data)},
+            maxlen=self._maxlen,
+            approximate=True,
+        )
+        replies = pipe.execute()
+        event_id = _text(replies[-1])
+        self.redis.publish(k.run_channel(run_id), event_id)
+        return event_id
 
     # -- state changes from outside the worker ------------------------------------------------
 

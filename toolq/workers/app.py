@@ -10,7 +10,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from kombu.entity import Exchange, Queue
 
-from toolq.keys import TASK_NAME, Keys
+from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
 from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
@@ -45,6 +45,16 @@ class Publisher:
     def send(self, call_id: str, risk: RiskLevel, timeout: float | None = None) -> None:
         """Publish one call."""
         self.send_many([(call_id, risk, timeout)])
+
+    def send_preview(self, call_id: str, risk: RiskLevel) -> None:
+        """Ask a worker of the call's risk level to compute its preview."""
+        self.app.send_task(PREVIEW_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk),
+                           ignore_result=True)
+
+    def send_undo(self, call_id: str, risk: RiskLevel) -> None:
+        """Ask a worker of the call's risk level to run its undo handler."""
+        self.app.send_task(UNDO_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk),
+                           ignore_result=True)
 
 
 class _PerProcess:
@@ -140,6 +150,14 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     @app.task(name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
     def execute(call_id: str) -> None:
         holder.get().run(call_id)
+
+    @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True)
+    def preview(call_id: str) -> None:
+        holder.get().preview(call_id)
+
+    @app.task(name=UNDO_TASK_NAME, ignore_result=True, acks_late=True)
+    def undo(call_id: str) -> None:
+        holder.get().undo(call_id)
 
     app.steps["worker"].add(MaintenanceStep)
     return app

@@ -18,6 +18,8 @@ from typing import Any
 
 import redis
 
+from toolq.approvals.policy import ApprovalPolicy
+from toolq.approvals.store import ApprovalStore
 from toolq.keys import Keys
 from toolq.models import CallStatus, RiskLevel
 from toolq.registry.registry import ToolRegistry
@@ -38,16 +40,18 @@ SWEEP_BATCH = 500
 class Sweeper:
     """One sweep over the recovery sets; used by workers and ``toolq dev``."""
 
-    def __init__(self, store: CallStore, publisher: Publisher) -> None:
+    def __init__(self, store: CallStore, publisher: Publisher, approvals: ApprovalStore) -> None:
         self.store = store
         self.publisher = publisher
+        self.approvals = approvals
         self.keys = store.keys
         self.redis = store.redis
 
     def sweep(self) -> dict[str, int]:
-        """Recover dead workers' calls and re-send unsent ones; returns counts by outcome."""
+        """Expire overdue approvals, recover dead workers' calls, re-send unsent ones."""
         counts: dict[str, int] = {}
         now = time.time()
+        counts["expired"] = self.approvals.expire_due(now)
         overdue: Any = self.redis.zrangebyscore(
             self.keys.running, 0, int(now * 1000), start=0, num=SWEEP_BATCH
         )
@@ -102,7 +106,9 @@ class Maintenance(threading.Thread):
         self.keys = Keys(settings.key_prefix)
         self.redis = redis_client(settings.redis_url)
         self.store = CallStore(self.redis, settings)
-        self.sweeper = Sweeper(self.store, publisher)
+        policy = ApprovalPolicy(self.redis, self.keys, settings)
+        approvals = ApprovalStore(self.store, publisher, registry, policy)
+        self.sweeper = Sweeper(self.store, publisher, approvals)
         self.hostname = hostname
         self.info = json.dumps(
             {

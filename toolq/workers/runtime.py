@@ -7,6 +7,8 @@ store's atomic scripts. A ``LeaseKeeper`` thread renews leases and watches cance
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import logging
 import threading
 import time
@@ -15,17 +17,22 @@ from typing import Any
 
 import redis
 
+from toolq.diff import diff_json, diff_text
+from toolq.errors import UndoError
 from toolq.models import CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
+from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
 from toolq.settings import Settings
-from toolq.workers.executor import Executor, error_message
+from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
 
 CANCEL_POLL_SECONDS = 0.2
+HOOK_TIMEOUT = 60.0
+"""Longest a preview or undo handler may take (seconds)."""
 
 
 class LeaseKeeper(threading.Thread):
@@ -166,3 +173,92 @@ class WorkerRuntime:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+    # -- approvals and undo ------------------------------------------------------------------
+
+    def _resolve(self, value: Any) -> Any:
+        """The value a tool hook (preview, undo) returned, awaited if it is a coroutine."""
+        if inspect.isawaitable(value):
+            return self._loop().run_until_complete(asyncio.wait_for(_awaited(value), HOOK_TIMEOUT))
+        return value
+
+    def preview(self, call_id: str) -> None:
+        """Compute a parked call's preview (and diff) before approvers look at it."""
+        envelope = self.store.envelope(call_id)
+        tool = self.registry.require(envelope.name)
+        ctx = ToolContext(
+            call_id=call_id,
+            run_id=envelope.run_id,
+            tool_name=tool.name,
+            tool_call_id=envelope.tool_call_id,
+            principal=envelope.principal,
+        )
+        fields: dict[str, str]
+        try:
+            arguments = tool.validate(envelope.arguments)
+            shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
+            fields = {"preview_state": "ready", "preview": dumps(shown)}
+            diff = diff_of(shown)
+            if diff is not None:
+                fields["diff"] = dumps(diff)
+            data: dict[str, Any] = {"status": "awaiting_approval", "preview": "ready"}
+        except Exception as exc:
+            log.warning("preview of call %s failed: %s", call_id, exc)
+            fields = {"preview_state": "failed", "preview_error": error_message(exc)}
+            data = {"status": "awaiting_approval", "preview": "failed", "error": error_message(exc)}
+        self.store.emit(call_id, EventType.PREVIEWED, data, fields)
+
+    def undo(self, call_id: str) -> None:
+        """Run the tool's undo handler with the undo data its call returned."""
+        envelope = self.store.envelope(call_id)
+        undo_key = self.store.keys.undo(call_id)
+        raw = self.redis.get(undo_key)
+        ctx = ToolContext(
+            call_id=call_id,
+            run_id=envelope.run_id,
+            tool_name=envelope.name,
+            tool_call_id=envelope.tool_call_id,
+            principal=envelope.principal,
+        )
+        try:
+            if raw is None:
+                raise UndoError(f"call {call_id} has no undo data (expired or never stored)")
+            tool = self.registry.require(envelope.name)
+            if not tool.has_undo:
+                raise UndoError(f"tool {tool.name!r} has no undo handler")
+            name = context_parameter(tool.undo)
+            self._resolve(tool.undo(json.loads(raw), **({name: ctx} if name else {})))
+        except Exception as exc:
+            log.warning("undo of call %s failed: %s", call_id, exc)
+            self.store.emit(
+                call_id,
+                EventType.UNDO_FAILED,
+                {"error": error_message(exc), "error_type": error_type(exc)},
+                {"undo_state": "failed"},
+            )
+            return
+        self.store.emit(
+            call_id, EventType.UNDONE, {"undone": True}, {"undo_state": "undone"}, delete=[undo_key]
+        )
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+def diff_of(preview: Any) -> dict[str, Any] | None:
+    """A diff when a preview describes a change: ``{"before": ..., "after": ...}``.
+
+    Text gives a unified diff; JSON documents give an RFC 6902 patch.
+    """
+    if not isinstance(preview, dict) or "before" not in preview or "after" not in preview:
+        return None
+    before, after = preview["before"], preview["after"]
+    if isinstance(before, str | None) and isinstance(after, str | None):
+        name = str(preview.get("path") or "content")
+        return diff_text(
+            before or "", after or "", fromfile=f"a/{name}", tofile=f"b/{name}"
+        ).to_dict()
+    if isinstance(before, dict | list | None) and isinstance(after, dict | list | None):
+        return diff_json(before, after).to_dict()
+    return None

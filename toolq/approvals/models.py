@@ -1,0 +1,61 @@
+"""Approvals as data: what an approver sees, and the decisions they can make."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from toolq.models import CallStatus, RiskLevel
+
+
+class ApprovalRequest(BaseModel):
+    """A parked call as shown to approvers; secret arguments are redacted."""
+
+    call_id: str
+    run_id: str
+    tool_call_id: str
+    name: str
+    risk: RiskLevel
+    status: CallStatus
+    arguments: dict[str, Any]
+    original_arguments: dict[str, Any] | None = None
+    digest: str
+    submitter: str | None = None
+    created_at: float
+    deadline: float | None = None
+    approval_metadata: dict[str, Any] | None = None
+    preview: Any = None
+    preview_error: str | None = None
+    diff: dict[str, Any] | None = None
+    approvals: list[str] = Field(default_factory=list)
+    decided_by: str | None = None
+
+
+class Approve(BaseModel):
+    """Approve a call, optionally with edited arguments (re-validated before use)."""
+
+    kind: Literal["approve"] = "approve"
+    arguments: dict[str, Any] | None = None
+    note: str | None = None
+    digest: str | None = None
+
+
+class Deny(BaseModel):
+    """Deny a call with a reason the model will read."""
+
+    kind: Literal["deny"] = "deny"
+    reason: str = ""
+
+
+class AuditEntry(BaseModel):
+    """One line of the audit stream: a decision, a refusal or an expiry."""
+
+    id: str
+    call_id: str
+    run_id: str
+    tool: str
+    by: str
+    outcome: str
+    digest: str
+    ts: float
