@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 
 import redis
 
-from toolq import RiskLevel, ToolContext, ToolRegistry
+from pydantic import SecretStr
+
+from toolq import RiskLevel, ToolContext, ToolOutput, ToolRegistry
 
 registry = ToolRegistry()
 
@@ -123,3 +125,76 @@ def sleep_then(seconds: float) -> float:
     """Blocking sleep (not cancellable)."""
     time.sleep(seconds)
     return seconds
+
+
+# -- approvals ------------------------------------------------------------------------------
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _preview_edit(path: str, content: str) -> dict[str, object]:
+    return {"path": path, "before": _read(path) or "", "after": content}
+
+
+def _undo_edit(undo_data: dict[str, object]) -> None:
+    path = str(undo_data["path"])
+    if undo_data["before"] is None:
+        os.remove(path)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(str(undo_data["before"]))
+
+
+@registry.tool(risk=RiskLevel.MODERATE, requires_approval=True, preview=_preview_edit,
+               undo=_undo_edit, approval_metadata={"warning": "overwrites the file"})
+def edit_file(path: str, content: str) -> ToolOutput:
+    """Replace a file's content (approval shows the diff; undo restores it)."""
+    before = _read(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(content)
+    return ToolOutput.ok({"written": len(content)}, undo_metadata={"path": path, "before": before})
+
+
+@registry.tool(risk=RiskLevel.MODERATE, requires_approval=lambda args: args["amount"] > 100)
+def transfer(amount: int, ctx: ToolContext) -> str:
+    """Move money; only large amounts need approval."""
+    record(ctx, "transfer")
+    return f"moved {amount}"
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS)
+def login(user: str, password: SecretStr, ctx: ToolContext) -> str:
+    """Log in (the password is secret)."""
+    record(ctx, "login")
+    return f"{user} logged in with a {len(password.get_secret_value())}-char password"
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS, approval_timeout=1.0)
+def hurry(ctx: ToolContext) -> str:
+    """A dangerous call whose approval must come within a second."""
+    record(ctx, "hurry")
+    return "done"
+
+
+@registry.tool(allowed_behaviors=("doc_edit",))
+def publish(doc: str) -> str:
+    """Only allowed while editing documents."""
+    return f"published {doc}"
+
+
+@registry.tool(category="beta")
+def beta_feature() -> str:
+    """A tool in a category that tests switch off."""
+    return "beta"
+
+
+@registry.tool(is_available=lambda: False)
+def offline() -> str:
+    """Never available."""
+    return "unreachable"
