@@ -20,7 +20,8 @@ pytestmark = pytest.mark.e2e
 
 
 def toolq(*args: str, settings, stdin: str | None = None, timeout: float = 60, **env: str):
-    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT), **env}
+    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT),
+               "COLUMNS": "200", **env}
     return subprocess.run(
         [sys.executable, "-m", "toolq", *args], input=stdin, capture_output=True, text=True,
         env=environ, cwd=ROOT, timeout=timeout,
@@ -121,3 +122,29 @@ def test_demo_runs_on_an_embedded_redis(tmp_path):
     assert len(messages) == 3 and all(m["role"] == "tool" for m in messages)
     assert (tmp_path / "toolq-demo" / "archived.txt").exists()
     assert CallStatus.SUCCEEDED.value in done.stdout
+
+
+def test_approvals_show_diff_and_approve_with_edited_args(settings, workers, tmp_path, wait_for):
+    from tests.apps import registry
+    from toolq import Client
+
+    workers.start()
+    target = tmp_path / "a.txt"
+    target.write_text("one\n")
+    with Client(registry, settings) as client:
+        batch = client.dispatch([{"id": "f", "name": "edit_file",
+                                  "arguments": {"path": str(target), "content": "two\n"}}])
+        call_id = batch.call_ids[0]
+        wait_for(lambda: client.approvals.get(call_id).diff is not None)
+        shown = toolq("approvals", "show", call_id, "--app", "tests.apps:registry", settings=settings)
+        assert shown.returncode == 0, shown.stderr
+        assert "-one" in shown.stdout and "+two" in shown.stdout
+        bad = toolq("approvals", "approve", call_id, "--args", '{"path": 1}', "--app",
+                    "tests.apps:registry", settings=settings)
+        assert bad.returncode == 1 and "invalid arguments" in bad.stderr
+        edited = json.dumps({"path": str(target), "content": "three\n"})
+        ok = toolq("approvals", "approve", call_id, "--by", "ops", "--args", edited, "--app",
+                   "tests.apps:registry", settings=settings)
+        assert ok.returncode == 0, ok.stderr
+        assert batch.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
+    assert target.read_text() == "three\n"

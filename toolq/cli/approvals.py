@@ -1,14 +1,22 @@
-"""``toolq approvals``: list, show, approve and deny parked calls."""
+"""``toolq approvals``: list, show (with preview and diff), approve and deny parked calls."""
 
 from __future__ import annotations
 
-import typer
+import json
+import time
 
-from toolq.cli.common import APP_HELP, load_registry, print_json, settings_for
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from toolq.approvals.models import ApprovalRequest
+from toolq.cli.common import APP_HELP, load_registry, settings_for
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
+console = Console()
 
 _APP = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP)
 _REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL.")
@@ -17,6 +25,39 @@ _REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL.")
 def _client(app: str | None, redis_url: str | None) -> Client:
     settings = settings_for(app, redis_url)
     return Client(load_registry(settings.app), settings)
+
+
+def _left(deadline: float | None) -> str:
+    if deadline is None:
+        return "-"
+    seconds = int(deadline - time.time())
+    return "overdue" if seconds < 0 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def show_request(request: ApprovalRequest) -> None:
+    """Print a parked call: arguments, metadata, preview and diff."""
+    console.print(f"[bold]{request.name}[/bold]  call {request.call_id}  [{request.status.value}]")
+    console.print(
+        f"run {request.run_id}  risk {request.risk.value}  submitted by "
+        f"{request.submitter or '-'}  deadline in {_left(request.deadline)}"
+    )
+    console.print(f"digest {request.digest}")
+    console.print(Syntax(json.dumps(request.arguments, indent=2), "json"))
+    if request.original_arguments is not None:
+        console.print("original arguments:")
+        console.print(Syntax(json.dumps(request.original_arguments, indent=2), "json"))
+    if request.approval_metadata:
+        console.print(f"metadata: {json.dumps(request.approval_metadata)}")
+    if request.approvals:
+        console.print(f"approved so far by: {', '.join(request.approvals)}")
+    if request.preview_error:
+        console.print(f"[red]preview failed:[/red] {request.preview_error}")
+    if request.diff:
+        console.print(f"diff ({request.diff.get('change_summary', '')}):")
+        console.print(Syntax(str(request.diff.get("diff_output", "")), "diff"))
+    elif request.preview is not None:
+        console.print("preview:")
+        console.print(Syntax(json.dumps(request.preview, indent=2), "json"))
 
 
 @approvals.command("list")
@@ -30,18 +71,28 @@ def list_(
     """Pending calls, soonest deadline first."""
     with _client(app, redis_url) as client:
         pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
-        for result in pending:
-            typer.echo(f"{result.call_id}  {result.name:<24} run {result.run_id}")
         if not pending:
-            typer.echo("no calls awaiting approval")
+            console.print("no calls awaiting approval")
+            return
+        table = Table("call", "tool", "risk", "arguments", "run", "left")
+        for request in pending:
+            table.add_row(
+                request.call_id,
+                request.name,
+                request.risk.value,
+                json.dumps(request.arguments)[:60],
+                request.run_id,
+                _left(request.deadline),
+            )
+        console.print(table)
 
 
 @approvals.command()
 def show(call_id: str, app: str | None = _APP, redis_url: str | None = _REDIS) -> None:
-    """One call's record."""
+    """One call with its arguments, preview and diff."""
     with _client(app, redis_url) as client:
         try:
-            print_json(client.approvals.get(call_id).model_dump(mode="json", exclude_none=True))
+            show_request(client.approvals.get(call_id))
         except ToolqError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
@@ -51,15 +102,21 @@ def show(call_id: str, app: str | None = _APP, redis_url: str | None = _REDIS) -
 def approve(
     call_id: str,
     by: str = typer.Option("cli", help="Approver name."),
+    args: str | None = typer.Option(None, "--args", help="Edited arguments as JSON."),
+    digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
     note: str | None = typer.Option(None),
+    always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
     """Approve and enqueue a parked call."""
     with _client(app, redis_url) as client:
         try:
-            result = client.approvals.approve(call_id, by=by, note=note)
-        except ToolqError as exc:
+            arguments = json.loads(args) if args else None
+            result = client.approvals.approve(
+                call_id, by=by, arguments=arguments, note=note, digest=digest, always=always
+            )
+        except (ToolqError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
         typer.echo(f"approved {call_id}: {result.status.value}")
@@ -70,13 +127,14 @@ def deny(
     call_id: str,
     reason: str = typer.Option(..., help="Told to the model."),
     by: str = typer.Option("cli"),
+    always: bool = typer.Option(False, help="Also deny this tool for the rest of the run."),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
     """Deny a parked call with a reason."""
     with _client(app, redis_url) as client:
         try:
-            client.approvals.deny(call_id, by=by, reason=reason)
+            client.approvals.deny(call_id, by=by, reason=reason, always=always)
         except ToolqError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
