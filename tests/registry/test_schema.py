@@ -361,3 +361,19 @@ def test_output_schema_from_a_model() -> None:
     assert out.validate(Sum(total=3)) == {"total": 3}
     with pytest.raises(InvalidOutputError, match="'total' is a required property"):
         out.validate({"sum": 3})
+
+
+def test_strict_mode_nulls_fall_back_to_defaults():
+    from toolq import ToolRegistry
+
+    registry = ToolRegistry()
+
+    @registry.tool
+    def search(query: str, limit: int = 5, lang: str | None = None) -> dict:
+        """Search."""
+        return {"query": query, "limit": limit, "lang": lang}
+
+    result = registry.invoke("search", {"query": "q", "limit": None, "lang": None})
+    assert result.output == {"query": "q", "limit": 5, "lang": None}
+    refused = registry.invoke("search", {"query": None, "limit": 1})
+    assert refused.error_type == "invalid_arguments"

@@ -105,7 +105,22 @@ class ModelSchema:
         )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Return validated keyword arguments; nested models stay model instances."""
+        """Return validated keyword arguments; nested models stay model instances.
+
+        A ``null`` for an optional argument whose default is not ``None`` means "not given"
+        (OpenAI strict mode sends every property), so the default applies.
+        """
+        fields = self.model.model_fields
+        arguments = {
+            name: value
+            for name, value in arguments.items()
+            if not (
+                value is None
+                and name in fields
+                and not fields[name].is_required()
+                and fields[name].default is not None
+            )
+        }
         try:
             instance = self.model.model_validate(arguments)
         except ValidationError as exc:
