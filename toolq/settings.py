@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import RiskLevel
+
+
+class ApiToken(BaseModel):
+    """Who a bearer token stands for and what it may do.
+
+    Roles: ``viewer`` (read), ``submitter`` (dispatch, cancel, undo), ``approver:<risk>``
+    (decide calls of that risk, e.g. ``approver:dangerous``), ``admin`` (everything).
+    """
+
+    principal: str
+    roles: list[str] = Field(default_factory=lambda: ["viewer"])
 
 
 class Settings(BaseSettings):
@@ -52,6 +65,13 @@ class Settings(BaseSettings):
     """Deepest JSON nesting accepted in a payload or arguments."""
     max_calls_per_dispatch: int = Field(10_000, gt=0)
     """Most tool calls in one dispatch."""
+
+    max_string_bytes: int = Field(1024 * 1024, gt=0)
+    """Longest string accepted anywhere in an HTTP request body."""
+    api_tokens: dict[str, ApiToken] | None = None
+    """Bearer tokens of the HTTP API (``TOOLQ_API_TOKENS``, JSON: token → principal, roles)."""
+    api_tokens_file: Path | None = None
+    """A JSON file of the same form, read at start-up."""
 
     sweep_interval: float = Field(1.0, gt=0)
     """How often workers look for expired approvals, lost calls and unenqueued approvals."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from toolq.cli.api import api
 from toolq.cli.approvals import approvals
 from toolq.cli.check import check
 from toolq.cli.demo import demo
@@ -21,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command()(worker)
+app.command()(api)
 app.command()(dev)
 app.command()(demo)
 app.command()(dispatch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 import typer
@@ -13,7 +14,7 @@ from toolq.models import RiskLevel
 from toolq.settings import Settings
 
 
-def live_workers(settings: Settings) -> list[dict[str, object]]:
+def live_workers(settings: Settings) -> list[dict[str, Any]]:
     """Heartbeats of the workers alive now."""
     client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
     try:
@@ -29,7 +30,7 @@ def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
     keys = Keys(settings.key_prefix)
     consumed: set[str] = set()
     for worker in live_workers(settings):
-        consumed.update(worker.get("queues", []))  # type: ignore[arg-type]
+        consumed.update(worker.get("queues", []))
     return [keys.queue_for(level) for level in levels if keys.queue_for(level) not in consumed]
 
 

@@ -43,7 +43,7 @@ def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
     )
 
 
-class _Subscription:
+class Subscription:
     """A pub/sub subscription that re-subscribes after the connection drops."""
 
     def __init__(self, client: redis.Redis, channel: str) -> None:
@@ -115,7 +115,7 @@ class EventLog:
     ) -> Iterator[Event]:
         """Every event after ``after``, then new ones as they come, until ``stop`` or timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        subscription = _Subscription(self.redis, self.keys.run_channel(run_id))
+        subscription = Subscription(self.redis, self.keys.run_channel(run_id))
         try:
             last = after
             while True:
@@ -146,7 +146,7 @@ class EventLog:
         the state read shows up in the stream read that follows.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        subscription = _Subscription(self.redis, self.keys.run_channel(run_id))
+        subscription = Subscription(self.redis, self.keys.run_channel(run_id))
         try:
             last = self.last_id(run_id)
             pending = {

@@ -16,6 +16,8 @@ from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
 from toolq.settings import Settings
 
+RECENT_CALLS = 10_000
+"""How many of the newest calls the recent-calls index (dashboard, metrics) keeps."""
 OUTPUT_IN_EVENT_LIMIT = 4096
 """Outputs up to this many bytes of JSON ride along in the final event; larger ones don't."""
 
@@ -154,7 +156,8 @@ class CallStore:
                 ],
                 client=pipe,
             )
-        return [(_text(r[0]), _text(r[1])) for r in pipe.execute()]
+        pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
+        return [(_text(r[0]), _text(r[1])) for r in pipe.execute()[:-1]]
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:
         """Forget calls that reached the broker (the sweeper re-sends the others)."""

@@ -1,0 +1,68 @@
+"""``create_app(settings, registry)``: HTTP API, ``/healthz``, ``/metrics``, dashboard."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import Depends, FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+
+from toolq.api import errors
+from toolq.api.auth import Authenticator, Principal, load_tokens
+from toolq.api.limits import BodySizeLimit
+from toolq.api.metrics import render
+from toolq.api.routes import build_router
+from toolq.dispatch.client import Client
+from toolq.registry.registry import ToolRegistry
+from toolq.settings import ApiToken, Settings
+
+DASHBOARD = Path(__file__).with_name("dashboard.html")
+
+
+def create_app(
+    settings: Settings,
+    registry: ToolRegistry,
+    *,
+    tokens: dict[str, ApiToken] | None = None,
+    client: Client | None = None,
+) -> FastAPI:
+    """The API over one registry; ``tokens`` adds to those from settings."""
+    client = client or Client(registry, settings)
+    auth = Authenticator({**load_tokens(settings), **(tokens or {})})
+    owned = client
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        owned.close()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="toolq",
+        version="0.1.0",
+        description="Run LLM tool calls on a distributed queue: dispatch, approve, stream.",
+    )
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
+    app.include_router(build_router(client, auth))
+    app.state.client = client
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> JSONResponse:
+        try:
+            client.redis.ping()
+        except Exception as exc:
+            return JSONResponse({"status": "unhealthy", "redis": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics(caller: Principal = Depends(auth)) -> str:  # noqa: B008
+        caller.require_viewer()
+        return await run_in_threadpool(render, client)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> str:
+        return DASHBOARD.read_text(encoding="utf-8") if DASHBOARD.exists() else "toolq"
+
+    return app

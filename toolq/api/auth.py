@@ -1,0 +1,85 @@
+"""Bearer tokens mapped to a principal and roles; role checks for each endpoint."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from toolq.errors import NotAuthorizedError, ToolqError
+from toolq.models import RiskLevel
+from toolq.settings import ApiToken, Settings
+
+
+class AuthenticationError(ToolqError):
+    """No token, or a token nobody issued."""
+
+    code = "unauthenticated"
+
+
+class ForbiddenError(NotAuthorizedError):
+    """A valid token without the role an endpoint needs."""
+
+    code = "forbidden"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of a request."""
+
+    name: str
+    roles: frozenset[str]
+
+    def has(self, role: str) -> bool:
+        """True for the role itself, or for admins."""
+        return "admin" in self.roles or role in self.roles
+
+    def require(self, *roles: str) -> None:
+        """Raise ``ForbiddenError`` unless the caller has one of ``roles``."""
+        if not any(self.has(role) for role in roles):
+            raise ForbiddenError(f"{self.name!r} needs one of the roles: {', '.join(roles)}")
+
+    def require_approver(self, risk: RiskLevel) -> None:
+        """Raise unless the caller may decide calls of ``risk``."""
+        self.require(f"approver:{risk.value}")
+
+    def require_viewer(self) -> None:
+        """Raise unless the caller may read (any role does)."""
+        if not self.roles:
+            raise ForbiddenError(f"{self.name!r} has no role")
+
+
+def load_tokens(settings: Settings) -> dict[str, ApiToken]:
+    """Tokens from ``TOOLQ_API_TOKENS`` and ``TOOLQ_API_TOKENS_FILE``."""
+    tokens = dict(settings.api_tokens or {})
+    if settings.api_tokens_file is not None:
+        raw = json.loads(settings.api_tokens_file.read_text(encoding="utf-8"))
+        tokens.update({k: ApiToken.model_validate(v) for k, v in raw.items()})
+    return tokens
+
+
+def generate_admin_token() -> tuple[str, ApiToken]:
+    """A fresh random admin token (``toolq dev`` / ``toolq api`` print it)."""
+    return f"tq_{secrets.token_urlsafe(24)}", ApiToken(principal="admin", roles=["admin"])
+
+
+class Authenticator:
+    """Resolves a request's bearer token (header, or ``?token=`` for EventSource)."""
+
+    def __init__(self, tokens: dict[str, ApiToken]) -> None:
+        self.tokens = tokens
+
+    def __call__(self, request: Request) -> Principal:
+        """The caller of ``request``; raises ``AuthenticationError``."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        token = value.strip() if scheme.lower() == "bearer" else ""
+        token = token or request.query_params.get("token", "")
+        if not token:
+            raise AuthenticationError("missing bearer token (Authorization: Bearer <token>)")
+        for known, grant in self.tokens.items():
+            if secrets.compare_digest(known, token):
+                return Principal(grant.principal, frozenset(grant.roles))
+        raise AuthenticationError("unknown token")

@@ -1,0 +1,74 @@
+"""Errors as JSON with a stable ``code``; toolq's error tree mapped to HTTP statuses."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from toolq import errors
+from toolq.api.auth import AuthenticationError, ForbiddenError
+
+STATUS: list[tuple[type[errors.ToolqError], int]] = [
+    (AuthenticationError, 401),
+    (ForbiddenError, 403),
+    (errors.NotAuthorizedError, 403),
+    (errors.CallNotFoundError, 404),
+    (errors.ToolNotFoundError, 404),
+    (errors.NotAwaitingApprovalError, 409),
+    (errors.ApprovalExpiredError, 409),
+    (errors.DigestMismatchError, 409),
+    (errors.UndoError, 409),
+    (errors.InvalidArgumentsError, 422),
+    (errors.PayloadError, 400),
+    (errors.WaitTimeoutError, 504),
+]
+
+
+def status_for(exc: errors.ToolqError) -> int:
+    """The HTTP status of a toolq error."""
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 400
+
+
+def error_body(code: str, message: str, **details: object) -> dict[str, object]:
+    """The one shape of every error response."""
+    return {"error": {"code": code, "message": message, **details}}
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn exceptions into JSON errors."""
+
+    @app.exception_handler(errors.ToolqError)
+    async def toolq_error(request: Request, exc: errors.ToolqError) -> JSONResponse:
+        status = status_for(exc)
+        if (
+            isinstance(exc, errors.PayloadError)
+            and "limit is" in exc.message
+            and "bytes" in exc.message
+        ):
+            status = 413
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
+        # Request values that fail toolq's own parsing (formats, risk levels, modes).
+        return JSONResponse(error_body("invalid_request", str(exc)), status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse(error_body("invalid_request", problems), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)

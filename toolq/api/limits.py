@@ -1,0 +1,98 @@
+"""Request limits enforced before anything is parsed or written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolq.api.errors import error_body
+from toolq.dispatch.limits import check_payload
+from toolq.errors import PayloadError
+from toolq.settings import Settings
+
+
+class BodySizeLimit:
+    """Refuse bodies over ``max_payload_bytes`` with 413, by header or while streaming."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, refusing it once its body is too large."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        received = 0
+        refused = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    refused = True
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _TooLarge:
+            if refused:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(
+            error_body("payload_too_large", f"request body over {self.max_bytes} bytes")
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def parse_body(raw: bytes, settings: Settings) -> Any:
+    """Decode a JSON body within the depth and string-size limits."""
+    if not raw:
+        raise PayloadError("empty body: send the model response (or a list of calls) as JSON")
+    payload = check_payload(raw, settings)
+    longest = _longest_string(payload)
+    if longest > settings.max_string_bytes:
+        raise PayloadError(
+            f"a string of {longest} bytes exceeds the limit of {settings.max_string_bytes} bytes"
+        )
+    return payload
+
+
+def _longest_string(value: Any) -> int:
+    longest = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            longest = max(longest, len(item.encode()))
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return longest
