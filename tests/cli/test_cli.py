@@ -84,10 +84,16 @@ def test_dispatch_tail_and_approvals(settings, workers):
 
 
 def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
+    import httpx
+
+    from toolq.cli.stack import _free_port
+
+    port = _free_port()
     environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT),
                "TOOLQ_HEARTBEAT_SECONDS": "0.5"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry", "--pool", "threads"],
+        [sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry", "--pool", "threads",
+         "--port", str(port)],
         env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )
@@ -103,6 +109,18 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
         for queue in ("toolq.safe", "toolq.moderate", "toolq.dangerous"):
             assert queue in output
         assert toolq("check", settings=settings).returncode == 0
+        token = next(line.split()[1] for line in lines if line.strip().startswith("token"))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                tools = httpx.get(f"{url}/v1/tools", headers={"Authorization": f"Bearer {token}"})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert tools.status_code == 200 and tools.json()
+        assert httpx.get(f"{url}/v1/tools").status_code == 401
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
         assert toolq("check", settings=settings).returncode == 1  # workers withdrew

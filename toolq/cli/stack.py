@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -98,6 +99,9 @@ class Stack:
     log_path: str | None = None
     """Where worker output goes; ``None`` lets it through to the terminal."""
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    api: subprocess.Popen[bytes] | None = None
+    api_url: str | None = None
+    api_token: str | None = None
 
     @classmethod
     def start(
@@ -165,8 +169,38 @@ class Stack:
                 raise ConfigurationError("workers did not come up in time")
             time.sleep(0.2)
 
+    def start_api(self, host: str = "127.0.0.1", port: int = 8000) -> None:
+        """Serve the HTTP API and dashboard with a freshly generated admin token."""
+        from toolq.api.auth import generate_admin_token
+
+        token, grant = generate_admin_token()
+        tokens = json.dumps({token: grant.model_dump()})
+        env = {
+            **os.environ,
+            "TOOLQ_REDIS_URL": self.redis_url,
+            "TOOLQ_APP": self.app,
+            "TOOLQ_API_TOKENS": tokens,
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "toolq",
+            "api",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--log-level",
+            self.loglevel,
+        ]
+        self.api = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+        self.api_url = f"http://{host}:{port}"
+        self.api_token = token
+
     def stop(self) -> None:
-        """SIGTERM the workers (warm shutdown), then stop embedded Redis."""
+        """SIGTERM the workers (warm shutdown) and the API, then stop embedded Redis."""
+        if self.api is not None and self.api.poll() is None:
+            self.api.send_signal(signal.SIGTERM)
         for proc in self.workers.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
