@@ -80,6 +80,8 @@ class Workers:
         pool: str = "threads",
         concurrency: int = 2,
         wait: bool = True,
+        log: Path | None = None,
+        loglevel: str = "warning",
         **env: str,
     ) -> subprocess.Popen[bytes]:
         environ = {
@@ -104,9 +106,11 @@ class Workers:
             "--concurrency",
             str(concurrency),
             "--loglevel",
-            "warning",
+            loglevel,
         ]
-        proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True)
+        out = open(log, "ab") if log is not None else None  # noqa: SIM115 - child keeps it
+        proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,
+                                stdout=out, stderr=subprocess.STDOUT if out else None)
         self.procs.append(proc)
         if wait:
             self.wait_ready([RiskLevel.parse(x) for x in risk.split(",")], proc)
