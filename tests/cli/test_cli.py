@@ -20,16 +20,28 @@ pytestmark = pytest.mark.e2e
 
 
 def toolq(*args: str, settings, stdin: str | None = None, timeout: float = 60, **env: str):
-    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT),
-               "COLUMNS": "200", **env}
+    environ = {
+        **os.environ,
+        "TOOLQ_REDIS_URL": settings.redis_url,
+        "PYTHONPATH": str(ROOT),
+        "COLUMNS": "200",
+        **env,
+    }
     return subprocess.run(
-        [sys.executable, "-m", "toolq", *args], input=stdin, capture_output=True, text=True,
-        env=environ, cwd=ROOT, timeout=timeout,
+        [sys.executable, "-m", "toolq", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+        timeout=timeout,
     )
 
 
 def test_tools_prints_schemas_in_each_format(settings):
-    done = toolq("tools", "--app", "tests.apps:registry", "--format", "anthropic", settings=settings)
+    done = toolq(
+        "tools", "--app", "tests.apps:registry", "--format", "anthropic", settings=settings
+    )
     assert done.returncode == 0, done.stderr
     tools = json.loads(done.stdout)
     assert {t["name"] for t in tools} >= {"echo", "add", "wipe"}
@@ -57,24 +69,52 @@ def test_check_exit_codes(settings, workers):
 
 def test_dispatch_tail_and_approvals(settings, workers):
     workers.start()
-    payload = json.dumps([
-        {"id": "c1", "name": "echo", "arguments": {"text": "hi"}},
-        {"id": "c2", "name": "wipe", "arguments": {"target": "t"}},
-    ])
-    done = toolq("dispatch", "--app", "tests.apps:registry", "--run-id", "cli-run", settings=settings,
-                 stdin=payload)
+    payload = json.dumps(
+        [
+            {"id": "c1", "name": "echo", "arguments": {"text": "hi"}},
+            {"id": "c2", "name": "wipe", "arguments": {"target": "t"}},
+        ]
+    )
+    done = toolq(
+        "dispatch",
+        "--app",
+        "tests.apps:registry",
+        "--run-id",
+        "cli-run",
+        settings=settings,
+        stdin=payload,
+    )
     assert done.returncode == 0, done.stderr
     calls = json.loads(done.stdout)["calls"]
     parked = calls[1]["call_id"]
     listed = toolq("approvals", "list", "--app", "tests.apps:registry", settings=settings)
     assert parked in listed.stdout
-    approved = toolq("approvals", "approve", parked, "--by", "ops", "--app", "tests.apps:registry",
-                     settings=settings)
+    approved = toolq(
+        "approvals",
+        "approve",
+        parked,
+        "--by",
+        "ops",
+        "--app",
+        "tests.apps:registry",
+        settings=settings,
+    )
     assert approved.returncode == 0, approved.stderr
     again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry", settings=settings)
     assert again.returncode == 1 and "not awaiting approval" in again.stderr
-    waited = toolq("dispatch", "--app", "tests.apps:registry", "--run-id", "cli-run", "--wait", "20",
-                   "--messages", "openai", settings=settings, stdin=payload)
+    waited = toolq(
+        "dispatch",
+        "--app",
+        "tests.apps:registry",
+        "--run-id",
+        "cli-run",
+        "--wait",
+        "20",
+        "--messages",
+        "openai",
+        settings=settings,
+        stdin=payload,
+    )
     messages = json.loads(waited.stdout)
     assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]
     assert "wiped t" in messages[1]["content"]
@@ -89,12 +129,30 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
     from toolq.cli.stack import _free_port
 
     port = _free_port()
-    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT),
-               "TOOLQ_HEARTBEAT_SECONDS": "0.5"}
+    environ = {
+        **os.environ,
+        "TOOLQ_REDIS_URL": settings.redis_url,
+        "PYTHONPATH": str(ROOT),
+        "TOOLQ_HEARTBEAT_SECONDS": "0.5",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry", "--pool", "threads",
-         "--port", str(port)],
-        env=environ, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "toolq",
+            "dev",
+            "--app",
+            "tests.apps:registry",
+            "--pool",
+            "threads",
+            "--port",
+            str(port),
+        ],
+        env=environ,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -130,13 +188,23 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
 
 
 def test_demo_runs_on_an_embedded_redis(tmp_path):
-    environ = {**os.environ, "TOOLQ_REDIS_URL": "redis://127.0.0.1:1/0", "TOOLQ_DEMO_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "toolq", "demo"], capture_output=True, text=True,
-                          env=environ, cwd=ROOT, timeout=120)
+    environ = {
+        **os.environ,
+        "TOOLQ_REDIS_URL": "redis://127.0.0.1:1/0",
+        "TOOLQ_DEMO_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "toolq", "demo"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "embedded redis-server" in done.stdout
     assert "call.approved" in done.stdout
-    messages = json.loads(done.stdout[done.stdout.index("[\n"):])
+    messages = json.loads(done.stdout[done.stdout.index("[\n") :])
     assert len(messages) == 3 and all(m["role"] == "tool" for m in messages)
     assert (tmp_path / "toolq-demo" / "archived.txt").exists()
     assert CallStatus.SUCCEEDED.value in done.stdout
@@ -150,19 +218,46 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, workers, tmp
     target = tmp_path / "a.txt"
     target.write_text("one\n")
     with Client(registry, settings) as client:
-        batch = client.dispatch([{"id": "f", "name": "edit_file",
-                                  "arguments": {"path": str(target), "content": "two\n"}}])
+        batch = client.dispatch(
+            [
+                {
+                    "id": "f",
+                    "name": "edit_file",
+                    "arguments": {"path": str(target), "content": "two\n"},
+                }
+            ]
+        )
         call_id = batch.call_ids[0]
         wait_for(lambda: client.approvals.get(call_id).diff is not None)
-        shown = toolq("approvals", "show", call_id, "--app", "tests.apps:registry", settings=settings)
+        shown = toolq(
+            "approvals", "show", call_id, "--app", "tests.apps:registry", settings=settings
+        )
         assert shown.returncode == 0, shown.stderr
         assert "-one" in shown.stdout and "+two" in shown.stdout
-        bad = toolq("approvals", "approve", call_id, "--args", '{"path": 1}', "--app",
-                    "tests.apps:registry", settings=settings)
+        bad = toolq(
+            "approvals",
+            "approve",
+            call_id,
+            "--args",
+            '{"path": 1}',
+            "--app",
+            "tests.apps:registry",
+            settings=settings,
+        )
         assert bad.returncode == 1 and "invalid arguments" in bad.stderr
         edited = json.dumps({"path": str(target), "content": "three\n"})
-        ok = toolq("approvals", "approve", call_id, "--by", "ops", "--args", edited, "--app",
-                   "tests.apps:registry", settings=settings)
+        ok = toolq(
+            "approvals",
+            "approve",
+            call_id,
+            "--by",
+            "ops",
+            "--args",
+            edited,
+            "--app",
+            "tests.apps:registry",
+            settings=settings,
+        )
         assert ok.returncode == 0, ok.stderr
         assert batch.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
     assert target.read_text() == "three\n"

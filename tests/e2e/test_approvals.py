@@ -104,8 +104,9 @@ def test_expiry_without_sweeper_happens_once_one_runs(client, workers, r):
 def test_pending_calls_survive_restart_of_every_process(workers, r):
     first = new_client()
     workers.start()
-    batch = first.dispatch(call("wipe", "s1", target="prod") + call("wipe", "s2", target="dev"),
-                           run_id="restart-run")
+    batch = first.dispatch(
+        call("wipe", "s1", target="prod") + call("wipe", "s2", target="dev"), run_id="restart-run"
+    )
     first.close()
     workers.stop_all()
     second = new_client()  # a new process: nothing in memory
@@ -198,13 +199,20 @@ def test_denial_reason_reaches_the_model(client, workers):
 
 def test_decide_run_mixes_approvals_and_denials(client, workers):
     workers.start()
-    batch = client.dispatch(call("wipe", "m1", target="a") + call("wipe", "m2", target="b")
-                            + call("wipe", "m3", target="c"))
+    batch = client.dispatch(
+        call("wipe", "m1", target="a")
+        + call("wipe", "m2", target="b")
+        + call("wipe", "m3", target="c")
+    )
     a, b, c = batch.call_ids
     outcomes = client.approvals.decide_run(batch.run_id, by="alice", approve=[a, c], deny={b: "no"})
     assert outcomes[a].status is CallStatus.QUEUED or outcomes[a].status.is_final
     results = batch.wait(timeout=20)
-    assert [x.status for x in results] == [CallStatus.SUCCEEDED, CallStatus.DENIED, CallStatus.SUCCEEDED]
+    assert [x.status for x in results] == [
+        CallStatus.SUCCEEDED,
+        CallStatus.DENIED,
+        CallStatus.SUCCEEDED,
+    ]
     again = client.approvals.decide_run(batch.run_id, by="alice", approve=[a])
     assert isinstance(again[a], NotAwaitingApprovalError)
 
@@ -213,7 +221,9 @@ def test_file_edit_preview_diff_and_undo(client, workers, tmp_path: Path, wait_f
     workers.start()
     target = tmp_path / "notes.txt"
     target.write_text("hello\nworld\n")
-    batch = client.dispatch(call("edit_file", "f1", path=str(target), content="hello\nthere\nworld\n"))
+    batch = client.dispatch(
+        call("edit_file", "f1", path=str(target), content="hello\nthere\nworld\n")
+    )
     call_id = batch.call_ids[0]
     wait_for(lambda: client.approvals.get(call_id).preview is not None, message="no preview")
     shown = client.approvals.get(call_id)
@@ -255,8 +265,10 @@ def test_policy_modes_lists_and_sticky_decisions_survive_restart(workers, r):
     second.approvals.deny(denied.call_ids[0], by="alice", reason="no logins", always=True)
     second.close()
     third = new_client()
-    again = third.dispatch(call("wipe", "s3", target="2") + call("login", "s4", user="u", password="p"),
-                           run_id="sticky-run")
+    again = third.dispatch(
+        call("wipe", "s3", target="2") + call("login", "s4", user="u", password="p"),
+        run_id="sticky-run",
+    )
     assert [c.status for c in again.calls] == [CallStatus.QUEUED, CallStatus.DENIED]
     state = third.approvals.export_state("sticky-run")
     assert state["always_approve"] == ["wipe"] and state["always_deny"] == ["login"]

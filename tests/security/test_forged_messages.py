@@ -28,9 +28,17 @@ class Exploit:
 def unsent_call(client, name: str = "wipe", **arguments: object) -> str:
     """A queued call record whose message was never published (ids an attacker could guess)."""
     call_id = uuid.uuid4().hex
-    envelope = CallEnvelope(call_id=call_id, run_id="forged", tool_call_id="x", name=name,
-                            arguments=arguments, risk=RiskLevel.SAFE)
-    client.store.create_many([NewCall(envelope, CallStatus.QUEUED, EventType.QUEUED, {"status": "queued"})])
+    envelope = CallEnvelope(
+        call_id=call_id,
+        run_id="forged",
+        tool_call_id="x",
+        name=name,
+        arguments=arguments,
+        risk=RiskLevel.SAFE,
+    )
+    client.store.create_many(
+        [NewCall(envelope, CallStatus.QUEUED, EventType.QUEUED, {"status": "queued"})]
+    )
     client.store.mark_sent([call_id])
     return call_id
 
@@ -45,10 +53,18 @@ def test_pickle_messages_are_refused_and_never_unpickled(client, workers, r, tmp
         producer = conn.Producer()
         for body in (payload, evil):
             producer.publish(
-                body, routing_key="toolq.safe", exchange="toolq.safe",
-                content_type="application/x-python-serialize", content_encoding="binary",
-                headers={"task": TASK_NAME, "id": uuid.uuid4().hex, "lang": "py",
-                         "argsrepr": "", "kwargsrepr": ""},
+                body,
+                routing_key="toolq.safe",
+                exchange="toolq.safe",
+                content_type="application/x-python-serialize",
+                content_encoding="binary",
+                headers={
+                    "task": TASK_NAME,
+                    "id": uuid.uuid4().hex,
+                    "lang": "py",
+                    "argsrepr": "",
+                    "kwargsrepr": "",
+                },
             )
     time.sleep(2.0)
     assert not marker.exists()

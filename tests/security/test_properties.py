@@ -13,7 +13,9 @@ from toolq.errors import InvalidArgumentsError, PayloadError
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=25,
 )
 
@@ -23,12 +25,22 @@ call_like = st.fixed_dictionaries(
 )
 
 openai_like = st.builds(
-    lambda calls: {"role": "assistant", "tool_calls": [
-        {"id": c["id"], "type": "function",
-         "function": {"name": c["name"], "arguments": c.get("arguments", "{}")
-                      if isinstance(c.get("arguments", "{}"), str) else str(c.get("arguments"))}}
-        for c in calls
-    ]},
+    lambda calls: {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {
+                    "name": c["name"],
+                    "arguments": c.get("arguments", "{}")
+                    if isinstance(c.get("arguments", "{}"), str)
+                    else str(c.get("arguments")),
+                },
+            }
+            for c in calls
+        ],
+    },
     st.lists(call_like, max_size=4),
 )
 

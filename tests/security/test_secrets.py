@@ -49,23 +49,33 @@ def everything_in_redis(r) -> list[bytes]:
 def test_secret_arguments_never_leak(api, workers, r, tmp_path: Path):  # noqa: F811
     log = tmp_path / "worker.log"
     workers.start(log=log, loglevel="debug")
-    posted = httpx.post(f"{api}/v1/runs/sec/calls", headers=h("agent-t"), json=[
-        {"id": "s1", "name": "login", "arguments": {"user": "ann", "password": SECRET}},
-    ]).json()
+    posted = httpx.post(
+        f"{api}/v1/runs/sec/calls",
+        headers=h("agent-t"),
+        json=[
+            {"id": "s1", "name": "login", "arguments": {"user": "ann", "password": SECRET}},
+        ],
+    ).json()
     call_id = posted["calls"][0]["call_id"]
-    responses = [httpx.get(f"{api}/v1/approvals", headers=h("view-t")).text,
-                 httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("view-t")).text]
+    responses = [
+        httpx.get(f"{api}/v1/approvals", headers=h("view-t")).text,
+        httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("view-t")).text,
+    ]
     approved = httpx.post(f"{api}/v1/approvals/{call_id}/approve", headers=h("alice-t"))
     assert approved.status_code == 200
     deadline = time.monotonic() + 20
-    while httpx.get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["status"] != "succeeded":
+    while (
+        httpx.get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["status"] != "succeeded"
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     responses += [
         approved.text,
         httpx.get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).text,
         httpx.get(f"{api}/v1/runs/sec/calls", headers=h("view-t")).text,
-        httpx.get(f"{api}/v1/runs/sec/events", params={"follow": "false"}, headers=h("view-t")).text,
+        httpx.get(
+            f"{api}/v1/runs/sec/events", params={"follow": "false"}, headers=h("view-t")
+        ).text,
         httpx.get(f"{api}/v1/runs/sec/messages", headers=h("view-t")).text,
         httpx.get(f"{api}/metrics", headers=h("view-t")).text,
         httpx.get(f"{api}/", headers=h("view-t")).text,
