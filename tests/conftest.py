@@ -82,6 +82,7 @@ class Workers:
         wait: bool = True,
         log: Path | None = None,
         loglevel: str = "warning",
+        prefetch: int | None = None,
         **env: str,
     ) -> subprocess.Popen[bytes]:
         environ = {
@@ -107,6 +108,7 @@ class Workers:
             str(concurrency),
             "--loglevel",
             loglevel,
+            *(["--prefetch", str(prefetch)] if prefetch else []),
         ]
         out = open(log, "ab") if log is not None else None  # noqa: SIM115 - child keeps it
         proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,

@@ -69,6 +69,11 @@ class Keys:
         return f"{self.prefix}:unsent"
 
     @property
+    def delivered(self) -> str:
+        """Hash of calls a worker received but has not started: call id → worker hostname."""
+        return f"{self.prefix}:delivered"
+
+    @property
     def sweeper_lock(self) -> str:
         """Short lock so one worker at a time sweeps."""
         return f"{self.prefix}:sweeper:lock"

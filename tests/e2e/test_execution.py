@@ -278,3 +278,20 @@ def test_client_call_and_async_client(client, workers, settings):
     output, types = asyncio.run(main())
     assert output == {"text": "q"}
     assert types == ["call.queued", "call.started", "call.succeeded"]
+
+
+def test_kill9_with_prefetched_calls_resends_them_quickly(client, workers, r, wait_for):
+    victim = workers.start("safe", concurrency=1, prefetch=4)
+    batch = client.dispatch(
+        [{"id": "k", "name": "slow", "arguments": {"seconds": 5}}]
+        + [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(3)]
+    )
+    wait_for(lambda: executions(r, batch.call_ids[0]) == 1, message="slow call never started")
+    wait_for(lambda: r.hlen("toolq:delivered") == 3, message="the echo calls were not prefetched")
+    workers.kill9(victim)
+    started = time.monotonic()
+    workers.start("safe", concurrency=1)
+    results = batch.wait(timeout=30)
+    assert results[0].error_type == "worker_lost"
+    assert [x.status for x in results[1:]] == [CallStatus.SUCCEEDED] * 3
+    assert time.monotonic() - started < 15  # not kombu's visibility timeout (an hour)

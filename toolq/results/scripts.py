@@ -52,11 +52,12 @@ return {'new', id}
 """
 )
 
-# KEYS: call, stream, lease, cancel, running
+# KEYS: call, stream, lease, cancel, running, delivered
 # ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms
 START = (
     _EMIT
     + """
+redis.call('HDEL', KEYS[6], ARGV[1])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
 if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then

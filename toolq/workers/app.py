@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.signals import task_received
 from kombu.entity import Exchange, Queue
 
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
@@ -160,4 +161,31 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         holder.get().undo(call_id)
 
     app.steps["worker"].add(MaintenanceStep)
+    deliveries = _Deliveries(settings)
+
+    @task_received.connect(weak=False)
+    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
+        # Which worker holds a call it has not started yet: if that worker dies, the
+        # sweeper re-sends the call at once instead of after the visibility timeout.
+        if getattr(sender, "app", None) is app and request is not None:
+            deliveries.record(request, sender.hostname)
+
     return app
+
+
+class _Deliveries:
+    """Records, in the worker's main process, which calls each worker has received."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._redis: Any = None
+
+    def record(self, request: Any, hostname: str) -> None:
+        if request.task_name != TASK_NAME or not request.args:
+            return
+        if self._redis is None:
+            from toolq.results.connection import redis_client
+
+            self._redis = redis_client(self.settings.redis_url)
+        self._redis.hset(self.keys.delivered, str(request.args[0]), hostname)

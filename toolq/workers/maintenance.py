@@ -66,7 +66,26 @@ class Sweeper:
         )
         ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
         counts["resent"] = self.resend(ids)
+        counts["orphaned"] = self.resend_orphans()
         return counts
+
+    def resend_orphans(self) -> int:
+        """Re-send calls received by a worker that died before starting them."""
+        held: Any = self.redis.hgetall(self.keys.delivered)
+        if not held:
+            return 0
+        alive = {
+            key.decode().removeprefix(self.keys.worker(""))
+            for key in self.redis.scan_iter(match=self.keys.worker_pattern, count=500)
+        }
+        orphans = [
+            call.decode() for call, host in held.items() if host.decode() not in alive
+        ]
+        if not orphans:
+            return 0
+        self.redis.hdel(self.keys.delivered, *orphans)
+        log.warning("re-sending %d calls held by workers that are gone", len(orphans))
+        return self.resend(orphans)
 
     def resend(self, call_ids: list[str]) -> int:
         """Publish again the calls among ``call_ids`` that are still queued."""
