@@ -1,0 +1,196 @@
+"""``toolq mcp`` driven by the official MCP client: stdio subprocess, real Redis and workers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client as McpClient
+from mcp import StdioServerParameters
+from mcp_types import CallToolResult, TextContent
+
+from tests.conftest import ROOT, Workers
+from toolq import CallStatus, Client, Settings
+
+pytestmark = pytest.mark.e2e
+
+Scenario = Callable[[McpClient], Awaitable[None]]
+
+
+def server_params(settings: Settings, *extra: str) -> StdioServerParameters:
+    env = {
+        **os.environ,
+        "TOOLQ_REDIS_URL": settings.redis_url,
+        "TOOLQ_APP": "tests.apps:registry",
+        "PYTHONPATH": str(ROOT),
+    }
+    argv = ["-m", "toolq", "mcp", "--app", "tests.apps:registry", "--transport", "stdio"]
+    return StdioServerParameters(
+        command=sys.executable, args=[*argv, *extra], env=env, cwd=str(ROOT)
+    )
+
+
+def run(settings: Settings, scenario: Scenario, *extra: str) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with McpClient(server_params(settings, *extra)) as session:
+                await scenario(session)
+
+    anyio.run(main)
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, TextContent))
+
+
+def toolq_meta(result: CallToolResult) -> dict[str, Any]:
+    assert result.meta is not None
+    meta: dict[str, Any] = result.meta["toolq"]
+    return meta
+
+
+def test_tools_list_and_calls_through_the_queue(settings: Settings, workers: Workers) -> None:
+    from tests.apps import registry
+
+    workers.start("safe,moderate")
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: McpClient) -> None:
+        listed = await session.list_tools()
+        tools = {t.name: t for t in listed.tools}
+        expected = {s["name"] for s in registry.schemas("mcp")}
+        assert set(tools) == expected
+        assert {"echo", "add", "wipe"} <= set(tools)
+        assert "beta_feature" in tools and "offline" not in tools  # only active tools
+        for tool in tools.values():
+            assert isinstance(tool.input_schema, dict) and tool.input_schema["type"] == "object"
+        assert tools["add"].input_schema["required"] == ["a", "b"]
+
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        assert not added.is_error
+        assert added.structured_content == {"result": 5}
+        assert text_of(added) == "5"
+        seen["add"] = toolq_meta(added)
+
+        echoed = await session.call_tool("echo", {"text": "hi"})
+        assert not echoed.is_error
+        assert echoed.structured_content == {"text": "hi"}
+
+        unknown = await session.call_tool("nope", {})
+        assert unknown.is_error
+        assert "nope" in text_of(unknown)
+
+        invalid = await session.call_tool("add", {"a": "two", "b": 3})
+        assert invalid.is_error
+
+    run(settings, scenario)
+
+    # The call went through the dispatcher: a real record in Redis, principal and run recorded.
+    with Client(registry, settings) as client:
+        result = client.result(seen["add"]["call_id"])
+        assert result.status is CallStatus.SUCCEEDED and result.output == 5
+        assert result.run_id == seen["add"]["run_id"]
+        assert client.store.envelope(result.call_id).principal == "mcp"
+
+
+def test_dangerous_call_waits_for_approval(settings: Settings, workers: Workers) -> None:
+    from tests.apps import registry
+
+    workers.start("safe,moderate,dangerous")
+
+    async def scenario(session: McpClient) -> None:
+        pending = await session.call_tool("wipe", {"target": "prod"})
+        assert pending.is_error
+        meta = toolq_meta(pending)
+        call_id = meta["call_id"]
+        assert meta["status"] == "awaiting_approval"
+        assert "awaiting approval" in text_of(pending)
+        assert f"toolq approvals approve {call_id}" in text_of(pending)
+
+        # The same call again re-attaches to the parked call: no second approval request.
+        again = await session.call_tool("wipe", {"target": "prod"})
+        assert again.is_error and toolq_meta(again)["call_id"] == call_id
+
+        with Client(registry, settings) as client:
+            assert [p.call_id for p in client.approvals.pending()] == [call_id]
+            await anyio.to_thread.run_sync(lambda: client.approvals.approve(call_id, by="alice"))
+            final = await anyio.to_thread.run_sync(lambda: client.wait([call_id], timeout=20)[0])
+            assert final.status is CallStatus.SUCCEEDED and final.output == "wiped prod"
+            assert int(client.redis.llen(f"test:exec:{call_id}")) == 1
+
+        # Once decided, the identical call returns the parked call's result ...
+        done = await session.call_tool("wipe", {"target": "prod"})
+        assert not done.is_error
+        assert toolq_meta(done)["call_id"] == call_id
+        assert done.structured_content == {"result": "wiped prod"}
+
+        # ... and after that, an identical call is a new call that parks again.
+        fresh = await session.call_tool("wipe", {"target": "prod"})
+        assert fresh.is_error and toolq_meta(fresh)["call_id"] != call_id
+
+    run(settings, scenario, "--approval-wait", "1")
+
+
+def test_approval_within_the_wait_returns_the_result(settings: Settings, workers: Workers) -> None:
+    from tests.apps import registry
+
+    workers.start("safe,moderate,dangerous")
+
+    async def approve_when_parked() -> None:
+        with Client(registry, settings) as client:
+            while not (pending := await anyio.to_thread.run_sync(client.approvals.pending)):
+                await anyio.sleep(0.05)
+            await anyio.to_thread.run_sync(
+                lambda: client.approvals.approve(pending[0].call_id, by="alice")
+            )
+
+    async def scenario(session: McpClient) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(approve_when_parked)
+            result = await session.call_tool("wipe", {"target": "staging"})
+        assert not result.is_error
+        assert result.structured_content == {"result": "wiped staging"}
+
+    run(settings, scenario, "--approval-wait", "30")
+
+
+def test_streamable_http_transport(settings: Settings, workers: Workers) -> None:
+    from toolq.cli.stack import _free_port
+
+    workers.start("safe,moderate")
+    port = _free_port()
+    params = server_params(settings, "--port", str(port))
+    argv = [*params.args]
+    argv[argv.index("stdio")] = "http"
+    proc = subprocess.Popen([sys.executable, *argv], env=params.env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, f"toolq mcp exited with {proc.returncode}"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "toolq mcp --transport http did not come up"
+                time.sleep(0.1)
+
+        async def main() -> None:
+            with anyio.fail_after(30):
+                async with McpClient(f"http://127.0.0.1:{port}/mcp") as session:
+                    names = {t.name for t in (await session.list_tools()).tools}
+                    assert {"echo", "add", "wipe"} <= names
+                    added = await session.call_tool("add", {"a": 20, "b": 22})
+                    assert not added.is_error and added.structured_content == {"result": 42}
+                    assert toolq_meta(added)["run_id"].startswith("mcp-")
+
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(15)

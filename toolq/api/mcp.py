@@ -1,0 +1,195 @@
+"""``create_mcp_server(client)``: the registry as an MCP server, every call through the queue.
+
+``tools/list`` answers with ``registry.schemas("mcp")`` (active tools only). ``tools/call``
+is dispatched like any other provider's call (``Client.dispatch`` of an MCP ``tools/call``
+request), so validation, risk queues, approvals, events and the audit trail all apply; the
+handler waits for the result and renders it with toolq's own MCP renderer.
+
+Runs: calls on one MCP connection share a run. Over HTTP that is the ``Mcp-Session-Id``
+(``mcp-<session id>``); over stdio, and for HTTP requests without a session, it is the
+server's own run (``--run-id``, or ``mcp-<random>`` per server process).
+
+Approvals: a call that needs one is waited on for up to ``approval_wait`` seconds; then the
+tool result is an error naming the call id, for ``toolq approvals approve <id>``. The server
+remembers the calls it answered before they were final (pending, or past ``call_timeout``):
+the same tool with the same arguments in the same run re-attaches to that call instead of
+dispatching a second one, and returns its result once it is final (or the same error while
+it still waits). Once a final result has been returned, an identical call is a new call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from starlette.applications import Starlette
+
+import toolq
+from toolq.dispatch.client import Client
+from toolq.errors import WaitTimeoutError
+from toolq.models import CallResult, CallStatus, ProviderFormat
+
+SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass(frozen=True)
+class McpOptions:
+    """How the MCP server dispatches and waits."""
+
+    run_id: str | None = None
+    """Run of every call; ``None``: per HTTP session, else one random run per process."""
+    principal: str = "mcp"
+    """Submitter recorded on every call (it may not approve its own calls)."""
+    approval_wait: float = 60.0
+    """Seconds to wait for a decision before answering that the call is pending."""
+    call_timeout: float | None = None
+    """Seconds from the request on to wait for a call; ``None``: until it is final."""
+
+
+class McpBridge:
+    """Turns MCP ``tools/list`` and ``tools/call`` into registry schemas and dispatches."""
+
+    def __init__(self, client: Client, options: McpOptions | None = None) -> None:
+        self.client = client
+        self.options = options or McpOptions()
+        self.default_run_id = self.options.run_id or f"mcp-{uuid.uuid4().hex}"
+        self._parked: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def list_tools(self) -> list[types.Tool]:
+        """The active tools as MCP ``Tool`` definitions."""
+        return [types.Tool.model_validate(s) for s in self.client.registry.schemas("mcp")]
+
+    def run_id_for(self, session_id: str | None) -> str:
+        """The run of a connection: fixed, per HTTP session, or the process's own."""
+        if self.options.run_id is None and session_id:
+            return f"mcp-{session_id}"
+        return self.default_run_id
+
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None, run_id: str
+    ) -> dict[str, Any]:
+        """Dispatch one call (or re-attach to its unfinished twin), wait, render it (blocking)."""
+        key = (run_id, _fingerprint(name, arguments))
+        with self._lock:
+            call_id = self._parked.get(key)
+        if call_id is None:
+            payload = {
+                "jsonrpc": "2.0",
+                "id": f"mcp_{uuid.uuid4().hex}",
+                "method": "tools/call",
+                "params": {"name": name, "arguments": dict(arguments or {})},
+            }
+            batch = self.client.dispatch(
+                payload, run_id=run_id, principal=self.options.principal, format="mcp"
+            )
+            call_id = batch.call_ids[0]
+        result = self._settle(call_id, run_id)
+        with self._lock:
+            if not result.is_final:
+                self._parked[key] = call_id
+            else:
+                self._parked.pop(key, None)
+        return render(result)
+
+    def _settle(self, call_id: str, run_id: str) -> CallResult:
+        """Wait for the final result, or give up on a parked call after ``approval_wait``."""
+        start = time.monotonic()
+        while True:
+            result = self.client.result(call_id)
+            if result.is_final:
+                return result
+            elapsed = time.monotonic() - start
+            if result.status is CallStatus.AWAITING_APPROVAL:
+                timeout: float | None = self.options.approval_wait - elapsed
+            elif self.options.call_timeout is not None:
+                timeout = self.options.call_timeout - elapsed
+            else:
+                timeout = None
+            if timeout is not None and timeout <= 0:
+                return result
+            try:
+                return self.client.wait([call_id], timeout=timeout, run_id=run_id)[0]
+            except WaitTimeoutError:
+                continue
+
+
+def render(result: CallResult) -> dict[str, Any]:
+    """A ``CallToolResult`` in wire form, final or not; ``_meta.toolq`` names the call."""
+    meta = {
+        "toolq": {"call_id": result.call_id, "run_id": result.run_id, "status": result.status.value}
+    }
+    if result.is_final:
+        return {**toolq.to_messages([result], ProviderFormat.MCP)[0], "_meta": meta}
+    if result.status is CallStatus.AWAITING_APPROVAL:
+        text = (
+            f"call {result.call_id} ({result.name}) is awaiting approval; a human can approve "
+            f"it with `toolq approvals approve {result.call_id} --by NAME`. Call the tool "
+            "again with the same arguments to get its result."
+        )
+    else:
+        text = f"call {result.call_id} ({result.name}) is still {result.status.value}."
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": meta}
+
+
+def _fingerprint(name: str, arguments: Mapping[str, Any] | None) -> str:
+    canonical = json.dumps([name, arguments or {}], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get(SESSION_HEADER)
+    return str(value) if value else None
+
+
+def create_mcp_server(client: Client, options: McpOptions | None = None) -> Server[Any]:
+    """A low-level MCP server whose tools are the client's registry, run through its queue."""
+    bridge = McpBridge(client, options)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(bridge.list_tools))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        run_id = bridge.run_id_for(_session_id(ctx))
+        rendered = await anyio.to_thread.run_sync(
+            bridge.call_tool, params.name, params.arguments, run_id, abandon_on_cancel=True
+        )
+        return types.CallToolResult.model_validate(rendered)
+
+    return Server(
+        "toolq",
+        version=toolq.__version__,
+        instructions=client.registry.instructions() or None,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    """Serve one MCP client over this process's stdin/stdout."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def http_app(server: Server[Any], host: str = "127.0.0.1") -> Starlette:
+    """The SDK's Streamable HTTP app (endpoint ``/mcp``) for uvicorn."""
+    return server.streamable_http_app(host=host)

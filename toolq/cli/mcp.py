@@ -1,0 +1,56 @@
+"""``toolq mcp``: serve the registry as an MCP server (stdio or Streamable HTTP)."""
+
+from __future__ import annotations
+
+import typer
+
+from toolq.cli.common import APP_HELP, load_registry, settings_for
+
+TRANSPORTS = ("stdio", "http")
+
+
+def mcp(
+    app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
+    transport: str = typer.Option("stdio", help="stdio, or http (Streamable HTTP at /mcp)."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (http)."),
+    port: int = typer.Option(8001, help="Port to listen on (http)."),
+    approval_wait: float = typer.Option(
+        60.0, "--approval-wait", help="Seconds to wait for an approval before answering 'pending'."
+    ),
+    call_timeout: float | None = typer.Option(
+        None,
+        "--call-timeout",
+        help="Seconds to wait for a queued or running call (default: no limit).",
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Run of every call (default: one per MCP session)."
+    ),
+    principal: str = typer.Option("mcp", help="Submitter recorded on every call."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (http)."),
+) -> None:
+    """Serve the tools over MCP; every tools/call goes through the queue and its approvals."""
+    import anyio
+
+    from toolq.api.mcp import McpOptions, create_mcp_server, http_app, serve_stdio
+    from toolq.dispatch.client import Client
+
+    if transport not in TRANSPORTS:
+        raise typer.BadParameter(f"transport must be one of {', '.join(TRANSPORTS)}")
+    settings = settings_for(app, redis_url)
+    registry = load_registry(settings.app)
+    options = McpOptions(
+        run_id=run_id,
+        principal=principal,
+        approval_wait=approval_wait,
+        call_timeout=call_timeout,
+    )
+    with Client(registry, settings) as client:
+        server = create_mcp_server(client, options)
+        if transport == "stdio":
+            anyio.run(serve_stdio, server)
+            return
+        import uvicorn
+
+        typer.echo(f"toolq mcp on http://{host}:{port}/mcp", err=True)
+        uvicorn.run(http_app(server, host), host=host, port=port, log_level=log_level)
