@@ -2,6 +2,7 @@
 
     python bench/roundtrip.py [--calls 300] [--batch 2000] [--pool prefork|threads|solo]
                               [--concurrency 2] [--redis-url redis://127.0.0.1:6379/14]
+                              [--rounds 1] [--batch-timeout 120] [--only raw|toolq] [--json PATH]
 
 1. Raw Celery: a minimal Celery app (bench.apps:raw_celery; Redis broker + Redis result
    backend, JSON, acks_late) and a real ``celery worker`` on queue ``bench.raw``.
@@ -44,7 +45,6 @@ import redis  # noqa: E402
 
 WARMUP = 20
 READY_TIMEOUT = 60.0
-BATCH_TIMEOUT = 600.0
 
 
 # -- process handling ------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
                 task.apply_async(queue=RAW_QUEUE, producer=producer) for _ in range(args.batch)
             ]
         t1 = time.perf_counter()
-        ResultSet(results, app=app).join_native(timeout=BATCH_TIMEOUT)
+        ResultSet(results, app=app).join_native(timeout=args.batch_timeout)
         t2 = time.perf_counter()
         figures.batch_size = args.batch
         figures.batch_send_s = t1 - t0
@@ -282,7 +282,7 @@ def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:
         t0 = time.perf_counter()
         batch = client.dispatch(payload)
         t1 = time.perf_counter()
-        results = batch.wait(timeout=BATCH_TIMEOUT)
+        results = batch.wait(timeout=args.batch_timeout)
         t2 = time.perf_counter()
         bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]
         if bad:
@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="repeat both sides, alternating which goes first (noisy hosts)",
     )
+    parser.add_argument("--batch-timeout", type=float, default=120.0, help="seconds")
     parser.add_argument("--only", choices=("raw", "toolq"), help="run one side only")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args(argv)

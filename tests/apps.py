@@ -198,3 +198,11 @@ def beta_feature() -> str:
 def offline() -> str:
     """Never available."""
     return "unreachable"
+
+
+@registry.tool()
+def picture(caption: str) -> list[object]:
+    """Returns content blocks: text and a (tiny) image."""
+    from toolq import ImageContent, TextContent
+
+    return [TextContent(text=caption), ImageContent(data="iVBORw0KGgo=", mime_type="image/png")]

@@ -5,6 +5,7 @@ each to the queue of its risk level, park the ones that need a human, run them o
 workers, stream every step, and render the results as the provider's own messages.
 """
 
+from toolq.chains import ChainResult, ChainStep, ToolChain
 from toolq.dispatch import (
     AsyncBatch,
     AsyncClient,
@@ -47,6 +48,8 @@ __all__ = [
     "CallRef",
     "CallResult",
     "CallStatus",
+    "ChainResult",
+    "ChainStep",
     "Client",
     "Event",
     "EventType",
@@ -60,6 +63,7 @@ __all__ = [
     "TextContent",
     "Tool",
     "ToolCall",
+    "ToolChain",
     "ToolContext",
     "ToolOutput",
     "ToolRegistry",

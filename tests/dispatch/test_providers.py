@@ -621,3 +621,14 @@ def test_round_trip_mcp() -> None:
     assert call.error == "arguments must be a JSON object, got array"
     (rendered,) = to_messages(_answer([call]), "mcp")
     assert mcp_types.CallToolResult.model_validate(rendered).is_error is True
+
+
+def test_openai_calls_without_type_field_are_read() -> None:
+    from toolq import parse_tool_calls
+
+    calls = parse_tool_calls(
+        [{"id": "call_123", "function": {"name": "store_memory", "arguments": '{"content": "hello"}'}}]
+    )
+    assert [(c.id, c.name, c.arguments, c.format.value) for c in calls] == [
+        ("call_123", "store_memory", {"content": "hello"}, "openai")
+    ]

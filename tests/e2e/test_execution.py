@@ -295,3 +295,13 @@ def test_kill9_with_prefetched_calls_resends_them_quickly(client, workers, r, wa
     assert results[0].error_type == "worker_lost"
     assert [x.status for x in results[1:]] == [CallStatus.SUCCEEDED] * 3
     assert time.monotonic() - started < 15  # not kombu's visibility timeout (an hour)
+
+
+def test_content_blocks_survive_the_round_trip(client, workers):
+    workers.start("safe")
+    batch = client.dispatch([{"id": "p", "name": "picture", "arguments": {"caption": "a cat"}}])
+    [result] = batch.wait(timeout=20)
+    assert [b.type for b in result.content] == ["text", "image"]
+    blocks = batch.to_messages("anthropic")[0]["content"][0]["content"]
+    assert {"type": "text", "text": "a cat"} in blocks
+    assert any(b["type"] == "image" for b in blocks)

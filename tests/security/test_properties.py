@@ -55,8 +55,8 @@ def test_parse_never_raises_anything_but_payload_error(payload: Any) -> None:
     for call in calls:
         assert isinstance(call, ToolCall)
         assert isinstance(call.arguments, dict)
-        if call.error:
-            assert call.arguments == {}
+        if call.error and "JSON" in call.error:
+            assert call.arguments == {}  # undecodable arguments are never half-kept
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api import errors
 from toolq.api.auth import Authenticator, Principal, load_tokens
+from toolq.api.dashboard import build_dashboard_router
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.routes import build_router
@@ -46,6 +47,7 @@ def create_app(
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
     app.include_router(build_router(client, auth))
+    app.include_router(build_dashboard_router(client, auth))
     app.state.client = client
 
     @app.get("/healthz", include_in_schema=False)

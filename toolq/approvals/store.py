@@ -343,9 +343,11 @@ class ApprovalStore:
         )
 
     def _send(self, call_id: str) -> None:
-        record: Any = self.redis.hmget(self.keys.call(call_id), "risk", "timeout")
-        risk, timeout = (_text(v) if v else "" for v in record)
-        self.publisher.send(call_id, RiskLevel(risk), float(timeout) if timeout else None)
+        record: Any = self.redis.hmget(self.keys.call(call_id), "risk", "timeout", "run_id")
+        risk, timeout, run_id = (_text(v) if v else "" for v in record)
+        self.publisher.send(
+            call_id, RiskLevel(risk), float(timeout) if timeout else None, run_id or None
+        )
         self.store.mark_sent([call_id])
 
     def _audit(self, request: ApprovalRequest, by: str, outcome: str) -> None:

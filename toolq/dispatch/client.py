@@ -246,7 +246,7 @@ class Client:
         run = run_id or self.store.run_id(ids[0])
         if run is None:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
-        self.log.wait_final(run, ids, self.store.statuses, timeout)
+        self.log.wait_final(run, ids, timeout)
         return self.store.results(ids)
 
     def result(self, call_id: str) -> CallResult:

@@ -116,7 +116,7 @@ class Dispatcher:
                 )
         if to_send:
             self.publisher.send_many(
-                [(n.envelope.call_id, n.envelope.risk, n.timeout) for n in to_send]
+                [(n.envelope.call_id, n.envelope.risk, n.timeout, run) for n in to_send]
             )
             self.store.mark_sent(n.envelope.call_id for n in to_send)
         for new in to_preview:

@@ -17,9 +17,11 @@ import redis
 
 from toolq.errors import WaitTimeoutError
 from toolq.keys import Keys
-from toolq.models import FINAL_STATUSES, CallStatus, Event, EventType
+from toolq.models import FINAL_STATUSES, Event, EventType
 
 POLL_SECONDS = 1.0
+BLOCK_SECONDS = 5.0
+"""Longest single ``XREAD BLOCK`` of a waiter, so its deadline is checked now and then."""
 """Longest time a reader trusts pub/sub before reading the stream anyway."""
 BATCH = 1000
 
@@ -133,42 +135,43 @@ class EventLog:
         finally:
             subscription.close()
 
-    def wait_final(
-        self,
-        run_id: str,
-        call_ids: Sequence[str],
-        statuses: Callable[[Sequence[str]], Sequence[CallStatus | None]],
-        timeout: float | None,
-    ) -> None:
-        """Block until every call is final, with one subscription for the whole batch.
+    def wait_final(self, run_id: str, call_ids: Sequence[str], timeout: float | None) -> None:
+        """Block until every call is final, reading the run's stream with ``XREAD BLOCK``.
 
-        The newest stream id is read *before* the states, so a call that turns final after
-        the state read shows up in the stream read that follows.
+        One pipelined round trip reads the newest stream id and then the calls' states;
+        Redis runs them in that order, so a call that turns final after its state was read
+        shows up in the stream after that id. Each wake-up is then one round trip that
+        returns the new events themselves: there is nothing to miss and nothing to poll.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        subscription = Subscription(self.redis, self.keys.run_channel(run_id))
-        try:
-            last = self.last_id(run_id)
-            pending = {
-                c
-                for c, s in zip(call_ids, statuses(call_ids), strict=True)
-                if s is None or not s.is_final
-            }
-            while pending:
-                for event in self.read(run_id, last):
-                    last = event.id
-                    if event.call_id in pending and event.data.get("status") in _FINAL_VALUES:
-                        pending.discard(event.call_id)
-                if not pending:
-                    return
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise WaitTimeoutError(
-                        f"{len(pending)} of {len(call_ids)} calls not final after {timeout:g}s",
-                        pending=sorted(pending),
-                    )
-                subscription.wait(
-                    POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining)
+        stream = self.keys.run_stream(run_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrevrange(stream, count=1)
+        for call_id in call_ids:
+            pipe.hget(self.keys.call(call_id), "status")
+        newest, *states = pipe.execute()
+        last = _text(newest[0][0]) if newest else "0-0"
+        pending = {
+            c
+            for c, s in zip(call_ids, states, strict=True)
+            if s is None or _text(s) not in _FINAL_VALUES
+        }
+        while pending:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise WaitTimeoutError(
+                    f"{len(pending)} of {len(call_ids)} calls not final after {timeout:g}s",
+                    pending=sorted(pending),
                 )
-        finally:
-            subscription.close()
+            block = BLOCK_SECONDS if remaining is None else min(BLOCK_SECONDS, remaining)
+            reply: Any = self.redis.xread(
+                {stream: last}, count=BATCH, block=max(1, int(block * 1000))
+            )
+            for _, entries in reply or []:
+                for entry_id, fields in entries:
+                    last = _text(entry_id)
+                    call_id = _text(fields.get(b"call_id", fields.get("call_id", "")))
+                    if call_id in pending:
+                        data = json.loads(fields.get(b"data", fields.get("data")) or "{}")
+                        if data.get("status") in _FINAL_VALUES:
+                            pending.discard(call_id)

@@ -53,13 +53,15 @@ return {'new', id}
 )
 
 # KEYS: call, stream, lease, cancel, running, delivered
-# ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms
+# ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms, run_id
 START = (
     _EMIT
     + """
 redis.call('HDEL', KEYS[6], ARGV[1])
-local status = redis.call('HGET', KEYS[1], 'status')
+local f = redis.call('HMGET', KEYS[1], 'status', 'run_id')
+local status = f[1]
 if not status then return {'missing'} end
+if f[2] ~= ARGV[9] then return {'skip', 'run_mismatch'} end
 if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'result', ARGV[7],
              'updated_at', ARGV[4], 'finished_at', ARGV[4])

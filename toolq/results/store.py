@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from toolq.errors import CallNotFoundError
 from toolq.keys import Keys
@@ -59,19 +60,15 @@ class Started:
 
 def result_payload(result: CallResult) -> dict[str, Any]:
     """The outcome fields of a result, as stored (identity comes from the envelope)."""
-    return result.model_dump(
+    payload = result.model_dump(
         mode="json",
-        include={
-            "output",
-            "error",
-            "error_type",
-            "content",
-            "artifacts",
-            "duration_ms",
-            "attempts",
-        },
+        include={"output", "error", "error_type", "artifacts", "duration_ms", "attempts"},
         exclude_defaults=True,
     )
+    if result.content:
+        # Dumped whole: excluding defaults would drop each block's ``type`` tag.
+        payload["content"] = [block.model_dump(mode="json") for block in result.content]
+    return payload
 
 
 def final_event_data(status: CallStatus, payload: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +100,7 @@ class CallStore:
         self._renew = client.register_script(scripts.RENEW)
         self._transition = client.register_script(scripts.TRANSITION)
         self._recover = client.register_script(scripts.RECOVER)
+        self._scripts = (self._create, self._renew)
 
     @property
     def _maxlen(self) -> int:
@@ -122,42 +120,75 @@ class CallStore:
         """
         k = self.keys
         now = repr(time.time())
-        pipe = self.redis.pipeline(transaction=False)
-        for call in calls:
-            env = call.envelope
-            self._create(
-                keys=[
-                    k.idempotency(env.run_id, call.idempotency_key or env.call_id),
-                    k.call(env.call_id),
-                    k.run_stream(env.run_id),
-                    k.run_calls(env.run_id),
-                    k.recent_calls,
-                    k.unsent,
-                    k.pending_approvals,
-                ],
-                args=[
-                    env.call_id,
-                    call.status.value,
-                    env.model_dump_json(),
-                    call.event.value,
-                    dumps(call.event_data),
-                    k.run_channel(env.run_id),
-                    self._maxlen,
-                    self._ttl,
-                    now,
-                    repr(call.deadline or 0),
-                    env.run_id,
-                    env.name,
-                    env.risk.value,
-                    "1" if call.idempotent else "0",
-                    "" if call.timeout is None else repr(call.timeout),
-                    dumps(call.result) if call.result is not None else "",
-                    *[item for pair in (call.fields or {}).items() for item in pair],
-                ],
-                client=pipe,
-            )
-        pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
-        return [(_text(r[0]), _text(r[1])) for r in pipe.execute()[:-1]]
+
+        def build(pipe: Any) -> None:
+            for call in calls:
+                self._queue_create(pipe, call, now)
+            pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
+
+        return [(_text(r[0]), _text(r[1])) for r in self._execute(build)[:-1]]
+
+    def _queue_create(self, pipe: Any, call: NewCall, now: str) -> None:
+        """Add one CREATE to a pipeline."""
+        k = self.keys
+        env = call.envelope
+        self._eval(
+            pipe,
+            self._create,
+            [
+                k.idempotency(env.run_id, call.idempotency_key or env.call_id),
+                k.call(env.call_id),
+                k.run_stream(env.run_id),
+                k.run_calls(env.run_id),
+                k.recent_calls,
+                k.unsent,
+                k.pending_approvals,
+            ],
+            [
+                env.call_id,
+                call.status.value,
+                env.model_dump_json(),
+                call.event.value,
+                dumps(call.event_data),
+                k.run_channel(env.run_id),
+                self._maxlen,
+                self._ttl,
+                now,
+                repr(call.deadline or 0),
+                env.run_id,
+                env.name,
+                env.risk.value,
+                "1" if call.idempotent else "0",
+                "" if call.timeout is None else repr(call.timeout),
+                dumps(call.result) if call.result is not None else "",
+                *[item for pair in (call.fields or {}).items() for item in pair],
+            ],
+        )
+
+    @staticmethod
+    def _eval(pipe: Any, script: Any, keys: list[str], args: list[Any]) -> None:
+        # EVALSHA straight into the pipeline: redis-py's Script objects would add a
+        # SCRIPT EXISTS round trip to every execute.
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+    def _execute(self, build: Callable[[Any], None]) -> list[Any]:
+        """Build and run a pipeline of EVALSHAs.
+
+        After a Redis restart lost the scripts, load them and run it again (a script that
+        is missing ran nowhere).
+        """
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            build(pipe)
+            try:
+                result: list[Any] = pipe.execute()
+                return result
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                for script in self._scripts:
+                    self.redis.script_load(script.script)
+        raise AssertionError("unreachable")
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:
         """Forget calls that reached the broker (the sweeper re-sends the others)."""
@@ -167,10 +198,15 @@ class CallStore:
 
     # -- worker side -------------------------------------------------------------------------
 
-    def start(self, call_id: str, token: str, cancelled: dict[str, Any]) -> Started:
-        """Take the execution lease and move ``queued`` → ``running``, atomically."""
+    def start(
+        self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None = None
+    ) -> Started:
+        """Take the execution lease and move ``queued`` → ``running``, atomically.
+
+        ``run_id`` comes with the message (saving a lookup) and must match the record.
+        """
         k = self.keys
-        run_id = self.run_id(call_id)
+        run_id = run_id or self.run_id(call_id)
         if run_id is None:
             return Started("missing")
         now = time.time()
@@ -192,6 +228,7 @@ class CallStore:
                 self._maxlen,
                 dumps(cancelled),
                 int(now * 1000),
+                run_id,
             ],
         )
         outcome = _text(reply[0])
@@ -254,15 +291,19 @@ class CallStore:
         k = self.keys
         now_ms = int(time.time() * 1000)
         lease_ms = int(self.settings.lease_seconds * 1000)
-        pipe = self.redis.pipeline(transaction=False)
         ids = list(leases)
-        for call_id in ids:
-            self._renew(
-                keys=[k.lease(call_id), k.running],
-                args=[call_id, leases[call_id], lease_ms, now_ms],
-                client=pipe,
-            )
-        return {call_id: bool(ok) for call_id, ok in zip(ids, pipe.execute(), strict=True)}
+
+        def build(pipe: Any) -> None:
+            for call_id in ids:
+                self._eval(
+                    pipe,
+                    self._renew,
+                    [k.lease(call_id), k.running],
+                    [call_id, leases[call_id], lease_ms, now_ms],
+                )
+
+        replies = self._execute(build)
+        return {call_id: bool(ok) for call_id, ok in zip(ids, replies, strict=True)}
 
     def cancel_requested(self, call_ids: Sequence[str]) -> list[str]:
         """The calls among ``call_ids`` whose durable cancel flag is set."""

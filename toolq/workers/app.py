@@ -27,35 +27,47 @@ class Publisher:
         self.app = app
         self.keys = Keys(settings.key_prefix)
 
-    def send_many(self, calls: Sequence[tuple[str, RiskLevel, float | None]]) -> None:
-        """Publish ``(call_id, risk, timeout)`` triples over one producer connection."""
+    def send_many(self, calls: Sequence[tuple[str, RiskLevel, float | None, str | None]]) -> None:
+        """Publish ``(call_id, risk, timeout, run_id)`` over one producer connection.
+
+        The run id rides along so the worker needs no lookup before it starts the call;
+        the worker checks it against the record.
+        """
         with self.app.producer_or_acquire() as producer:
-            for call_id, risk, timeout in calls:
+            for call_id, risk, timeout, run_id in calls:
                 options: dict[str, Any] = {}
                 if timeout is not None:
                     options["time_limit"] = timeout + HARD_LIMIT_GRACE
                 self.app.send_task(
                     TASK_NAME,
-                    args=[call_id],
+                    args=[call_id, run_id] if run_id else [call_id],
                     queue=self.keys.queue_for(risk),
                     producer=producer,
                     ignore_result=True,
                     **options,
                 )
 
-    def send(self, call_id: str, risk: RiskLevel, timeout: float | None = None) -> None:
+    def send(
+        self,
+        call_id: str,
+        risk: RiskLevel,
+        timeout: float | None = None,
+        run_id: str | None = None,
+    ) -> None:
         """Publish one call."""
-        self.send_many([(call_id, risk, timeout)])
+        self.send_many([(call_id, risk, timeout, run_id)])
 
     def send_preview(self, call_id: str, risk: RiskLevel) -> None:
         """Ask a worker of the call's risk level to compute its preview."""
-        self.app.send_task(PREVIEW_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk),
-                           ignore_result=True)
+        self.app.send_task(
+            PREVIEW_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk), ignore_result=True
+        )
 
     def send_undo(self, call_id: str, risk: RiskLevel) -> None:
         """Ask a worker of the call's risk level to run its undo handler."""
-        self.app.send_task(UNDO_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk),
-                           ignore_result=True)
+        self.app.send_task(
+            UNDO_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk), ignore_result=True
+        )
 
 
 class _PerProcess:
@@ -149,8 +161,8 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     holder = _PerProcess(settings, registry, app)
 
     @app.task(name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
-    def execute(call_id: str) -> None:
-        holder.get().run(call_id)
+    def execute(call_id: str, run_id: str | None = None) -> None:
+        holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True)
     def preview(call_id: str) -> None:

@@ -78,9 +78,7 @@ class Sweeper:
             key.decode().removeprefix(self.keys.worker(""))
             for key in self.redis.scan_iter(match=self.keys.worker_pattern, count=500)
         }
-        orphans = [
-            call.decode() for call, host in held.items() if host.decode() not in alive
-        ]
+        orphans = [call.decode() for call, host in held.items() if host.decode() not in alive]
         if not orphans:
             return 0
         self.redis.hdel(self.keys.delivered, *orphans)
@@ -93,12 +91,13 @@ class Sweeper:
             return 0
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
-            pipe.hmget(self.keys.call(call_id), "status", "risk", "timeout")
-        sends = []
-        for call_id, (status, risk, timeout) in zip(call_ids, pipe.execute(), strict=True):
+            pipe.hmget(self.keys.call(call_id), "status", "risk", "timeout", "run_id")
+        sends: list[tuple[str, RiskLevel, float | None, str | None]] = []
+        for call_id, (status, risk, timeout, run) in zip(call_ids, pipe.execute(), strict=True):
             if status is not None and status.decode() == CallStatus.QUEUED.value:
+                limit = float(timeout) if timeout else None
                 sends.append(
-                    (call_id, RiskLevel(risk.decode()), float(timeout) if timeout else None)
+                    (call_id, RiskLevel(risk.decode()), limit, run.decode() if run else None)
                 )
         if sends:
             self.publisher.send_many(sends)
@@ -138,12 +137,12 @@ class Maintenance(threading.Thread):
                 "pid": os.getpid(),
             }
         )
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
         last_beat = 0.0
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             try:
                 if time.monotonic() - last_beat >= self.settings.heartbeat_seconds:
                     self.heartbeat()
@@ -155,7 +154,7 @@ class Maintenance(threading.Thread):
                 log.warning("maintenance cannot reach Redis: %s", exc)
             except Exception:
                 log.exception("maintenance step failed")
-            self._stop.wait(self.settings.sweep_interval)
+            self._stopping.wait(self.settings.sweep_interval)
 
     def heartbeat(self) -> None:
         """Announce this worker and its queues for a few heartbeat periods."""
@@ -164,6 +163,6 @@ class Maintenance(threading.Thread):
 
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
-        self._stop.set()
+        self._stopping.set()
         with contextlib.suppress(redis.RedisError):
             self.redis.delete(self.keys.worker(self.hostname))

@@ -105,11 +105,11 @@ class WorkerRuntime:
             self._loops.loop = loop
         return loop
 
-    def run(self, call_id: str) -> None:
+    def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
         cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
-        started = self.store.start(call_id, token, cancelled)
+        started = self.store.start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -255,7 +255,7 @@ def diff_of(preview: Any) -> dict[str, Any] | None:
         return None
     before, after = preview["before"], preview["after"]
     if isinstance(before, str | None) and isinstance(after, str | None):
-        name = str(preview.get("path") or "content")
+        name = str(preview.get("path") or "content").lstrip("/")
         return diff_text(
             before or "", after or "", fromfile=f"a/{name}", tofile=f"b/{name}"
         ).to_dict()

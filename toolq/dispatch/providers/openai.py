@@ -20,7 +20,12 @@ EXPECTED = "an OpenAI ChatCompletion, an assistant message with tool_calls, or t
 
 
 def _is_call(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "function" and "function" in item
+    # ``type`` may be missing: stageflow's and other hand-built calls leave it out.
+    return (
+        isinstance(item, dict)
+        and item.get("type", "function") == "function"
+        and isinstance(item.get("function"), dict)
+    )
 
 
 def detect(payload: Any) -> bool:

@@ -1,0 +1,42 @@
+"""Run an example's main() against real workers serving that example's registry."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import Workers
+from toolq import Client, Settings
+
+Runner = Callable[..., tuple[int, ModuleType]]
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """The examples' scratch directory; world-traversable, as sandboxed tools run as nobody."""
+    path = Path(tempfile.mkdtemp(prefix="toolq-examples-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run_example(
+    settings: Settings, workers: Workers, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Runner:
+    """``run_example("stageflow_tools")`` → (main()'s exit code, the example module)."""
+    monkeypatch.setenv("TOOLQ_EXAMPLES_DIR", str(shared_dir))
+
+    def run(name: str) -> tuple[int, ModuleType]:
+        module = importlib.import_module(f"examples.{name}")
+        workers.start(TOOLQ_APP=f"examples.{name}:registry", TOOLQ_EXAMPLES_DIR=str(shared_dir))
+        with Client(module.registry, settings) as client:
+            return module.main(client), module
+
+    return run

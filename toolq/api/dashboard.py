@@ -1,0 +1,136 @@
+"""``GET /v1/overview``: the ops dashboard's one poll.
+
+Queue depth and live workers per risk, the pending-approval count, and the newest calls
+(state, duration, error) from the recent-calls index, filtered by run, tool, risk and state.
+Only small record fields are read: never envelopes, so never arguments or outputs.
+"""
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from starlette.concurrency import run_in_threadpool
+
+from toolq.api.auth import Principal
+from toolq.cli.check import live_workers
+from toolq.dispatch.client import Client
+from toolq.models import CallStatus, RiskLevel
+
+SCAN_CHUNK = 500
+"""Recent-call ids read per round trip while filtering."""
+ERROR_CHARS = 300
+"""An error message is cut to this many characters in the overview."""
+_FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
+    run_id, name, risk, status, created, updated, result = (
+        _text(v) if v is not None else "" for v in values
+    )
+    if not name:
+        return None  # expired record still indexed
+    outcome = json.loads(result) if result else {}
+    error = outcome.get("error")
+    return {
+        "call_id": call_id,
+        "run_id": run_id,
+        "name": name,
+        "risk": risk,
+        "status": status,
+        "created_at": float(created) if created else None,
+        "updated_at": float(updated) if updated else None,
+        "duration_ms": outcome.get("duration_ms"),
+        "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
+    }
+
+
+def recent_calls(
+    client: Client,
+    *,
+    run_id: str | None = None,
+    tool: str | None = None,
+    risk: RiskLevel | None = None,
+    state: CallStatus | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """The newest calls matching every filter given, newest first."""
+    r = client.redis
+    keys = client.keys
+    out: list[dict[str, Any]] = []
+    start = 0
+    while len(out) < limit:
+        raw: Any
+        if run_id is not None:  # a run's own list is short and exact
+            raw = r.lrange(keys.run_calls(run_id), 0, -1) if start == 0 else []
+            raw = list(reversed(raw))
+        else:
+            raw = r.zrevrange(keys.recent_calls, start, start + SCAN_CHUNK - 1)
+        if not raw:
+            break
+        ids = [_text(c) for c in raw]
+        pipe = r.pipeline(transaction=False)
+        for call_id in ids:
+            pipe.hmget(keys.call(call_id), *_FIELDS)
+        for call_id, values in zip(ids, pipe.execute(), strict=True):
+            row = _row(call_id, values)
+            if row is None:
+                continue
+            if tool is not None and row["name"] != tool:
+                continue
+            if risk is not None and row["risk"] != risk.value:
+                continue
+            if state is not None and row["status"] != state.value:
+                continue
+            out.append(row)
+            if len(out) == limit:
+                break
+        start += len(ids)
+    return out
+
+
+def overview(client: Client, **filters: Any) -> dict[str, Any]:
+    """Queues, workers, pending count and recent calls, as the dashboard shows them."""
+    r = client.redis
+    keys = client.keys
+    workers = live_workers(client.settings)
+    return {
+        "queues": {level.value: r.llen(keys.queue_for(level)) for level in RiskLevel},
+        "workers": {
+            level.value: sum(1 for w in workers if keys.queue_for(level) in w.get("queues", []))
+            for level in RiskLevel
+        },
+        "pending_approvals": r.zcard(keys.pending_approvals),
+        "calls": recent_calls(client, **filters),
+    }
+
+
+def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
+    """The JSON endpoints only the dashboard needs."""
+    router = APIRouter(prefix="/v1", tags=["dashboard"])
+    Caller = Annotated[Principal, Depends(auth)]
+
+    @router.get("/overview")
+    async def get_overview(
+        caller: Caller,
+        run_id: str | None = None,
+        tool: str | None = None,
+        risk: str | None = None,
+        state: str | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        """Queue depth and workers per risk, pending approvals, the newest calls."""
+        caller.require_viewer()
+        filters = {
+            "run_id": run_id or None,
+            "tool": tool or None,
+            "risk": RiskLevel.parse(risk) if risk else None,
+            "state": CallStatus(state) if state else None,
+            "limit": limit,
+        }
+        return await run_in_threadpool(lambda: overview(client, **filters))
+
+    return router

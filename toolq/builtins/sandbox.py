@@ -1,0 +1,370 @@
+"""``Sandbox``: run one command under limits, as an unprivileged user, and capture its output.
+
+The model, and what it does not promise:
+
+* **Process tree.** The worker starts a small supervisor (``_supervisor.py``, run with
+  ``python -I -S``) at the head of a new session and process group. The supervisor is a
+  child subreaper: orphaned descendants, even ones that ``setsid`` out of the group, are
+  re-parented to it. When the command exits, times out or is cancelled (the worker sends
+  the supervisor SIGTERM; it also gets SIGTERM if the worker dies), it freezes every
+  descendant with SIGSTOP, SIGKILLs them and reaps them: no process outlives the call, and
+  no zombie is left to count against ``RLIMIT_NPROC`` even under an init that does not
+  reap. If the supervisor has not finished within ``STOP_GRACE`` seconds the worker
+  SIGKILLs the whole process group. (Not ``ToolContext.popen``: its immediate SIGKILL of
+  the group on cancel would kill the supervisor before it reaps.)
+* **Identity.** When the worker runs as root, the command runs as ``SandboxLimits.user`` /
+  ``group`` (default 65534, "nobody"), with no supplementary groups, so it has no
+  capabilities and ``RLIMIT_NPROC`` (a per-uid count) contains a fork bomb. Give each worker
+  host a uid nothing else uses: processes of that uid from concurrent calls share the budget.
+  As a non-root user no identity change is possible: the command runs as the worker's user
+  and may read what that user can (its files, ``/proc/<worker>/environ``); the process cap
+  is then "this many more than the user already runs".
+* **Files.** The workspace is the starting directory, not a jail (no chroot or namespaces):
+  the command sees the filesystem as its user does. As "nobody" it reads what is
+  world-readable and writes only its scratch ``TMPDIR`` (a private directory made per call
+  and removed after it) and whatever you make writable for that user, e.g.
+  ``chown -R 65534:65534 <root>``; toolq does not change ownership of your files. The
+  workspace and its parents must be searchable (``o+x``) by that user.
+* **Environment.** Only an allowlist reaches the command: ``PATH``, ``LANG``, ``HOME`` (the
+  workspace), ``TMPDIR`` and what you pass in ``env``. Nothing of the worker's environment is
+  inherited, so API keys and ``TOOLQ_*`` settings stay out.
+* **Limits** (``SandboxLimits``): wall-clock ``timeout``, ``RLIMIT_CPU``, ``RLIMIT_AS``,
+  ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, no core dumps, and a byte cap on each
+  of stdout and stderr (the rest is read and dropped, and ``truncated`` is set).
+
+Network access is not restricted here; use a network namespace or firewall if needed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolq.builtins.workspace import Workspace
+from toolq.errors import InvalidArgumentsError, ToolExecutionError
+from toolq.models import RiskLevel
+from toolq.registry.context import ToolContext
+from toolq.registry.tool import Tool
+
+SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+STOP_GRACE = 3.0
+"""Seconds the supervisor gets to clean up after SIGTERM before the group is SIGKILLed."""
+DRAIN_AFTER_EXIT = 1.0
+"""Seconds to keep reading pipes after the supervisor exited (an escaped holder)."""
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits and identity of sandboxed commands; the defaults suit small scripts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    timeout: float = Field(60.0, gt=0, description="Wall-clock seconds before the tree is killed.")
+    cpu_seconds: int = Field(30, ge=1, description="RLIMIT_CPU per process.")
+    memory_bytes: int = Field(1 << 30, ge=1 << 20, description="RLIMIT_AS per process.")
+    processes: int = Field(64, ge=1, description="RLIMIT_NPROC: processes the call may add.")
+    file_size_bytes: int = Field(64 << 20, ge=0, description="RLIMIT_FSIZE: largest file.")
+    open_files: int = Field(256, ge=8, description="RLIMIT_NOFILE per process.")
+    output_bytes: int = Field(64 * 1024, ge=1, description="Cap on each of stdout and stderr.")
+    user: int = Field(65534, ge=1, description="uid to run as when the worker is root.")
+    group: int = Field(65534, ge=1, description="gid to run as when the worker is root.")
+
+
+class SandboxResult(BaseModel):
+    """What a sandboxed run returns to the model."""
+
+    exit_code: int | None
+    """The command's exit status; negative: killed by that signal."""
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool
+    duration_ms: int
+
+
+class _Stream:
+    """One pipe: captured up to a cap, decoded incrementally, streamed as progress."""
+
+    def __init__(self, name: str, pipe: IO[bytes], cap: int, ctx: ToolContext) -> None:
+        self.name = name
+        self.fd = pipe.fileno()
+        self.cap = cap
+        self.ctx = ctx
+        self.kept = 0
+        self.truncated = False
+        self.text: list[str] = []
+        self.pending = ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> None:
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.truncated = True
+            data = data[:room]
+        if not data:
+            return
+        self.kept += len(data)
+        self._emit(self.decoder.decode(data))
+
+    def close(self) -> None:
+        self._emit(self.decoder.decode(b"", final=True), final=True)
+
+    def _emit(self, text: str, final: bool = False) -> None:
+        self.text.append(text)
+        self.pending += text
+        cut = len(self.pending) if final else self.pending.rfind("\n") + 1
+        if cut == 0 and len(self.pending) >= 4096:
+            cut = len(self.pending)  # a very long line: send what there is
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        if out:
+            # A failing progress sink (Redis away) must not stop us reading and reaping.
+            with contextlib.suppress(Exception):
+                self.ctx.progress({"stream": self.name, "text": out})
+
+    def value(self) -> str:
+        return "".join(self.text)
+
+
+def _world_usable(path: str) -> bool:
+    """True when every directory up to ``path`` is o+x and the file o+rx (no group help)."""
+    real = Path(os.path.realpath(path))
+    try:
+        if real.stat().st_mode & 0o005 != 0o005:
+            return False
+        return all(parent.stat().st_mode & 0o001 for parent in real.parents)
+    except OSError:
+        return False
+
+
+class Sandbox:
+    """Runs commands in a workspace directory under ``SandboxLimits`` (see module docstring)."""
+
+    def __init__(
+        self,
+        cwd: str,
+        limits: SandboxLimits | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.home = cwd
+        self.limits = limits or SandboxLimits()
+        self.extra_env = dict(env or {})
+        self.drop_privileges = os.geteuid() == 0
+
+    def usable(self, path: str) -> bool:
+        """Tell whether the sandboxed user can execute the program at ``path``."""
+        return not self.drop_privileges or _world_usable(path)
+
+    def environment(self, scratch: str) -> dict[str, str]:
+        """The complete environment of the command: an allowlist, nothing inherited."""
+        return {
+            "PATH": DEFAULT_PATH,
+            "LANG": "C.UTF-8",
+            "HOME": self.home,
+            "TMPDIR": scratch,
+            **self.extra_env,
+        }
+
+    def run(
+        self,
+        argv: Sequence[str],
+        ctx: ToolContext,
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        files: Mapping[str, str] | None = None,
+    ) -> SandboxResult:
+        """Run ``argv`` (no shell) and wait for it; ``{scratch}`` in argv is the scratch dir.
+
+        ``files`` are written into the scratch directory first (e.g. a script to run).
+        """
+        limit = min(timeout or self.limits.timeout, self.limits.timeout)
+        scratch = tempfile.mkdtemp(prefix="toolq-sandbox-")
+        try:
+            for name, text in (files or {}).items():
+                target = os.path.join(scratch, name)
+                Path(target).write_text(text, encoding="utf-8")
+                os.chmod(target, 0o644)
+            if self.drop_privileges:
+                os.chown(scratch, self.limits.user, self.limits.group)
+            argv = [a.replace("{scratch}", scratch) for a in argv]
+            return self._run(argv, ctx, cwd or self.home, limit, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _config(self, cwd: str, status_fd: int) -> dict[str, Any]:
+        limits = self.limits
+        return {
+            "cwd": cwd,
+            "uid": limits.user if self.drop_privileges else None,
+            "gid": limits.group if self.drop_privileges else None,
+            "status_fd": status_fd,
+            "parent": os.getpid(),
+            "processes": limits.processes,
+            "limits": {
+                "RLIMIT_CPU": limits.cpu_seconds,
+                "RLIMIT_AS": limits.memory_bytes,
+                "RLIMIT_FSIZE": limits.file_size_bytes,
+                "RLIMIT_NOFILE": limits.open_files,
+                "RLIMIT_CORE": 0,
+            },
+        }
+
+    def _run(
+        self, argv: list[str], ctx: ToolContext, cwd: str, limit: float, scratch: str
+    ) -> SandboxResult:
+        started = time.monotonic()
+        status_r, status_w = os.pipe()
+        try:
+            proc = subprocess.Popen(  # see the module docstring for why not ctx.popen
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    SUPERVISOR,
+                    json.dumps(self._config(cwd, status_w)),
+                    *argv,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.environment(scratch),
+                cwd="/",
+                pass_fds=(status_w,),
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = [
+            _Stream("stdout", proc.stdout, self.limits.output_bytes, ctx),
+            _Stream("stderr", proc.stderr, self.limits.output_bytes, ctx),
+        ]
+        timed_out = self._pump(proc, streams, ctx, started + limit)
+        with os.fdopen(status_r, "rb") as f:
+            lines = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        for stream in streams:
+            stream.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        errors = [line["error"] for line in lines if "error" in line]
+        if errors and not timed_out and not ctx.cancelled:
+            hint = ""
+            if self.drop_privileges:
+                hint = (
+                    f" (it runs as uid {self.limits.user}: the program, the working directory"
+                    " and their parent directories must be accessible to that user)"
+                )
+            raise ToolExecutionError(f"sandbox could not start {argv[0]!r}: {errors[0]}{hint}")
+        final: dict[str, Any] = next((line for line in lines if "error" not in line), {})
+        code = final.get("exit", -final["signal"] if "signal" in final else None)
+        return SandboxResult(
+            exit_code=None if timed_out else code,
+            stdout=streams[0].value(),
+            stderr=streams[1].value(),
+            truncated=any(s.truncated for s in streams),
+            timed_out=timed_out,
+            duration_ms=round((time.monotonic() - started) * 1000),
+        )
+
+    def _pump(
+        self,
+        proc: subprocess.Popen[bytes],
+        streams: list[_Stream],
+        ctx: ToolContext,
+        deadline: float,
+    ) -> bool:
+        """Read both pipes until EOF, stopping the tree at the deadline; True if it timed out."""
+        timed_out = False
+        stop_sent: float | None = None
+        exited_at: float | None = None
+        with selectors.DefaultSelector() as selector:
+            for stream in streams:
+                selector.register(stream.fd, selectors.EVENT_READ, stream)
+            while selector.get_map():
+                now = time.monotonic()
+                if stop_sent is None and (now >= deadline or ctx.cancelled):
+                    timed_out = not ctx.cancelled
+                    stop_sent = now
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGTERM)  # the supervisor kills the tree
+                if stop_sent is not None and now - stop_sent > STOP_GRACE:
+                    _kill_group(proc)
+                if exited_at is None and _exited(proc):
+                    exited_at = now
+                if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT:
+                    break  # something escaped the tree and still holds a pipe: stop reading
+                for key, _ in selector.select(0.05):
+                    stream = key.data
+                    data = os.read(stream.fd, 65536)
+                    if data:
+                        stream.feed(data)
+                    else:
+                        selector.unregister(stream.fd)
+        if not _exited(proc, timeout=STOP_GRACE):
+            _kill_group(proc)
+        _kill_group(proc)  # stragglers still in the group; the leader is unreaped, no reuse
+        proc.wait()
+        return timed_out
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout: float | None = None) -> bool:
+    """Tell whether the supervisor exited, without reaping it (its pid stays reserved)."""
+    end = time.monotonic() + (timeout or 0)
+    while True:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        if info is not None:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+Timeout = Annotated[float, Field(gt=0)]
+
+
+class SandboxTool(Tool):
+    """A DANGEROUS tool that runs something in the sandbox."""
+
+    risk = RiskLevel.DANGEROUS
+    tags: tuple[str, ...] = ("shell",)
+    category = "shell"
+
+    def __init__(self, workspace: Workspace, sandbox: Sandbox) -> None:
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.timeout = sandbox.limits.timeout + 2 * STOP_GRACE + 5  # backstop over our own
+        super().__init__()
+
+    def directory(self, cwd: str) -> str:
+        """The absolute working directory for ``cwd`` (relative to the workspace)."""
+        parts = self.workspace.resolve(cwd)
+        path = self.workspace.absolute(parts)
+        if not os.path.isdir(path):
+            raise InvalidArgumentsError(f"working directory {cwd!r} is not a directory")
+        return path
