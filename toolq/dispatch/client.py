@@ -35,6 +35,7 @@ class Batch:
 
     def __init__(self, client: Client, dispatched: Dispatched) -> None:
         self._client = client
+        self._first_event = dispatched.first_event
         self.run_id = dispatched.run_id
         self.calls: list[CallRef] = dispatched.calls
         self.format = dispatched.format
@@ -55,7 +56,13 @@ class Batch:
 
         Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
-        return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
+        final = {c.call_id for c in self.calls if c.status.is_final}
+        if self._first_event is None:
+            return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
+        self._client.log.wait_final(
+            self.run_id, self.call_ids, timeout, after=self._first_event, final=final
+        )
+        return self._client.store.results(self.call_ids)
 
     def results(self) -> list[CallResult]:
         """Current results in call order, final or not."""

@@ -46,6 +46,9 @@ class Dispatched:
     run_id: str
     calls: list[CallRef]
     format: ProviderFormat | None
+    first_event: str | None = None
+    """Stream id of the first call's creation, when every call is new: a waiter can read
+    the run's stream from there without looking up the calls' states."""
 
 
 class Dispatcher:
@@ -122,7 +125,8 @@ class Dispatcher:
         for new in to_preview:
             self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
         formats = {c.format for c in calls}
-        return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None)
+        first = None if duplicate_ids or not replies else replies[0][1]
+        return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first)
 
     def _prepare(
         self,

@@ -135,27 +135,42 @@ class EventLog:
         finally:
             subscription.close()
 
-    def wait_final(self, run_id: str, call_ids: Sequence[str], timeout: float | None) -> None:
+    def wait_final(
+        self,
+        run_id: str,
+        call_ids: Sequence[str],
+        timeout: float | None,
+        *,
+        after: str | None = None,
+        final: set[str] | None = None,
+    ) -> None:
         """Block until every call is final, reading the run's stream with ``XREAD BLOCK``.
 
         One pipelined round trip reads the newest stream id and then the calls' states;
         Redis runs them in that order, so a call that turns final after its state was read
         shows up in the stream after that id. Each wake-up is then one round trip that
         returns the new events themselves: there is nothing to miss and nothing to poll.
+
+        A caller that just created the calls passes ``after`` (the first creation event)
+        and ``final`` (the calls created final), and saves the lookup.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         stream = self.keys.run_stream(run_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xrevrange(stream, count=1)
-        for call_id in call_ids:
-            pipe.hget(self.keys.call(call_id), "status")
-        newest, *states = pipe.execute()
-        last = _text(newest[0][0]) if newest else "0-0"
-        pending = {
-            c
-            for c, s in zip(call_ids, states, strict=True)
-            if s is None or _text(s) not in _FINAL_VALUES
-        }
+        if after is not None:
+            last = after
+            pending = set(call_ids) - (final or set())
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xrevrange(stream, count=1)
+            for call_id in call_ids:
+                pipe.hget(self.keys.call(call_id), "status")
+            newest, *states = pipe.execute()
+            last = _text(newest[0][0]) if newest else "0-0"
+            pending = {
+                c
+                for c, s in zip(call_ids, states, strict=True)
+                if s is None or _text(s) not in _FINAL_VALUES
+            }
         while pending:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
