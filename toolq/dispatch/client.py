@@ -59,10 +59,31 @@ class Batch:
         final = {c.call_id for c in self.calls if c.status.is_final}
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
-        self._client.log.wait_final(
+        seen = self._client.log.wait_final(
             self.run_id, self.call_ids, timeout, after=self._first_event, final=final
         )
-        return self._client.store.results(self.call_ids)
+        # Final events that carry the whole outcome save reading the records back.
+        missing = [c for c in self.call_ids if not seen.get(c, {}).get("complete")]
+        fetched = dict(zip(missing, self._client.store.results(missing), strict=True))
+        return [
+            fetched.get(ref.call_id) or self._from_event(ref, seen[ref.call_id])
+            for ref in self.calls
+        ]
+
+    def _from_event(self, ref: CallRef, data: dict[str, Any]) -> CallResult:
+        return CallResult(
+            call_id=ref.call_id,
+            tool_call_id=ref.tool_call_id,
+            name=ref.name,
+            status=CallStatus(data["status"]),
+            output=data.get("output"),
+            error=data.get("error"),
+            error_type=data.get("error_type"),
+            duration_ms=data.get("duration_ms"),
+            attempts=data.get("attempts", 0),
+            format=ref.format,
+            run_id=self.run_id,
+        )
 
     def results(self) -> list[CallResult]:
         """Current results in call order, final or not."""
@@ -338,6 +359,7 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
+        self.dispatcher.close()
         self.redis.close()
         self.celery.close()
 

@@ -18,6 +18,7 @@ from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
+from toolq.results.background import BackgroundWriter
 from toolq.results.store import CallStore, NewCall, dumps
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class CallRef:
     name: str
     status: CallStatus
     duplicate: bool = False
+    format: ProviderFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,11 @@ class Dispatcher:
         self.publisher = publisher
         self.settings = settings
         self.policy = policy
+        self._sent = BackgroundWriter(store.mark_sent, "toolq-mark-sent")
+
+    def close(self) -> None:
+        """Flush the bookkeeping of sent calls."""
+        self._sent.close()
 
     def dispatch(
         self,
@@ -105,7 +112,9 @@ class Dispatcher:
                 duplicate_ids.append(len(refs))
                 refs.append(CallRef(value, env.tool_call_id, env.name, CallStatus.QUEUED, True))
                 continue
-            refs.append(CallRef(env.call_id, env.tool_call_id, env.name, new.status))
+            refs.append(
+                CallRef(env.call_id, env.tool_call_id, env.name, new.status, False, env.format)
+            )
             if new.status is CallStatus.QUEUED:
                 to_send.append(new)
             elif new.fields and new.fields.get("preview_state") == "pending":
@@ -121,7 +130,7 @@ class Dispatcher:
             self.publisher.send_many(
                 [(n.envelope.call_id, n.envelope.risk, n.timeout, run) for n in to_send]
             )
-            self.store.mark_sent(n.envelope.call_id for n in to_send)
+            self._sent.add([n.envelope.call_id for n in to_send])
         for new in to_preview:
             self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
         formats = {c.format for c in calls}

@@ -304,6 +304,4 @@ def signature_model(
             value = ... if default is inspect.Parameter.empty else default
             field = Field(value) if described else Field(value, description=descriptions.get(name))
         fields[name] = (annotation, field)
-    return create_model(
-        model_name, __config__=ConfigDict(extra="forbid"), **fields
-    )
+    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)

@@ -143,7 +143,7 @@ class EventLog:
         *,
         after: str | None = None,
         final: set[str] | None = None,
-    ) -> None:
+    ) -> dict[str, dict[str, Any]]:
         """Block until every call is final, reading the run's stream with ``XREAD BLOCK``.
 
         One pipelined round trip reads the newest stream id and then the calls' states;
@@ -152,8 +152,10 @@ class EventLog:
         returns the new events themselves: there is nothing to miss and nothing to poll.
 
         A caller that just created the calls passes ``after`` (the first creation event)
-        and ``final`` (the calls created final), and saves the lookup.
+        and ``final`` (the calls created final), and saves the lookup. Returns the data of
+        the final events read, by call id.
         """
+        seen: dict[str, dict[str, Any]] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         stream = self.keys.run_stream(run_id)
         if after is not None:
@@ -190,3 +192,5 @@ class EventLog:
                         data = json.loads(fields.get(b"data", fields.get("data")) or "{}")
                         if data.get("status") in _FINAL_VALUES:
                             pending.discard(call_id)
+                            seen[call_id] = data
+        return seen

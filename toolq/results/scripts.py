@@ -258,6 +258,19 @@ return 'expired'
 """
 )
 
+# Note which worker holds received calls, for those not started yet (a late note for a call
+# that already started would never be cleared).
+# KEYS: delivered, call...
+# ARGV: call_id, hostname, ... (pairs, in the order of the call keys)
+DELIVERED = """
+for i = 2, #KEYS do
+  if redis.call('HGET', KEYS[i], 'status') == 'queued' then
+    redis.call('HSET', KEYS[1], ARGV[2 * i - 3], ARGV[2 * i - 2])
+  end
+end
+return 1
+"""
+
 # Claim a call's undo data so it is undone at most once at a time.
 # KEYS: call, undo
 # ARGV: now

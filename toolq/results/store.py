@@ -77,12 +77,16 @@ def final_event_data(status: CallStatus, payload: dict[str, Any]) -> dict[str, A
     for key in ("error", "error_type", "duration_ms", "attempts"):
         if key in payload:
             data[key] = payload[key]
+    complete = not payload.get("content") and not payload.get("artifacts")
     if "output" in payload:
         encoded = dumps(payload["output"])
         if len(encoded) <= OUTPUT_IN_EVENT_LIMIT:
             data["output"] = payload["output"]
         else:
             data["output_truncated"] = True
+            complete = False
+    if complete:
+        data["complete"] = True  # the event alone gives the whole result
     return data
 
 

@@ -191,13 +191,23 @@ class _Deliveries:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self._redis: Any = None
+        self._writer: Any = None
 
     def record(self, request: Any, hostname: str) -> None:
+        """Note (in the background) that ``hostname`` holds this call."""
         if request.task_name != TASK_NAME or not request.args:
             return
-        if self._redis is None:
+        if self._writer is None:
+            from toolq.results.background import BackgroundWriter
             from toolq.results.connection import redis_client
+            from toolq.results.scripts import DELIVERED
 
-            self._redis = redis_client(self.settings.redis_url)
-        self._redis.hset(self.keys.delivered, str(request.args[0]), hostname)
+            script = redis_client(self.settings.redis_url).register_script(DELIVERED)
+
+            def flush(entries: list[str]) -> None:
+                pairs = [entry.split("\0", 1) for entry in entries]
+                keys = [self.keys.delivered, *(self.keys.call(call_id) for call_id, _ in pairs)]
+                script(keys=keys, args=[item for pair in pairs for item in pair])
+
+            self._writer = BackgroundWriter(flush, "toolq-deliveries")
+        self._writer.add([f"{request.args[0]}\0{hostname}"])
