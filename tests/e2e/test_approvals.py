@@ -313,3 +313,18 @@ def test_gating_denies_with_readable_reasons(client, workers):
         registry.enable_category("beta")
     allowed = client.dispatch(call("publish", "g4", doc="d"), behavior="doc_edit")
     assert allowed.calls[0].status is CallStatus.QUEUED
+
+
+def test_crash_between_decision_and_enqueue_is_repaired_by_the_sweeper(client, workers, r):
+    batch = client.dispatch(call("wipe", "cr1", target="x"))
+    call_id = batch.call_ids[0]
+    store = client.approval_store
+    request = store.get(call_id)
+    # The decision commits, then the approver "crashes" before publishing the message.
+    store._run_decide(request, "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None)
+    assert client.result(call_id).status is CallStatus.QUEUED
+    assert r.llen("toolq.dangerous") == 0  # nothing was enqueued
+    workers.start()  # its sweeper finds the approved, never-sent call and sends it
+    [result] = batch.wait(timeout=30)
+    assert result.status is CallStatus.SUCCEEDED
+    assert executions(r, call_id) == 1
