@@ -160,15 +160,17 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     app.toolq_registry = registry
     holder = _PerProcess(settings, registry, app)
 
-    @app.task(name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True)
+    @app.task(
+        name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True, shared=False
+    )
     def execute(call_id: str, run_id: str | None = None) -> None:
         holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
 
-    @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True)
+    @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:
         holder.get().preview(call_id)
 
-    @app.task(name=UNDO_TASK_NAME, ignore_result=True, acks_late=True)
+    @app.task(name=UNDO_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def undo(call_id: str) -> None:
         holder.get().undo(call_id)
 
