@@ -166,3 +166,24 @@ def wait_for() -> Callable[..., None]:
             time.sleep(0.05)
 
     return wait
+
+
+def serve(app: object) -> Iterator[str]:
+    """Run an ASGI app with uvicorn on a free port in a thread; yield its URL."""
+    import threading
+
+    import uvicorn
+
+    from toolq.cli.stack import _free_port
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from anthropic.types import MessageParam, ToolParam
 from pydantic import TypeAdapter
 
+from tests.conftest import serve
 from toolq.api.app import create_app
-from toolq.cli.stack import _free_port
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
@@ -35,18 +34,7 @@ TOKENS = {
 def api(settings) -> Iterator[str]:
     from tests.apps import registry
 
-    port = _free_port()
-    app = create_app(settings, registry, tokens=TOKENS)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    yield from serve(create_app(settings, registry, tokens=TOKENS))
 
 
 def h(token: str) -> dict[str, str]:

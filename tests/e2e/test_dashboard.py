@@ -8,7 +8,6 @@ save the screenshots used in the docs.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
+from tests.conftest import serve
 from toolq.api.app import create_app
-from toolq.cli.stack import _free_port
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
@@ -45,18 +43,7 @@ SLOW = 20_000  # ms; waits that depend on workers
 def api(settings) -> Iterator[str]:
     from tests.apps import registry
 
-    port = _free_port()
-    app = create_app(settings, registry, tokens=TOKENS)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    yield from serve(create_app(settings, registry, tokens=TOKENS))
 
 
 @pytest.fixture

