@@ -19,7 +19,7 @@ import redis
 
 from toolq.diff import diff_json, diff_text
 from toolq.errors import UndoError
-from toolq.models import CallResult, CallStatus, EventType
+from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
@@ -127,16 +127,7 @@ class WorkerRuntime:
             }
             self.store.progress(env, token, EventType.RETRYING, data)
 
-        ctx = ToolContext(
-            call_id=env.call_id,
-            run_id=env.run_id,
-            tool_call_id=env.tool_call_id,
-            tool_name=env.name,
-            behavior=env.behavior,
-            principal=env.principal,
-            metadata={"execution": started.attempt},
-            progress_sink=progress,
-        )
+        ctx = context_of(env, metadata={"execution": started.attempt}, progress_sink=progress)
         self.keeper.add(call_id, token, ctx)
         try:
             result = self._loop().run_until_complete(
@@ -186,13 +177,7 @@ class WorkerRuntime:
         """Compute a parked call's preview (and diff) before approvers look at it."""
         envelope = self.store.envelope(call_id)
         tool = self.registry.require(envelope.name)
-        ctx = ToolContext(
-            call_id=call_id,
-            run_id=envelope.run_id,
-            tool_name=tool.name,
-            tool_call_id=envelope.tool_call_id,
-            principal=envelope.principal,
-        )
+        ctx = context_of(envelope)
         fields: dict[str, str]
         try:
             arguments = tool.validate(envelope.arguments)
@@ -213,13 +198,7 @@ class WorkerRuntime:
         envelope = self.store.envelope(call_id)
         undo_key = self.store.keys.undo(call_id)
         raw = self.redis.get(undo_key)
-        ctx = ToolContext(
-            call_id=call_id,
-            run_id=envelope.run_id,
-            tool_name=envelope.name,
-            tool_call_id=envelope.tool_call_id,
-            principal=envelope.principal,
-        )
+        ctx = context_of(envelope)
         try:
             if raw is None:
                 raise UndoError(f"call {call_id} has no undo data (expired or never stored)")
@@ -240,6 +219,19 @@ class WorkerRuntime:
         self.store.emit(
             call_id, EventType.UNDONE, {"undone": True}, {"undo_state": "undone"}, delete=[undo_key]
         )
+
+
+def context_of(envelope: CallEnvelope, **extra: Any) -> ToolContext:
+    """A ``ToolContext`` for a stored call."""
+    return ToolContext(
+        call_id=envelope.call_id,
+        run_id=envelope.run_id,
+        tool_call_id=envelope.tool_call_id,
+        tool_name=envelope.name,
+        behavior=envelope.behavior,
+        principal=envelope.principal,
+        **extra,
+    )
 
 
 async def _awaited(value: Any) -> Any:
