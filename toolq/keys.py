@@ -10,6 +10,11 @@ TASK_NAME = "toolq.execute"
 UNDO_TASK_NAME = "toolq.undo"
 PREVIEW_TASK_NAME = "toolq.preview"
 
+KOMBU_UNACKED = "unacked"
+"""kombu's Redis transport: taken, unacknowledged messages (read by the sweeper)."""
+KOMBU_UNACKED_INDEX = "unacked_index"
+"""kombu's Redis transport: when each unacknowledged message was taken."""
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -72,6 +77,10 @@ class Keys:
     def delivered(self) -> str:
         """Hash of calls a worker received but has not started: call id → worker hostname."""
         return f"{self.prefix}:delivered"
+
+    def resent(self, call_id: str) -> str:
+        """Marker that a stranded call was re-sent (so it is re-sent once)."""
+        return f"{self.prefix}:resent:{call_id}"
 
     @property
     def sweeper_lock(self) -> str:

@@ -4,7 +4,8 @@ Found by the chaos harness (``bench/chaos``): kombu moves a message into its ``u
 hash as it hands it to the worker, and toolq records the delivery (``toolq:delivered``)
 only later, in Celery's ``task_received`` signal. A worker killed in between (kill -9, or
 the Celery consumer crashing on a Redis restart) leaves the call ``queued``, marked sent,
-in no recovery set: nothing re-sends it until kombu's visibility timeout (above an hour).
+in no recovery set: nothing re-sent it until kombu's visibility timeout (above an hour).
+The sweeper now re-sends such stranded deliveries (``Sweeper.resend_stranded``).
 
 Here the "worker" is a bare kombu consumer that takes the message without acknowledging it
 and is SIGKILLed, which is exactly that window, made deterministic.
@@ -38,11 +39,6 @@ with Connection(sys.argv[1]) as conn:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="toolq bug: a delivery taken by a worker that dies before task_received is "
-    "re-sent only after kombu's visibility timeout (see bench/chaos README section)",
-)
 def test_call_taken_by_a_worker_that_died_before_recording_it_is_resent(tmp_path: Path) -> None:
     server = PrivateRedis(tmp_path / "redis")
     server.start()

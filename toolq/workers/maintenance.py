@@ -8,6 +8,7 @@ cannot do harm; a short lock just keeps them from doing the same work twice.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -20,7 +21,7 @@ import redis
 
 from toolq.approvals.policy import ApprovalPolicy
 from toolq.approvals.store import ApprovalStore
-from toolq.keys import Keys
+from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, TASK_NAME, Keys
 from toolq.models import CallStatus, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import redis_client
@@ -33,8 +34,26 @@ log = logging.getLogger("toolq.maintenance")
 MAX_RECOVERIES = 3
 """Re-runs of an idempotent call after worker loss before it is failed for good."""
 UNSENT_GRACE = 5.0
+STRANDED_AFTER = 10.0
+"""Seconds a taken, unrecorded message may wait in kombu's ``unacked`` before a re-send."""
 """Seconds a queued call may wait for its publish confirmation before it is re-sent."""
 SWEEP_BATCH = 500
+
+
+def _call_id_of(raw: bytes | None) -> str | None:
+    """The call id in one of kombu's ``unacked`` entries, if it is a toolq call message."""
+    if raw is None:
+        return None
+    try:
+        message = json.loads(raw)[0]
+        if message["headers"].get("task") != TASK_NAME:
+            return None
+        body = message["body"]
+        if message["properties"].get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        return str(json.loads(body)[0][0])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 class Sweeper:
@@ -55,29 +74,68 @@ class Sweeper:
         overdue: Any = self.redis.zrangebyscore(
             self.keys.running, 0, int(now * 1000), start=0, num=SWEEP_BATCH
         )
+        requeued = []
         for raw in overdue:
             call_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             outcome = self.store.recover(call_id, MAX_RECOVERIES)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome != "alive":
                 log.warning("call %s lost its worker: %s", call_id, outcome)
+            if outcome == "requeue":
+                requeued.append(call_id)
+        self.resend(requeued)  # at once, not after the unsent grace
         unsent: Any = self.redis.zrangebyscore(
             self.keys.unsent, 0, now - UNSENT_GRACE, start=0, num=SWEEP_BATCH
         )
         ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
         counts["resent"] = self.resend(ids)
         counts["orphaned"] = self.resend_orphans()
+        counts["stranded"] = self.resend_stranded(now)
         return counts
+
+    def resend_stranded(self, now: float) -> int:
+        """Re-send calls whose message a worker took but never recorded (it died at once).
+
+        kombu keeps a taken, unacknowledged message in its ``unacked`` hash until the
+        visibility timeout. A call whose message has sat there past ``STRANDED_AFTER``
+        while the call is still ``queued`` and no live worker says it holds it has lost
+        its worker between the broker and ``task_received``: it is sent again, once.
+        """
+        tags: Any = self.redis.zrangebyscore(
+            KOMBU_UNACKED_INDEX, 0, now - STRANDED_AFTER, start=0, num=SWEEP_BATCH
+        )
+        if not tags:
+            return 0
+        messages: Any = self.redis.hmget(KOMBU_UNACKED, tags)
+        call_ids = [c for c in (_call_id_of(m) for m in messages) if c is not None]
+        if not call_ids:
+            return 0
+        holders: Any = self.redis.hmget(self.keys.delivered, call_ids)
+        alive = self._live_hostnames()
+        candidates = [
+            c
+            for c, held in zip(call_ids, holders, strict=True)
+            if held is None or held.decode() not in alive
+        ]
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in candidates:
+            pipe.set(self.keys.resent(call_id), "1", nx=True, ex=int(STRANDED_AFTER * 10))
+        fresh = [c for c, first in zip(candidates, pipe.execute(), strict=True) if first]
+        return self.resend(fresh) if fresh else 0
+
+    def _live_hostnames(self) -> set[str]:
+        prefix = self.keys.worker("")
+        return {
+            key.decode().removeprefix(prefix)
+            for key in self.redis.scan_iter(match=self.keys.worker_pattern, count=500)
+        }
 
     def resend_orphans(self) -> int:
         """Re-send calls received by a worker that died before starting them."""
         held: Any = self.redis.hgetall(self.keys.delivered)
         if not held:
             return 0
-        alive = {
-            key.decode().removeprefix(self.keys.worker(""))
-            for key in self.redis.scan_iter(match=self.keys.worker_pattern, count=500)
-        }
+        alive = self._live_hostnames()
         orphans = [call.decode() for call, host in held.items() if host.decode() not in alive]
         if not orphans:
             return 0

@@ -1,0 +1,219 @@
+"""Run toolq under load and faults on one machine, then check the history.
+
+    python -m bench.chaos.harness --clients 4 --calls 40 --duration 45 --workers 4 \\
+        --fault-interval 5 --faults kill9,sigterm,redis-restart,pubsub-kill,racing-approvers \\
+        --seed 1 --out /tmp/chaos
+
+Starts a private Redis (AOF, ``appendfsync always`` by default), the workers, the
+auto-approver and the client processes; injects one fault every ``--fault-interval``
+seconds during ``--duration``; waits for the clients and for every call to settle; dumps
+Redis; runs the checker. Exit status: the checker's (non-zero when an invariant fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.chaos import checker
+from bench.chaos.dump import dump_redis, unfinished
+from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, worker_specs
+from bench.chaos.history import DUMP, History
+from bench.chaos.load import LoadConfig, run_approver, run_client
+from bench.chaos.server import PrivateRedis
+from toolq.cli.check import missing_queues
+from toolq.models import RiskLevel
+from toolq.settings import Settings
+
+
+@dataclass
+class ChaosConfig:
+    """One harness run."""
+
+    out: Path
+    clients: int = 4
+    calls: int = 40
+    inflight: int = 2
+    duration: float = 45.0
+    workers: int = 4
+    fault_interval: float = 5.0
+    faults: list[str] = field(default_factory=lambda: list(FAULT_KINDS))
+    seed: int = 1
+    appendfsync: str = "always"
+    lease_seconds: float = 5.0
+    redis_outage: float = 1.0
+    wait_timeout: float = 90.0
+    drain: float = 60.0
+
+
+def run(cfg: ChaosConfig) -> int:
+    """Run the load and the faults, dump Redis, check; returns the checker's exit status."""
+    if cfg.out.exists():
+        shutil.rmtree(cfg.out)
+    cfg.out.mkdir(parents=True)
+    history = History(cfg.out, "harness")
+    server = PrivateRedis(cfg.out / "redis", cfg.appendfsync)
+    server.start()
+    worker_env = {
+        "TOOLQ_LEASE_SECONDS": str(cfg.lease_seconds),
+        "TOOLQ_SWEEP_INTERVAL": "0.25",
+        "TOOLQ_HEARTBEAT_SECONDS": "0.5",
+    }
+    pool = WorkerPool(worker_specs(cfg.workers), server.url, cfg.out, worker_env)
+    ctx = multiprocessing.get_context("spawn")
+    stop_approver = ctx.Event()
+    approver = None
+    started = time.time()
+    try:
+        pool.start_all()
+        _wait_ready(server.url, pool)
+        load = LoadConfig(
+            redis_url=server.url,
+            out_dir=cfg.out,
+            calls=cfg.calls,
+            duration=cfg.duration,
+            seed=cfg.seed,
+            start_at=time.time() + 2.0,
+            wait_timeout=cfg.wait_timeout,
+            inflight=cfg.inflight,
+        )
+        history.append(
+            "start",
+            config={**vars(cfg), "out": str(cfg.out)},
+            redis_url=server.url,
+            load_start=load.start_at,
+        )
+        approver = ctx.Process(target=run_approver, args=(load, stop_approver), name="approver")
+        approver.start()
+        clients = [
+            ctx.Process(target=run_client, args=(i, load), name=f"client-{i}")
+            for i in range(cfg.clients)
+        ]
+        for proc in clients:
+            proc.start()
+        time.sleep(max(0.0, load.start_at - time.time()))
+        injector = FaultInjector(
+            pool,
+            server,
+            cfg.faults,
+            interval=cfg.fault_interval,
+            duration=cfg.duration,
+            seed=cfg.seed,
+            redis_outage=cfg.redis_outage,
+        )
+        injector.start()
+        injector.join()
+        history.append("faults_over")
+        limit = time.monotonic() + cfg.duration + cfg.wait_timeout + 60
+        for proc in clients:
+            proc.join(max(1.0, limit - time.monotonic()))
+            if proc.is_alive():
+                history.append("client_stuck", client=proc.name)
+                proc.terminate()
+                proc.join(5)
+        history.append("clients_done")
+        # Let every accepted call settle (or not: what is left is what the checker calls lost).
+        drain_end = time.monotonic() + cfg.drain
+        while unfinished(server.url) and time.monotonic() < drain_end:
+            pool.check_alive()
+            time.sleep(0.5)
+        history.append("drained", unfinished=unfinished(server.url))
+        dump_redis(server.url, cfg.out / DUMP)
+    finally:
+        stop_approver.set()
+        if approver is not None:
+            approver.join(10)
+            if approver.is_alive():
+                approver.terminate()
+        pool.stop_all()
+        server.stop()
+        history.append("stop", elapsed=time.time() - started)
+        history.close()
+    report = checker.check(cfg.out)
+    print(checker.render(report))
+    return 0 if report["ok"] else 1
+
+
+def _wait_ready(url: str, pool: WorkerPool, timeout: float = 60) -> None:
+    settings = Settings(redis_url=url)
+    deadline = time.monotonic() + timeout
+    while missing_queues(settings, list(RiskLevel)) or any(
+        p.poll() is not None for p in pool.procs.values()
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError("workers did not come up; see the logs in OUT/workers/")
+        time.sleep(0.2)
+
+
+def parse_args(argv: list[str] | None = None) -> ChaosConfig:
+    """The command line as a ``ChaosConfig``."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench.chaos.harness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--clients", type=int, default=4, help="client processes")
+    p.add_argument("--calls", type=int, default=40, help="calls per client")
+    p.add_argument("--inflight", type=int, default=2, help="dispatches each client keeps in flight")
+    p.add_argument("--duration", type=float, default=45.0, help="seconds of load and faults")
+    p.add_argument("--workers", type=int, default=4, help="toolq worker processes")
+    p.add_argument("--fault-interval", type=float, default=5.0, help="seconds between faults")
+    p.add_argument(
+        "--faults",
+        default=",".join(FAULT_KINDS),
+        help=f"comma-separated, of: {', '.join(FAULT_KINDS)} (empty: none)",
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, default=Path("/tmp/toolq-chaos"))
+    p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="always")
+    p.add_argument("--lease-seconds", type=float, default=5.0)
+    p.add_argument(
+        "--redis-outage", type=float, default=1.0, help="seconds Redis stays down per restart"
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=90.0,
+        help="how long a client waits for one dispatch's calls",
+    )
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=60.0,
+        help="after the clients: how long calls may take to settle",
+    )
+    a = p.parse_args(argv)
+    kinds = [k.strip() for k in a.faults.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown:
+        p.error(f"unknown faults: {', '.join(unknown)}")
+    return ChaosConfig(
+        out=a.out,
+        clients=a.clients,
+        calls=a.calls,
+        inflight=a.inflight,
+        duration=a.duration,
+        workers=a.workers,
+        fault_interval=a.fault_interval,
+        faults=kinds,
+        seed=a.seed,
+        appendfsync=a.appendfsync,
+        lease_seconds=a.lease_seconds,
+        redis_outage=a.redis_outage,
+        wait_timeout=a.wait_timeout,
+        drain=a.drain,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
