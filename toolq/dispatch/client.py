@@ -276,7 +276,6 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
-        self.dispatcher.close()
         self.redis.close()
         self.celery.close()
 

@@ -1,5 +1,8 @@
 """``Dispatcher``: a model's response in, one stored call per tool call, queued or parked.
 
+A queued call's Celery message is pushed by the same script that stores the call, so one
+round trip creates and enqueues a whole batch.
+
 Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
 denied calls, each with an error the model can read; they never cost the batch its other
 calls. Every call is claimed under an idempotency key, so a retried dispatch returns the
@@ -18,7 +21,6 @@ from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
-from toolq.results.background import BackgroundWriter
 from toolq.results.store import CallStore, NewCall, dumps
 
 if TYPE_CHECKING:
@@ -69,11 +71,6 @@ class Dispatcher:
         self.publisher = publisher
         self.settings = settings
         self.policy = policy
-        self._sent = BackgroundWriter(store.mark_sent, "toolq-mark-sent")
-
-    def close(self) -> None:
-        """Flush the bookkeeping of sent calls."""
-        self._sent.close()
 
     def dispatch(
         self,
@@ -94,7 +91,8 @@ class Dispatcher:
                 f"{self.settings.max_calls_per_dispatch}"
             )
         run = run_id or uuid.uuid4().hex
-        run_rules = self.policy.run_rules(run)
+        # A run this dispatch creates has no rules yet: no need to look them up.
+        run_rules = self.policy.run_rules(run) if run_id else RunRules()
         new_calls = []
         for position, call in enumerate(calls):
             key = f"client:{idempotency_key}:{position}" if idempotency_key else f"call:{call.id}"
@@ -103,7 +101,6 @@ class Dispatcher:
             )
         replies = self.store.create_many(new_calls)
         refs: list[CallRef] = []
-        to_send: list[NewCall] = []
         to_preview: list[NewCall] = []
         duplicate_ids: list[int] = []
         for new, (outcome, value) in zip(new_calls, replies, strict=True):
@@ -115,9 +112,7 @@ class Dispatcher:
             refs.append(
                 CallRef(env.call_id, env.tool_call_id, env.name, new.status, False, env.format)
             )
-            if new.status is CallStatus.QUEUED:
-                to_send.append(new)
-            elif new.fields and new.fields.get("preview_state") == "pending":
+            if new.status is not CallStatus.QUEUED and new.fields and new.fields.get("preview_state") == "pending":
                 to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
@@ -126,11 +121,6 @@ class Dispatcher:
                 refs[i] = CallRef(
                     ref.call_id, ref.tool_call_id, ref.name, status or ref.status, True
                 )
-        if to_send:
-            self.publisher.send_many(
-                [(n.envelope.call_id, n.envelope.risk, n.timeout, run) for n in to_send]
-            )
-            self._sent.add([n.envelope.call_id for n in to_send])
         for new in to_preview:
             self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
         formats = {c.format for c in calls}
@@ -239,4 +229,5 @@ class Dispatcher:
             idempotent=tool.idempotent,
             timeout=timeout,
             idempotency_key=key,
+            message=self.publisher.message(envelope.call_id, tool.risk, timeout, envelope.run_id),
         )

@@ -24,9 +24,12 @@ local function allowed(list, value)
 end
 """
 
-# KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals
+# A queued call's Celery message is pushed onto its queue here, with the record: a call is
+# queued exactly when its message is in the queue. Without a message (''), the call goes to
+# the unsent set and the sweeper sends it.
+# KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals, queue
 # ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
-#       run_id, name, risk, idempotent, timeout, result, extra field/value pairs...
+#       run_id, name, risk, idempotent, timeout, result, message, extra field/value pairs...
 CREATE = (
     _EMIT
     + """
@@ -36,7 +39,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[8])
 redis.call('HSET', KEYS[2], 'status', ARGV[2], 'envelope', ARGV[3], 'run_id', ARGV[11],
            'name', ARGV[12], 'risk', ARGV[13], 'idempotent', ARGV[14], 'timeout', ARGV[15],
            'created_at', ARGV[9], 'updated_at', ARGV[9], 'attempt', 0, 'recoveries', 0)
-for i = 17, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+for i = 18, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[2], 'result', ARGV[16], 'finished_at', ARGV[9])
   redis.call('EXPIRE', KEYS[2], ARGV[8])
@@ -44,7 +47,10 @@ end
 redis.call('RPUSH', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[5], ARGV[9], ARGV[1])
-if ARGV[2] == 'queued' then redis.call('ZADD', KEYS[6], ARGV[9], ARGV[1]) end
+if ARGV[2] == 'queued' then
+  if ARGV[17] ~= '' then redis.call('LPUSH', KEYS[8], ARGV[17])
+  else redis.call('ZADD', KEYS[6], ARGV[9], ARGV[1]) end
+end
 if ARGV[2] == 'awaiting_approval' then redis.call('ZADD', KEYS[7], ARGV[10], ARGV[1]) end
 local id = emit(KEYS[3], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[9])
 redis.call('EXPIRE', KEYS[3], ARGV[8])

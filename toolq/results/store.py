@@ -46,6 +46,8 @@ class NewCall:
     deadline: float | None = None
     idempotency_key: str = ""
     fields: dict[str, str] | None = None
+    message: tuple[str, str] | None = None
+    """``(queue, message)`` pushed with the record when the call is created queued."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class CallStore:
                 k.recent_calls,
                 k.unsent,
                 k.pending_approvals,
+                call.message[0] if call.message else k.unsent,
             ],
             [
                 env.call_id,
@@ -165,6 +168,7 @@ class CallStore:
                 "1" if call.idempotent else "0",
                 "" if call.timeout is None else repr(call.timeout),
                 dumps(call.result) if call.result is not None else "",
+                call.message[1] if call.message else "",
                 *[item for pair in (call.fields or {}).items() for item in pair],
             ],
         )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
 from celery.signals import task_received
+from kombu import serialization
 from kombu.entity import Exchange, Queue
+from kombu.utils.json import dumps as kombu_dumps
 
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
 from toolq.models import RiskLevel
@@ -46,6 +50,49 @@ class Publisher:
                     ignore_result=True,
                     **options,
                 )
+
+    def message(
+        self, call_id: str, risk: RiskLevel, timeout: float | None, run_id: str
+    ) -> tuple[str, str]:
+        """The queue and the message kombu's Redis transport would push for this call.
+
+        Dispatch pushes it in the same script that creates the call, so a queued call and
+        its message appear together (one round trip, and nothing to re-send if the client
+        dies in between). The task message is Celery's own (``create_task_message``); only
+        the transport envelope is built here, as kombu's virtual channel does it for the
+        default exchange: JSON body, base64 body encoding, persistent delivery.
+        """
+        queue = self.keys.queue_for(risk)
+        options: dict[str, Any] = {}
+        if timeout is not None:
+            options["time_limit"] = timeout + HARD_LIMIT_GRACE
+        task = self.app.amqp.create_task_message(
+            str(uuid.uuid4()),
+            TASK_NAME,
+            [call_id, run_id],
+            {},
+            reply_to=self.app.thread_oid,
+            ignore_result=True,
+            **options,
+        )
+        content_type, encoding, body = serialization.dumps(task.body, serializer="json")
+        raw = body.encode(encoding) if isinstance(body, str) else body
+        properties = {
+            **task.properties,
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": str(uuid.uuid4()),
+        }
+        envelope = {
+            "body": base64.b64encode(raw).decode("ascii"),
+            "content-encoding": encoding,
+            "content-type": content_type,
+            "headers": task.headers,
+            "properties": properties,
+        }
+        return queue, kombu_dumps(envelope)
 
     def send(
         self,
