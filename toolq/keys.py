@@ -73,14 +73,9 @@ class Keys:
         """Sorted set of queued calls not yet confirmed published, scored by time queued."""
         return f"{self.prefix}:unsent"
 
-    @property
-    def delivered(self) -> str:
-        """Hash of calls a worker received but has not started: call id → worker hostname."""
-        return f"{self.prefix}:delivered"
-
-    def resent(self, call_id: str) -> str:
-        """Marker that a stranded call was re-sent (so it is re-sent once)."""
-        return f"{self.prefix}:resent:{call_id}"
+    def resent(self, delivery_tag: str) -> str:
+        """Marker that a stranded message was sent again (so each is re-sent once)."""
+        return f"{self.prefix}:resent:{delivery_tag}"
 
     @property
     def sweeper_lock(self) -> str:

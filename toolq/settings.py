@@ -77,3 +77,7 @@ class Settings(BaseSettings):
     """How often workers look for expired approvals, lost calls and unenqueued approvals."""
     heartbeat_seconds: float = Field(5.0, gt=0)
     """How often a worker announces itself."""
+    redeliver_after: float = Field(10.0, gt=0)
+    """Seconds a call's message may sit taken by a worker but not started before the sweeper
+    sends it again (the worker died holding it). A copy of a message a live worker still
+    holds is harmless: only one delivery of a call ever starts it."""

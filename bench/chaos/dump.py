@@ -80,7 +80,6 @@ def dump_redis(url: str, path: Path, keys: Keys | None = None) -> dict[str, Any]
         "unacked": r.hlen("unacked"),
         "unsent": r.zcard(k.unsent),
         "running": r.zcard(k.running),
-        "delivered": r.hlen(k.delivered),
         "pending_approvals": r.zcard(k.pending_approvals),
     }
     data = {

@@ -1,11 +1,10 @@
-"""A worker that dies between taking a message from the broker and recording the delivery.
+"""A worker that dies holding a message it took from the broker but never started.
 
 Found by the chaos harness (``bench/chaos``): kombu moves a message into its ``unacked``
-hash as it hands it to the worker, and toolq records the delivery (``toolq:delivered``)
-only later, in Celery's ``task_received`` signal. A worker killed in between (kill -9, or
-the Celery consumer crashing on a Redis restart) leaves the call ``queued``, marked sent,
-in no recovery set: nothing re-sent it until kombu's visibility timeout (above an hour).
-The sweeper now re-sends such stranded deliveries (``Sweeper.resend_stranded``).
+hash as it hands it to the worker. A worker killed before starting the call (kill -9, or
+the Celery consumer crashing on a Redis restart) leaves the call ``queued`` with its only
+message in that hash, which kombu restores only after its visibility timeout (above an
+hour). The sweeper sends such messages again (``Sweeper.resend_stranded``).
 
 Here the "worker" is a bare kombu consumer that takes the message without acknowledging it
 and is SIGKILLed, which is exactly that window, made deterministic.
@@ -49,7 +48,7 @@ def test_call_taken_by_a_worker_that_died_before_recording_it_is_resent(tmp_path
         server.url,
         tmp_path,
         {"TOOLQ_LEASE_SECONDS": "2", "TOOLQ_SWEEP_INTERVAL": "0.2",
-         "TOOLQ_HEARTBEAT_SECONDS": "0.5"},
+         "TOOLQ_HEARTBEAT_SECONDS": "0.5", "TOOLQ_REDELIVER_AFTER": "3"},
     )  # fmt: skip
     taker = None
     try:

@@ -281,20 +281,39 @@ def test_client_call_and_async_client(client, workers, settings):
 
 
 def test_kill9_with_prefetched_calls_resends_them_quickly(client, workers, r, wait_for):
-    victim = workers.start("safe", concurrency=1, prefetch=4)
+    # The killed worker holds three messages it never started (kombu's "unacked" hash).
+    victim = workers.start("safe", concurrency=1, prefetch=4, TOOLQ_REDELIVER_AFTER="3")
     batch = client.dispatch(
         [{"id": "k", "name": "slow", "arguments": {"seconds": 5}}]
         + [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(3)]
     )
     wait_for(lambda: executions(r, batch.call_ids[0]) == 1, message="slow call never started")
-    wait_for(lambda: r.hlen("toolq:delivered") == 3, message="the echo calls were not prefetched")
+    wait_for(lambda: r.hlen("unacked") == 4, message="the echo calls were not prefetched")
     workers.kill9(victim)
     started = time.monotonic()
-    workers.start("safe", concurrency=1)
+    workers.start("safe", concurrency=1, TOOLQ_REDELIVER_AFTER="3")
     results = batch.wait(timeout=30)
     assert results[0].error_type == "worker_lost"
     assert [x.status for x in results[1:]] == [CallStatus.SUCCEEDED] * 3
     assert time.monotonic() - started < 15  # not kombu's visibility timeout (an hour)
+
+
+def test_messages_waiting_on_a_live_worker_are_sent_again_but_run_once(client, workers, r):
+    # One slot busy for 4 s while three more messages wait on the same worker past
+    # redeliver_after: the sweeper sends copies, a second worker takes them, and still
+    # every call runs exactly once.
+    workers.start("safe", concurrency=1, prefetch=4, TOOLQ_REDELIVER_AFTER="1")
+    batch = client.dispatch(
+        [{"id": "s", "name": "slow", "arguments": {"seconds": 4}}]
+        + [{"id": f"w{i}", "name": "slow", "arguments": {"seconds": 0.1}} for i in range(3)]
+    )
+    time.sleep(2.5)
+    assert r.keys("toolq:resent:*"), "nothing was re-sent"
+    workers.start("safe", concurrency=1, TOOLQ_REDELIVER_AFTER="1")
+    results = batch.wait(timeout=30)
+    assert [x.status for x in results] == [CallStatus.SUCCEEDED] * 4
+    time.sleep(1.0)  # let every copy be delivered and skipped
+    assert [executions(r, c) for c in batch.call_ids] == [1, 1, 1, 1]
 
 
 def test_content_blocks_survive_the_round_trip(client, workers):

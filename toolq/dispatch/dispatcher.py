@@ -112,7 +112,7 @@ class Dispatcher:
             refs.append(
                 CallRef(env.call_id, env.tool_call_id, env.name, new.status, False, env.format)
             )
-            if new.status is not CallStatus.QUEUED and new.fields and new.fields.get("preview_state") == "pending":
+            if new.fields and new.fields.get("preview_state") == "pending":
                 to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])

@@ -58,12 +58,11 @@ return {'new', id}
 """
 )
 
-# KEYS: call, stream, lease, cancel, running, delivered
+# KEYS: call, stream, lease, cancel, running
 # ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms, run_id
 START = (
     _EMIT
     + """
-redis.call('HDEL', KEYS[6], ARGV[1])
 local f = redis.call('HMGET', KEYS[1], 'status', 'run_id')
 local status = f[1]
 if not status then return {'missing'} end
@@ -268,15 +267,6 @@ return 'expired'
 # that already started would never be cleared).
 # KEYS: delivered, call...
 # ARGV: call_id, hostname, ... (pairs, in the order of the call keys)
-DELIVERED = """
-for i = 2, #KEYS do
-  if redis.call('HGET', KEYS[i], 'status') == 'queued' then
-    redis.call('HSET', KEYS[1], ARGV[2 * i - 3], ARGV[2 * i - 2])
-  end
-end
-return 1
-"""
-
 # Claim a call's undo data so it is undone at most once at a time.
 # KEYS: call, undo
 # ARGV: now

@@ -225,7 +225,6 @@ class CallStore:
                 k.lease(call_id),
                 k.cancel(call_id),
                 k.running,
-                k.delivered,
             ],
             args=[
                 call_id,

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import task_received
 from kombu import serialization
 from kombu.entity import Exchange, Queue
 from kombu.utils.json import dumps as kombu_dumps
@@ -222,41 +221,4 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         holder.get().undo(call_id)
 
     app.steps["worker"].add(MaintenanceStep)
-    deliveries = _Deliveries(settings)
-
-    @task_received.connect(weak=False)
-    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
-        # Which worker holds a call it has not started yet: if that worker dies, the
-        # sweeper re-sends the call at once instead of after the visibility timeout.
-        if getattr(sender, "app", None) is app and request is not None:
-            deliveries.record(request, sender.hostname)
-
     return app
-
-
-class _Deliveries:
-    """Records, in the worker's main process, which calls each worker has received."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self._writer: Any = None
-
-    def record(self, request: Any, hostname: str) -> None:
-        """Note (in the background) that ``hostname`` holds this call."""
-        if request.task_name != TASK_NAME or not request.args:
-            return
-        if self._writer is None:
-            from toolq.results.background import BackgroundWriter
-            from toolq.results.connection import redis_client
-            from toolq.results.scripts import DELIVERED
-
-            script = redis_client(self.settings.redis_url).register_script(DELIVERED)
-
-            def flush(entries: list[str]) -> None:
-                pairs = [entry.split("\0", 1) for entry in entries]
-                keys = [self.keys.delivered, *(self.keys.call(call_id) for call_id, _ in pairs)]
-                script(keys=keys, args=[item for pair in pairs for item in pair])
-
-            self._writer = BackgroundWriter(flush, "toolq-deliveries")
-        self._writer.add([f"{request.args[0]}\0{hostname}"])

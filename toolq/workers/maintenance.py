@@ -34,10 +34,12 @@ log = logging.getLogger("toolq.maintenance")
 MAX_RECOVERIES = 3
 """Re-runs of an idempotent call after worker loss before it is failed for good."""
 UNSENT_GRACE = 5.0
-STRANDED_AFTER = 10.0
-"""Seconds a taken, unrecorded message may wait in kombu's ``unacked`` before a re-send."""
-"""Seconds a queued call may wait for its publish confirmation before it is re-sent."""
+"""Seconds a call may sit in the unsent set (approved, re-queued) before it is re-sent."""
 SWEEP_BATCH = 500
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _call_id_of(raw: bytes | None) -> str | None:
@@ -89,59 +91,49 @@ class Sweeper:
         )
         ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
         counts["resent"] = self.resend(ids)
-        counts["orphaned"] = self.resend_orphans()
         counts["stranded"] = self.resend_stranded(now)
         return counts
 
     def resend_stranded(self, now: float) -> int:
-        """Re-send calls whose message a worker took but never recorded (it died at once).
+        """Send again calls whose message a worker took but never started (it died).
 
         kombu keeps a taken, unacknowledged message in its ``unacked`` hash until the
-        visibility timeout. A call whose message has sat there past ``STRANDED_AFTER``
-        while the call is still ``queued`` and no live worker says it holds it has lost
-        its worker between the broker and ``task_received``: it is sent again, once.
+        visibility timeout (above the longest time limit: an hour by default). A message
+        that has sat there past ``redeliver_after`` while its call is still ``queued`` is
+        sent again, once per message. Should the worker holding it still be alive (calls
+        waiting behind long ones), the copy is harmless: the first delivery to start the
+        call wins, and any other finds it no longer queued.
         """
+        cutoff = now - self.store.settings.redeliver_after
         tags: Any = self.redis.zrangebyscore(
-            KOMBU_UNACKED_INDEX, 0, now - STRANDED_AFTER, start=0, num=SWEEP_BATCH
+            KOMBU_UNACKED_INDEX, 0, cutoff, start=0, num=SWEEP_BATCH
         )
         if not tags:
             return 0
         messages: Any = self.redis.hmget(KOMBU_UNACKED, tags)
-        call_ids = [c for c in (_call_id_of(m) for m in messages) if c is not None]
-        if not call_ids:
+        ids = [_call_id_of(m) for m in messages]
+        taken = [(tag, c) for tag, c in zip(tags, ids, strict=True) if c is not None]
+        if not taken:
             return 0
-        holders: Any = self.redis.hmget(self.keys.delivered, call_ids)
-        alive = self._live_hostnames()
-        candidates = [
-            c
-            for c, held in zip(call_ids, holders, strict=True)
-            if held is None or held.decode() not in alive
-        ]
         pipe = self.redis.pipeline(transaction=False)
-        for call_id in candidates:
-            pipe.set(self.keys.resent(call_id), "1", nx=True, ex=int(STRANDED_AFTER * 10))
-        fresh = [c for c, first in zip(candidates, pipe.execute(), strict=True) if first]
-        return self.resend(fresh) if fresh else 0
-
-    def _live_hostnames(self) -> set[str]:
-        prefix = self.keys.worker("")
-        return {
-            key.decode().removeprefix(prefix)
-            for key in self.redis.scan_iter(match=self.keys.worker_pattern, count=500)
-        }
-
-    def resend_orphans(self) -> int:
-        """Re-send calls received by a worker that died before starting them."""
-        held: Any = self.redis.hgetall(self.keys.delivered)
-        if not held:
+        for _, call_id in taken:
+            pipe.hget(self.keys.call(call_id), "status")
+        statuses = pipe.execute()
+        stranded = [
+            (tag, call_id)
+            for (tag, call_id), status in zip(taken, statuses, strict=True)
+            if status is not None and status.decode() == CallStatus.QUEUED.value
+        ]
+        if not stranded:
             return 0
-        alive = self._live_hostnames()
-        orphans = [call.decode() for call, host in held.items() if host.decode() not in alive]
-        if not orphans:
-            return 0
-        self.redis.hdel(self.keys.delivered, *orphans)
-        log.warning("re-sending %d calls held by workers that are gone", len(orphans))
-        return self.resend(orphans)
+        ttl = int(self.store.settings.max_time_limit + 3600)
+        pipe = self.redis.pipeline(transaction=False)
+        for tag, _ in stranded:
+            pipe.set(self.keys.resent(_text(tag)), "1", nx=True, ex=ttl)
+        fresh = [c for (_, c), first in zip(stranded, pipe.execute(), strict=True) if first]
+        if fresh:
+            log.warning("re-sending %d calls taken by a worker that never started them", len(fresh))
+        return self.resend(fresh)
 
     def resend(self, call_ids: list[str]) -> int:
         """Publish again the calls among ``call_ids`` that are still queued."""
