@@ -22,19 +22,15 @@ before and after. Use a database nothing else uses (default 14).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import signal
-import statistics
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,143 +39,33 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-WARMUP = 20
+from bench.figures import WARMUP, Figures, measure, percentile, sequential  # noqa: E402
+from bench.procs import Procs, exit_on_signal, worker_env  # noqa: E402
+
 READY_TIMEOUT = 60.0
 
-
-# -- process handling ------------------------------------------------------------------------
-
-
-class Procs:
-    """Worker subprocesses, each in its own session/process group."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        # stdout is only the Celery banner; warnings and errors still reach stderr.
-        proc = subprocess.Popen(
-            argv, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL
-        )
-        self.procs.append(proc)
-        return proc
-
-    def stop(self, proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-        """SIGTERM (Celery's warm shutdown), then SIGKILL the whole group after ``grace``.
-
-        SIGTERM goes to the worker's main process only: it stops its own pool children,
-        where a group-wide SIGTERM would make them die under it as "lost" workers.
-        The group was created with the worker (``start_new_session``), so its id is the pid.
-        """
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-        # Anything left in the group (a stuck main process, orphaned prefork children).
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        if proc in self.procs:
-            self.procs.remove(proc)
-
-    def stop_all(self) -> None:
-        for proc in list(self.procs):
-            self.stop(proc)
-
-
-def _exit_on_signal(signum: int, frame: Any) -> None:
-    """First SIGTERM/SIGINT ends the run; later ones are ignored so the cleanup finishes."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
-
-
-# -- measurement -----------------------------------------------------------------------------
-
-
-@dataclass
-class Figures:
-    name: str
-    latencies_ms: list[float] = field(default_factory=list)
-    batch_size: int = 0
-    batch_send_s: float = 0.0
-    batch_total_s: float = 0.0
-    batch_how: str = ""
-
-    @property
-    def p50(self) -> float:
-        return percentile(self.latencies_ms, 50)
-
-    @property
-    def p99(self) -> float:
-        return percentile(self.latencies_ms, 99)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.latencies_ms)
-
-    @property
-    def throughput(self) -> float:
-        return self.batch_size / self.batch_total_s if self.batch_total_s else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "calls": len(self.latencies_ms),
-            "p50_ms": self.p50,
-            "p99_ms": self.p99,
-            "mean_ms": self.mean,
-            "min_ms": min(self.latencies_ms),
-            "max_ms": max(self.latencies_ms),
-            "batch": self.batch_size,
-            "batch_send_s": self.batch_send_s,
-            "batch_total_s": self.batch_total_s,
-            "batch_calls_per_s": self.throughput,
-            "batch_how": self.batch_how,
-        }
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile with linear interpolation."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * pct / 100
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def sequential(call: Callable[[], Any], n: int, warmup: int = WARMUP) -> list[float]:
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        call()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
-def worker_env(redis_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env["BENCH_REDIS_URL"] = redis_url
-    env["TOOLQ_REDIS_URL"] = redis_url
-    return env
+__all__ = [
+    "READY_TIMEOUT",
+    "WARMUP",
+    "Figures",
+    "Procs",
+    "RawCeleryWorker",
+    "ToolqWorker",
+    "bench_raw",
+    "bench_toolq",
+    "percentile",
+    "sequential",
+    "worker_env",
+]
 
 
 # -- raw Celery ------------------------------------------------------------------------------
 
 
-def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
-    from celery.result import ResultSet
+def raw_argv(pool: str, concurrency: int) -> list[str]:
+    """``celery worker`` for the raw app: queue ``bench.raw``, prefetch 4, no gossip/mingle."""
+    from bench.apps import RAW_QUEUE
 
-    from bench.apps import RAW_QUEUE, make_raw_celery
-
-    app = make_raw_celery(args.redis_url)
-    task = app.tasks["bench.raw.noop"]
     argv = [
         sys.executable,
         "-m",
@@ -190,9 +76,9 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
         "--queues",
         RAW_QUEUE,
         "--pool",
-        args.pool,
+        pool,
         "--concurrency",
-        str(args.concurrency),
+        str(concurrency),
         "--loglevel",
         "warning",
         "--hostname",
@@ -202,46 +88,95 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
         "--without-gossip",
         "--without-mingle",
     ]
-    if args.pool == "solo":
+    if pool == "solo":
         argv.remove("--concurrency")
-        argv.remove(str(args.concurrency))
-    proc = procs.start(argv, worker_env(args.redis_url))
-    figures = Figures("raw celery")
-    try:
-        # Readiness: the first round trip blocks until the worker consumes.
-        task.apply_async(queue=RAW_QUEUE).get(timeout=READY_TIMEOUT)
-        figures.latencies_ms = sequential(
-            lambda: task.apply_async(queue=RAW_QUEUE).get(timeout=30), args.calls
-        )
+        argv.remove(str(concurrency))
+    return argv
+
+
+class RawCeleryWorker:
+    """A plain ``celery worker`` on the raw app and a client of it (a ``Side``)."""
+
+    name = "raw celery"
+    batch_how = "apply_async x M on one producer + ResultSet.join_native()"
+
+    def __init__(
+        self,
+        procs: Procs,
+        redis_url: str,
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        log: Path | None = None,
+    ) -> None:
+        from bench.apps import RAW_TASK, make_raw_celery
+
+        self.procs = procs
+        self.redis_url = redis_url
+        self.argv = raw_argv(pool, concurrency)
+        self.log = log
+        self.app = make_raw_celery(redis_url)
+        self.task = self.app.tasks[RAW_TASK]
+        self.proc: Any = None
+
+    def __enter__(self) -> RawCeleryWorker:
+        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
+        try:
+            # Readiness: the first round trip blocks until the worker consumes.
+            self._send().get(timeout=READY_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker and release the client's connections."""
+        if self.proc is not None:
+            self.procs.stop(self.proc)
+            self.proc = None
+        self.app.close()
+
+    def _send(self, producer: Any = None) -> Any:
+        from bench.apps import RAW_QUEUE
+
+        return self.task.apply_async(queue=RAW_QUEUE, producer=producer)
+
+    def round_trip(self) -> None:
+        """``apply_async(...).get()``."""
+        self._send().get(timeout=30)
+
+    def batch(self, size: int, timeout: float) -> tuple[float, float]:
+        """``size`` ``apply_async`` on one producer, then ``ResultSet.join_native()``."""
+        from celery.result import ResultSet
+
         t0 = time.perf_counter()
-        with app.producer_or_acquire() as producer:
-            results = [
-                task.apply_async(queue=RAW_QUEUE, producer=producer) for _ in range(args.batch)
-            ]
+        with self.app.producer_or_acquire() as producer:
+            results = [self._send(producer) for _ in range(size)]
         t1 = time.perf_counter()
-        ResultSet(results, app=app).join_native(timeout=args.batch_timeout)
+        ResultSet(results, app=self.app).join_native(timeout=timeout)
         t2 = time.perf_counter()
-        figures.batch_size = args.batch
-        figures.batch_send_s = t1 - t0
-        figures.batch_total_s = t2 - t0
-        figures.batch_how = "apply_async x M on one producer + ResultSet.join_native()"
-    finally:
-        procs.stop(proc)
-        app.close()
-    return figures
+        return t1 - t0, t2 - t0
+
+
+def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
+    """Raw Celery's round trips and batch (``args``: calls, batch, pool, concurrency, ...)."""
+    with RawCeleryWorker(
+        procs, args.redis_url, pool=args.pool, concurrency=args.concurrency
+    ) as side:
+        return measure(side, args.calls, args.batch, args.batch_timeout)
 
 
 # -- toolq -----------------------------------------------------------------------------------
 
 
-def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:
-    from bench.apps import registry
-    from toolq import Client, Settings
-    from toolq.cli.check import missing_queues
-    from toolq.models import CallStatus, RiskLevel
-
-    settings = Settings(redis_url=args.redis_url)
-    argv = [
+def toolq_argv(pool: str, concurrency: int) -> list[str]:
+    """``toolq worker`` serving ``bench.apps:registry`` on the SAFE queue."""
+    return [
         sys.executable,
         "-m",
         "toolq",
@@ -251,50 +186,103 @@ def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:
         "--risk",
         "safe",
         "--pool",
-        args.pool,
+        pool,
         "--concurrency",
-        str(args.concurrency),
+        str(concurrency),
         "--loglevel",
         "warning",
     ]
-    proc = procs.start(argv, worker_env(args.redis_url))
-    figures = Figures("toolq")
-    client = Client(registry, settings)
-    try:
+
+
+class ToolqWorker:
+    """A ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it (a ``Side``)."""
+
+    name = "toolq"
+    batch_how = "client.dispatch([M calls]) + batch.wait()"
+
+    def __init__(
+        self,
+        procs: Procs,
+        redis_url: str,
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        log: Path | None = None,
+    ) -> None:
+        from bench.apps import registry
+        from toolq import Client, Settings
+
+        self.procs = procs
+        self.redis_url = redis_url
+        self.argv = toolq_argv(pool, concurrency)
+        self.log = log
+        self.settings = Settings(redis_url=redis_url)
+        self.client = Client(registry, self.settings)
+        self.proc: Any = None
+
+    def __enter__(self) -> ToolqWorker:
+        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the client's connections and stop the worker."""
+        self.client.close()
+        if self.proc is not None:
+            self.procs.stop(self.proc)
+            self.proc = None
+
+    def _wait_ready(self) -> None:
+        from toolq.cli.check import missing_queues
+        from toolq.models import RiskLevel
+
         deadline = time.monotonic() + READY_TIMEOUT
-        while missing_queues(settings, [RiskLevel.SAFE]):
-            if proc.poll() is not None:
-                raise RuntimeError(f"toolq worker exited with {proc.returncode}")
+        while missing_queues(self.settings, [RiskLevel.SAFE]):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"toolq worker exited with {self.proc.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError("toolq worker not ready in time")
             time.sleep(0.1)
 
-        def one() -> None:
-            result = client.call("noop", {}, timeout=30)
-            if result.status is not CallStatus.SUCCEEDED:
-                raise RuntimeError(f"noop did not succeed: {result}")
+    def round_trip(self) -> None:
+        """``client.call("noop", {})``."""
+        from toolq.models import CallStatus
 
-        figures.latencies_ms = sequential(one, args.calls)
+        result = self.client.call("noop", {}, timeout=30)
+        if result.status is not CallStatus.SUCCEEDED:
+            raise RuntimeError(f"noop did not succeed: {result}")
+
+    def batch(self, size: int, timeout: float) -> tuple[float, float]:
+        """One ``client.dispatch`` of ``size`` noop calls, then ``batch.wait()``."""
+        from toolq.models import CallStatus
+
         payload = [
-            {"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}}
-            for _ in range(args.batch)
+            {"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}} for _ in range(size)
         ]
         t0 = time.perf_counter()
-        batch = client.dispatch(payload)
+        batch = self.client.dispatch(payload)
         t1 = time.perf_counter()
-        results = batch.wait(timeout=args.batch_timeout)
+        results = batch.wait(timeout=timeout)
         t2 = time.perf_counter()
         bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]
         if bad:
             raise RuntimeError(f"{len(bad)} batch calls did not succeed, e.g. {bad[0]}")
-        figures.batch_size = args.batch
-        figures.batch_send_s = t1 - t0
-        figures.batch_total_s = t2 - t0
-        figures.batch_how = "client.dispatch([M calls]) + batch.wait()"
-    finally:
-        client.close()
-        procs.stop(proc)
-    return figures
+        return t1 - t0, t2 - t0
+
+
+def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:
+    """toolq's round trips and batch (``args``: calls, batch, pool, concurrency, ...)."""
+    with ToolqWorker(procs, args.redis_url, pool=args.pool, concurrency=args.concurrency) as side:
+        return measure(side, args.calls, args.batch, args.batch_timeout)
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -410,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.redis_url.rstrip("/").endswith("/13"):
         parser.error("database 13 belongs to the test suite; use another one")
 
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGINT, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGINT, exit_on_signal)
     r = redis.Redis.from_url(args.redis_url)
     r.ping()
     procs = Procs()

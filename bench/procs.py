@@ -1,0 +1,83 @@
+"""Worker subprocesses of the benchmarks: started in their own process group, always stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Procs:
+    """Worker subprocesses, each in its own session/process group."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, argv: list[str], env: dict[str, str], log: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` from the repository root; its output goes to ``log`` when given.
+
+        Without ``log``, stdout (only the Celery banner) is dropped and stderr is inherited.
+        """
+        if log is None:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL
+            )
+        else:
+            with log.open("ab") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=ROOT,
+                    start_new_session=True,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+        """SIGTERM (Celery's warm shutdown), then SIGKILL the whole group after ``grace``.
+
+        SIGTERM goes to the worker's main process only: it stops its own pool children,
+        where a group-wide SIGTERM would make them die under it as "lost" workers.
+        The group was created with the worker (``start_new_session``), so its id is the pid.
+        """
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+        # Anything left in the group (a stuck main process, orphaned prefork children).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop_all(self) -> None:
+        """Stop every worker still running."""
+        for proc in list(self.procs):
+            self.stop(proc)
+
+
+def exit_on_signal(signum: int, frame: Any) -> None:
+    """First SIGTERM/SIGINT ends the run; later ones are ignored so the cleanup finishes."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def worker_env(redis_url: str) -> dict[str, str]:
+    """This environment plus the repository on ``PYTHONPATH`` and the Redis URL for the apps."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["BENCH_REDIS_URL"] = redis_url
+    env["TOOLQ_REDIS_URL"] = redis_url
+    return env
