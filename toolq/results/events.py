@@ -20,12 +20,28 @@ from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
 
 POLL_SECONDS = 1.0
+"""Longest time a reader trusts pub/sub before reading the stream anyway."""
 BLOCK_SECONDS = 5.0
 """Longest single ``XREAD BLOCK`` of a waiter, so its deadline is checked now and then."""
-"""Longest time a reader trusts pub/sub before reading the stream anyway."""
 BATCH = 1000
+COALESCE_PENDING = 32
+COALESCE_SECONDS = 0.005
+"""While at least this many calls are pending, a wait reads at most every 5 ms."""
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
+_NOT_FINAL = frozenset(
+    t.value
+    for t in (
+        EventType.QUEUED,
+        EventType.AWAITING_APPROVAL,
+        EventType.APPROVED,
+        EventType.STARTED,
+        EventType.PROGRESS,
+        EventType.RETRYING,
+        EventType.PREVIEWED,
+    )
+)
+"""Events that never make a call final (final ones are told apart by their ``status``)."""
 
 
 def _text(value: Any) -> str:
@@ -184,13 +200,20 @@ class EventLog:
             reply: Any = self.redis.xread(
                 {stream: last}, count=BATCH, block=max(1, int(block * 1000))
             )
+            got = 0
             for _, entries in reply or []:
+                got += len(entries)
                 for entry_id, fields in entries:
                     last = _text(entry_id)
+                    if _text(fields.get(b"type", fields.get("type", ""))) in _NOT_FINAL:
+                        continue  # most of a busy run's events: skip decoding them
                     call_id = _text(fields.get(b"call_id", fields.get("call_id", "")))
                     if call_id in pending:
                         data = json.loads(fields.get(b"data", fields.get("data")) or "{}")
                         if data.get("status") in _FINAL_VALUES:
                             pending.discard(call_id)
                             seen[call_id] = data
+            if len(pending) >= COALESCE_PENDING and got < BATCH:
+                # A big batch trickles in: let events gather instead of waking per event.
+                time.sleep(COALESCE_SECONDS)
         return seen
