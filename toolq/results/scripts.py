@@ -58,15 +58,20 @@ return {'new', id}
 """
 )
 
+# A retry of the same start (same token, the reply was lost) gets the same answer.
 # KEYS: call, stream, lease, cancel, running
 # ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms, run_id
 START = (
     _EMIT
     + """
-local f = redis.call('HMGET', KEYS[1], 'status', 'run_id')
+local f = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'token')
 local status = f[1]
 if not status then return {'missing'} end
 if f[2] ~= ARGV[9] then return {'skip', 'run_mismatch'} end
+if status == 'running' and f[3] == ARGV[2] then
+  return {'ok', redis.call('HGET', KEYS[1], 'envelope'),
+          redis.call('HGET', KEYS[1], 'attempt'), ''}
+end
 if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'result', ARGV[7],
              'updated_at', ARGV[4], 'finished_at', ARGV[4])
@@ -85,15 +90,16 @@ return {'ok', redis.call('HGET', KEYS[1], 'envelope'), attempt, id}
 """
 )
 
+# A retry of the same finish (the reply was lost) finds it done and changes nothing.
 # KEYS: call, stream, lease, running, undo
 # ARGV: call_id, token, status, result, etype, data, channel, maxlen, now, ttl, undo, undo_ttl
 FINISH = (
     _EMIT
     + """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running'
-   or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
-  return {'stale'}
-end
+local f = redis.call('HMGET', KEYS[1], 'status', 'token')
+if f[2] ~= ARGV[2] then return {'stale'} end
+if f[1] == ARGV[3] then return {'ok', ''} end
+if f[1] ~= 'running' then return {'stale'} end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'result', ARGV[4],
            'updated_at', ARGV[9], 'finished_at', ARGV[9])
 redis.call('EXPIRE', KEYS[1], ARGV[10])

@@ -15,6 +15,7 @@ from toolq.errors import CallNotFoundError
 from toolq.keys import Keys
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
+from toolq.results.direct import DirectScripts
 from toolq.settings import Settings
 
 RECENT_CALLS = 10_000
@@ -107,6 +108,7 @@ class CallStore:
         self._transition = client.register_script(scripts.TRANSITION)
         self._recover = client.register_script(scripts.RECOVER)
         self._scripts = (self._create, self._renew)
+        self._direct = DirectScripts(client)
 
     @property
     def _maxlen(self) -> int:
@@ -218,15 +220,16 @@ class CallStore:
         if run_id is None:
             return Started("missing")
         now = time.time()
-        reply = self._start(
-            keys=[
+        reply = self._direct(
+            self._start,
+            [
                 k.call(call_id),
                 k.run_stream(run_id),
                 k.lease(call_id),
                 k.cancel(call_id),
                 k.running,
             ],
-            args=[
+            [
                 call_id,
                 token,
                 int(self.settings.lease_seconds * 1000),
@@ -268,15 +271,16 @@ class CallStore:
         k = self.keys
         payload = result_payload(result)
         etype = _FINAL_EVENTS[result.status]
-        reply = self._finish(
-            keys=[
+        reply = self._direct(
+            self._finish,
+            [
                 k.call(envelope.call_id),
                 k.run_stream(envelope.run_id),
                 k.lease(envelope.call_id),
                 k.running,
                 k.undo(envelope.call_id),
             ],
-            args=[
+            [
                 envelope.call_id,
                 token,
                 result.status.value,
