@@ -11,12 +11,18 @@ attempt did reach Redis changes nothing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
+
+_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the C packer redis-py itself uses when hiredis is installed
+    from hiredis import pack_command as _pack
+except ImportError:  # pragma: no cover - hiredis is a dependency
+    _pack = None
 
 
 class DirectScripts:
@@ -37,15 +43,16 @@ class DirectScripts:
         """``script(keys, args)``; loads the script first if Redis lost it (a restart)."""
         conn = self._connection()
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        packed = [_pack(command)] if _pack is not None else conn.pack_command(*command)
 
         def attempt() -> Any:
-            conn.send_command(*command)
+            conn.send_packed_command(packed)
             try:
                 return conn.read_response()
             except NoScriptError:
                 conn.send_command("SCRIPT", "LOAD", script.script)
                 conn.read_response()
-                conn.send_command(*command)
+                conn.send_packed_command(packed)
                 return conn.read_response()
 
         return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
