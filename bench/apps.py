@@ -1,6 +1,7 @@
 """Apps the benchmark workers load.
 
-``registry``: a toolq registry with one no-op tool (``toolq worker --app bench.apps:registry``).
+``registry``: a toolq registry (``toolq worker --app bench.apps:registry``) with a no-op tool,
+a no-op that needs approval (``gated``) and a progress emitter (``ticker``).
 ``raw_celery``: a minimal plain Celery app with a no-op task, configured like toolq's
 (JSON only, late acks) plus a Redis result backend; its broker/backend URL comes from
 ``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
@@ -8,7 +9,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import AsyncIterator
 
 from celery import Celery
 
@@ -23,6 +27,20 @@ registry = ToolRegistry()
 @registry.tool()
 def noop() -> None:
     """Do nothing."""
+
+
+@registry.tool(requires_approval=True)
+def gated() -> None:
+    """Do nothing, once approved."""
+
+
+@registry.tool()
+async def ticker(count: int, interval: float = 0.0) -> AsyncIterator[dict[str, float]]:
+    """Yield ``count`` progress values, each stamped with the time it was produced."""
+    for i in range(count):
+        yield {"i": i, "produced": time.time()}
+        if interval:
+            await asyncio.sleep(interval)
 
 
 def make_raw_celery(redis_url: str) -> Celery:
@@ -41,7 +59,8 @@ def make_raw_celery(redis_url: str) -> Celery:
         worker_send_task_events=False,
     )
 
-    @app.task(name=RAW_TASK)  # type: ignore[untyped-decorator]
+    # Not shared: each app built in one process (the benchmarks build several) keeps its own.
+    @app.task(name=RAW_TASK, shared=False)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None
 

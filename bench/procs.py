@@ -6,10 +6,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT = 60.0
+"""Seconds a worker may take to come up."""
 
 
 class Procs:
@@ -81,3 +84,37 @@ def worker_env(redis_url: str) -> dict[str, str]:
     env["BENCH_REDIS_URL"] = redis_url
     env["TOOLQ_REDIS_URL"] = redis_url
     return env
+
+
+def wait_for_keys(
+    redis_url: str,
+    prefix: str,
+    count: int,
+    procs: list[subprocess.Popen[bytes]],
+    timeout: float,
+) -> None:
+    """Block until ``count`` keys start with ``prefix`` (one per ready worker process).
+
+    Raises ``RuntimeError`` when one of ``procs`` exits first or ``timeout`` runs out.
+    """
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while len(list(client.scan_iter(match=f"{prefix}*", count=1000))) < count:
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"worker {proc.args!r} exited with {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {count} worker processes ready after {timeout:g}s")
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+def tail(log: Path | None, lines: int = 12) -> str:
+    """The last ``lines`` lines of a worker's log (empty without one)."""
+    if log is None or not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

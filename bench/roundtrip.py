@@ -7,9 +7,9 @@
 1. Raw Celery: a minimal Celery app (bench.apps:raw_celery; Redis broker + Redis result
    backend, JSON, acks_late) and a real ``celery worker`` on queue ``bench.raw``.
    Sequential ``apply_async(...).get()`` round trips, then a batch of M ``apply_async``
-   (one producer connection) collected with ``ResultSet.join_native()`` (the fastest
-   idiomatic collector for the Redis backend: it reads results in bulk instead of one
-   ``get()`` per task).
+   (one producer connection) collected with ``ResultSet.join_native(interval=0.005)`` (the
+   fastest idiomatic collector for the Redis backend: it reads results in bulk instead of
+   one ``get()`` per task; the default 0.5 s interval can leave it idle after the last result).
 2. toolq: ``bench.apps:registry`` (one no-op tool) served by ``python -m toolq worker``.
    Sequential ``client.call("noop", {})``, then one ``client.dispatch([...M calls...])`` and
    ``batch.wait()``.
@@ -27,10 +27,7 @@ import os
 import platform
 import signal
 import sys
-import time
-import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +37,9 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from bench.figures import WARMUP, Figures, measure, percentile, sequential  # noqa: E402
-from bench.procs import Procs, exit_on_signal, worker_env  # noqa: E402
-
-READY_TIMEOUT = 60.0
+from bench.procs import READY_TIMEOUT, Procs, exit_on_signal, worker_env  # noqa: E402
+from bench.raw_celery_side import RawCeleryWorker  # noqa: E402
+from bench.toolq_side import ToolqWorker  # noqa: E402
 
 __all__ = [
     "READY_TIMEOUT",
@@ -59,108 +56,7 @@ __all__ = [
 ]
 
 
-# -- raw Celery ------------------------------------------------------------------------------
-
-
-def raw_argv(pool: str, concurrency: int) -> list[str]:
-    """``celery worker`` for the raw app: queue ``bench.raw``, prefetch 4, no gossip/mingle."""
-    from bench.apps import RAW_QUEUE
-
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "bench.apps:raw_celery",
-        "worker",
-        "--queues",
-        RAW_QUEUE,
-        "--pool",
-        pool,
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "warning",
-        "--hostname",
-        f"bench-raw-{os.getpid()}@%h",
-        "--prefetch-multiplier",
-        "4",
-        "--without-gossip",
-        "--without-mingle",
-    ]
-    if pool == "solo":
-        argv.remove("--concurrency")
-        argv.remove(str(concurrency))
-    return argv
-
-
-class RawCeleryWorker:
-    """A plain ``celery worker`` on the raw app and a client of it (a ``Side``)."""
-
-    name = "raw celery"
-    batch_how = "apply_async x M on one producer + ResultSet.join_native()"
-
-    def __init__(
-        self,
-        procs: Procs,
-        redis_url: str,
-        *,
-        pool: str = "prefork",
-        concurrency: int = 2,
-        log: Path | None = None,
-    ) -> None:
-        from bench.apps import RAW_TASK, make_raw_celery
-
-        self.procs = procs
-        self.redis_url = redis_url
-        self.argv = raw_argv(pool, concurrency)
-        self.log = log
-        self.app = make_raw_celery(redis_url)
-        self.task = self.app.tasks[RAW_TASK]
-        self.proc: Any = None
-
-    def __enter__(self) -> RawCeleryWorker:
-        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
-        try:
-            # Readiness: the first round trip blocks until the worker consumes.
-            self._send().get(timeout=READY_TIMEOUT)
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the worker and release the client's connections."""
-        if self.proc is not None:
-            self.procs.stop(self.proc)
-            self.proc = None
-        self.app.close()
-
-    def _send(self, producer: Any = None) -> Any:
-        from bench.apps import RAW_QUEUE
-
-        return self.task.apply_async(queue=RAW_QUEUE, producer=producer)
-
-    def round_trip(self) -> None:
-        """``apply_async(...).get()``."""
-        self._send().get(timeout=30)
-
-    def batch(self, size: int, timeout: float) -> tuple[float, float]:
-        """``size`` ``apply_async`` on one producer, then ``ResultSet.join_native()``."""
-        from celery.result import ResultSet
-
-        t0 = time.perf_counter()
-        with self.app.producer_or_acquire() as producer:
-            results = [self._send(producer) for _ in range(size)]
-        t1 = time.perf_counter()
-        ResultSet(results, app=self.app).join_native(timeout=timeout)
-        t2 = time.perf_counter()
-        return t1 - t0, t2 - t0
+# -- the two sides ------------------------------------------------------------------------
 
 
 def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
@@ -169,114 +65,6 @@ def bench_raw(args: argparse.Namespace, procs: Procs) -> Figures:
         procs, args.redis_url, pool=args.pool, concurrency=args.concurrency
     ) as side:
         return measure(side, args.calls, args.batch, args.batch_timeout)
-
-
-# -- toolq -----------------------------------------------------------------------------------
-
-
-def toolq_argv(pool: str, concurrency: int) -> list[str]:
-    """``toolq worker`` serving ``bench.apps:registry`` on the SAFE queue."""
-    return [
-        sys.executable,
-        "-m",
-        "toolq",
-        "worker",
-        "--app",
-        "bench.apps:registry",
-        "--risk",
-        "safe",
-        "--pool",
-        pool,
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "warning",
-    ]
-
-
-class ToolqWorker:
-    """A ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it (a ``Side``)."""
-
-    name = "toolq"
-    batch_how = "client.dispatch([M calls]) + batch.wait()"
-
-    def __init__(
-        self,
-        procs: Procs,
-        redis_url: str,
-        *,
-        pool: str = "prefork",
-        concurrency: int = 2,
-        log: Path | None = None,
-    ) -> None:
-        from bench.apps import registry
-        from toolq import Client, Settings
-
-        self.procs = procs
-        self.redis_url = redis_url
-        self.argv = toolq_argv(pool, concurrency)
-        self.log = log
-        self.settings = Settings(redis_url=redis_url)
-        self.client = Client(registry, self.settings)
-        self.proc: Any = None
-
-    def __enter__(self) -> ToolqWorker:
-        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Release the client's connections and stop the worker."""
-        self.client.close()
-        if self.proc is not None:
-            self.procs.stop(self.proc)
-            self.proc = None
-
-    def _wait_ready(self) -> None:
-        from toolq.cli.check import missing_queues
-        from toolq.models import RiskLevel
-
-        deadline = time.monotonic() + READY_TIMEOUT
-        while missing_queues(self.settings, [RiskLevel.SAFE]):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"toolq worker exited with {self.proc.returncode}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("toolq worker not ready in time")
-            time.sleep(0.1)
-
-    def round_trip(self) -> None:
-        """``client.call("noop", {})``."""
-        from toolq.models import CallStatus
-
-        result = self.client.call("noop", {}, timeout=30)
-        if result.status is not CallStatus.SUCCEEDED:
-            raise RuntimeError(f"noop did not succeed: {result}")
-
-    def batch(self, size: int, timeout: float) -> tuple[float, float]:
-        """One ``client.dispatch`` of ``size`` noop calls, then ``batch.wait()``."""
-        from toolq.models import CallStatus
-
-        payload = [
-            {"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}} for _ in range(size)
-        ]
-        t0 = time.perf_counter()
-        batch = self.client.dispatch(payload)
-        t1 = time.perf_counter()
-        results = batch.wait(timeout=timeout)
-        t2 = time.perf_counter()
-        bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]
-        if bad:
-            raise RuntimeError(f"{len(bad)} batch calls did not succeed, e.g. {bad[0]}")
-        return t1 - t0, t2 - t0
 
 
 def bench_toolq(args: argparse.Namespace, procs: Procs) -> Figures:

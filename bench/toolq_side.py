@@ -1,0 +1,115 @@
+"""toolq as a ``Side``: ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it.
+
+Round trip: ``client.call("noop", {})``. Batch: one ``client.dispatch`` of M calls, then
+``batch.wait()``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bench.apps import registry
+from bench.procs import READY_TIMEOUT, Procs, worker_env
+from toolq import Client, Settings
+from toolq.cli.check import missing_queues
+from toolq.models import CallStatus, RiskLevel
+
+
+def toolq_argv(pool: str, concurrency: int) -> list[str]:
+    """``toolq worker`` serving ``bench.apps:registry`` on the SAFE queue."""
+    return [
+        sys.executable,
+        "-m",
+        "toolq",
+        "worker",
+        "--app",
+        "bench.apps:registry",
+        "--risk",
+        "safe",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "warning",
+    ]
+
+
+class ToolqWorker:
+    """A ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it (a ``Side``)."""
+
+    name = "toolq"
+    batch_how = "client.dispatch([M calls]) + batch.wait()"
+
+    def __init__(
+        self,
+        procs: Procs,
+        redis_url: str,
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        log: Path | None = None,
+    ) -> None:
+        self.procs = procs
+        self.redis_url = redis_url
+        self.argv = toolq_argv(pool, concurrency)
+        self.log = log
+        self.settings = Settings(redis_url=redis_url)
+        self.client = Client(registry, self.settings)
+        self.proc: Any = None
+
+    def __enter__(self) -> ToolqWorker:
+        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the client's connections and stop the worker."""
+        self.client.close()
+        if self.proc is not None:
+            self.procs.stop(self.proc)
+            self.proc = None
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while missing_queues(self.settings, [RiskLevel.SAFE]):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"toolq worker exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("toolq worker not ready in time")
+            time.sleep(0.1)
+
+    def round_trip(self) -> None:
+        """``client.call("noop", {})``."""
+        result = self.client.call("noop", {}, timeout=30)
+        if result.status is not CallStatus.SUCCEEDED:
+            raise RuntimeError(f"noop did not succeed: {result}")
+
+    def batch(self, size: int, timeout: float) -> tuple[float, float]:
+        """One ``client.dispatch`` of ``size`` noop calls, then ``batch.wait()``."""
+        payload = [
+            {"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}} for _ in range(size)
+        ]
+        t0 = time.perf_counter()
+        batch = self.client.dispatch(payload)
+        t1 = time.perf_counter()
+        results = batch.wait(timeout=timeout)
+        t2 = time.perf_counter()
+        bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]
+        if bad:
+            raise RuntimeError(f"{len(bad)} batch calls did not succeed, e.g. {bad[0]}")
+        return t1 - t0, t2 - t0
