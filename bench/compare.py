@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         run.flush()
         env = environment(args, client)
         env["cores"] = f"{env['cores']}; {args.concurrency} worker processes per system"
+        env["hiredis"] = _hiredis()
         print("Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
         print(f"Worker logs: {logs}")
         if "roundtrip" in args.sections:
@@ -377,6 +378,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             client.close()
     return 1 if run.not_measured else 0
+
+
+def _hiredis() -> str:
+    """hiredis's version when redis-py parses with it, else ``"no"``."""
+    try:
+        import hiredis
+    except ImportError:
+        return "no"
+    return str(getattr(hiredis, "__version__", "yes"))
 
 
 def finish(run: Run, env: dict[str, Any], seconds: float) -> None:
