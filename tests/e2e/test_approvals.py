@@ -315,16 +315,19 @@ def test_gating_denies_with_readable_reasons(client, workers):
     assert allowed.calls[0].status is CallStatus.QUEUED
 
 
-def test_crash_between_decision_and_enqueue_is_repaired_by_the_sweeper(client, workers, r):
+def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, workers, r):
     batch = client.dispatch(call("wipe", "cr1", target="x"))
     call_id = batch.call_ids[0]
+    assert r.llen("toolq.dangerous") == 0  # parked: no message yet
     store = client.approval_store
-    request = store.get(call_id)
-    # The decision commits, then the approver "crashes" before publishing the message.
-    store._run_decide(request, "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None)
+    store._run_decide(
+        store.get(call_id), "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None
+    )
+    # The decision and the message are one script: no window where an approved call has
+    # no message, and nothing left for the sweeper to re-send.
     assert client.result(call_id).status is CallStatus.QUEUED
-    assert r.llen("toolq.dangerous") == 0  # nothing was enqueued
-    workers.start()  # its sweeper finds the approved, never-sent call and sends it
+    assert r.llen("toolq.dangerous") == 1 and r.zcard("toolq:unsent") == 0
+    workers.start()
     [result] = batch.wait(timeout=30)
     assert result.status is CallStatus.SUCCEEDED
     assert executions(r, call_id) == 1

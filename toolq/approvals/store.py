@@ -174,9 +174,7 @@ class ApprovalStore:
             )
             new_envelope = edited.model_dump_json()
             data["edited_arguments"] = tool.redact(arguments)
-        outcome = self._run_decide(request, "approve", by, data, None, new_envelope, digest)
-        if outcome == "ok":
-            self._send(call_id)
+        self._run_decide(request, "approve", by, data, None, new_envelope, digest)
         if always:
             self.policy.update_rules(
                 envelope.run_id, lambda rules: rules.always_approve.append(envelope.name)
@@ -322,6 +320,13 @@ class ApprovalStore:
     ) -> str:
         k = self.keys
         required = self.settings.dangerous_approvals if request.risk is RiskLevel.DANGEROUS else 1
+        queue, message = "", ""
+        if decision == "approve":
+            tool = self.registry.get(request.name)
+            timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
+            queue, message = self.publisher.message(
+                request.call_id, request.risk, timeout, request.run_id
+            )
         reply = self._decide(
             keys=[
                 k.call(request.call_id),
@@ -329,6 +334,7 @@ class ApprovalStore:
                 k.pending_approvals,
                 k.unsent,
                 k.audit_stream,
+                queue or k.unsent,
             ],
             args=[
                 request.call_id,
@@ -345,6 +351,7 @@ class ApprovalStore:
                 envelope,
                 self.settings.audit_maxlen,
                 dumps(EXPIRED_RESULT),
+                message,
             ],
         )
         outcome = _text(reply[0])
@@ -375,14 +382,6 @@ class ApprovalStore:
             call_id=call_id,
             status=_text(reply[1]),
         )
-
-    def _send(self, call_id: str) -> None:
-        record: Any = self.redis.hmget(self.keys.call(call_id), "risk", "timeout", "run_id")
-        risk, timeout, run_id = (_text(v) if v else "" for v in record)
-        self.publisher.send(
-            call_id, RiskLevel(risk), float(timeout) if timeout else None, run_id or None
-        )
-        self.store.mark_sent([call_id])
 
     def _audit(self, request: ApprovalRequest, by: str, outcome: str) -> None:
         self.redis.xadd(

@@ -179,7 +179,7 @@ class Dispatcher:
         self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, rules: RunRules
     ) -> NewCall:
         data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
-        timeout = tool.timeout if tool.timeout is not None else self.settings.default_timeout
+        timeout = tool.run_timeout(self.settings.default_timeout)
         route = self.policy.route(tool, envelope.arguments, rules)
         if route == "deny":
             result = {

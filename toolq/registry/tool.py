@@ -177,6 +177,10 @@ class Tool:
                 )
         return validated
 
+    def run_timeout(self, default: float | None) -> float | None:
+        """Seconds a call of this tool may run: its own ``timeout``, else ``default``."""
+        return self.timeout if self.timeout is not None else default
+
     def validate_output(self, output: Any) -> Any:
         """Return the output, checked against the output schema when one is declared."""
         return self._output.validate(output) if self._output else output

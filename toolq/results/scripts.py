@@ -191,10 +191,11 @@ return {outcome}
 
 # A human's decision on a parked call: one compare-and-set, so exactly one of any number of
 # racing approvers wins. Past the deadline the call is expired here and then, not decided.
-# KEYS: call, stream, pending_approvals, unsent, audit
+# The final approval pushes the call's Celery message with it (as CREATE does).
+# KEYS: call, stream, pending_approvals, unsent, audit, queue
 # ARGV: call_id, decision (approve|deny), by, now, digest ('' = unchecked), required,
 #       channel, maxlen, ttl, event_data, result, envelope ('' = unchanged), audit_maxlen,
-#       expired_result
+#       expired_result, message ('' = leave it to the sweeper)
 DECIDE = (
     _EMIT
     + """
@@ -243,7 +244,8 @@ end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', ARGV[3])
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'envelope', ARGV[12]) end
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+if ARGV[15] ~= '' then redis.call('LPUSH', KEYS[6], ARGV[15])
+else redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1]) end
 audit('approved')
 return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], 'call.approved', ARGV[1], ARGV[10], ARGV[4])}
 """

@@ -154,7 +154,7 @@ class Executor:
         return base * random.uniform(0.8, 1.2)  # jitter, not crypto
 
     async def _run_once(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext) -> Any:
-        timeout = tool.timeout if tool.timeout is not None else self.default_timeout
+        timeout = tool.run_timeout(self.default_timeout)
         ctx.check_cancelled()
         if timeout is None and not _is_async(tool):
             return await self._finish(tool.call_method("execute", kwargs, ctx), ctx)
