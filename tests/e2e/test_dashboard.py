@@ -233,6 +233,11 @@ def test_dashboard_deny_with_reason_filters_and_escaping(api, workers, page):
     expect(state_of(page, other)).to_have_text("succeeded", timeout=SLOW)
 
     pending.locator("input.reason").fill("not during the freeze")
+    # A filter that hides the card rebuilds it when lifted: what was typed stays.
+    page.fill("#filters input[name=run_id]", "run-other")
+    expect(page.get_by_test_id("approval")).to_have_count(0)
+    page.click("#filters button[type=reset]")
+    expect(pending.locator("input.reason")).to_have_value("not during the freeze", timeout=SLOW)
     pending.locator("button.deny").click()
     expect(state_of(page, wipe)).to_have_text("denied", timeout=SLOW)
     expect(page.get_by_test_id("approval")).to_have_count(0)
