@@ -1,11 +1,12 @@
-"""``DirectScripts``: the two scripts every call runs, on a connection of each thread's own.
+"""``DirectScripts``: the scripts every call runs, on a connection of each thread's own.
 
-A worker runs START and FINISH once per call. Through redis-py's client each costs about
-50 µs of CPU beyond the round trip (pool checkout and release, the retry wrapper, metrics
-hooks); on a connection held by the thread it is a send and a read. Connection errors are
-retried with the client's own backoff, as the pooled client would: both scripts answer a
-repeat with the same token the way they answered the first time, so a retry whose first
-attempt did reach Redis changes nothing.
+A worker runs START and FINISH once per call (and PROGRESS per streamed value). Through
+redis-py's client each costs about 50 µs of CPU beyond the round trip (pool checkout and
+release, the retry wrapper, metrics hooks); on a connection held by the thread it is a send
+and a read. Connection errors are retried with the client's own backoff, as the pooled
+client would: START and FINISH answer a repeat with the same token the way they answered
+the first time, so a retry whose first attempt did reach Redis changes nothing (a retried
+PROGRESS may append its event twice, as it could through the pooled client).
 """
 
 from __future__ import annotations

@@ -252,9 +252,10 @@ class CallStore:
     ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
         k = self.keys
-        reply = self._progress(
-            keys=[k.call(envelope.call_id), k.run_stream(envelope.run_id)],
-            args=[
+        reply = self._direct(
+            self._progress,
+            [k.call(envelope.call_id), k.run_stream(envelope.run_id)],
+            [
                 envelope.call_id,
                 token,
                 etype.value,
