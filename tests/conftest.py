@@ -1,8 +1,14 @@
-"""Real Redis on a dedicated database, flushed around each test; real worker processes."""
+"""A private, password-protected ``redis-server`` per session; real worker processes.
+
+The suite never touches a Redis it did not start: by default it starts one on a free port
+and removes it afterwards. ``TOOLQ_TEST_REDIS_URL`` opts into another server; the suite then
+refuses a database that holds keys it did not write (it marks the databases it uses).
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -15,11 +21,13 @@ import redis
 
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
-from toolq.cli.stack import EmbeddedRedis, redis_answers
+from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("TOOLQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_URL = ""
+OWNED_MARK = "toolq-test:owned"
+"""Key the suite leaves in a database given by ``TOOLQ_TEST_REDIS_URL`` to recognise it."""
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -35,11 +43,23 @@ def make_settings(**overrides: object) -> Settings:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Use the Redis at REDIS_URL, or a real embedded one when nothing answers there."""
+    """Start the suite's own Redis, or adopt ``TOOLQ_TEST_REDIS_URL`` if it is safe to."""
     global REDIS_URL
-    if redis_answers(REDIS_URL):
+    given = os.environ.get("TOOLQ_TEST_REDIS_URL")
+    if given:
+        client = redis.Redis.from_url(given)
+        try:
+            if client.dbsize() and not client.exists(OWNED_MARK):
+                raise pytest.UsageError(
+                    f"TOOLQ_TEST_REDIS_URL={given} names a database holding keys this suite "
+                    "did not write; the tests flush it. Name an empty database."
+                )
+            client.set(OWNED_MARK, "1")
+        finally:
+            client.close()
+        REDIS_URL = given
         return
-    server = EmbeddedRedis()
+    server = EmbeddedRedis(password=secrets.token_urlsafe(16))
     server.start()
     config.add_cleanup(server.stop)
     REDIS_URL = server.url.rsplit("/", 1)[0] + "/13"
@@ -57,8 +77,10 @@ def redis_client() -> Iterator[redis.Redis]:
 @pytest.fixture
 def r(redis_client: redis.Redis) -> Iterator[redis.Redis]:
     redis_client.flushdb()
+    redis_client.set(OWNED_MARK, "1")
     yield redis_client
     redis_client.flushdb()
+    redis_client.set(OWNED_MARK, "1")
 
 
 @pytest.fixture

