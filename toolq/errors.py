@@ -22,7 +22,8 @@
     │   ├── ApprovalExpiredError    nobody decided before the deadline
     │   ├── NotAwaitingApprovalError a decision on a call that is not pending (lost race)
     │   ├── DigestMismatchError     approving something other than what was shown
-    │   └── NotAuthorizedError      self-approval, or a principal without the right
+    │   ├── NotAuthorizedError      self-approval, or a principal without the right
+    │   └── ApprovalUnverifiedError a worker found no valid signed approval for a gated call
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
     └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
 
@@ -174,6 +175,12 @@ class NotAuthorizedError(ApprovalError):
     """The principal may not make this decision."""
 
     code = "not_authorized"
+
+
+class ApprovalUnverifiedError(ApprovalError):
+    """A gated call without a valid signed approval for exactly what would run."""
+
+    code = "approval_unverified"
 
 
 class UndoError(ToolqError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import RiskLevel
@@ -81,3 +81,12 @@ class Settings(BaseSettings):
     """Seconds a call's message may sit taken by a worker but not started before the sweeper
     sends it again (the worker died holding it). A copy of a message a live worker still
     holds is harmless: only one delivery of a call ever starts it."""
+
+    approval_signing_key: SecretStr | None = None
+    """Ed25519 private key that signs decisions, rules and audit entries (PEM, or URL-safe
+    base64 of the raw 32 bytes); held only by deciding processes: API, CLI, approvers."""
+    approval_verify_keys: str | None = None
+    """Ed25519 public keys (comma-separated, PEM or base64) workers verify approvals with;
+    several during a rotation. Without them a worker runs gated calls unverified."""
+    secrets_key: SecretStr | None = None
+    """Fernet key (URL-safe base64 of 32 random bytes) encrypting secret arguments at rest."""

@@ -249,7 +249,7 @@ def test_policy_modes_lists_and_sticky_decisions_survive_restart(workers, r):
     workers.start()
     first = new_client()
     first.approvals.set_rules("strict-run", mode="strict")
-    first.approvals.set_rules("auto-run", mode="auto")
+    first.approvals.set_rules("auto-run", mode="auto", by="alice")
     first.approvals.set_rules("list-run", approve_tools=["echo"])
     first.close()
     second = new_client()  # rules live in Redis, not in the process
@@ -272,7 +272,7 @@ def test_policy_modes_lists_and_sticky_decisions_survive_restart(workers, r):
     assert [c.status for c in again.calls] == [CallStatus.QUEUED, CallStatus.DENIED]
     state = third.approvals.export_state("sticky-run")
     assert state["always_approve"] == ["wipe"] and state["always_deny"] == ["login"]
-    third.approvals.restore_state("copy-run", state)
+    third.approvals.restore_state("copy-run", state, by="alice")
     copied = third.dispatch(call("wipe", "s5", target="3"), run_id="copy-run")
     assert copied.calls[0].status is CallStatus.QUEUED
     assert again.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
@@ -321,7 +321,7 @@ def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, worke
     assert r.llen("toolq.dangerous") == 0  # parked: no message yet
     store = client.approval_store
     store._run_decide(
-        store.get(call_id), "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None
+        store._read(call_id), "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None
     )
     # The decision and the message are one script: no window where an approved call has
     # no message, and nothing left for the sweeper to re-send.

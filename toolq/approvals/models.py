@@ -59,3 +59,8 @@ class AuditEntry(BaseModel):
     outcome: str
     digest: str
     ts: float
+    sig: str = ""
+    """Signature of the deciding process over the fields above (empty: unsigned)."""
+    system: bool = False
+    """Written by a worker or the sweeper, which hold no signing key."""
+    reason: str | None = None

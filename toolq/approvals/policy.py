@@ -47,6 +47,41 @@ class RunRules(BaseModel):
     always_deny: list[str] = Field(default_factory=list)
     approval_timeout: float | None = Field(None, gt=0)
     """Deadline for this run's parked calls, in seconds (default: tool's, then settings')."""
+    signatures: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Signed rules that loosen the gate (``rule_key`` → signed object); a call that runs
+    by such a rule carries its signature, and workers check it."""
+
+
+def rule_key(rule: str, tool: str) -> str:
+    """Key of a signed rule in ``RunRules.signatures``: ``always_approve:<tool>``, ..."""
+    return f"{rule}:{tool}"
+
+
+def route(tool: Tool, arguments: dict[str, Any], rules: RunRules) -> Route:
+    """Run now, park for approval, or deny by a standing rule (first rule that applies)."""
+    if tool.name in rules.always_deny:
+        return "deny"
+    if tool.name in rules.always_approve:
+        return "run"
+    if tool.name in rules.approve_tools:
+        return "park"
+    own = tool.needs_approval(arguments)
+    if own is not None:
+        return "park" if own else "run"
+    if rules.mode is ApprovalMode.AUTO:
+        return "run"
+    if rules.mode is ApprovalMode.STRICT:
+        return "park" if tool.risk is not RiskLevel.SAFE else "run"
+    return "park" if tool.risk is RiskLevel.DANGEROUS else "run"
+
+
+def loosening_signature(tool: Tool, rules: RunRules) -> dict[str, Any] | None:
+    """The signed rule that lets a call of ``tool`` run unparked in this run, if any."""
+    if tool.name in rules.always_approve:
+        return rules.signatures.get(rule_key("always_approve", tool.name))
+    if rules.mode is ApprovalMode.AUTO:
+        return rules.signatures.get(rule_key("mode_auto", "*"))
+    return None
 
 
 def digest_arguments(arguments: dict[str, Any]) -> str:
@@ -107,20 +142,7 @@ class ApprovalPolicy:
 
     def route(self, tool: Tool, arguments: dict[str, Any], rules: RunRules) -> Route:
         """Run now, park for approval, or deny by a standing rule."""
-        if tool.name in rules.always_deny:
-            return "deny"
-        if tool.name in rules.always_approve:
-            return "run"
-        if tool.name in rules.approve_tools:
-            return "park"
-        own = tool.needs_approval(arguments)
-        if own is not None:
-            return "park" if own else "run"
-        if rules.mode is ApprovalMode.AUTO:
-            return "run"
-        if rules.mode is ApprovalMode.STRICT:
-            return "park" if tool.risk is not RiskLevel.SAFE else "run"
-        return "park" if tool.risk is RiskLevel.DANGEROUS else "run"
+        return route(tool, arguments, rules)
 
     def deadline_seconds(self, tool: Tool, rules: RunRules) -> float:
         """How long a parked call may wait: the tool's, the run's, then the default."""

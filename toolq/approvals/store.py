@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.models import ApprovalRequest, AuditEntry
-from toolq.approvals.policy import ApprovalMode, ApprovalPolicy, RunRules, digest_arguments
+from toolq.approvals.policy import (
+    ApprovalMode,
+    ApprovalPolicy,
+    RunRules,
+    digest_arguments,
+    rule_key,
+)
+from toolq.approvals.signing import signer_for
 from toolq.errors import (
     ApprovalExpiredError,
     CallNotFoundError,
@@ -37,8 +44,59 @@ EXPIRED_RESULT = {
 }
 
 
+DECIDE_ATTEMPTS = 20
+"""Re-reads of a call whose approvals moved under a decision (quorum races) before giving up."""
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def audit_fields(
+    call_id: str, run_id: str, tool: str, by: str, outcome: str, digest: str, ts: str
+) -> dict[str, str]:
+    """The fields of an audit entry that its signature covers, as stored."""
+    return {
+        "call_id": call_id,
+        "run_id": run_id,
+        "tool": tool,
+        "by": by,
+        "outcome": outcome,
+        "digest": digest,
+        "ts": ts,
+    }
+
+
+def approvals_of(record: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A record's approvals so far: ``{"by", "digest", "ts", "sig"}`` each."""
+    raw = record.get("approvers")
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, str):  # written before approvals carried their digest
+            item = {"by": item, "digest": record.get("digest", "")}
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+class Parked:
+    """A call record as a deciding process reads it, with the digest it computes itself.
+
+    The stored ``digest`` field is never trusted: what is approved is the digest of the
+    stored arguments as they are (secret values included as stored).
+    """
+
+    def __init__(self, record: dict[str, str]) -> None:
+        self.record = record
+        self.envelope = CallEnvelope.model_validate_json(record["envelope"])
+        self.digest = digest_arguments(self.envelope.arguments)
+        self.approvals = approvals_of(record)
 
 
 def redact(arguments: Mapping[str, Any], secrets: str) -> dict[str, Any]:
@@ -61,7 +119,7 @@ def to_request(record: dict[str, str]) -> ApprovalRequest:
         status=CallStatus(record["status"]),
         arguments=redact(envelope.arguments, secrets),
         original_arguments=redact(original, secrets) if original is not None else None,
-        digest=record.get("digest", ""),
+        digest=digest_arguments(envelope.arguments),
         submitter=envelope.principal,
         created_at=float(record.get("created_at") or envelope.created_at),
         deadline=float(record["deadline"]) if record.get("deadline") else None,
@@ -71,7 +129,7 @@ def to_request(record: dict[str, str]) -> ApprovalRequest:
         preview=json.loads(record["preview"]) if record.get("preview") else None,
         preview_error=record.get("preview_error") or None,
         diff=json.loads(record["diff"]) if record.get("diff") else None,
-        approvals=json.loads(record["approvers"]) if record.get("approvers") else [],
+        approvals=[str(a.get("by")) for a in approvals_of(record)],
         decided_by=record.get("decided_by") or None,
     )
 
@@ -95,6 +153,7 @@ class ApprovalStore:
         self.redis = store.redis
         self._decide = self.redis.register_script(scripts.DECIDE)
         self._expire = self.redis.register_script(scripts.EXPIRE)
+        self.signer = signer_for(self.settings)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -154,36 +213,57 @@ class ApprovalStore:
         """Approve a parked call (optionally with edited arguments) and enqueue it.
 
         ``digest`` names the arguments the approver saw; if they changed, the decision is
-        refused. ``always`` also approves this tool for the rest of the run.
+        refused. ``always`` also approves this tool for the rest of the run. With a quorum
+        (``dangerous_approvals`` > 1) an edit replaces the arguments and resets the other
+        approvals: everyone must approve the edited version.
         """
-        request = self._authorize(call_id, by)
-        envelope = self.store.envelope(call_id)
-        data: dict[str, Any] = {"status": CallStatus.QUEUED.value, "by": by, "decision": "approved"}
-        if note:
-            data["note"] = note
-        new_envelope = ""
-        if arguments is not None:
-            tool = self.registry.require(envelope.name)
-            try:
-                tool.validate(arguments)
-            except InvalidArgumentsError:
-                self._audit(request, by, "refused:invalid_arguments")
-                raise
-            edited = envelope.model_copy(
-                update={"arguments": arguments, "original_arguments": envelope.arguments}
+        for _ in range(DECIDE_ATTEMPTS):
+            parked = self._read(call_id)
+            request = self._authorize(parked, by)
+            shown = parked.digest
+            if digest is not None and digest != shown:
+                self._audit(request, by, "refused:digest_mismatch")
+                raise DigestMismatchError(
+                    f"call {call_id}: the arguments changed since they were shown (digest "
+                    f"{shown} is current); review the call again",
+                    call_id=call_id,
+                    digest=shown,
+                )
+            data: dict[str, Any] = {"by": by, "decision": "approved"}
+            if note:
+                data["note"] = note
+            new_envelope, new_digest = "", ""
+            if arguments is not None:
+                tool = self.registry.require(parked.envelope.name)
+                try:
+                    tool.validate(arguments)
+                except InvalidArgumentsError:
+                    self._audit(request, by, "refused:invalid_arguments")
+                    raise
+                edited = parked.envelope.model_copy(
+                    update={"arguments": arguments, "original_arguments": parked.envelope.arguments}
+                )
+                new_envelope = edited.model_dump_json()
+                new_digest = digest_arguments(arguments)
+                data["edited_arguments"] = tool.redact(arguments)
+            outcome = self._run_decide(
+                parked, "approve", by, data, None, new_envelope, new_digest or None
             )
-            new_envelope = edited.model_dump_json()
-            data["edited_arguments"] = tool.redact(arguments)
-        self._run_decide(request, "approve", by, data, None, new_envelope, digest)
-        if always:
-            self.policy.update_rules(
-                envelope.run_id, lambda rules: rules.always_approve.append(envelope.name)
-            )
-        return self.store.result(call_id)
+            if outcome == "retry":
+                continue
+            if always:
+                self._set_rule(parked.envelope.run_id, "always_approve", parked.envelope.name, by)
+            return self.store.result(call_id)
+        raise NotAwaitingApprovalError(
+            f"call {call_id} kept changing while it was being approved; try again",
+            call_id=call_id,
+            status=CallStatus.AWAITING_APPROVAL.value,
+        )
 
     def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
         """Deny a parked call; the model reads ``reason``; ``always`` denies it for the run."""
-        request = self._authorize(call_id, by)
+        parked = self._read(call_id)
+        request = self._authorize(parked, by)
         message = f"denied by {by}: {reason}" if reason else f"denied by {by}"
         result: dict[str, Any] = {"error": message, "error_type": "approval_denied"}
         data: dict[str, Any] = {
@@ -193,7 +273,7 @@ class ApprovalStore:
             "reason": reason,
             "error": message,
         }
-        self._run_decide(request, "deny", by, data, result, "", None)
+        self._run_decide(parked, "deny", by, data, result, "", None)
         if always:
             self.policy.update_rules(
                 request.run_id, lambda rules: rules.always_deny.append(request.name)
@@ -273,12 +353,37 @@ class ApprovalStore:
         mode: ApprovalMode | str | None = None,
         approve_tools: Sequence[str] | None = None,
         approval_timeout: float | None = None,
+        by: str | None = None,
     ) -> RunRules:
-        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
+        """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
+
+        A change that loosens the gate needs ``by``, an approver: for mode ``auto`` one who
+        may decide DANGEROUS calls; for leaving ``strict`` one for MODERATE; for taking a
+        tool off the approval list one for that tool's risk. Mode ``auto`` is signed.
+        """
+        new_mode = ApprovalMode(mode) if mode is not None else None
+        current = self.rules(run_id)
+        needs: list[tuple[RiskLevel, str]] = []
+        if new_mode is ApprovalMode.AUTO and current.mode is not ApprovalMode.AUTO:
+            needs.append((RiskLevel.DANGEROUS, "mode auto"))
+        if current.mode is ApprovalMode.STRICT and new_mode not in (None, ApprovalMode.STRICT):
+            needs.append((RiskLevel.MODERATE, f"mode {new_mode}"))
+        kept = set(current.approve_tools if approve_tools is None else approve_tools)
+        for name in set(current.approve_tools) - kept:
+            needs.append((self._risk_of(name), f"no approval for {name}"))
+        for risk, what in needs:
+            self._authorize_rule(run_id, by, risk, what)
+        signed = None
+        if new_mode is ApprovalMode.AUTO and by is not None:
+            signed = self._sign_rule(run_id, "mode_auto", "*", by)
 
         def change(rules: RunRules) -> None:
-            if mode is not None:
-                rules.mode = ApprovalMode(mode)
+            if new_mode is not None:
+                rules.mode = new_mode
+                if new_mode is not ApprovalMode.AUTO:
+                    rules.signatures.pop(rule_key("mode_auto", "*"), None)
+            if signed is not None:
+                rules.signatures[rule_key("mode_auto", "*")] = signed
             if approve_tools is not None:
                 rules.approve_tools = list(approve_tools)
             if approval_timeout is not None:
@@ -290,74 +395,197 @@ class ApprovalStore:
         """A run's approval state (mode, lists, sticky decisions) to save."""
         return self.policy.export_state(run_id)
 
-    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
-        """Restore a saved approval state onto a run."""
-        return self.policy.restore_state(run_id, state)
+    def restore_state(self, run_id: str, state: dict[str, Any], by: str | None = None) -> RunRules:
+        """Restore a saved approval state onto a run.
+
+        Signatures are bound to their run, so a state that loosens the gate (sticky
+        approvals, mode ``auto``) is signed again here, by ``by``, who must be an approver
+        for each tool's risk (DANGEROUS for mode ``auto``).
+        """
+        rules = RunRules.model_validate(state)
+        rules.signatures = {}
+        if rules.mode is ApprovalMode.AUTO:
+            self._authorize_rule(run_id, by, RiskLevel.DANGEROUS, "mode auto")
+        for name in rules.always_approve:
+            self._authorize_rule(run_id, by, self._risk_of(name), f"always approve {name}")
+        if by is not None:
+            wanted = [("always_approve", name) for name in rules.always_approve]
+            if rules.mode is ApprovalMode.AUTO:
+                wanted.append(("mode_auto", "*"))
+            for rule, name in wanted:
+                signed = self._sign_rule(run_id, rule, name, by)
+                if signed is not None:
+                    rules.signatures[rule_key(rule, name)] = signed
+        return self.policy.set_run_rules(run_id, rules)
+
+    def _risk_of(self, name: str) -> RiskLevel:
+        tool = self.registry.get(name)
+        return tool.risk if tool is not None else RiskLevel.DANGEROUS
+
+    def _authorize_rule(self, run_id: str, by: str | None, risk: RiskLevel, change: str) -> None:
+        reason = self.policy.refusal(risk, None, by or "")
+        if reason is None:
+            return
+        ts = repr(time.time())
+        fields = audit_fields("", run_id, "", by or "", f"refused:rule:{reason}", "", ts)
+        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
+        self.redis.xadd(
+            self.keys.audit_stream,
+            entry,
+            maxlen=self.settings.audit_maxlen,
+            approximate=True,
+        )
+        raise NotAuthorizedError(
+            f"{change} loosens the approval gate of run {run_id}: it needs an approver for "
+            f"{risk.value} calls (by=...); {by or 'nobody'!r} is refused: "
+            f"{reason.replace('_', ' ')}",
+            run_id=run_id,
+            by=by,
+        )
+
+    def _sign_rule(self, run_id: str, rule: str, tool: str, by: str) -> dict[str, Any] | None:
+        if self.signer is None:
+            return None
+        return self.signer.sign("rule", run_id=run_id, rule=rule, tool=tool, by=by,
+                                ts=repr(time.time()))
+
+    def _set_rule(self, run_id: str, rule: str, tool: str, by: str) -> None:
+        """Add a sticky approval (already authorized by the decision it came with), signed."""
+        signed = self._sign_rule(run_id, rule, tool, by)
+
+        def change(rules: RunRules) -> None:
+            rules.always_approve.append(tool)
+            if signed is not None:
+                rules.signatures[rule_key(rule, tool)] = signed
+
+        self.policy.update_rules(run_id, change)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _authorize(self, call_id: str, by: str) -> ApprovalRequest:
-        request = self.get(call_id)
+    def _read(self, call_id: str) -> Parked:
+        [record] = self.store.records([call_id])
+        if record is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        return Parked(record)
+
+    def _authorize(self, parked: Parked, by: str) -> ApprovalRequest:
+        request = to_request(parked.record)
         reason = self.policy.refusal(request.risk, request.submitter, by)
         if reason is not None:
             self._audit(request, by, f"refused:{reason}")
             raise NotAuthorizedError(
-                f"{by!r} may not decide call {call_id}: {reason.replace('_', ' ')}",
-                call_id=call_id,
+                f"{by!r} may not decide call {request.call_id}: {reason.replace('_', ' ')}",
+                call_id=request.call_id,
                 by=by,
             )
         return request
 
+    def _required(self, parked: Parked) -> int:
+        # The registry's risk, not the record's: a Redis writer could lower the latter.
+        tool = self.registry.get(parked.envelope.name)
+        risk = tool.risk if tool is not None else parked.envelope.risk
+        return self.settings.dangerous_approvals if risk is RiskLevel.DANGEROUS else 1
+
     def _run_decide(
         self,
-        request: ApprovalRequest,
+        parked: Parked,
         decision: str,
         by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
         envelope: str,
-        digest: str | None,
+        new_digest: str | None,
     ) -> str:
+        """Sign the outcome, then commit it with one compare-and-set; ``retry`` if it moved."""
         k = self.keys
-        required = self.settings.dangerous_approvals if request.risk is RiskLevel.DANGEROUS else 1
-        queue, message = "", ""
-        if decision == "approve":
-            tool = self.registry.get(request.name)
-            timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
-            queue, message = self.publisher.message(
-                request.call_id, request.risk, timeout, request.run_id
+        env = parked.envelope
+        call_id, run_id, shown = env.call_id, env.run_id, parked.digest
+        now = time.time()
+        ts = repr(now)
+        digest = new_digest or shown
+        prior = [a for a in parked.approvals if a.get("digest") == shown]
+        names = [str(a.get("by")) for a in prior]
+        pending = parked.record.get("status") == CallStatus.AWAITING_APPROVAL.value
+        if decision == "approve" and new_digest is None and by in names and pending:
+            self._audit(to_request(parked.record), by, "refused:same_approver")
+            raise NotAuthorizedError(
+                f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
+                call_id=call_id,
+                by=by,
             )
+        if new_digest is not None:
+            prior, names = [], []  # an edit resets the others: they approved other arguments
+        names.append(by)
+        final = decision == "deny" or len(names) >= self._required(parked)
+        own: dict[str, Any] = {"by": by, "digest": digest, "ts": ts}
+        approval = ""
+        if self.signer is not None:
+            facts = {"call_id": call_id, "run_id": run_id, "tool": env.name, "digest": digest}
+            own["sig"] = self.signer.sign("approval", **facts, by=by, ts=ts)["sig"]
+            if final:
+                signed = self.signer.sign(
+                    "decision",
+                    **facts,
+                    decision="approve" if decision == "approve" else "deny",
+                    approvers=names,
+                    by=by,
+                    ts=ts,
+                )
+                approval = dumps(signed)
+        outcome_name = (
+            "denied" if decision == "deny" else "approved" if final else "approved:partial"
+        )
+        queue, message = "", ""
+        if decision == "approve" and final:
+            tool = self.registry.get(env.name)
+            timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
+            queue, message = self.publisher.message(call_id, env.risk, timeout, run_id)
+        event = {**data, "decided_at": now}
+        if decision == "approve":
+            event["status"] = (
+                CallStatus.QUEUED.value if final else CallStatus.AWAITING_APPROVAL.value
+            )
+            event["approvals"] = len(names)
         reply = self._decide(
             keys=[
-                k.call(request.call_id),
-                k.run_stream(request.run_id),
+                k.call(call_id),
+                k.run_stream(run_id),
                 k.pending_approvals,
                 k.unsent,
                 k.audit_stream,
                 queue or k.unsent,
             ],
             args=[
-                request.call_id,
+                call_id,
                 decision,
                 by,
-                repr(time.time()),
-                digest or "",
-                required,
-                k.run_channel(request.run_id),
+                ts,
+                shown if decision == "approve" else "",
+                "1" if decision == "approve" else "0",
+                k.run_channel(run_id),
                 self.settings.stream_maxlen,
                 self.settings.result_ttl,
-                dumps({**data, "decided_at": time.time()}),
+                dumps(event),
                 dumps(result) if result is not None else "",
                 envelope,
                 self.settings.audit_maxlen,
                 dumps(EXPIRED_RESULT),
                 message,
+                parked.record.get("approvers", ""),
+                dumps([*prior, own]),
+                "1" if final else "0",
+                new_digest or "",
+                approval,
+                run_id,
+                env.name,
+                self._audit_sig(call_id, run_id, env.name, by, outcome_name, digest, ts),
+                self._audit_sig(call_id, run_id, env.name, by, "expired", shown, ts),
             ],
         )
         outcome = _text(reply[0])
-        if outcome in ("ok", "partial"):
+        if outcome in ("ok", "partial", "retry"):
             return outcome
-        call_id = request.call_id
+        request = to_request(parked.record)
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         if outcome == "expired":
@@ -365,39 +593,49 @@ class ApprovalStore:
                 f"call {call_id} expired before it was decided", call_id=call_id
             )
         if outcome == "digest":
+            self._audit(request, by, "refused:digest_mismatch")
             raise DigestMismatchError(
-                f"call {call_id}: the arguments changed since they were shown (digest "
-                f"{request.digest} is current); review the call again",
+                f"call {call_id}: the arguments changed since they were shown; review the "
+                "call again",
                 call_id=call_id,
-                digest=request.digest,
+                digest=_text(reply[1]),
             )
-        if outcome == "same_approver":
-            raise NotAuthorizedError(
-                f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
-                call_id=call_id,
-                by=by,
-            )
+        status = _text(reply[1])
+        self._audit(request, by, f"refused:{status}")
         raise NotAwaitingApprovalError(
-            f"call {call_id} is {_text(reply[1])}, not awaiting approval",
+            f"call {call_id} is {status}, not awaiting approval",
             call_id=call_id,
-            status=_text(reply[1]),
+            status=status,
         )
 
+    def _audit_sig(
+        self, call_id: str, run_id: str, tool: str, by: str, outcome: str, digest: str, ts: str
+    ) -> str:
+        if self.signer is None:
+            return ""
+        fields = audit_fields(call_id, run_id, tool, by, outcome, digest, ts)
+        return str(self.signer.sign("audit", **fields)["sig"])
+
     def _audit(self, request: ApprovalRequest, by: str, outcome: str) -> None:
+        ts = repr(time.time())
+        fields = audit_fields(
+            request.call_id, request.run_id, request.name, by, outcome, request.digest, ts
+        )
+        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
         self.redis.xadd(
             self.keys.audit_stream,
-            {
-                "call_id": request.call_id,
-                "run_id": request.run_id,
-                "tool": request.name,
-                "by": by,
-                "outcome": outcome,
-                "digest": request.digest,
-                "ts": repr(time.time()),
-            },
+            entry,
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
 
 
-__all__ = ["EXPIRED_RESULT", "ApprovalStore", "digest_arguments", "redact", "to_request"]
+__all__ = [
+    "EXPIRED_RESULT",
+    "ApprovalStore",
+    "Parked",
+    "audit_fields",
+    "digest_arguments",
+    "redact",
+    "to_request",
+]

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import RunRules, digest_arguments
+from toolq.approvals.policy import RunRules, digest_arguments, loosening_signature
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import PayloadError, ToolDeniedError, ToolqError
@@ -221,6 +221,8 @@ class Dispatcher:
         data["status"] = CallStatus.QUEUED.value
         if tool.name in rules.always_approve:
             data["approved_by"] = "rule"
+        # Workers verify gated calls: one that runs by a loosening rule carries its signature.
+        signed = loosening_signature(tool, rules)
         return NewCall(
             envelope,
             CallStatus.QUEUED,
@@ -230,4 +232,5 @@ class Dispatcher:
             timeout=timeout,
             idempotency_key=key,
             message=self.publisher.message(envelope.call_id, tool.risk, timeout, envelope.run_id),
+            fields={"approval": dumps(signed)} if signed is not None else None,
         )

@@ -191,63 +191,69 @@ return {outcome}
 
 # A human's decision on a parked call: one compare-and-set, so exactly one of any number of
 # racing approvers wins. Past the deadline the call is expired here and then, not decided.
+# The deciding process reads the record, computes the digest of the stored arguments itself,
+# signs the outcome it will commit and passes the approvals it read: if the status, the
+# digest or the approvals changed since, nothing is written and it reads again ('retry'),
+# so the stored signature always matches what was committed. An edit replaces the envelope
+# and digest and resets earlier approvals (they approved other arguments). Refusals are
+# returned for the caller to audit; the audit entries written here carry signatures made by
+# the caller (entry fields come from ARGV, so the signed bytes are exactly the stored ones).
 # The final approval pushes the call's Celery message with it (as CREATE does).
 # KEYS: call, stream, pending_approvals, unsent, audit, queue
-# ARGV: call_id, decision (approve|deny), by, now, digest ('' = unchecked), required,
-#       channel, maxlen, ttl, event_data, result, envelope ('' = unchanged), audit_maxlen,
-#       expired_result, message ('' = leave it to the sweeper)
+# ARGV: call_id, decision (approve|deny), by, now, digest ('' = unchecked), check_approvals
+#       ('1' = compare approvals), channel, maxlen, ttl, event_data, result, envelope
+#       ('' = unchanged), audit_maxlen, expired_result, message ('' = leave it to the sweeper),
+#       approvals_read, approvals_new, final ('1' | '0'), new_digest ('' = unchanged),
+#       approval (signed decision), run_id, tool, audit_sig, expired_sig
 DECIDE = (
     _EMIT
     + """
-local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'digest', 'approvers', 'run_id',
-                    'name')
+local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel, maxlen, ttl, data = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local audit_maxlen, run_id, tool = ARGV[13], ARGV[21], ARGV[22]
+local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'digest', 'approvers')
 if not f[1] then return {'missing'} end
-local function audit(outcome)
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'call_id', ARGV[1], 'run_id', f[5],
-             'tool', f[6], 'by', ARGV[3], 'outcome', outcome, 'digest', f[3] or '', 'ts', ARGV[4])
+local function audit(outcome, digest, sig)
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
+             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', digest,
+             'ts', now, 'sig', sig)
 end
-if f[1] ~= 'awaiting_approval' then audit('refused:' .. f[1]); return {'conflict', f[1]} end
+if f[1] ~= 'awaiting_approval' then return {'conflict', f[1]} end
 local deadline = tonumber(f[2])
-if deadline and deadline > 0 and tonumber(ARGV[4]) > deadline then
-  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[14], 'updated_at', ARGV[4],
-             'finished_at', ARGV[4])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('EXPIRE', KEYS[1], ARGV[9])
-  emit(KEYS[2], ARGV[7], ARGV[8], 'call.expired', ARGV[1], '{"status":"expired"}', ARGV[4])
-  audit('expired')
+if deadline and deadline > 0 and tonumber(now) > deadline then
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[14], 'updated_at', now,
+             'finished_at', now)
+  redis.call('ZREM', KEYS[3], call_id)
+  redis.call('EXPIRE', KEYS[1], ttl)
+  emit(KEYS[2], channel, maxlen, 'call.expired', call_id, '{"status":"expired"}', now)
+  audit('expired', ARGV[5], ARGV[24])
   return {'expired'}
 end
-if ARGV[5] ~= '' and ARGV[5] ~= f[3] then audit('refused:digest_mismatch'); return {'digest'} end
-if ARGV[2] == 'deny' then
-  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', ARGV[11], 'decided_by', ARGV[3],
-             'updated_at', ARGV[4], 'finished_at', ARGV[4])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('EXPIRE', KEYS[1], ARGV[9])
-  audit('denied')
-  return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], 'call.denied', ARGV[1], ARGV[10], ARGV[4])}
+if ARGV[5] ~= '' and ARGV[5] ~= f[3] then return {'digest', f[3] or ''} end
+if ARGV[6] == '1' and (f[4] or '') ~= ARGV[16] then return {'retry'} end
+local digest = ARGV[5]
+if ARGV[19] ~= '' then digest = ARGV[19] end
+if decision == 'deny' then
+  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', ARGV[11], 'decided_by', by,
+             'approval', ARGV[20], 'updated_at', now, 'finished_at', now)
+  redis.call('ZREM', KEYS[3], call_id)
+  redis.call('EXPIRE', KEYS[1], ttl)
+  audit('denied', digest, ARGV[23])
+  return {'ok', emit(KEYS[2], channel, maxlen, 'call.denied', call_id, data, now)}
 end
-local approvers = {}
-if f[4] and f[4] ~= '' then approvers = cjson.decode(f[4]) end
-for _, name in ipairs(approvers) do
-  if name == ARGV[3] then audit('refused:same_approver'); return {'same_approver'} end
-end
-table.insert(approvers, ARGV[3])
-redis.call('HSET', KEYS[1], 'approvers', cjson.encode(approvers), 'updated_at', ARGV[4])
-if #approvers < tonumber(ARGV[6]) then
-  audit('approved:partial')
-  local data = cjson.decode(ARGV[10])
-  data['status'] = 'awaiting_approval'
-  data['approvals'] = #approvers
-  return {'partial', emit(KEYS[2], ARGV[7], ARGV[8], 'call.approved', ARGV[1], cjson.encode(data),
-                          ARGV[4])}
-end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', ARGV[3])
+redis.call('HSET', KEYS[1], 'approvers', ARGV[17], 'updated_at', now)
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'envelope', ARGV[12]) end
-redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[19] ~= '' then redis.call('HSET', KEYS[1], 'digest', ARGV[19]) end
+if ARGV[18] ~= '1' then
+  audit('approved:partial', digest, ARGV[23])
+  return {'partial', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
+end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', by, 'approval', ARGV[20])
+redis.call('ZREM', KEYS[3], call_id)
 if ARGV[15] ~= '' then redis.call('LPUSH', KEYS[6], ARGV[15])
-else redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1]) end
-audit('approved')
-return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], 'call.approved', ARGV[1], ARGV[10], ARGV[4])}
+else redis.call('ZADD', KEYS[4], now, call_id) end
+audit('approved', digest, ARGV[23])
+return {'ok', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
 """
 )
 
@@ -266,7 +272,8 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 emit(KEYS[2], ARGV[3], ARGV[4], 'call.expired', ARGV[1], '{"status":"expired"}', ARGV[2])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'call_id', ARGV[1], 'run_id', f[3],
-           'tool', f[4], 'by', 'sweeper', 'outcome', 'expired', 'digest', f[5] or '', 'ts', ARGV[2])
+           'tool', f[4], 'by', 'sweeper', 'outcome', 'expired', 'digest', f[5] or '', 'ts', ARGV[2],
+           'system', '1')
 return 'expired'
 """
 )

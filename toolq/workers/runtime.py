@@ -17,8 +17,11 @@ from typing import Any
 
 import redis
 
+from toolq.approvals.guard import ApprovalGuard
+from toolq.approvals.policy import digest_arguments
+from toolq.approvals.signing import verifier_for
 from toolq.diff import diff_json, diff_text
-from toolq.errors import UndoError
+from toolq.errors import ApprovalUnverifiedError, UndoError
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
@@ -94,6 +97,8 @@ class WorkerRuntime:
             retry_backoff=settings.retry_backoff,
             retry_backoff_max=settings.retry_backoff_max,
         )
+        verifier = verifier_for(settings)
+        self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.keeper = LeaseKeeper(self.store, settings)
         self.keeper.start()
         self._loops = threading.local()
@@ -114,6 +119,13 @@ class WorkerRuntime:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
         env = started.envelope
+        if self.guard is not None and self.guard.gated(env):
+            # Only gated calls pay for this read; everything else starts as before.
+            approval = self.redis.hget(self.store.keys.call(call_id), "approval")
+            reason = self.guard.refusal(env, approval)
+            if reason is not None:
+                self._refuse(env, token, reason)
+                return
 
         def progress(data: Any) -> None:
             self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
@@ -145,6 +157,39 @@ class WorkerRuntime:
             )
         finally:
             self.keeper.remove(call_id)
+        self._finish(env, token, result)
+
+    def _refuse(self, env: CallEnvelope, token: str, reason: str) -> None:
+        """Fail a gated call whose approval does not verify; its handler never runs."""
+        log.warning("call %s (%s) refused: %s", env.call_id, env.name, reason)
+        exc = ApprovalUnverifiedError(
+            f"approval unverified: {reason}; the call did not run", call_id=env.call_id
+        )
+        # Workers hold no signing key: the entry is marked as a system entry.
+        self.redis.xadd(
+            self.store.keys.audit_stream,
+            {
+                "call_id": env.call_id,
+                "run_id": env.run_id,
+                "tool": env.name,
+                "by": "worker",
+                "outcome": f"refused:{exc.code}",
+                "digest": digest_arguments(env.arguments),
+                "ts": repr(time.time()),
+                "system": "1",
+                "reason": reason,
+            },
+            maxlen=self.settings.audit_maxlen,
+            approximate=True,
+        )
+        result = CallResult(
+            call_id=env.call_id,
+            tool_call_id=env.tool_call_id,
+            name=env.name,
+            status=CallStatus.FAILED,
+            error=exc.message,
+            error_type=exc.code,
+        )
         self._finish(env, token, result)
 
     def _finish(self, env: Any, token: str, result: CallResult) -> None:

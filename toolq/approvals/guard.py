@@ -1,0 +1,90 @@
+"""``ApprovalGuard``: a worker's own check that a gated call was approved, before it runs.
+
+The worker trusts nothing Redis says about the gate: whether a call is gated comes from
+its own registry and the default run rules (stored rules are unsigned data any Redis
+writer can change), and a gated call runs only with a signature, by one of the verify
+keys, over exactly this call, run, tool and argument digest: a final ``approve`` decision
+with enough distinct approvers for the tool's risk, or a signed rule of this run that
+lets the tool through (a sticky "always approve", or mode ``auto``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolq.approvals.policy import ApprovalMode, RunRules, digest_arguments, route
+from toolq.approvals.signing import Verifier
+from toolq.models import CallEnvelope, RiskLevel
+from toolq.registry.registry import ToolRegistry
+from toolq.settings import Settings
+
+
+class ApprovalGuard:
+    """Says whether a call is gated and, if so, why its approval does not hold (or None)."""
+
+    def __init__(self, registry: ToolRegistry, settings: Settings, verifier: Verifier) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.verifier = verifier
+
+    def gated(self, envelope: CallEnvelope) -> bool:
+        """True when this call may run only with an approval (by the worker's own rules)."""
+        tool = self.registry.get(envelope.name)
+        if tool is None:
+            return False  # the executor fails unknown tools without running anything
+        try:
+            return route(tool, envelope.arguments, RunRules()) != "run"
+        except Exception:  # a predicate that raises cannot clear a call: fail closed
+            return True
+
+    def refusal(self, envelope: CallEnvelope, approval: Any) -> str | None:
+        """Why the stored ``approval`` does not cover this call, or None when it does."""
+        if not approval:
+            return "the call carries no signed approval"
+        digest = digest_arguments(envelope.arguments)
+        decision = self.verifier.payload(approval, "decision")
+        if decision is not None:
+            return self._decision_refusal(envelope, digest, decision)
+        rule = self.verifier.payload(approval, "rule")
+        if rule is not None:
+            return self._rule_refusal(envelope, rule)
+        return "the approval's signature is invalid or not made by a trusted key"
+
+    def _decision_refusal(
+        self, envelope: CallEnvelope, digest: str, payload: dict[str, Any]
+    ) -> str | None:
+        if payload.get("call_id") != envelope.call_id or payload.get("run_id") != envelope.run_id:
+            return "the signed approval belongs to another call"
+        if payload.get("tool") != envelope.name:
+            return "the signed approval names another tool"
+        if payload.get("digest") != digest:
+            return "the arguments differ from the ones approved"
+        if payload.get("decision") != "approve":
+            return "the signed decision is not an approval"
+        approvers = payload.get("approvers")
+        names = {a for a in approvers if isinstance(a, str) and a} if isinstance(
+            approvers, list
+        ) else set()
+        tool = self.registry.require(envelope.name)
+        required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
+        if len(names) < required:
+            return f"{required} distinct approvers are needed, the approval names {len(names)}"
+        return None
+
+    def _rule_refusal(self, envelope: CallEnvelope, payload: dict[str, Any]) -> str | None:
+        if payload.get("run_id") != envelope.run_id:
+            return "the signed rule belongs to another run"
+        tool = self.registry.require(envelope.name)
+        kind = payload.get("rule")
+        if kind == "always_approve" and payload.get("tool") == envelope.name:
+            rules = RunRules(always_approve=[envelope.name])
+        elif kind == "mode_auto":
+            rules = RunRules(mode=ApprovalMode.AUTO)
+        else:
+            return "the signed rule does not cover this tool"
+        try:
+            if route(tool, envelope.arguments, rules) == "run":
+                return None
+        except Exception:
+            pass
+        return "the signed rule does not let this call run without a decision"
