@@ -10,6 +10,7 @@ from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
+from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
 from toolq.cli.tail import tail
 from toolq.cli.tools import tools
@@ -32,6 +33,7 @@ app.command()(tools)
 app.command()(check)
 app.command()(mcp)
 app.add_typer(approvals, name="approvals")
+app.add_typer(keys, name="keys")
 
 
 def main() -> None:

@@ -10,10 +10,13 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from toolq.approvals.audit import verify_audit
 from toolq.approvals.models import ApprovalRequest
-from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.approvals.signing import verifier_for
+from toolq.cli.common import APP_HELP, fail, load_registry, print_json, settings_for
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
+from toolq.results.connection import redis_client
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
 console = Console()
@@ -139,3 +142,35 @@ def deny(
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
         typer.echo(f"denied {call_id}")
+
+
+@approvals.command("verify-audit")
+def verify_audit_(
+    json_: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
+    redis_url: str | None = _REDIS,
+) -> None:
+    """Check every audit entry's signature (needs TOOLQ_APPROVAL_VERIFY_KEYS).
+
+    Exits 1 when an entry's signature is invalid or a decision entry is unsigned; entries
+    written by workers and the sweeper (which hold no signing key) are counted apart.
+    """
+    settings = settings_for(redis_url=redis_url)
+    verifier = verifier_for(settings)
+    if verifier is None:
+        raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
+    client = redis_client(settings.redis_url)
+    try:
+        report = verify_audit(client, settings, verifier)
+    finally:
+        client.close()
+    if json_:
+        print_json(report.model_dump())
+    else:
+        typer.echo(
+            f"{report.valid} valid, {report.invalid} invalid, {report.unsigned} unsigned, "
+            f"{report.unsigned_system} unsigned system entries (of {report.total})"
+        )
+        for entry_id in report.bad_ids[:20]:
+            typer.echo(f"  bad entry {entry_id}", err=True)
+    if not report.ok:
+        raise typer.Exit(1)

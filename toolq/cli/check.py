@@ -1,4 +1,8 @@
-"""``toolq check``: exit 0 only when Redis answers and a worker consumes each named queue."""
+"""``toolq check``: exit 0 only when Redis answers and a worker consumes each named queue.
+
+Warnings (a worker that does not verify signed approvals) are printed but do not change
+the exit code: they name a weaker configuration, not an unhealthy one.
+"""
 
 from __future__ import annotations
 
@@ -43,9 +47,17 @@ def check(
     levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
     try:
         missing = missing_queues(settings, levels)
+        workers = live_workers(settings)
+        unverifying = [str(w.get("hostname")) for w in workers if not w.get("verifies_approvals")]
     except (redis.RedisError, OSError) as exc:
         typer.echo(f"unhealthy: Redis at {settings.redis_url} does not answer: {exc}", err=True)
         raise typer.Exit(1) from None
+    for hostname in unverifying:
+        typer.echo(
+            f"warning: worker {hostname} does not verify signed approvals (no "
+            "TOOLQ_APPROVAL_VERIFY_KEYS): anyone who can write to Redis can run gated calls there",
+            err=True,
+        )
     if missing:
         typer.echo(f"unhealthy: no live worker consumes {', '.join(missing)}", err=True)
         raise typer.Exit(1)

@@ -109,6 +109,20 @@ class EmbeddedRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def approval_keys() -> tuple[str, str]:
+    """The stack's ``(signing key, verify keys)``.
+
+    Taken from the environment when both are set there, else a fresh pair for this stack.
+    """
+    from toolq.approvals.signing import generate_pair
+
+    given = (
+        os.environ.get("TOOLQ_APPROVAL_SIGNING_KEY", ""),
+        os.environ.get("TOOLQ_APPROVAL_VERIFY_KEYS", ""),
+    )
+    return given if all(given) else generate_pair()
+
+
 @dataclass
 class Stack:
     """Redis plus one ``toolq worker`` process per risk level."""
@@ -125,6 +139,10 @@ class Stack:
     api: subprocess.Popen[bytes] | None = None
     api_url: str | None = None
     api_token: str | None = None
+    signing_key: str = ""
+    """Approval signing key of this stack (given to the API; ``toolq dev`` prints it)."""
+    verify_keys: str = ""
+    """Its public half, given to the workers so they verify approvals."""
 
     @classmethod
     def start(
@@ -144,6 +162,7 @@ class Stack:
             embedded.start()
             redis_url = embedded.url
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
+        stack.signing_key, stack.verify_keys = approval_keys()
         try:
             for level in RiskLevel:
                 stack._spawn(level)
@@ -153,7 +172,13 @@ class Stack:
         return stack
 
     def _spawn(self, level: RiskLevel) -> None:
-        env = {**os.environ, "TOOLQ_REDIS_URL": self.redis_url, "TOOLQ_APP": self.app}
+        env = {
+            **os.environ,
+            "TOOLQ_REDIS_URL": self.redis_url,
+            "TOOLQ_APP": self.app,
+            "TOOLQ_APPROVAL_VERIFY_KEYS": self.verify_keys,
+        }
+        env.pop("TOOLQ_APPROVAL_SIGNING_KEY", None)  # workers never hold the signing key
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
         argv = [
             sys.executable,
@@ -203,6 +228,7 @@ class Stack:
             "TOOLQ_REDIS_URL": self.redis_url,
             "TOOLQ_APP": self.app,
             "TOOLQ_API_TOKENS": tokens,
+            "TOOLQ_APPROVAL_SIGNING_KEY": self.signing_key,
         }
         argv = [
             sys.executable,

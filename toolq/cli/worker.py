@@ -6,6 +6,7 @@ import os
 
 import typer
 
+from toolq.approvals.signing import verifier_for
 from toolq.cli.common import APP_HELP, load_registry, settings_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
@@ -31,6 +32,7 @@ def worker(
         raise typer.BadParameter(f"pool must be one of {', '.join(POOLS)}")
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
+    verifier_for(settings)  # a malformed verify key stops the worker here, not per call
     levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
     keys = Keys(settings.key_prefix)
     if prefetch is None:

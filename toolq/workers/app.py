@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import threading
 import uuid
@@ -162,6 +163,12 @@ class MaintenanceStep(bootsteps.StartStopStep):
             concurrency=worker.concurrency,
         )
         self.maintenance.start()
+        if not app.toolq_settings.approval_verify_keys:
+            logging.getLogger("toolq.worker").warning(
+                "worker %s has no TOOLQ_APPROVAL_VERIFY_KEYS: it runs gated calls without "
+                "verifying their signed approvals (anyone who can write to Redis can run them)",
+                worker.hostname,
+            )
 
     def stop(self, worker: Any) -> None:
         """Stop the maintenance thread."""

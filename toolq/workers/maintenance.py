@@ -185,6 +185,7 @@ class Maintenance(threading.Thread):
                 "pool": pool,
                 "concurrency": concurrency,
                 "pid": os.getpid(),
+                "verifies_approvals": bool(settings.approval_verify_keys),
             }
         )
         self._stopping = threading.Event()
