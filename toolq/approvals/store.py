@@ -560,7 +560,7 @@ class ApprovalStore:
                 decision,
                 by,
                 ts,
-                shown if decision == "approve" else "",
+                parked.record["envelope"] if decision == "approve" else "",
                 "1" if decision == "approve" else "0",
                 k.run_channel(run_id),
                 self.settings.stream_maxlen,
@@ -580,6 +580,8 @@ class ApprovalStore:
                 env.name,
                 self._audit_sig(call_id, run_id, env.name, by, outcome_name, digest, ts),
                 self._audit_sig(call_id, run_id, env.name, by, "expired", shown, ts),
+                digest,
+                shown,
             ],
         )
         outcome = _text(reply[0])
@@ -598,7 +600,7 @@ class ApprovalStore:
                 f"call {call_id}: the arguments changed since they were shown; review the "
                 "call again",
                 call_id=call_id,
-                digest=_text(reply[1]),
+                digest=shown,
             )
         status = _text(reply[1])
         self._audit(request, by, f"refused:{status}")

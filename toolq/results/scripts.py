@@ -192,19 +192,22 @@ return {outcome}
 # A human's decision on a parked call: one compare-and-set, so exactly one of any number of
 # racing approvers wins. Past the deadline the call is expired here and then, not decided.
 # The deciding process reads the record, computes the digest of the stored arguments itself,
-# signs the outcome it will commit and passes the approvals it read: if the status, the
-# digest or the approvals changed since, nothing is written and it reads again ('retry'),
+# signs the outcome it will commit and passes the envelope and approvals it read: if the
+# envelope changed since, the decision is refused ('digest'); if the approvals did, nothing
+# is written and the caller reads again ('retry'),
 # so the stored signature always matches what was committed. An edit replaces the envelope
 # and digest and resets earlier approvals (they approved other arguments). Refusals are
 # returned for the caller to audit; the audit entries written here carry signatures made by
 # the caller (entry fields come from ARGV, so the signed bytes are exactly the stored ones).
 # The final approval pushes the call's Celery message with it (as CREATE does).
 # KEYS: call, stream, pending_approvals, unsent, audit, queue
-# ARGV: call_id, decision (approve|deny), by, now, digest ('' = unchecked), check_approvals
+# ARGV: call_id, decision (approve|deny), by, now, envelope_read ('' = unchecked: the stored
+#       envelope must still be exactly the one whose digest was signed), check_approvals
 #       ('1' = compare approvals), channel, maxlen, ttl, event_data, result, envelope
 #       ('' = unchanged), audit_maxlen, expired_result, message ('' = leave it to the sweeper),
 #       approvals_read, approvals_new, final ('1' | '0'), new_digest ('' = unchanged),
-#       approval (signed decision), run_id, tool, audit_sig, expired_sig
+#       approval (signed decision), run_id, tool, audit_sig, expired_sig, audit_digest
+#       (digest of the decided arguments), shown_digest (of the arguments as read)
 DECIDE = (
     _EMIT
     + """
@@ -226,13 +229,14 @@ if deadline and deadline > 0 and tonumber(now) > deadline then
   redis.call('ZREM', KEYS[3], call_id)
   redis.call('EXPIRE', KEYS[1], ttl)
   emit(KEYS[2], channel, maxlen, 'call.expired', call_id, '{"status":"expired"}', now)
-  audit('expired', ARGV[5], ARGV[24])
+  audit('expired', ARGV[26], ARGV[24])
   return {'expired'}
 end
-if ARGV[5] ~= '' and ARGV[5] ~= f[3] then return {'digest', f[3] or ''} end
+if ARGV[5] ~= '' and ARGV[5] ~= redis.call('HGET', KEYS[1], 'envelope') then
+  return {'digest'}
+end
 if ARGV[6] == '1' and (f[4] or '') ~= ARGV[16] then return {'retry'} end
-local digest = ARGV[5]
-if ARGV[19] ~= '' then digest = ARGV[19] end
+local digest = ARGV[25]
 if decision == 'deny' then
   redis.call('HSET', KEYS[1], 'status', 'denied', 'result', ARGV[11], 'decided_by', by,
              'approval', ARGV[20], 'updated_at', now, 'finished_at', now)
