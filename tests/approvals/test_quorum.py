@@ -112,3 +112,25 @@ def test_worker_requires_its_own_quorum(pair, verifying, r):
     assert result.status is CallStatus.FAILED and result.error_type == "approval_unverified"
     assert "2 distinct approvers are needed" in (result.error or "")
     assert executions(r, batch.call_ids[0]) == 0
+
+
+def test_rules_cannot_stand_in_for_a_quorum(pair, two, verifying, r):
+    batch = two.dispatch(wipe("q5", "x"), principal="agent", run_id="sticky-q")
+    with pytest.raises(NotAuthorizedError, match="cannot stand in"):
+        two.approvals.approve(batch.call_ids[0], by="alice", always=True)
+    with pytest.raises(NotAuthorizedError, match="approvers they need"):
+        two.approvals.set_rules("sticky-q", mode="auto", by="alice")
+    with pytest.raises(NotAuthorizedError, match="approvers they need"):
+        two.approvals.restore_state("sticky-q", {"always_approve": ["wipe"]}, by="alice")
+    assert two.result(batch.call_ids[0]).status is CallStatus.AWAITING_APPROVAL
+    # A deciding process without the quorum setting signs a sticky rule: the workers, which
+    # require two approvers, do not let it stand in for them.
+    with deciding_client(pair) as lax:
+        first = lax.dispatch(wipe("q6", "x"), principal="agent", run_id="lax")
+        lax.approvals.approve(first.call_ids[0], by="alice", always=True)
+        by_rule = lax.dispatch(wipe("q7", "y"), principal="agent", run_id="lax")
+        assert by_rule.calls[0].status is CallStatus.QUEUED
+        [result] = by_rule.wait(timeout=30)
+    assert result.error_type == "approval_unverified"
+    assert "cannot stand in for the 2 approvers" in (result.error or "")
+    assert executions(r, by_rule.call_ids[0]) == 0

@@ -75,6 +75,9 @@ class ApprovalGuard:
         if payload.get("run_id") != envelope.run_id:
             return "the signed rule belongs to another run"
         tool = self.registry.require(envelope.name)
+        required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
+        if required > 1:
+            return f"a signed rule cannot stand in for the {required} approvers this tool needs"
         kind = payload.get("rule")
         if kind == "always_approve" and payload.get("tool") == envelope.name:
             rules = RunRules(always_approve=[envelope.name])

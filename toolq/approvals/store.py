@@ -220,6 +220,14 @@ class ApprovalStore:
         for _ in range(DECIDE_ATTEMPTS):
             parked = self._read(call_id)
             request = self._authorize(parked, by)
+            if always and self._required(parked) > 1:
+                self._audit(request, by, "refused:sticky_under_quorum")
+                raise NotAuthorizedError(
+                    f"call {call_id} needs {self._required(parked)} approvers: one approver's "
+                    "sticky approval cannot stand in for them (approve without always)",
+                    call_id=call_id,
+                    by=by,
+                )
             shown = parked.digest
             if digest is not None and digest != shown:
                 self._audit(request, by, "refused:digest_mismatch")
@@ -240,8 +248,12 @@ class ApprovalStore:
                 except InvalidArgumentsError:
                     self._audit(request, by, "refused:invalid_arguments")
                     raise
+                first = parked.envelope.original_arguments
                 edited = parked.envelope.model_copy(
-                    update={"arguments": arguments, "original_arguments": parked.envelope.arguments}
+                    update={
+                        "arguments": arguments,
+                        "original_arguments": parked.envelope.arguments if first is None else first,
+                    }
                 )
                 new_envelope = edited.model_dump_json()
                 new_digest = digest_arguments(arguments)
@@ -364,6 +376,13 @@ class ApprovalStore:
         new_mode = ApprovalMode(mode) if mode is not None else None
         current = self.rules(run_id)
         needs: list[tuple[RiskLevel, str]] = []
+        if new_mode is ApprovalMode.AUTO and self.settings.dangerous_approvals > 1:
+            raise NotAuthorizedError(
+                f"mode auto would let DANGEROUS calls of run {run_id} run without the "
+                f"{self.settings.dangerous_approvals} approvers they need",
+                run_id=run_id,
+                by=by,
+            )
         if new_mode is ApprovalMode.AUTO and current.mode is not ApprovalMode.AUTO:
             needs.append((RiskLevel.DANGEROUS, "mode auto"))
         if current.mode is ApprovalMode.STRICT and new_mode not in (None, ApprovalMode.STRICT):
@@ -404,6 +423,15 @@ class ApprovalStore:
         """
         rules = RunRules.model_validate(state)
         rules.signatures = {}
+        quorum = self.settings.dangerous_approvals > 1
+        dangerous = [n for n in rules.always_approve if self._risk_of(n) is RiskLevel.DANGEROUS]
+        if quorum and (dangerous or rules.mode is ApprovalMode.AUTO):
+            raise NotAuthorizedError(
+                f"the state lets DANGEROUS calls of run {run_id} run without the "
+                f"{self.settings.dangerous_approvals} approvers they need",
+                run_id=run_id,
+                by=by,
+            )
         if rules.mode is ApprovalMode.AUTO:
             self._authorize_rule(run_id, by, RiskLevel.DANGEROUS, "mode auto")
         for name in rules.always_approve:
