@@ -8,6 +8,7 @@ expiry is appended to the audit stream.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ EXPIRED_RESULT = {
     "error_type": "approval_expired",
 }
 
+
+log = logging.getLogger("toolq.approvals")
 
 DECIDE_ATTEMPTS = 20
 """Re-reads of a call whose approvals moved under a decision (quorum races) before giving up."""
@@ -154,6 +157,7 @@ class ApprovalStore:
         self._decide = self.redis.register_script(scripts.DECIDE)
         self._expire = self.redis.register_script(scripts.EXPIRE)
         self.signer = signer_for(self.settings)
+        self._warned = False
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -547,6 +551,12 @@ class ApprovalStore:
         final = decision == "deny" or len(names) >= self._required(parked)
         own: dict[str, Any] = {"by": by, "digest": digest, "ts": ts}
         approval = ""
+        if self.signer is None and not self._warned:
+            self._warned = True
+            log.warning(
+                "deciding without TOOLQ_APPROVAL_SIGNING_KEY: decisions are unsigned, and "
+                "workers that verify approvals will refuse the calls approved here"
+            )
         if self.signer is not None:
             facts = {"call_id": call_id, "run_id": run_id, "tool": env.name, "digest": digest}
             own["sig"] = self.signer.sign("approval", **facts, by=by, ts=ts)["sig"]

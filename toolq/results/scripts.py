@@ -194,9 +194,9 @@ return {outcome}
 # The deciding process reads the record, computes the digest of the stored arguments itself,
 # signs the outcome it will commit and passes the envelope and approvals it read: if the
 # envelope changed since, the decision is refused ('digest'); if the approvals did, nothing
-# is written and the caller reads again ('retry'),
-# so the stored signature always matches what was committed. An edit replaces the envelope
-# and digest and resets earlier approvals (they approved other arguments). Refusals are
+# is written and the caller reads again ('retry'). So the stored signature always matches
+# what was committed. An edit replaces the envelope and digest and resets the earlier
+# approvals (they approved other arguments). Refusals are
 # returned for the caller to audit; the audit entries written here carry signatures made by
 # the caller (entry fields come from ARGV, so the signed bytes are exactly the stored ones).
 # The final approval pushes the call's Celery message with it (as CREATE does).
@@ -206,57 +206,60 @@ return {outcome}
 #       ('1' = compare approvals), channel, maxlen, ttl, event_data, result, envelope
 #       ('' = unchanged), audit_maxlen, expired_result, message ('' = leave it to the sweeper),
 #       approvals_read, approvals_new, final ('1' | '0'), new_digest ('' = unchanged),
-#       approval (signed decision), run_id, tool, audit_sig, expired_sig, audit_digest
-#       (digest of the decided arguments), shown_digest (of the arguments as read)
+#       approval (signed decision), run_id, tool, audit_sig, expired_sig, digest (of the
+#       decided arguments), shown (digest of the arguments as read)
 DECIDE = (
     _EMIT
     + """
 local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local channel, maxlen, ttl, data = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local audit_maxlen, run_id, tool = ARGV[13], ARGV[21], ARGV[22]
-local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'digest', 'approvers')
+local envelope_read, check_approvals = ARGV[5], ARGV[6]
+local channel, maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local new_envelope, audit_maxlen, expired_result, message = ARGV[12], ARGV[13], ARGV[14], ARGV[15]
+local approvals_read, approvals_new, final, new_digest = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local approval, run_id, tool = ARGV[20], ARGV[21], ARGV[22]
+local audit_sig, expired_sig, digest, shown = ARGV[23], ARGV[24], ARGV[25], ARGV[26]
+local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'approvers')
 if not f[1] then return {'missing'} end
-local function audit(outcome, digest, sig)
+local function audit(outcome, audited, sig)
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
-             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', digest,
+             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited,
              'ts', now, 'sig', sig)
 end
 if f[1] ~= 'awaiting_approval' then return {'conflict', f[1]} end
 local deadline = tonumber(f[2])
 if deadline and deadline > 0 and tonumber(now) > deadline then
-  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[14], 'updated_at', now,
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', expired_result, 'updated_at', now,
              'finished_at', now)
   redis.call('ZREM', KEYS[3], call_id)
   redis.call('EXPIRE', KEYS[1], ttl)
   emit(KEYS[2], channel, maxlen, 'call.expired', call_id, '{"status":"expired"}', now)
-  audit('expired', ARGV[26], ARGV[24])
+  audit('expired', shown, expired_sig)
   return {'expired'}
 end
-if ARGV[5] ~= '' and ARGV[5] ~= redis.call('HGET', KEYS[1], 'envelope') then
+if envelope_read ~= '' and envelope_read ~= redis.call('HGET', KEYS[1], 'envelope') then
   return {'digest'}
 end
-if ARGV[6] == '1' and (f[4] or '') ~= ARGV[16] then return {'retry'} end
-local digest = ARGV[25]
+if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry'} end
 if decision == 'deny' then
-  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', ARGV[11], 'decided_by', by,
-             'approval', ARGV[20], 'updated_at', now, 'finished_at', now)
+  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', result, 'decided_by', by,
+             'approval', approval, 'updated_at', now, 'finished_at', now)
   redis.call('ZREM', KEYS[3], call_id)
   redis.call('EXPIRE', KEYS[1], ttl)
-  audit('denied', digest, ARGV[23])
+  audit('denied', digest, audit_sig)
   return {'ok', emit(KEYS[2], channel, maxlen, 'call.denied', call_id, data, now)}
 end
-redis.call('HSET', KEYS[1], 'approvers', ARGV[17], 'updated_at', now)
-if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'envelope', ARGV[12]) end
-if ARGV[19] ~= '' then redis.call('HSET', KEYS[1], 'digest', ARGV[19]) end
-if ARGV[18] ~= '1' then
-  audit('approved:partial', digest, ARGV[23])
+redis.call('HSET', KEYS[1], 'approvers', approvals_new, 'updated_at', now)
+if new_envelope ~= '' then redis.call('HSET', KEYS[1], 'envelope', new_envelope) end
+if new_digest ~= '' then redis.call('HSET', KEYS[1], 'digest', new_digest) end
+if final ~= '1' then
+  audit('approved:partial', digest, audit_sig)
   return {'partial', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', by, 'approval', ARGV[20])
+redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', by, 'approval', approval)
 redis.call('ZREM', KEYS[3], call_id)
-if ARGV[15] ~= '' then redis.call('LPUSH', KEYS[6], ARGV[15])
+if message ~= '' then redis.call('LPUSH', KEYS[6], message)
 else redis.call('ZADD', KEYS[4], now, call_id) end
-audit('approved', digest, ARGV[23])
+audit('approved', digest, audit_sig)
 return {'ok', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
 """
 )
