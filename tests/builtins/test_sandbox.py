@@ -25,9 +25,7 @@ def unique_digits() -> str:
 def make_registry(workspace: Path, **limits: Any) -> ToolRegistry:
     reg = ToolRegistry()
     sandbox_limits = SandboxLimits(**{"timeout": 10, **limits})
-    reg.include(
-        shell(root=workspace, allow_shell=True, limits=sandbox_limits, isolation=ISOLATION)
-    )
+    reg.include(shell(root=workspace, allow_shell=True, limits=sandbox_limits, isolation=ISOLATION))
     reg.include(python(root=workspace, limits=sandbox_limits, isolation=ISOLATION))
     return reg
 
