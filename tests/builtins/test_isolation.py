@@ -249,6 +249,8 @@ def test_tmp_bytes_caps_the_private_tmpfs(workspace: Path) -> None:
 def test_isolation_is_spelled_out() -> None:
     with pytest.raises(ConfigurationError, match="isolation must be"):
         shell(root="/", isolation="off")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="cannot be '/tmp' itself"):
+        python(root="/tmp")  # it would be the call's private /tmp, not the host's
 
 
 def _without_sys_admin() -> list[str]:

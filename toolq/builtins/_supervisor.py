@@ -184,8 +184,8 @@ def private_mounts(config: dict[str, Any]) -> None:
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
     # One tmpfs, one budget: each private directory is a directory of it, bound in place.
     for target in PRIVATE_DIRS:
-        if not os.path.isdir(target):
-            continue
+        if os.path.islink(target) or not os.path.isdir(target):
+            continue  # absent, or a link into a directory handled on its own
         staged = "/tmp/" + target.strip("/").replace("/", "-")
         os.mkdir(staged)
         os.chmod(staged, 0o1777)

@@ -74,6 +74,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolq.builtins._supervisor import PRIVATE_DIRS
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutionError
 from toolq.models import RiskLevel
@@ -192,6 +193,11 @@ class Sandbox:
     ) -> None:
         if isolation not in ("namespaces", "none"):
             raise ConfigurationError(f"isolation must be 'namespaces' or 'none', not {isolation!r}")
+        if isolation == "namespaces" and os.path.realpath(cwd) in PRIVATE_DIRS:
+            raise ConfigurationError(
+                f"the workspace cannot be {cwd!r} itself: the sandbox gives each call a private"
+                " one; use a directory below it"
+            )
         self.home = cwd
         self.limits = limits or SandboxLimits()
         self.extra_env = dict(env or {})
