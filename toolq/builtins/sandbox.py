@@ -27,8 +27,8 @@ The model, and what it does not promise:
     too). ``network=True`` keeps the worker's network namespace instead: the command then
     reaches what the worker reaches.
   - *temporary files*: ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` are one fresh
-    tmpfs of ``SandboxLimits.tmp_bytes``, gone with the call; mounts are private, so
-    nothing mounted propagates to the host.
+    tmpfs of ``SandboxLimits.tmp_bytes``, gone with the call (a workspace below one of them
+    is bound back at its path); mounts are private, so nothing propagates to the host.
   - *processes*: a new ``/proc`` shows the call's own processes only; other processes'
     command lines, environments and pids are out of sight and out of reach of signals.
     The namespace's init reaps orphans; when the command exits the kernel kills the rest.
