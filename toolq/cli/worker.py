@@ -32,6 +32,9 @@ def worker(
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
     levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    for tool in registry.list():
+        if tool.risk in levels:
+            tool.check_runtime()  # e.g. the sandbox's namespaces: refuse to start without them
     keys = Keys(settings.key_prefix)
     if prefetch is None:
         prefetch = 1 if RiskLevel.DANGEROUS in levels else 4

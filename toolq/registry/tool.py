@@ -112,6 +112,9 @@ class Tool:
         """Return False to hide the tool from schemas and refuse its calls."""
         return True
 
+    def check_runtime(self) -> None:
+        """Raise ``ConfigurationError`` if this process cannot run the tool; workers call it."""
+
     def instructions(self, ctx: ToolContext | None = None) -> str | None:
         """Text for the system prompt about when and how to use this tool."""
         return None
