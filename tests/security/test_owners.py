@@ -291,3 +291,31 @@ def test_raising_predicate_fails_only_its_call(api, workers, r):
     assert runs(r, t1) == []
     assert settle(api, t2)["output"] == "moved 5"
     assert settle(api, e1)["output"] == {"text": "still here"}
+
+
+def test_predicate_answer_that_is_not_bool_able_fails_only_its_call(settings, r):
+    from toolq import ToolRegistry
+
+    class Ambiguous:
+        def __bool__(self) -> bool:
+            raise ValueError("truth value is ambiguous")
+
+    local = ToolRegistry()
+
+    @local.tool(requires_approval=lambda args: Ambiguous())
+    def odd(x: int) -> int:
+        """A tool whose predicate answers something that is not a bool."""
+        return x
+
+    @local.tool()
+    def fine(x: int) -> int:
+        """A plain tool."""
+        return x
+
+    with Client(local, settings) as c:
+        batch = c.dispatch(calls(("o", "odd", {"x": 1}), ("f", "fine", {"x": 2})))
+        odd_ref, fine_ref = batch.calls
+        assert odd_ref.status.value == "failed" and fine_ref.status.value == "queued"
+        result = c.result(odd_ref.call_id)
+        assert result.error_type == "approval_predicate_error"
+        assert "ValueError: truth value is ambiguous" in (result.error or "")
