@@ -206,3 +206,16 @@ def picture(caption: str) -> list[object]:
     from toolq import ImageContent, TextContent
 
     return [TextContent(text=caption), ImageContent(data="iVBORw0KGgo=", mime_type="image/png")]
+
+
+def _undo_deploy(undo_data: dict[str, object]) -> None:
+    _redis().rpush("test:undo:deploy", str(undo_data["call_id"]))
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS, undo=_undo_deploy)
+def deploy(service: str, replicas: int, ctx: ToolContext) -> ToolOutput:
+    """Pretend to deploy (records the execution; its undo records itself in test:undo:deploy)."""
+    record(ctx, f"deploy {service} {replicas}")
+    return ToolOutput.ok(
+        f"deployed {service} x{replicas}", undo_metadata={"call_id": ctx.call_id}
+    )

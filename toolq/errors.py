@@ -22,7 +22,9 @@
     │   ├── ApprovalExpiredError    nobody decided before the deadline
     │   ├── NotAwaitingApprovalError a decision on a call that is not pending (lost race)
     │   ├── DigestMismatchError     approving something other than what was shown
-    │   └── NotAuthorizedError      self-approval, or a principal without the right
+    │   ├── NotAuthorizedError      self-approval, or a principal without the right
+    │   │   └── NotRunOwnerError    acting on a run another principal owns
+    │   └── ApprovalPredicateError  a tool's ``requires_approval`` predicate raised
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
     └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
 
@@ -186,3 +188,15 @@ class WaitTimeoutError(ToolqError, TimeoutError):
     """Waiting for calls ran out of time; the calls go on."""
 
     code = "wait_timeout"
+
+
+class NotRunOwnerError(NotAuthorizedError):
+    """Dispatch, cancel, undo or a rules change on a run another principal owns."""
+
+    code = "not_owner"
+
+
+class ApprovalPredicateError(ApprovalError):
+    """A tool's ``requires_approval`` predicate raised, or returned something not bool-able."""
+
+    code = "approval_predicate_error"

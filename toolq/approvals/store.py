@@ -25,6 +25,7 @@ from toolq.errors import (
 )
 from toolq.models import CallEnvelope, CallResult, CallStatus, RiskLevel
 from toolq.results import scripts
+from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class ApprovalStore:
         self.redis = store.redis
         self._decide = self.redis.register_script(scripts.DECIDE)
         self._expire = self.redis.register_script(scripts.EXPIRE)
+        self.owners = RunOwners(self.redis, self.keys, self.settings)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -273,8 +275,15 @@ class ApprovalStore:
         mode: ApprovalMode | str | None = None,
         approve_tools: Sequence[str] | None = None,
         approval_timeout: float | None = None,
+        principal: str | None = None,
+        admin: bool = False,
     ) -> RunRules:
-        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
+        """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
+
+        Only the run's owner (or ``admin``) may (``NotRunOwnerError``); on a run not created
+        yet, ``principal`` becomes its owner.
+        """
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
 
         def change(rules: RunRules) -> None:
             if mode is not None:
@@ -290,8 +299,16 @@ class ApprovalStore:
         """A run's approval state (mode, lists, sticky decisions) to save."""
         return self.policy.export_state(run_id)
 
-    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
-        """Restore a saved approval state onto a run."""
+    def restore_state(
+        self,
+        run_id: str,
+        state: dict[str, Any],
+        *,
+        principal: str | None = None,
+        admin: bool = False,
+    ) -> RunRules:
+        """Restore a saved approval state onto a run (owner or ``admin`` only, as ``set_rules``)."""
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
         return self.policy.restore_state(run_id, state)
 
     # -- internals ---------------------------------------------------------------------------

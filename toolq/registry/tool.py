@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from toolq.errors import ConfigurationError, InvalidArgumentsError
+from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
 from toolq.models import RiskLevel
 from toolq.registry.context import ToolContext
 from toolq.registry.schema import (
@@ -155,9 +155,22 @@ class Tool:
         return _overrides(self, "undo")
 
     def needs_approval(self, arguments: dict[str, Any]) -> bool | None:
-        """Return the tool's own answer (``None``: leave it to the policy's default by risk)."""
+        """Return the tool's own answer (``None``: leave it to the policy's default by risk).
+
+        Raises ``ApprovalPredicateError`` when the predicate raises or its answer is not
+        bool-able.
+        """
         if callable(self.requires_approval):
-            return bool(self.requires_approval(arguments))
+            try:
+                return bool(self.requires_approval(arguments))
+            except Exception as exc:
+                # A predicate on unvalidated arguments meets strings where it expects numbers;
+                # that call fails with a readable error, not the whole batch with a 500.
+                raise ApprovalPredicateError(
+                    f"the approval predicate of {self.name!r} failed on these arguments: "
+                    f"{type(exc).__name__}: {str(exc)[:200]}",
+                    tool=self.name,
+                ) from exc
         return self.requires_approval
 
     def is_behavior_allowed(self, behavior: str | None) -> bool:
