@@ -24,7 +24,9 @@
     │   ├── DigestMismatchError     approving something other than what was shown
     │   └── NotAuthorizedError      self-approval, or a principal without the right
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
-    └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    └── SecretsError                secret arguments that cannot be sealed or opened
+        └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -186,3 +188,15 @@ class WaitTimeoutError(ToolqError, TimeoutError):
     """Waiting for calls ran out of time; the calls go on."""
 
     code = "wait_timeout"
+
+
+class SecretsError(ToolqError):
+    """Secret arguments that cannot be encrypted or decrypted (wrong key, tampered value)."""
+
+    code = "secrets_error"
+
+
+class SecretsKeyMissingError(SecretsError):
+    """A call carries secret arguments but this process has no ``TOOLQ_SECRETS_KEY``."""
+
+    code = "secrets_key_missing"

@@ -7,6 +7,9 @@ Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and ga
 denied calls, each with an error the model can read; they never cost the batch its other
 calls. Every call is claimed under an idempotency key, so a retried dispatch returns the
 calls of the first one and runs nothing twice.
+
+Secret argument values are stored encrypted (``SecretBox``); a call that will not run
+(failed, denied) is stored with its secrets masked instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
 from toolq.results.store import CallStore, NewCall, dumps
+from toolq.secretbox import SecretBox, seal_arguments
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
@@ -71,6 +75,7 @@ class Dispatcher:
         self.publisher = publisher
         self.settings = settings
         self.policy = policy
+        self.box = SecretBox.from_settings(settings)
 
     def dispatch(
         self,
@@ -166,22 +171,35 @@ class Dispatcher:
                 )
             self.registry.check_enabled(tool)
             tool.validate(call.arguments)
+            envelope.arguments = seal_arguments(
+                self.box, tool, envelope.call_id, call.arguments
+            )
         except ToolqError as exc:
             status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
-            redacted = tool.redact(call.arguments) if tool is not None else call.arguments
+            # A call that will never run keeps its secrets masked, not encrypted.
+            if tool is not None:
+                envelope.arguments = tool.redact(call.arguments, conservative=True)
             result = {"error": exc.message, "error_type": exc.code}
             event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
-            data = {**base, "status": status.value, **result, "arguments": redacted}
+            data = {**base, "status": status.value, **result, "arguments": envelope.arguments}
             return NewCall(envelope, status, event, data, result=result, idempotency_key=key)
-        return self._route(tool, envelope, base, key, run_rules)
+        return self._route(tool, envelope, call.arguments, base, key, run_rules)
 
     def _route(
-        self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, rules: RunRules
+        self,
+        tool: Tool,
+        envelope: CallEnvelope,
+        plain: dict[str, Any],
+        base: dict[str, Any],
+        key: str,
+        rules: RunRules,
     ) -> NewCall:
+        """Run, park or deny; ``plain`` (secrets decrypted) is only for the predicate."""
         data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
         timeout = tool.run_timeout(self.settings.default_timeout)
-        route = self.policy.route(tool, envelope.arguments, rules)
+        route = self.policy.route(tool, plain, rules)
         if route == "deny":
+            envelope.arguments = data["arguments"]
             result = {
                 "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
                 "error_type": "approval_denied",
@@ -200,9 +218,9 @@ class Dispatcher:
             data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
             metadata = tool.approval_metadata()
             fields = {
+                # over the arguments as stored (secrets sealed), which never change
                 "digest": digest_arguments(envelope.arguments),
                 "deadline": repr(deadline),
-                "secrets": ",".join(sorted(tool.secret_fields)),
                 "approval_metadata": dumps(metadata) if metadata is not None else "",
             }
             if tool.has_preview:

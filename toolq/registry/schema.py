@@ -17,8 +17,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretBytes,
-    SecretStr,
     ValidationError,
     create_model,
 )
@@ -27,14 +25,14 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from toolq.errors import ConfigurationError, InvalidArgumentsError, InvalidOutputError
 from toolq.registry.context import ToolContext
-
-_SECRET_TYPES = (SecretStr, SecretBytes)
+from toolq.registry.secrets import SecretPaths
 
 
 class ArgumentSchema(Protocol):
     """What the executor needs from a schema."""
 
     json_schema: dict[str, Any]
+    secret_paths: SecretPaths
     secret_fields: frozenset[str]
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -74,12 +72,6 @@ def model_json_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _is_secret(annotation: Any) -> bool:
-    if annotation in _SECRET_TYPES:
-        return True
-    return any(_is_secret(arg) for arg in typing.get_args(annotation))
-
-
 def _describe(error: dict[str, Any]) -> str:
     location = ".".join(str(part) for part in error["loc"]) or "arguments"
     return f"{location}: {error['msg']}"
@@ -100,9 +92,9 @@ class ModelSchema:
         self.tool_name = tool_name
         self.model = model
         self.json_schema = model_json_schema(model)
-        self.secret_fields = frozenset(
-            name for name, field in model.model_fields.items() if _is_secret(field.annotation)
-        )
+        # ``SecretStr`` / ``SecretBytes`` appear in the schema as ``format: password``.
+        self.secret_paths = SecretPaths(self.json_schema)
+        self.secret_fields = self.secret_paths.top_level
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return validated keyword arguments; nested models stay model instances.
@@ -142,13 +134,8 @@ class DictSchema:
         self.tool_name = tool_name
         self.json_schema = {"type": "object", "properties": {}, **schema}
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
-        properties: dict[str, Any] = self.json_schema.get("properties", {})
-        self.secret_fields = frozenset(
-            name
-            for name, prop in properties.items()
-            if isinstance(prop, dict)
-            and (prop.get("x-secret") or prop.get("writeOnly") or prop.get("format") == "password")
-        )
+        self.secret_paths = SecretPaths(self.json_schema)
+        self.secret_fields = self.secret_paths.top_level
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return the arguments with top-level schema defaults filled in."""
