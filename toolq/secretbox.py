@@ -63,9 +63,9 @@ class SecretBox:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecretBox | None:
-        """The box of ``TOOLQ_SECRETS_KEY``, or ``None`` when no key is set."""
-        key = settings.secrets_key
-        return cls(key.get_secret_value()) if key is not None else None
+        """The box of ``TOOLQ_SECRETS_KEY``, or ``None`` when no key is set (or it is empty)."""
+        key = settings.secrets_key.get_secret_value() if settings.secrets_key else ""
+        return cls(key) if key else None
 
     @staticmethod
     def generate_key() -> str:

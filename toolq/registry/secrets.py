@@ -156,17 +156,19 @@ class SecretPaths:
             return
         for alt in node.alts:
             self._walk(alt, value, path, found, conservative)
-        if isinstance(value, dict):
+        takes_object = bool(node.props or node.patterns or node.extra)
+        takes_array = bool(node.items or node.prefix)
+        if isinstance(value, dict) and takes_object:
             for key, item in value.items():
                 for child in self._children_for(node, key):
                     self._walk(child, item, (*path, key), found, conservative)
-        elif isinstance(value, list):
+        elif isinstance(value, list) and takes_array:
             for index, item in enumerate(value):
                 at = node.prefix[index] if index < len(node.prefix) else node.items
                 if at is not None:
                     self._walk(at, item, (*path, index), found, conservative)
-        elif conservative:
-            found.add(path)
+        elif conservative and (takes_object or takes_array):
+            found.add(path)  # not the shape that holds the secret: hide all of it
 
     @staticmethod
     def _children_for(node: _Node, key: str) -> list[_Node]:
