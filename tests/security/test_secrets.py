@@ -315,3 +315,53 @@ def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, worker
     assert "cannot be decrypted" in (moved.error or "")
     assert plain.status is CallStatus.FAILED and "stored unencrypted" in (plain.error or "")
     assert not r.exists(f"test:exec:{moved.call_id}") and not r.exists(f"test:exec:{plain.call_id}")
+
+
+def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, workers, r):
+    import json
+
+    from tests.cli.test_cli import toolq
+    from tests.conftest import SECRETS_KEY
+
+    workers.start()
+    key, auth = "sk-cli-key-8c0e7f3a9c", "sk-cli-auth-1e5b2d4f6a"
+    env = {"TOOLQ_SECRETS_KEY": SECRETS_KEY, "TOOLQ_APP": "tests.apps:registry"}
+    payload = json.dumps(
+        [
+            {
+                "id": "k",
+                "name": "rotate_keys",
+                "arguments": {
+                    "service": "s",
+                    "keys": [{"name": "a", "value": key}],
+                    "headers": {"Authorization": auth},
+                },
+            }
+        ]
+    )
+    done = toolq("dispatch", "--run-id", "cli-sec", settings=settings, stdin=payload, **env)
+    assert done.returncode == 0, done.stderr
+    call_id = json.loads(done.stdout)["calls"][0]["call_id"]
+    listed = toolq("approvals", "list", settings=settings, **env)
+    shown = toolq("approvals", "show", call_id, settings=settings, **env)
+    assert call_id in listed.stdout and "**********" in shown.stdout
+    edited = {
+        "service": "s2",
+        "keys": [{"name": "a", "value": "**********"}],
+        "headers": {"Authorization": "**********"},
+    }
+    approved = toolq(
+        "approvals", "approve", call_id, "--by", "ops", "--args", json.dumps(edited),
+        settings=settings, **env,
+    )
+    assert approved.returncode == 0, approved.stderr
+    waited = toolq(
+        "dispatch", "--run-id", "cli-sec", "--wait", "20", settings=settings, stdin=payload, **env
+    )
+    assert '"succeeded"' in waited.stdout, waited.stdout
+    tail = toolq("tail", "cli-sec", settings=settings, **env)
+    assert "call.succeeded" in tail.stdout
+    [ran] = r.lrange(f"test:exec:{call_id}", 0, -1)
+    assert ran.decode().endswith(f"rotate:a={fp(key)},Authorization={fp(auth)}")
+    outputs = [done, listed, shown, approved, waited, tail]
+    assert_nowhere([key, auth], [o.stdout + o.stderr for o in outputs], r)
