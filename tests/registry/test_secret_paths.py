@@ -154,3 +154,27 @@ def test_keys_must_be_32_bytes_of_urlsafe_base64() -> None:
     from cryptography.fernet import Fernet
 
     SecretBox(Fernet.generate_key().decode())  # a Fernet key is a valid key
+
+
+def test_raw_schema_errors_do_not_quote_secret_values() -> None:
+    from toolq.errors import InvalidArgumentsError
+    from toolq.registry.schema import DictSchema
+
+    schema = DictSchema(
+        "raw",
+        {
+            "type": "object",
+            "properties": {
+                "auth": {
+                    "type": "object",
+                    "properties": {"pin": {"type": "string", "minLength": 8, "x-secret": True}},
+                },
+                "count": {"type": "integer"},
+            },
+        },
+    )
+    with pytest.raises(InvalidArgumentsError) as err:
+        schema.validate({"auth": {"pin": "sk-123"}, "count": "many"})
+    assert "sk-123" not in err.value.message and "sk-123" not in repr(err.value.details)
+    assert "auth.pin: fails the 'minLength' check" in err.value.message
+    assert "count: 'many' is not of type 'integer'" in err.value.message

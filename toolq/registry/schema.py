@@ -7,6 +7,7 @@ Two sources: a pydantic model (derived from a function signature, or a class too
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from toolq.errors import ConfigurationError, InvalidArgumentsError, InvalidOutputError
 from toolq.registry.context import ToolContext
-from toolq.registry.secrets import SecretPaths
+from toolq.registry.secrets import SecretPaths, get_path
 
 
 class ArgumentSchema(Protocol):
@@ -70,6 +71,13 @@ def model_json_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema.setdefault("properties", {})
     schema.setdefault("type", "object")
     return schema
+
+
+def _texts(value: Any) -> list[str]:
+    """How a value may appear in a message: as given and as its repr."""
+    if isinstance(value, str):
+        return [value, repr(value)] if value else []
+    return [repr(value), json.dumps(value, default=str)]
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -141,10 +149,19 @@ class DictSchema:
         """Return the arguments with top-level schema defaults filled in."""
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
+            # jsonschema quotes the failing value: withhold messages that would show a secret
+            hidden = [
+                text
+                for path in self.secret_paths.locate(arguments, conservative=True)
+                for text in _texts(get_path(arguments, path))
+            ]
             described = []
             for error in errors:
                 location = ".".join(str(part) for part in error.path) or "arguments"
-                described.append(f"{location}: {error.message}")
+                message = error.message
+                if any(text in message for text in hidden):
+                    message = f"fails the {error.validator!r} check (a secret value; not shown)"
+                described.append(f"{location}: {message}")
             raise invalid_arguments(self.tool_name, described)
         filled = dict(arguments)
         for name, prop in self.json_schema.get("properties", {}).items():
