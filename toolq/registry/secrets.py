@@ -234,8 +234,11 @@ def mask_arguments(
     """The one masking helper: a copy with every secret shown as ``MASK``.
 
     Sealed values are masked wherever they are (no schema needed); with ``paths``, the
-    secret locations of the tool's schema are masked too, encrypted or not.
+    secret locations of the tool's schema are masked too, encrypted or not. A tool without
+    secrets costs a shallow copy: nothing of its arguments is ever sealed.
     """
+    if paths is not None and not paths.any:
+        return dict(arguments)
     out: dict[str, Any] = _mask_sealed(arguments)
     if paths is not None:
         out = replace_at(out, paths.locate(out, conservative=conservative), lambda _p, _v: MASK)
