@@ -26,7 +26,9 @@
     │   │   └── NotRunOwnerError    acting on a run another principal owns
     │   └── ApprovalPredicateError  a tool's ``requires_approval`` predicate raised
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
-    └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    └── SecretsError                secret arguments that cannot be sealed or opened
+        └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -200,3 +202,15 @@ class ApprovalPredicateError(ApprovalError):
     """A tool's ``requires_approval`` predicate raised, or returned something not bool-able."""
 
     code = "approval_predicate_error"
+
+
+class SecretsError(ToolqError):
+    """Secret arguments that cannot be encrypted or decrypted (wrong key, tampered value)."""
+
+    code = "secrets_error"
+
+
+class SecretsKeyMissingError(SecretsError):
+    """A call carries secret arguments but this process has no ``TOOLQ_SECRETS_KEY``."""
+
+    code = "secrets_key_missing"

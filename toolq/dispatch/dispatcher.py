@@ -11,6 +11,9 @@ calls of the first one and runs nothing twice.
 A run belongs to the principal whose dispatch created it: a dispatch by anyone else (but an
 admin) is refused with ``NotRunOwnerError`` and writes nothing, and the run's sticky rules
 ("always approve/deny this tool") apply only to calls its owner submits.
+
+Secret argument values are stored encrypted (``SecretBox``); a call that will not run
+(failed, denied) is stored with its secrets masked instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqE
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
+from toolq.secretbox import SecretBox, seal_arguments
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
@@ -77,6 +81,7 @@ class Dispatcher:
         self.settings = settings
         self.policy = policy
         self.owners = RunOwners(store.redis, store.keys, settings)
+        self.box = SecretBox.from_settings(settings)
 
     def dispatch(
         self,
@@ -199,13 +204,19 @@ class Dispatcher:
                 )
             self.registry.check_enabled(tool)
             tool.validate(call.arguments)
+            # The predicate sees the plaintext (in memory only); the store gets it sealed.
             route = self.policy.route(tool, call.arguments, run_rules)
+            envelope.arguments = seal_arguments(
+                self.box, tool, envelope.call_id, call.arguments
+            )
         except ToolqError as exc:
             status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
-            redacted = tool.redact(call.arguments) if tool is not None else call.arguments
+            # A call that will never run keeps its secrets masked, not encrypted.
+            if tool is not None:
+                envelope.arguments = tool.redact(call.arguments, conservative=True)
             result = {"error": exc.message, "error_type": exc.code}
             event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
-            data = {**base, "status": status.value, **result, "arguments": redacted}
+            data = {**base, "status": status.value, **result, "arguments": envelope.arguments}
             return NewCall(
                 envelope, status, event, data, result=result, idempotency_key=key, admin=admin
             )
@@ -224,6 +235,7 @@ class Dispatcher:
         data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
         timeout = tool.run_timeout(self.settings.default_timeout)
         if route == "deny":
+            envelope.arguments = data["arguments"]
             result = {
                 "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
                 "error_type": "approval_denied",
@@ -243,9 +255,9 @@ class Dispatcher:
             data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
             metadata = tool.approval_metadata()
             fields = {
+                # over the arguments as stored (secrets sealed), which never change
                 "digest": digest_arguments(envelope.arguments),
                 "deadline": repr(deadline),
-                "secrets": ",".join(sorted(tool.secret_fields)),
                 "approval_metadata": dumps(metadata) if metadata is not None else "",
             }
             if tool.has_preview:

@@ -24,6 +24,7 @@ from toolq.registry.schema import (
     parse_docstring,
     signature_model,
 )
+from toolq.registry.secrets import SecretPaths, mask_arguments
 
 if TYPE_CHECKING:
     from toolq.workers.middleware import Middleware
@@ -141,8 +142,13 @@ class Tool:
 
     @property
     def secret_fields(self) -> frozenset[str]:
-        """Argument names whose values are never shown (``SecretStr`` or marked secret)."""
+        """Top-level argument names whose values are never shown (``SecretStr`` or marked)."""
         return self.schema.secret_fields
+
+    @property
+    def secret_paths(self) -> SecretPaths:
+        """Where secret values sit in this tool's arguments, at any depth."""
+        return self.schema.secret_paths
 
     @property
     def has_preview(self) -> bool:
@@ -201,11 +207,13 @@ class Tool:
         """Return the output, checked against the output schema when one is declared."""
         return self._output.validate(output) if self._output else output
 
-    def redact(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Return a copy of the arguments with secret fields masked."""
-        if not self.secret_fields:
-            return dict(arguments)
-        return {k: ("**********" if k in self.secret_fields else v) for k, v in arguments.items()}
+    def redact(self, arguments: dict[str, Any], *, conservative: bool = False) -> dict[str, Any]:
+        """Return a copy of the arguments with every secret value masked, at any depth.
+
+        ``conservative`` (arguments that did not validate) also masks a value whose shape
+        does not match a schema that leads to a secret.
+        """
+        return dict(mask_arguments(arguments, self.secret_paths, conservative=conservative))
 
     def call_method(self, method: str, arguments: dict[str, Any], ctx: ToolContext | None) -> Any:
         """Call ``execute``/``preview``/``undo``/... with arguments and, if wanted, the context."""
