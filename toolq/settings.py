@@ -89,4 +89,5 @@ class Settings(BaseSettings):
     """Ed25519 public keys (comma-separated, PEM or base64) workers verify approvals with;
     several during a rotation. Without them a worker runs gated calls unverified."""
     secrets_key: SecretStr | None = None
-    """Fernet key (URL-safe base64 of 32 random bytes) encrypting secret arguments at rest."""
+    """Key that encrypts secret arguments in Redis (``TOOLQ_SECRETS_KEY``: 32 random bytes,
+    URL-safe base64, as a Fernet key is); dispatchers and workers hold it."""

@@ -93,7 +93,7 @@ def test_loosening_rules_need_an_approver_and_are_signed(pair, r):
     refusals = [f[b"outcome"] for _, f in r.xrange("toolq:audit")]
     assert b"refused:rule:no_principal" in refusals
     assert b"refused:rule:not_allowed_for_dangerous" in refusals
-    batch = c.dispatch(call("wipe", "w1", target="x"), run_id="r2", principal="agent")
+    batch = c.dispatch(call("wipe", "w1", target="x"), run_id="r2")  # r2's owner: None
     assert batch.calls[0].status is CallStatus.QUEUED
     carried = json.loads(r.hget(f"toolq:call:{batch.call_ids[0]}", "approval"))
     assert carried["payload"]["rule"] == "always_approve"

@@ -119,9 +119,11 @@ def test_rules_cannot_stand_in_for_a_quorum(pair, two, verifying, r):
     with pytest.raises(NotAuthorizedError, match="cannot stand in"):
         two.approvals.approve(batch.call_ids[0], by="alice", always=True)
     with pytest.raises(NotAuthorizedError, match="approvers they need"):
-        two.approvals.set_rules("sticky-q", mode="auto", by="alice")
+        two.approvals.set_rules("sticky-q", mode="auto", by="alice", principal="agent")
     with pytest.raises(NotAuthorizedError, match="approvers they need"):
-        two.approvals.restore_state("sticky-q", {"always_approve": ["wipe"]}, by="alice")
+        two.approvals.restore_state(
+            "sticky-q", {"always_approve": ["wipe"]}, by="alice", principal="agent"
+        )
     assert two.result(batch.call_ids[0]).status is CallStatus.AWAITING_APPROVAL
     # A deciding process without the quorum setting signs a sticky rule: the workers, which
     # require two approvers, do not let it stand in for them.

@@ -114,7 +114,7 @@ def test_properly_approved_calls_still_run(approver, workers, r, pair):
                                always=True)
     by_rule = approver.dispatch(call("wipe", "ok3", target="b"), principal="agent", run_id="ok")
     assert by_rule.calls[0].status is CallStatus.QUEUED
-    approver.approvals.set_rules("auto", mode="auto", by="alice")
+    approver.approvals.set_rules("auto", mode="auto", by="alice", principal="agent")
     auto = approver.dispatch(call("wipe", "ok4", target="c"), principal="agent", run_id="auto")
     assert auto.calls[0].status is CallStatus.QUEUED
     ungated = approver.dispatch(call("echo", "ok5", text="hi"), principal="agent")
@@ -153,3 +153,20 @@ def test_worker_without_verify_keys_warns_and_check_reports_it(
     done = toolq("check", "--risk", "safe", settings=approver.settings)
     assert done.returncode == 0  # a warning, not unhealthy
     assert "does not verify signed approvals" in done.stderr
+
+
+def test_sealed_secret_arguments_verify_as_stored(approver, workers, r, pair):
+    # Secrets are sealed in Redis: the digest covers the ciphertext, the predicate and the
+    # handler see the plaintext. Plain and edited approvals (secret kept masked) still run.
+    start_verifying(workers, pair.verify)
+    plain = approver.dispatch(call("login", "s1", user="ann", password="hunter2"),
+                              principal="agent")
+    stored = json.loads(r.hget(f"toolq:call:{plain.call_ids[0]}", "envelope"))
+    assert "hunter2" not in json.dumps(stored)
+    approver.approvals.approve(plain.call_ids[0], by="alice")
+    edited = approver.dispatch(call("login", "s2", user="ann", password="hunter2"),
+                               principal="agent")
+    approver.approvals.approve(edited.call_ids[0], by="alice",
+                               arguments={"user": "bob", "password": "**********"})
+    assert plain.wait(timeout=30)[0].output == "ann logged in with a 7-char password"
+    assert edited.wait(timeout=30)[0].output == "bob logged in with a 7-char password"

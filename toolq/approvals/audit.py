@@ -3,8 +3,9 @@
 Deciding processes sign each entry they write (in Python, or passed into the Lua script
 that writes it, so the signed fields are exactly the stored ones). Workers and the sweeper
 hold no signing key: their entries (an expiry, a call refused as ``approval_unverified``)
-are marked ``system`` and counted apart; a ``system`` mark on any other outcome counts as
-unsigned, as does any other entry without a signature.
+are marked ``system`` and counted apart, as are run-ownership refusals written by a process
+without the key; a ``system`` mark on any other outcome counts as unsigned, as does any
+other entry without a signature.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from toolq.settings import Settings
 
 SYSTEM_OUTCOMES = frozenset({("sweeper", "expired"), ("worker", "refused:approval_unverified")})
 """(by, outcome) of the entries workers and the sweeper write without a signature."""
+UNSIGNED_REFUSALS = frozenset({"refused:not_owner"})
+"""Refusals a process without the signing key (a submitter's) may write as system entries."""
 SIGNED_FIELDS = ("call_id", "run_id", "tool", "by", "outcome", "digest", "ts")
 
 
@@ -49,7 +52,8 @@ def check_entry(fields: dict[str, str], verifier: Verifier) -> str:
     if not sig:
         system = fields.get("system") == "1"
         key = (fields.get("by", ""), fields.get("outcome", ""))
-        return "unsigned_system" if system and key in SYSTEM_OUTCOMES else "unsigned"
+        allowed = key in SYSTEM_OUTCOMES or key[1] in UNSIGNED_REFUSALS
+        return "unsigned_system" if system and allowed else "unsigned"
     payload: dict[str, Any] = {name: fields.get(name, "") for name in SIGNED_FIELDS}
     payload.update(v=VERSION, kind="audit")
     return "valid" if verifier.valid(payload, sig) else "invalid"

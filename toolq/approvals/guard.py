@@ -27,18 +27,27 @@ class ApprovalGuard:
         self.settings = settings
         self.verifier = verifier
 
-    def gated(self, envelope: CallEnvelope) -> bool:
-        """True when this call may run only with an approval (by the worker's own rules)."""
+    def gated(self, envelope: CallEnvelope, arguments: dict[str, Any]) -> bool:
+        """True when this call may run only with an approval (by the worker's own rules).
+
+        ``arguments`` are the plaintext ones, as a ``requires_approval`` predicate sees them.
+        """
         tool = self.registry.get(envelope.name)
         if tool is None:
             return False  # the executor fails unknown tools without running anything
         try:
-            return route(tool, envelope.arguments, RunRules()) != "run"
+            return route(tool, arguments, RunRules()) != "run"
         except Exception:  # a predicate that raises cannot clear a call: fail closed
             return True
 
-    def refusal(self, envelope: CallEnvelope, approval: Any) -> str | None:
-        """Why the stored ``approval`` does not cover this call, or None when it does."""
+    def refusal(
+        self, envelope: CallEnvelope, approval: Any, arguments: dict[str, Any] | None = None
+    ) -> str | None:
+        """Why the stored ``approval`` does not cover this call, or None when it does.
+
+        The digest is over the arguments as stored; ``arguments`` (plaintext, default: as
+        stored) are what a rule's routing looks at.
+        """
         if not approval:
             return "the call carries no signed approval"
         digest = digest_arguments(envelope.arguments)
@@ -47,7 +56,8 @@ class ApprovalGuard:
             return self._decision_refusal(envelope, digest, decision)
         rule = self.verifier.payload(approval, "rule")
         if rule is not None:
-            return self._rule_refusal(envelope, rule)
+            plain = envelope.arguments if arguments is None else arguments
+            return self._rule_refusal(envelope, rule, plain)
         return "the approval's signature is invalid or not made by a trusted key"
 
     def _decision_refusal(
@@ -71,7 +81,9 @@ class ApprovalGuard:
             return f"{required} distinct approvers are needed, the approval names {len(names)}"
         return None
 
-    def _rule_refusal(self, envelope: CallEnvelope, payload: dict[str, Any]) -> str | None:
+    def _rule_refusal(
+        self, envelope: CallEnvelope, payload: dict[str, Any], arguments: dict[str, Any]
+    ) -> str | None:
         if payload.get("run_id") != envelope.run_id:
             return "the signed rule belongs to another run"
         tool = self.registry.require(envelope.name)
@@ -86,7 +98,7 @@ class ApprovalGuard:
         else:
             return "the signed rule does not cover this tool"
         try:
-            if route(tool, envelope.arguments, rules) == "run":
+            if route(tool, arguments, rules) == "run":
                 return None
         except Exception:
             pass

@@ -32,8 +32,11 @@ from toolq.errors import (
     ToolqError,
 )
 from toolq.models import CallEnvelope, CallResult, CallStatus, RiskLevel
+from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
+from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
+from toolq.secretbox import SecretBox, merge_edit, open_arguments
 
 if TYPE_CHECKING:
     from toolq.registry.registry import ToolRegistry
@@ -102,16 +105,12 @@ class Parked:
         self.approvals = approvals_of(record)
 
 
-def redact(arguments: Mapping[str, Any], secrets: str) -> dict[str, Any]:
-    """Arguments with the fields named in ``secrets`` (comma-separated) masked."""
-    hidden = {s for s in secrets.split(",") if s}
-    return {k: ("**********" if k in hidden else v) for k, v in arguments.items()}
+def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> ApprovalRequest:
+    """What approvers see of a call record, in any state: every secret masked.
 
-
-def to_request(record: dict[str, str]) -> ApprovalRequest:
-    """What approvers see of a call record."""
+    ``paths`` are the tool's secret locations; without them, sealed values are still masked.
+    """
     envelope = CallEnvelope.model_validate_json(record["envelope"])
-    secrets = record.get("secrets", "")
     original = envelope.original_arguments
     return ApprovalRequest(
         call_id=envelope.call_id,
@@ -120,8 +119,8 @@ def to_request(record: dict[str, str]) -> ApprovalRequest:
         name=envelope.name,
         risk=envelope.risk,
         status=CallStatus(record["status"]),
-        arguments=redact(envelope.arguments, secrets),
-        original_arguments=redact(original, secrets) if original is not None else None,
+        arguments=mask_arguments(envelope.arguments, paths),
+        original_arguments=mask_arguments(original, paths) if original is not None else None,
         digest=digest_arguments(envelope.arguments),
         submitter=envelope.principal,
         created_at=float(record.get("created_at") or envelope.created_at),
@@ -154,10 +153,12 @@ class ApprovalStore:
         self.settings = store.settings
         self.keys = store.keys
         self.redis = store.redis
+        self.box = SecretBox.from_settings(self.settings)
         self._decide = self.redis.register_script(scripts.DECIDE)
         self._expire = self.redis.register_script(scripts.EXPIRE)
         self.signer = signer_for(self.settings)
         self._warned = False
+        self.owners = RunOwners(self.redis, self.keys, self.settings)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -181,7 +182,7 @@ class ApprovalStore:
                 continue
             if tool is not None and record["name"] != tool:
                 continue
-            out.append(to_request(record))
+            out.append(self._request(record))
         return out
 
     def get(self, call_id: str) -> ApprovalRequest:
@@ -189,7 +190,11 @@ class ApprovalStore:
         [record] = self.store.records([call_id])
         if record is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        return to_request(record)
+        return self._request(record)
+
+    def _request(self, record: dict[str, str]) -> ApprovalRequest:
+        tool = self.registry.get(record["name"])
+        return to_request(record, tool.secret_paths if tool is not None else None)
 
     def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
         """Audit entries, oldest first, after the stream id ``after``."""
@@ -247,21 +252,24 @@ class ApprovalStore:
             new_envelope, new_digest = "", ""
             if arguments is not None:
                 tool = self.registry.require(parked.envelope.name)
+                stored = merge_edit(self.box, tool, call_id, arguments, parked.envelope.arguments)
                 try:
-                    tool.validate(arguments)
+                    # decrypted in memory only, to validate what will run
+                    tool.validate(open_arguments(self.box, tool, call_id, stored))
                 except InvalidArgumentsError:
                     self._audit(request, by, "refused:invalid_arguments")
                     raise
                 first = parked.envelope.original_arguments
                 edited = parked.envelope.model_copy(
                     update={
-                        "arguments": arguments,
+                        "arguments": stored,
                         "original_arguments": parked.envelope.arguments if first is None else first,
                     }
                 )
                 new_envelope = edited.model_dump_json()
-                new_digest = digest_arguments(arguments)
-                data["edited_arguments"] = tool.redact(arguments)
+                # the digest of what is stored (secrets sealed), as workers compute it
+                new_digest = digest_arguments(stored)
+                data["edited_arguments"] = tool.redact(stored)
             outcome = self._run_decide(
                 parked, "approve", by, data, None, new_envelope, new_digest or None
             )
@@ -370,13 +378,18 @@ class ApprovalStore:
         approve_tools: Sequence[str] | None = None,
         approval_timeout: float | None = None,
         by: str | None = None,
+        principal: str | None = None,
+        admin: bool = False,
     ) -> RunRules:
         """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
 
         A change that loosens the gate needs ``by``, an approver: for mode ``auto`` one who
         may decide DANGEROUS calls; for leaving ``strict`` one for MODERATE; for taking a
         tool off the approval list one for that tool's risk. Mode ``auto`` is signed.
+        Only the run's owner (or ``admin``) may change them (``NotRunOwnerError``); on a run
+        not created yet, ``principal`` becomes its owner.
         """
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
         new_mode = ApprovalMode(mode) if mode is not None else None
         current = self.rules(run_id)
         needs: list[tuple[RiskLevel, str]] = []
@@ -418,13 +431,22 @@ class ApprovalStore:
         """A run's approval state (mode, lists, sticky decisions) to save."""
         return self.policy.export_state(run_id)
 
-    def restore_state(self, run_id: str, state: dict[str, Any], by: str | None = None) -> RunRules:
-        """Restore a saved approval state onto a run.
+    def restore_state(
+        self,
+        run_id: str,
+        state: dict[str, Any],
+        *,
+        by: str | None = None,
+        principal: str | None = None,
+        admin: bool = False,
+    ) -> RunRules:
+        """Restore a saved approval state onto a run (owner or ``admin`` only, as ``set_rules``).
 
         Signatures are bound to their run, so a state that loosens the gate (sticky
         approvals, mode ``auto``) is signed again here, by ``by``, who must be an approver
         for each tool's risk (DANGEROUS for mode ``auto``).
         """
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
         rules = RunRules.model_validate(state)
         rules.signatures = {}
         quorum = self.settings.dangerous_approvals > 1
@@ -501,7 +523,7 @@ class ApprovalStore:
         return Parked(record)
 
     def _authorize(self, parked: Parked, by: str) -> ApprovalRequest:
-        request = to_request(parked.record)
+        request = self._request(parked.record)
         reason = self.policy.refusal(request.risk, request.submitter, by)
         if reason is not None:
             self._audit(request, by, f"refused:{reason}")
@@ -539,7 +561,7 @@ class ApprovalStore:
         names = [str(a.get("by")) for a in prior]
         pending = parked.record.get("status") == CallStatus.AWAITING_APPROVAL.value
         if decision == "approve" and new_digest is None and by in names and pending:
-            self._audit(to_request(parked.record), by, "refused:same_approver")
+            self._audit(self._request(parked.record), by, "refused:same_approver")
             raise NotAuthorizedError(
                 f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
                 call_id=call_id,
@@ -625,7 +647,7 @@ class ApprovalStore:
         outcome = _text(reply[0])
         if outcome in ("ok", "partial", "retry"):
             return outcome
-        request = to_request(parked.record)
+        request = self._request(parked.record)
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         if outcome == "expired":
@@ -676,6 +698,5 @@ __all__ = [
     "Parked",
     "audit_fields",
     "digest_arguments",
-    "redact",
     "to_request",
 ]

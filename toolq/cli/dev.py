@@ -45,6 +45,8 @@ def dev(
             typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
             typer.echo(f"  token    {stack.api_token}  (admin; Authorization: Bearer …)")
         typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
+        if not settings.secrets_key:
+            typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")
         # Deciding from another shell (`toolq approvals approve`) needs the stack's key.
         typer.echo(f"  export TOOLQ_APPROVAL_SIGNING_KEY={stack.signing_key}")
         typer.echo("Ctrl-C to stop.")

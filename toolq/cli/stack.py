@@ -17,6 +17,7 @@ import redis
 
 from toolq.errors import ConfigurationError
 from toolq.models import RiskLevel
+from toolq.secretbox import SecretBox
 
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
@@ -143,6 +144,8 @@ class Stack:
     """Approval signing key of this stack (given to the API; ``toolq dev`` prints it)."""
     verify_keys: str = ""
     """Its public half, given to the workers so they verify approvals."""
+    secrets_key: str = ""
+    """``TOOLQ_SECRETS_KEY`` of every process started: the environment's, else a new one."""
 
     @classmethod
     def start(
@@ -163,6 +166,7 @@ class Stack:
             redis_url = embedded.url
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
         stack.signing_key, stack.verify_keys = approval_keys()
+        stack.secrets_key = os.environ.get("TOOLQ_SECRETS_KEY") or SecretBox.generate_key()
         try:
             for level in RiskLevel:
                 stack._spawn(level)
@@ -177,6 +181,7 @@ class Stack:
             "TOOLQ_REDIS_URL": self.redis_url,
             "TOOLQ_APP": self.app,
             "TOOLQ_APPROVAL_VERIFY_KEYS": self.verify_keys,
+            "TOOLQ_SECRETS_KEY": self.secrets_key,
         }
         env.pop("TOOLQ_APPROVAL_SIGNING_KEY", None)  # workers never hold the signing key
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
@@ -229,6 +234,7 @@ class Stack:
             "TOOLQ_APP": self.app,
             "TOOLQ_API_TOKENS": tokens,
             "TOOLQ_APPROVAL_SIGNING_KEY": self.signing_key,
+            "TOOLQ_SECRETS_KEY": self.secrets_key,
         }
         argv = [
             sys.executable,

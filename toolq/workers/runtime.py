@@ -21,13 +21,14 @@ from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
 from toolq.approvals.signing import verifier_for
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, UndoError
+from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
+from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
@@ -99,6 +100,7 @@ class WorkerRuntime:
         )
         verifier = verifier_for(settings)
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
+        self.box = SecretBox.from_settings(settings)
         self.keeper = LeaseKeeper(self.store, settings)
         self.keeper.start()
         self._loops = threading.local()
@@ -119,10 +121,19 @@ class WorkerRuntime:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
         env = started.envelope
-        if self.guard is not None and self.guard.gated(env):
+        try:
+            # Decrypted here, in memory, just before the handler: never written back.
+            arguments = self._plain_arguments(env)
+        except SecretsError as exc:
+            log.warning("call %s not run: %s", call_id, exc.message)
+            self._finish(env, token, _failed(env, exc.message, exc.code))
+            return
+        # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
+        # the signature covers the digest of the arguments as stored (secrets sealed).
+        if self.guard is not None and self.guard.gated(env, arguments):
             # Only gated calls pay for this read; everything else starts as before.
             approval = self.redis.hget(self.store.keys.call(call_id), "approval")
-            reason = self.guard.refusal(env, approval)
+            reason = self.guard.refusal(env, approval, arguments)
             if reason is not None:
                 self._refuse(env, token, reason)
                 return
@@ -143,7 +154,7 @@ class WorkerRuntime:
         self.keeper.add(call_id, token, ctx)
         try:
             result = self._loop().run_until_complete(
-                self.executor.execute(env.name, env.arguments, ctx, on_retry=retrying)
+                self.executor.execute(env.name, arguments, ctx, on_retry=retrying)
             )
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", call_id)
@@ -182,15 +193,14 @@ class WorkerRuntime:
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
-        result = CallResult(
-            call_id=env.call_id,
-            tool_call_id=env.tool_call_id,
-            name=env.name,
-            status=CallStatus.FAILED,
-            error=exc.message,
-            error_type=exc.code,
-        )
-        self._finish(env, token, result)
+        self._finish(env, token, _failed(env, exc.message, exc.code))
+
+    def _plain_arguments(self, env: CallEnvelope) -> dict[str, Any]:
+        """The call's arguments with its secrets decrypted (unknown tools: as stored)."""
+        tool = self.registry.get(env.name)
+        if tool is None:
+            return env.arguments
+        return open_arguments(self.box, tool, env.call_id, env.arguments)
 
     def _finish(self, env: Any, token: str, result: CallResult) -> None:
         # Redis may be restarting: keep trying for about a lease, after which the call
@@ -225,7 +235,7 @@ class WorkerRuntime:
         ctx = context_of(envelope)
         fields: dict[str, str]
         try:
-            arguments = tool.validate(envelope.arguments)
+            arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
             fields = {"preview_state": "ready", "preview": dumps(shown)}
             diff = diff_of(shown)
@@ -264,6 +274,18 @@ class WorkerRuntime:
         self.store.emit(
             call_id, EventType.UNDONE, {"undone": True}, {"undo_state": "undone"}, delete=[undo_key]
         )
+
+
+def _failed(env: CallEnvelope, error: str, error_type: str) -> CallResult:
+    """A failed result for a call that was never handed to its handler."""
+    return CallResult(
+        call_id=env.call_id,
+        tool_call_id=env.tool_call_id,
+        name=env.name,
+        status=CallStatus.FAILED,
+        error=error,
+        error_type=error_type,
+    )
 
 
 def context_of(envelope: CallEnvelope, **extra: Any) -> ToolContext:
