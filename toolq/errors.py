@@ -24,7 +24,8 @@
     │   ├── DigestMismatchError     approving something other than what was shown
     │   └── NotAuthorizedError      self-approval, or a principal without the right
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
-    └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    └── OverloadedError             a configured capacity is reached; retry later
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -186,3 +187,9 @@ class WaitTimeoutError(ToolqError, TimeoutError):
     """Waiting for calls ran out of time; the calls go on."""
 
     code = "wait_timeout"
+
+
+class OverloadedError(ToolqError):
+    """A configured capacity (e.g. ``max_event_streams``) is reached; retry later."""
+
+    code = "overloaded"

@@ -81,3 +81,10 @@ class Settings(BaseSettings):
     """Seconds a call's message may sit taken by a worker but not started before the sweeper
     sends it again (the worker died holding it). A copy of a message a live worker still
     holds is harmless: only one delivery of a call ever starts it."""
+
+    max_event_streams: int = Field(1000, gt=0)
+    """Open event streams one API process serves; past it, 503 with ``Retry-After``."""
+    event_ticket_seconds: float = Field(60.0, gt=0)
+    """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
+    max_reason_bytes: int = Field(4096, gt=0)
+    """Longest deny reason or approval note accepted by the HTTP API."""
