@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -56,6 +57,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         return principal
 
     Reader = Annotated[Principal, Depends(stream_reader)]
+    frames = FrameCache()
 
     @router.get("/tools")
     def tools(caller: Caller, format: str = "openai", strict: bool = False) -> list[dict[str, Any]]:
@@ -150,7 +152,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
             return [e.model_dump(mode="json") for e in backlog]
         hub.check_capacity()
         return StreamingResponse(
-            _sse(hub, run_id, start, request),
+            _sse(hub, frames, run_id, start, request),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -227,21 +229,42 @@ def sse_frame(event: Event) -> str:
     return f"id: {event.id}\nevent: {event.type.value}\ndata: {data}\n\n"
 
 
+class FrameCache:
+    """``sse_frame`` rendered once per event, however many streams of its run are open."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._frames: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def __call__(self, event: Event) -> str:
+        """The frame of ``event`` (stream entries never change, so ids are safe keys)."""
+        key = (event.run_id, event.id)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frames[key] = sse_frame(event)
+            if len(self._frames) > self.size:
+                self._frames.popitem(last=False)
+        return frame
+
+
 async def _sse(
-    hub: EventHub, run_id: str, after: str | None, request: Request
+    hub: EventHub, frame: FrameCache, run_id: str, after: str | None, request: Request
 ) -> AsyncIterator[str]:
     """The run's events after ``after``, then live ones from the hub, until the client leaves."""
-    yield "retry: 1000\n\n"
     listener, pending = await hub.join(run_id, after)
     last = stream_id_key(after) if after else None
     idle = 0.0
     try:
+        yield "retry: 1000\n\n"  # also tells the client it is registered: nothing is missed now
         while True:
+            frames: list[str] = []
             for event in pending:
                 key = stream_id_key(event.id)
                 if last is None or key > last:  # the backlog and the hub may overlap
                     last = key
-                    yield sse_frame(event)
+                    frames.append(frame(event))
+            if frames:
+                yield "".join(frames)
             if listener.lagged:
                 # The queue overflowed: clear the flag first, so the hub queues what
                 # follows, then re-read the stream for what did not fit.
