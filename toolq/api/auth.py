@@ -83,9 +83,7 @@ class Authenticator:
         if not token:
             in_url = "token" in request.query_params
             hint = " (tokens are not accepted in the URL)" if in_url else ""
-            raise AuthenticationError(
-                f"missing bearer token (Authorization: Bearer <token>){hint}"
-            )
+            raise AuthenticationError(f"missing bearer token (Authorization: Bearer <token>){hint}")
         for known, grant in self.tokens.items():
             if secrets.compare_digest(known, token):
                 return Principal(grant.principal, frozenset(grant.roles))
