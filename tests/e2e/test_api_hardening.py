@@ -393,3 +393,33 @@ def test_access_log_of_toolq_api_holds_no_token_or_ticket(settings, tmp_path):
     assert '"GET /v1/runs/logged/events HTTP/1.1" 200' in text, text
     assert '"GET /v1/tools HTTP/1.1" 401' in text, text
     assert ADMIN not in text and ticket not in text and "ticket=" not in text
+
+
+def test_streams_survive_a_killed_subscription(api, workers, r):
+    """The hub re-subscribes after its pub/sub connection is killed; streams lose nothing."""
+    workers.start("safe")
+    url = f"{api}/v1/runs/killed/events"
+    got: list[str] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(timeout=30) as http:
+            async with http.stream("GET", url, headers=h("view-t")) as response:
+                lines = response.aiter_lines()
+                async for line in lines:
+                    if line.startswith("retry: "):
+                        break
+                assert r.client_kill_filter(_type="pubsub") >= 1  # the hub's subscription
+                posted = await http.post(
+                    f"{api}/v1/runs/killed/calls",
+                    json=calls(("k", "echo", {"text": "after the kill"})),
+                    headers=h("agent-t"),
+                )
+                assert posted.status_code == 202
+                async for line in lines:
+                    if line.startswith("event: "):
+                        got.append(line[7:])
+                        if line == "event: call.succeeded":
+                            return
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert got == ["call.queued", "call.started", "call.succeeded"]

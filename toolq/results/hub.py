@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.exceptions import NoPermissionError
 
 from toolq.errors import OverloadedError
 from toolq.keys import Keys
@@ -157,21 +158,25 @@ class EventHub:
 
     async def _loop(self) -> None:
         pubsub: Any = None
+        wakeups = True
         last_poll = 0.0
         try:
             while self._runs:
                 try:
-                    if pubsub is None:
-                        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-                        await pubsub.psubscribe(self.keys.run_channel_pattern)
+                    if pubsub is None and wakeups:
+                        pubsub = await self._subscribe()
+                        wakeups = pubsub is not None
                         last_poll = 0.0  # (re)subscribed: read every run once
                     woken: set[str] = set()
-                    message = await pubsub.get_message(timeout=POLL_SECONDS)
-                    while message is not None:
-                        run_id = self._by_channel.get(_text(message.get("channel", "")))
-                        if run_id is not None:
-                            woken.add(run_id)
-                        message = await pubsub.get_message(timeout=0)
+                    if pubsub is None:
+                        await asyncio.sleep(POLL_SECONDS)
+                    else:
+                        message = await pubsub.get_message(timeout=POLL_SECONDS)
+                        while message is not None:
+                            run_id = self._by_channel.get(_text(message.get("channel", "")))
+                            if run_id is not None:
+                                woken.add(run_id)
+                            message = await pubsub.get_message(timeout=0)
                     if time.monotonic() - last_poll >= POLL_SECONDS:
                         woken = set(self._runs)
                         last_poll = time.monotonic()
@@ -183,10 +188,29 @@ class EventHub:
                     await _close(pubsub)
                     pubsub = None
                     await asyncio.sleep(0.2)
+                except redis.RedisError as exc:
+                    # e.g. a key of the wrong type: keep serving the other runs.
+                    log.warning("event hub read failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
         finally:
             # Nobody listens: stop reading (a later joiner starts a new loop).
             self._running = False
             await _close(pubsub)
+
+    async def _subscribe(self) -> Any:
+        """The pattern subscription, or ``None`` when the Redis user may not ``PSUBSCRIBE``."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.psubscribe(self.keys.run_channel_pattern)
+        except NoPermissionError:
+            await _close(pubsub)
+            log.warning(
+                "the Redis user may not PSUBSCRIBE %s; event streams poll every %ss instead",
+                self.keys.run_channel_pattern,
+                POLL_SECONDS,
+            )
+            return None
+        return pubsub
 
     async def _deliver(self, run_ids: set[str]) -> None:
         streams: dict[str, str] = {
