@@ -40,6 +40,12 @@ class DenyBody(BaseModel):
     always: bool = False
 
 
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    # Decision bodies are read raw (to apply the limits first); document them anyway.
+    schema = model.model_json_schema()
+    return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
+
+
 def _call_json(result: CallResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude_none=True)
 
@@ -174,7 +180,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         caller.require_viewer()
         return client.approvals.get(call_id)
 
-    @router.post("/approvals/{call_id}/approve")
+    @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(ApproveBody))
     async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Approve (optionally with edited arguments, and the digest you reviewed)."""
         body = parse_decision(await request.body(), client.settings, ApproveBody)
@@ -193,7 +199,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         )
         return _call_json(result)
 
-    @router.post("/approvals/{call_id}/deny")
+    @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(DenyBody))
     async def deny(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Deny with a reason the model will read."""
         body = parse_decision(await request.body(), client.settings, DenyBody)
