@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -314,22 +314,23 @@ def test_past_max_event_streams_503_with_retry_after(settings, r):
     for api in serve(app):
         url = f"{api}/v1/runs/cap/events"
         with httpx.Client(timeout=10) as http:
-            opened = [http.stream("GET", url, headers=h("view-t")) for _ in range(3)]
-            responses = [s.__enter__() for s in opened]
-            deadline = time.monotonic() + 10
-            while app.state.hub.streams < 3:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            refused = httpx.get(url, headers=h("view-t"))
-            assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
-            assert refused.json()["error"]["code"] == "overloaded"
-            # the JSON backlog needs no stream slot
-            backlog = httpx.get(url, params={"follow": "false"}, headers=h("view-t"))
-            assert backlog.status_code == 200
-            for stream, response in zip(opened, responses, strict=True):
-                assert response.status_code == 200
-                stream.__exit__(None, None, None)
-            while app.state.hub.streams:
+            with ExitStack() as streams:
+                responses = [
+                    streams.enter_context(http.stream("GET", url, headers=h("view-t")))
+                    for _ in range(3)
+                ]
+                assert [response.status_code for response in responses] == [200] * 3
+                deadline = time.monotonic() + 10
+                while app.state.hub.streams < 3:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                refused = httpx.get(url, headers=h("view-t"))
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+                assert refused.json()["error"]["code"] == "overloaded"
+                # the JSON backlog needs no stream slot
+                backlog = httpx.get(url, params={"follow": "false"}, headers=h("view-t"))
+                assert backlog.status_code == 200
+            while app.state.hub.streams:  # the three streams closed: their slots are free
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             with http.stream("GET", url, headers=h("view-t")) as again:
@@ -402,24 +403,26 @@ def test_streams_survive_a_killed_subscription(api, workers, r):
     got: list[str] = []
 
     async def scenario() -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
-            async with http.stream("GET", url, headers=h("view-t")) as response:
-                lines = response.aiter_lines()
-                async for line in lines:
-                    if line.startswith("retry: "):
-                        break
-                assert r.client_kill_filter(_type="pubsub") >= 1  # the hub's subscription
-                posted = await http.post(
-                    f"{api}/v1/runs/killed/calls",
-                    json=calls(("k", "echo", {"text": "after the kill"})),
-                    headers=h("agent-t"),
-                )
-                assert posted.status_code == 202
-                async for line in lines:
-                    if line.startswith("event: "):
-                        got.append(line[7:])
-                        if line == "event: call.succeeded":
-                            return
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream("GET", url, headers=h("view-t")) as response,
+        ):
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line.startswith("retry: "):
+                    break
+            assert r.client_kill_filter(_type="pubsub") >= 1  # the hub's subscription
+            posted = await http.post(
+                f"{api}/v1/runs/killed/calls",
+                json=calls(("k", "echo", {"text": "after the kill"})),
+                headers=h("agent-t"),
+            )
+            assert posted.status_code == 202
+            async for line in lines:
+                if line.startswith("event: "):
+                    got.append(line[7:])
+                    if line == "event: call.succeeded":
+                        return
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
     assert got == ["call.queued", "call.started", "call.succeeded"]
