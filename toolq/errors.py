@@ -28,8 +28,9 @@
     │   └── ApprovalUnverifiedError a worker found no valid signed approval for a gated call
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
     ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
-    └── SecretsError                secret arguments that cannot be sealed or opened
-        └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
+    ├── SecretsError                secret arguments that cannot be sealed or opened
+    │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
+    └── OverloadedError             a configured capacity is reached; retry later
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -221,3 +222,9 @@ class SecretsKeyMissingError(SecretsError):
     """A call carries secret arguments but this process has no ``TOOLQ_SECRETS_KEY``."""
 
     code = "secrets_key_missing"
+
+
+class OverloadedError(ToolqError):
+    """A configured capacity (e.g. ``max_event_streams``) is reached; retry later."""
+
+    code = "overloaded"

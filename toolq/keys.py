@@ -121,6 +121,16 @@ class Keys:
         """Celery queue of a risk level: ``toolq.safe``, ``toolq.moderate``, ``toolq.dangerous``."""
         return f"{self.prefix}.{RiskLevel.parse(risk).value}"
 
+    @property
+    def run_channel_pattern(self) -> str:
+        """``PSUBSCRIBE`` pattern matching every run's wake-up channel."""
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
+        return f"{escaped}:run:*:wake"
+
+    def event_ticket(self, digest: str) -> str:
+        """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""
+        return f"{self.prefix}:ticket:{digest}"
+
 
 def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
     """Celery queue name of a risk level."""

@@ -91,3 +91,9 @@ class Settings(BaseSettings):
     secrets_key: SecretStr | None = None
     """Key that encrypts secret arguments in Redis (``TOOLQ_SECRETS_KEY``: 32 random bytes,
     URL-safe base64, as a Fernet key is); dispatchers and workers hold it."""
+    max_event_streams: int = Field(1000, gt=0)
+    """Open event streams one API process serves; past it, 503 with ``Retry-After``."""
+    event_ticket_seconds: float = Field(60.0, gt=0)
+    """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
+    max_reason_bytes: int = Field(4096, gt=0)
+    """Longest deny reason or approval note accepted by the HTTP API."""

@@ -59,11 +59,20 @@ def page(api) -> Iterator[Any]:
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        # the strict CSP must not block anything the page needs
+        page.on(
+            "console",
+            lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+        )
+        urls: list[str] = []
+        page.on("request", lambda request: urls.append(request.url))
         page.goto(api)
         yield page
         context.close()
         browser.close()
     assert not errors, f"JavaScript errors on the dashboard: {errors}"
+    leaked = [u for u in urls if "token=" in u or "admin-t" in u]
+    assert not leaked, f"the token left the Authorization header: {leaked}"
 
 
 def expect(target: Any) -> Any:
@@ -191,7 +200,7 @@ def test_dashboard_approve_with_diff_and_run_timeline(api, workers, page, tmp_pa
     expect(state_of(page, edit)).to_have_text("succeeded", timeout=SLOW)
     assert target.read_text() == "edited\n"
 
-    # the run view streams the run's events over SSE
+    # the run view streams the run's events over SSE, opened with a ticket (not the token)
     page.locator(f'#calls tr[data-call-id="{wipe}"] button.link').click()
     expect(page.locator("#run-panel")).to_be_visible()
     expect(page.locator("#run-title")).to_have_text("run-deploy")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import redis
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
@@ -161,7 +163,42 @@ def test_approval_within_the_wait_returns_the_result(settings: Settings, workers
     run(settings, scenario, "--approval-wait", "30")
 
 
+MCP_TOKENS = {
+    "mcp-agent-t": {"principal": "agent", "roles": ["submitter"]},
+    "mcp-view-t": {"principal": "watcher", "roles": ["viewer"]},
+}
+
+
+NO_TOKEN_CLIENT = """
+import sys, anyio
+from mcp import Client
+
+async def main():
+    async with Client(sys.argv[1]) as session:
+        await session.list_tools()
+
+try:
+    anyio.run(main)
+except BaseException as exc:
+    print("refused:", repr(exc))
+    sys.exit(3)
+print("listed tools without a token")
+"""
+
+
+def http_session(port: int, token: str | None) -> McpClient:
+    """The official client over Streamable HTTP, with a bearer token when given."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    http = create_mcp_http_client(headers=headers)
+    return McpClient(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http))
+
+
 def test_streamable_http_transport(settings: Settings, workers: Workers) -> None:
+    import httpx
+
     from toolq.cli.stack import _free_port
 
     workers.start("safe,moderate")
@@ -169,7 +206,9 @@ def test_streamable_http_transport(settings: Settings, workers: Workers) -> None
     params = server_params(settings, "--port", str(port))
     argv = [*params.args]
     argv[argv.index("stdio")] = "http"
-    proc = subprocess.Popen([sys.executable, *argv], env=params.env, cwd=ROOT)
+    env = {**(params.env or {}), "TOOLQ_API_TOKENS": json.dumps(MCP_TOKENS)}
+    proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT)
+    r = redis.Redis.from_url(settings.redis_url)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -181,9 +220,44 @@ def test_streamable_http_transport(settings: Settings, workers: Workers) -> None
                 assert time.monotonic() < deadline, "toolq mcp --transport http did not come up"
                 time.sleep(0.1)
 
+        # The attack: tools/call over HTTP with no token, or a token without `submitter`.
+        def calls_stored() -> int:
+            return len(r.keys("toolq:call:*")) + len(r.keys("toolq:run:*"))
+
+        before = calls_stored()
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": 1, "b": 1}},
+        }
+        accept = {"Accept": "application/json, text/event-stream"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        bare = httpx.post(url, json=call, headers=accept)
+        assert bare.status_code == 401 and bare.headers["www-authenticate"] == "Bearer"
+        as_viewer = {**accept, "Authorization": "Bearer mcp-view-t"}
+        viewer = httpx.post(url, json=call, headers=as_viewer)
+        assert viewer.status_code == 403
+        wrong = httpx.post(url, json=call, headers={**accept, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        in_url = httpx.post(url, params={"token": "mcp-agent-t"}, json=call, headers=accept)
+        assert in_url.status_code == 401
+        assert calls_stored() == before == 0  # nothing dispatched
+
+        # The official client without a token. It runs in a child process: the SDK's deep
+        # exception group trips CPython 3.11's AST recursion counter in the pytest process.
+        probe = subprocess.run(
+            [sys.executable, "-c", NO_TOKEN_CLIENT, f"http://127.0.0.1:{port}/mcp"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert probe.returncode == 3 and "MCPError" in probe.stdout, probe.stdout + probe.stderr
+        assert calls_stored() == 0
+
         async def main() -> None:
             with anyio.fail_after(30):
-                async with McpClient(f"http://127.0.0.1:{port}/mcp") as session:
+                async with http_session(port, "mcp-agent-t") as session:
                     names = {t.name for t in (await session.list_tools()).tools}
                     assert {"echo", "add", "wipe"} <= names
                     added = await session.call_tool("add", {"a": 20, "b": 22})
@@ -192,5 +266,6 @@ def test_streamable_http_transport(settings: Settings, workers: Workers) -> None
 
         anyio.run(main)
     finally:
+        r.close()
         proc.terminate()
         proc.wait(15)

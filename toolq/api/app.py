@@ -5,20 +5,25 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import errors
 from toolq.api.auth import Authenticator, Principal, load_tokens
 from toolq.api.dashboard import build_dashboard_router
+from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.routes import build_router
+from toolq.api.tickets import TicketStore
 from toolq.dispatch.client import Client
 from toolq.registry.registry import ToolRegistry
+from toolq.results.hub import EventHub
 from toolq.settings import ApiToken, Settings
 
-DASHBOARD = Path(__file__).with_name("dashboard.html")
+HERE = Path(__file__).parent
+DASHBOARD = HERE / "dashboard.html"
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 
 
 def create_app(
@@ -32,10 +37,13 @@ def create_app(
     client = client or Client(registry, settings)
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
+    hub = EventHub(settings.redis_url, client.keys, settings.max_event_streams)
+    tickets = TicketStore(client.redis, client.keys, settings.event_ticket_seconds)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        await hub.close()
         owned.close()
 
     app = FastAPI(
@@ -46,9 +54,11 @@ def create_app(
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
-    app.include_router(build_router(client, auth))
+    app.add_middleware(SecurityHeaders)
+    app.include_router(build_router(client, auth, hub, tickets))
     app.include_router(build_dashboard_router(client, auth))
     app.state.client = client
+    app.state.hub = hub
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> JSONResponse:
@@ -66,5 +76,14 @@ def create_app(
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> str:
         return DASHBOARD.read_text(encoding="utf-8") if DASHBOARD.exists() else "toolq"
+
+    def asset(name: str) -> Response:
+        return Response((HERE / name).read_text(encoding="utf-8"), media_type=ASSETS[name])
+
+    # The page loads its script and stylesheet as files: the CSP allows no inline code.
+    for name in ASSETS:
+        app.add_api_route(
+            f"/{name}", lambda name=name: asset(name), methods=["GET"], include_in_schema=False
+        )
 
     return app

@@ -66,7 +66,11 @@ def generate_admin_token() -> tuple[str, ApiToken]:
 
 
 class Authenticator:
-    """Resolves a request's bearer token (header, or ``?token=`` for EventSource)."""
+    """Resolves a request's bearer token, taken only from the ``Authorization`` header.
+
+    A token in a URL would be written to access logs, proxies and browser history, so
+    ``?token=`` is refused; event streams take a ticket instead (``toolq.api.tickets``).
+    """
 
     def __init__(self, tokens: dict[str, ApiToken]) -> None:
         self.tokens = tokens
@@ -76,9 +80,10 @@ class Authenticator:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         token = value.strip() if scheme.lower() == "bearer" else ""
-        token = token or request.query_params.get("token", "")
         if not token:
-            raise AuthenticationError("missing bearer token (Authorization: Bearer <token>)")
+            in_url = "token" in request.query_params
+            hint = " (tokens are not accepted in the URL)" if in_url else ""
+            raise AuthenticationError(f"missing bearer token (Authorization: Bearer <token>){hint}")
         for known, grant in self.tokens.items():
             if secrets.compare_digest(known, token):
                 return Principal(grant.principal, frozenset(grant.roles))

@@ -23,6 +23,7 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.InvalidArgumentsError, 422),
     (errors.PayloadError, 400),
     (errors.WaitTimeoutError, 504),
+    (errors.OverloadedError, 503),
 ]
 
 
@@ -52,6 +53,8 @@ def install(app: FastAPI) -> None:
         ):
             status = 413
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if isinstance(exc, errors.OverloadedError):
+            headers = {"Retry-After": str(exc.details.get("retry_after", 5))}
         return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
 
     @app.exception_handler(ValueError)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolq.api.errors import error_body
@@ -81,6 +83,41 @@ def parse_body(raw: bytes, settings: Settings) -> Any:
             f"a string of {longest} bytes exceeds the limit of {settings.max_string_bytes} bytes"
         )
     return payload
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+DECISION_TEXT_FIELDS = ("reason", "note")
+"""Free text of a decision, stored with the call and in the audit stream."""
+
+
+def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | None:
+    """An approve/deny body under the dispatch limits, its free text under ``max_reason_bytes``.
+
+    Over a size limit is a ``PayloadError`` answered with 413; a body that does not fit
+    ``model`` is a 422. ``None`` for an empty body (the defaults apply).
+    """
+    if not raw.strip():
+        return None
+    payload = check_payload(raw, settings)
+    if isinstance(payload, dict):
+        for name in DECISION_TEXT_FIELDS:
+            value = payload.get(name)
+            size = len(value.encode()) if isinstance(value, str) else 0
+            if size > settings.max_reason_bytes:
+                raise PayloadError(
+                    f"{name} is {size} bytes; the limit is {settings.max_reason_bytes} bytes"
+                )
+    longest = _longest_string(payload)
+    if longest > settings.max_string_bytes:
+        raise PayloadError(
+            f"a string of {longest} bytes in the body; the limit is "
+            f"{settings.max_string_bytes} bytes"
+        )
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 def _longest_string(value: Any) -> int:

@@ -9,6 +9,9 @@ Runs: calls on one MCP connection share a run. Over HTTP that is the ``Mcp-Sessi
 (``mcp-<session id>``); over stdio, and for HTTP requests without a session, it is the
 server's own run (``--run-id``, or ``mcp-<random>`` per server process).
 
+Over HTTP every request needs ``Authorization: Bearer <token>`` of a principal with the
+``submitter`` role (tokens as for the HTTP API); stdio is the launching process's own pipe.
+
 Approvals: a call that needs one is waited on for up to ``approval_wait`` seconds; then the
 tool result is an error naming the call id, for ``toolq approvals approve <id>``. The server
 remembers the calls it answered before they were final (pending, or past ``call_timeout``):
@@ -33,8 +36,13 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import toolq
+from toolq.api.auth import AuthenticationError, Authenticator
+from toolq.api.errors import error_body
 from toolq.dispatch.client import Client
 from toolq.errors import WaitTimeoutError
 from toolq.models import CallResult, CallStatus, ProviderFormat
@@ -190,6 +198,35 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def http_app(server: Server[Any], host: str = "127.0.0.1") -> Starlette:
-    """The SDK's Streamable HTTP app (endpoint ``/mcp``) for uvicorn."""
-    return server.streamable_http_app(host=host)
+class RequireSubmitter:
+    """Refuses HTTP requests without a bearer token of a ``submitter`` (401, or 403)."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass authorised requests (and lifespan events) on to the MCP app."""
+        if scope["type"] == "http":
+            try:
+                self.auth(Request(scope)).require("submitter")
+            except AuthenticationError as exc:
+                refusal = JSONResponse(
+                    error_body(exc.code, exc.message),
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await refusal(scope, receive, send)
+                return
+            except toolq.ToolqError as exc:
+                await JSONResponse(error_body(exc.code, exc.message), status_code=403)(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Server[Any], auth: Authenticator, host: str = "127.0.0.1") -> ASGIApp:
+    """The SDK's Streamable HTTP app (endpoint ``/mcp``) behind a ``submitter`` bearer token."""
+    app: Starlette = server.streamable_http_app(host=host)
+    return RequireSubmitter(app, auth)

@@ -1,7 +1,8 @@
 """The ``/v1`` endpoints."""
 
+import asyncio
 import json
-import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -11,13 +12,16 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
-from toolq.api.limits import parse_body
+from toolq.api.limits import parse_body, parse_decision
+from toolq.api.tickets import TicketStore
 from toolq.approvals.models import ApprovalRequest
 from toolq.dispatch.client import Client
 from toolq.models import CallResult, Event, ProviderFormat
-from toolq.results.events import Subscription
+from toolq.results.events import check_stream_id, stream_id_key
+from toolq.results.hub import EventHub, Listener
 
 HEARTBEAT_SECONDS = 15.0
+DISCONNECT_CHECK_SECONDS = 1.0
 
 
 class ApproveBody(BaseModel):
@@ -36,14 +40,30 @@ class DenyBody(BaseModel):
     always: bool = False
 
 
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    # Decision bodies are read raw (to apply the limits first); document them anyway.
+    schema = model.model_json_schema()
+    return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
+
+
 def _call_json(result: CallResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude_none=True)
 
 
-def build_router(client: Client, auth: Any) -> APIRouter:
-    """All ``/v1`` routes over one ``Client``."""
+def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore) -> APIRouter:
+    """All ``/v1`` routes over one ``Client``; event streams are served by ``hub``."""
     router = APIRouter(prefix="/v1")
     Caller = Annotated[Principal, Depends(auth)]
+
+    def stream_reader(run_id: str, request: Request, ticket: str | None = None) -> Principal:
+        # A ticket opens this run's event stream only; anything else needs the header.
+        if ticket is not None:
+            return tickets.redeem(ticket, run_id)
+        principal: Principal = auth(request)
+        return principal
+
+    Reader = Annotated[Principal, Depends(stream_reader)]
+    frames = FrameCache()
 
     @router.get("/tools")
     def tools(caller: Caller, format: str = "openai", strict: bool = False) -> list[dict[str, Any]]:
@@ -105,23 +125,41 @@ def build_router(client: Client, auth: Any) -> APIRouter:
         caller.require_viewer()
         return client.to_messages(run_id, ProviderFormat.parse(format) if format else None)
 
+    @router.post("/runs/{run_id}/events/ticket")
+    def event_ticket(run_id: str, caller: Caller) -> dict[str, Any]:
+        """A short-lived ticket that opens this run's event stream (``?ticket=``), read-only."""
+        caller.require_viewer()
+        return {
+            "ticket": tickets.issue(run_id, caller),
+            "run_id": run_id,
+            "expires_in": tickets.ttl,
+        }
+
     @router.get("/runs/{run_id}/events", response_model=None)
     async def events(
         run_id: str,
         request: Request,
-        caller: Caller,
+        caller: Reader,
         follow: bool = True,
         after: str | None = None,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> Any:
-        """Server-Sent Events (id = stream id; resumes after ``Last-Event-ID``), or JSON."""
+        """Server-Sent Events (id = stream id; resumes after ``Last-Event-ID``), or JSON.
+
+        Authenticated by the ``Authorization`` header or by ``?ticket=`` (see
+        ``POST /v1/runs/{run_id}/events/ticket``); 503 with ``Retry-After`` when this
+        process serves ``max_event_streams`` streams already.
+        """
         caller.require_viewer()
         start = last_event_id or after
+        if start is not None:
+            check_stream_id(start)
         if not follow:
             backlog = await run_in_threadpool(client.log.read, run_id, start)
             return [e.model_dump(mode="json") for e in backlog]
+        hub.check_capacity()
         return StreamingResponse(
-            _sse(client, run_id, start, request),
+            _sse(hub, frames, run_id, start, request),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -143,9 +181,13 @@ def build_router(client: Client, auth: Any) -> APIRouter:
         caller.require_viewer()
         return client.approvals.get(call_id)
 
-    @router.post("/approvals/{call_id}/approve")
-    def approve(call_id: str, caller: Caller, body: ApproveBody | None = None) -> dict[str, Any]:
+    @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(ApproveBody))
+    async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Approve (optionally with edited arguments, and the digest you reviewed)."""
+        body = parse_decision(await request.body(), client.settings, ApproveBody)
+        return await run_in_threadpool(_approve, call_id, caller, body)
+
+    def _approve(call_id: str, caller: Principal, body: ApproveBody | None) -> dict[str, Any]:
         caller.require_approver(client.approvals.get(call_id).risk)
         decision = body or ApproveBody()
         result = client.approvals.approve(
@@ -158,9 +200,13 @@ def build_router(client: Client, auth: Any) -> APIRouter:
         )
         return _call_json(result)
 
-    @router.post("/approvals/{call_id}/deny")
-    def deny(call_id: str, caller: Caller, body: DenyBody | None = None) -> dict[str, Any]:
+    @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(DenyBody))
+    async def deny(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Deny with a reason the model will read."""
+        body = parse_decision(await request.body(), client.settings, DenyBody)
+        return await run_in_threadpool(_deny, call_id, caller, body)
+
+    def _deny(call_id: str, caller: Principal, body: DenyBody | None) -> dict[str, Any]:
         caller.require_approver(client.approvals.get(call_id).risk)
         decision = body or DenyBody()
         result = client.approvals.deny(
@@ -200,23 +246,69 @@ def sse_frame(event: Event) -> str:
     return f"id: {event.id}\nevent: {event.type.value}\ndata: {data}\n\n"
 
 
+class FrameCache:
+    """``sse_frame`` rendered once per event, however many streams of its run are open."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._frames: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def __call__(self, event: Event) -> str:
+        """The frame of ``event`` (stream entries never change, so ids are safe keys)."""
+        key = (event.run_id, event.id)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frames[key] = sse_frame(event)
+            if len(self._frames) > self.size:
+                self._frames.popitem(last=False)
+        return frame
+
+
 async def _sse(
-    client: Client, run_id: str, after: str | None, request: Request
+    hub: EventHub, frame: FrameCache, run_id: str, after: str | None, request: Request
 ) -> AsyncIterator[str]:
-    subscription = await run_in_threadpool(
-        Subscription, client.redis, client.keys.run_channel(run_id)
-    )
-    last = after
-    beat = time.monotonic()
+    """The run's events after ``after``, then live ones from the hub, until the client leaves."""
+    listener, pending = await hub.join(run_id, after)
+    last = stream_id_key(after) if after else None
+    idle = 0.0
     try:
-        yield "retry: 1000\n\n"
-        while not await request.is_disconnected():
-            for event in await run_in_threadpool(client.log.read, run_id, last):
-                last = event.id
-                yield sse_frame(event)
-            if time.monotonic() - beat > HEARTBEAT_SECONDS:
-                beat = time.monotonic()
+        yield "retry: 1000\n\n"  # also tells the client it is registered: nothing is missed now
+        while True:
+            frames: list[str] = []
+            for event in pending:
+                key = stream_id_key(event.id)
+                if last is None or key > last:  # the backlog and the hub may overlap
+                    last = key
+                    frames.append(frame(event))
+            if frames:
+                yield "".join(frames)
+            if listener.lagged:
+                # The queue overflowed: clear the flag first, so the hub queues what
+                # follows, then re-read the stream for what did not fit.
+                listener.lagged = False
+                pending = await hub.read(run_id, "{}-{}".format(*last) if last else None)
+                continue
+            pending = await _next(listener)
+            if pending:
+                idle = 0.0
+                continue
+            if await request.is_disconnected():
+                return
+            idle += DISCONNECT_CHECK_SECONDS
+            if idle >= HEARTBEAT_SECONDS:
+                idle = 0.0
                 yield ": keep-alive\n\n"
-            await run_in_threadpool(subscription.wait, 1.0)
     finally:
-        subscription.close()
+        hub.leave(listener)
+
+
+async def _next(listener: Listener) -> list[Event]:
+    """What the hub queued for ``listener``, waiting up to ``DISCONNECT_CHECK_SECONDS``."""
+    try:
+        first = await asyncio.wait_for(listener.queue.get(), DISCONNECT_CHECK_SECONDS)
+    except TimeoutError:
+        return []
+    out = [first]
+    while not listener.queue.empty():
+        out.append(listener.queue.get_nowait())
+    return out

@@ -17,6 +17,7 @@ def api(
     """Serve the HTTP API; prints a generated admin token when none is configured."""
     import uvicorn
 
+    from toolq.api.accesslog import log_config
     from toolq.api.app import create_app
     from toolq.api.auth import generate_admin_token, load_tokens
 
@@ -29,5 +30,9 @@ def api(
         typer.echo(f"no TOOLQ_API_TOKENS configured; admin token for this process: {token}")
     typer.echo(f"toolq api on http://{host}:{port}  (docs at /docs, dashboard at /)")
     uvicorn.run(
-        create_app(settings, registry, tokens=extra), host=host, port=port, log_level=log_level
+        create_app(settings, registry, tokens=extra),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config(),  # access log without query strings (tickets)
     )

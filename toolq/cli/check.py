@@ -8,14 +8,49 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import typer
+from redis.exceptions import NoPermissionError
 
 from toolq.cli.common import settings_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.settings import Settings
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
+    """True when a client with no credentials can read toolq's keys on the Redis at ``url``.
+
+    Connects to the same server and database without username and password and reads one
+    key under ``prefix``; Redis answers ``NOAUTH`` (``requirepass``, or an ACL default user
+    that is off) or ``NOPERM`` when it is closed.
+    """
+    pool = redis.ConnectionPool.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in ("username", "password")}
+    anonymous = redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
+    try:
+        anonymous.exists(f"{prefix}:check")
+        return True
+    except (redis.AuthenticationError, NoPermissionError):
+        return False
+    finally:
+        anonymous.close()
+        pool.disconnect()
 
 
 def live_workers(settings: Settings) -> list[dict[str, Any]]:
@@ -41,16 +76,21 @@ def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
 def check(
     risk: str = typer.Option("safe,moderate,dangerous", help="Queues that must have a worker."),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    allow_open_redis: bool = typer.Option(
+        False, "--allow-open-redis", help="Only warn when Redis needs no password."
+    ),
 ) -> None:
-    """Health check: Redis answers and every named risk queue has a live worker."""
+    """Health check: Redis answers, needs credentials, and each named queue has a worker."""
     settings = settings_for(redis_url=redis_url)
     levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    where = redacted(settings.redis_url)
     try:
         missing = missing_queues(settings, levels)
         workers = live_workers(settings)
         unverifying = [str(w.get("hostname")) for w in workers if not w.get("verifies_approvals")]
+        is_open = accepts_unauthenticated(settings.redis_url, settings.key_prefix)
     except (redis.RedisError, OSError) as exc:
-        typer.echo(f"unhealthy: Redis at {settings.redis_url} does not answer: {exc}", err=True)
+        typer.echo(f"unhealthy: Redis at {where} does not answer: {exc}", err=True)
         raise typer.Exit(1) from None
     for hostname in unverifying:
         typer.echo(
@@ -58,6 +98,16 @@ def check(
             "TOOLQ_APPROVAL_VERIFY_KEYS): anyone who can write to Redis can run gated calls there",
             err=True,
         )
+    if is_open:
+        # Anyone who can reach the port could rewrite parked calls and read arguments.
+        typer.echo(
+            f"warning: Redis at {where} accepts unauthenticated connections; set requirepass "
+            "or ACL users (README: Redis authentication & ACLs)",
+            err=True,
+        )
+        if not allow_open_redis:
+            typer.echo("unhealthy: open Redis (pass --allow-open-redis to accept it)", err=True)
+            raise typer.Exit(1)
     if missing:
         typer.echo(f"unhealthy: no live worker consumes {', '.join(missing)}", err=True)
         raise typer.Exit(1)

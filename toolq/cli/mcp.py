@@ -52,5 +52,19 @@ def mcp(
             return
         import uvicorn
 
-        typer.echo(f"toolq mcp on http://{host}:{port}/mcp", err=True)
-        uvicorn.run(http_app(server, host), host=host, port=port, log_level=log_level)
+        from toolq.api.accesslog import log_config
+        from toolq.api.auth import Authenticator, generate_admin_token, load_tokens
+
+        tokens = load_tokens(settings)
+        if not tokens:
+            token, grant = generate_admin_token()
+            tokens[token] = grant
+            typer.echo(f"no TOOLQ_API_TOKENS configured; admin token for this process: {token}")
+        typer.echo(f"toolq mcp on http://{host}:{port}/mcp (Authorization: Bearer)", err=True)
+        uvicorn.run(
+            http_app(server, Authenticator(tokens), host),
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=log_config(),
+        )

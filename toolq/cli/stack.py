@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -158,10 +159,14 @@ class Stack:
         loglevel: str = "warning",
         log_path: str | None = None,
     ) -> Stack:
-        """Start Redis (embedded when ``redis_url`` does not answer) and the workers."""
+        """Start Redis (embedded when ``redis_url`` does not answer) and the workers.
+
+        An embedded Redis gets a random password; the URL carrying it reaches the workers
+        and the API through their environment, never their command line.
+        """
         embedded = None
         if not redis_answers(redis_url):
-            embedded = EmbeddedRedis()
+            embedded = EmbeddedRedis(password=secrets.token_urlsafe(24))
             embedded.start()
             redis_url = embedded.url
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)

@@ -5,14 +5,26 @@ from __future__ import annotations
 import typer
 
 from toolq.cli.common import settings_for
+from toolq.errors import PayloadError
 from toolq.keys import Keys
 from toolq.results.connection import redis_client
-from toolq.results.events import EventLog
+from toolq.results.events import EventLog, check_stream_id
+
+
+def _stream_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_stream_id(value)
+    except PayloadError as exc:
+        raise typer.BadParameter(exc.message) from None
 
 
 def tail(
     run_id: str = typer.Argument(..., help="Run id."),
-    after: str | None = typer.Option(None, help="Only events after this stream id."),
+    after: str | None = typer.Option(
+        None, help="Only events after this stream id.", callback=_stream_id
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
 ) -> None:

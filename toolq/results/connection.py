@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import redis
+import redis.asyncio
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -21,4 +22,18 @@ def redis_client(url: str) -> redis.Redis:
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         health_check_interval=30,
+    )
+
+
+def async_redis_client(url: str, max_connections: int) -> redis.asyncio.Redis:
+    """An asyncio client over at most ``max_connections``; callers wait for a free one."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=30, health_check_interval=30
+    )
+    return redis.asyncio.Redis(
+        connection_pool=pool,
+        retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
 
-from toolq.errors import WaitTimeoutError
+from toolq.errors import PayloadError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
 
@@ -44,8 +45,24 @@ _NOT_FINAL = frozenset(
 """Events that never make a call final (final ones are told apart by their ``status``)."""
 
 
+_STREAM_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_stream_id(value: str) -> str:
+    """``value`` if it is a stream id (``<ms>-<seq>`` or ``<ms>``); else ``PayloadError``."""
+    if not _STREAM_ID.fullmatch(value) or max(stream_id_key(value)) >= 2**64:
+        raise PayloadError(f"{value[:64]!r} is not an event id (expected <ms>-<seq>, e.g. 1-0)")
+    return value
+
+
+def stream_id_key(value: str) -> tuple[int, int]:
+    """A stream id as a sortable pair (``<ms>`` alone counts as ``<ms>-0``)."""
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
@@ -105,7 +122,7 @@ class EventLog:
 
     def read(self, run_id: str, after: str | None = None, count: int | None = None) -> list[Event]:
         """Events of a run strictly after ``after`` (all of them when ``None``), in order."""
-        start = f"({after}" if after else "-"
+        start = f"({check_stream_id(after)}" if after else "-"
         out: list[Event] = []
         stream = self.keys.run_stream(run_id)
         while True:

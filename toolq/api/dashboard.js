@@ -1,0 +1,431 @@
+"use strict";
+// Every value from the API reaches the DOM through text nodes or attributes, never as HTML.
+const REFRESH_MS = 2000;
+const RISKS = ["safe", "moderate", "dangerous"];
+const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
+  "retrying", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
+const EVENT_STATE = { "call.queued": "queued", "call.awaiting_approval": "awaiting_approval",
+  "call.approved": "queued", "call.denied": "denied", "call.expired": "expired", "call.started": "running",
+  "call.progress": "running", "call.retrying": "running", "call.succeeded": "succeeded",
+  "call.failed": "failed", "call.cancelled": "cancelled", "call.undone": "cancelled",
+  "call.undo_failed": "failed" };
+
+const $ = (sel, root = document) => root.querySelector(sel);
+let token = localStorage.getItem("toolq.token") || "";
+let timer = null;
+let run = null;  // {id, source, seen:Set, names:Map}
+const cards = new Map();  // call_id -> {node, digest, deadline, busy}
+const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+const badge = state => el("span", { class: "badge s-" + state, "data-state": state }, state.replace("_", " "));
+const riskBadge = risk => el("span", { class: "badge risk r-" + risk }, risk);
+const shortId = id => String(id).slice(0, 8);
+const pretty = value => typeof value === "string" ? value : JSON.stringify(value, null, 2);
+const clock = ts => ts ? new Date(ts * 1000).toLocaleTimeString([], { hour12: false }) : "";
+function duration(ms) {
+  if (ms === null || ms === undefined) return "";
+  if (ms < 1000) return ms.toFixed(ms < 10 ? 1 : 0) + " ms";
+  if (ms < 60000) return (ms / 1000).toFixed(2) + " s";
+  return Math.floor(ms / 60000) + "m " + String(Math.round(ms / 1000) % 60).padStart(2, "0") + "s";
+}
+function left(deadline) {
+  if (!deadline) return "no deadline";
+  const s = Math.max(0, Math.round(deadline - Date.now() / 1000));
+  return s >= 3600 ? `expires in ${Math.floor(s / 3600)}h ${Math.floor(s / 60) % 60}m`
+    : `expires in ${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+}
+function toast(message, bad) {
+  const node = el("div", { class: bad ? "bad" : "" }, message);
+  $("#toast").append(node);
+  setTimeout(() => node.remove(), bad ? 7000 : 3500);
+}
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+async function api(path, body) {
+  const init = { headers: { Authorization: "Bearer " + token } };
+  if (body !== undefined) {
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  const data = await res.json().catch(() => null);
+  if (!res.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(res.status, err.code || "http_" + res.status, err.message || res.statusText);
+  }
+  return data;
+}
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v) q.set(k, v);
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+function filters() {
+  const data = new FormData($("#filters"));
+  return Object.fromEntries([...data.entries()].map(([k, v]) => [k, String(v).trim()]));
+}
+
+// -- session ------------------------------------------------------------------------------
+function showLogin(message) {
+  clearTimeout(timer);
+  closeRun();
+  $("#login").hidden = false;
+  $("#top").hidden = $("#app").hidden = true;
+  $("#login-error").textContent = message || "";
+  $("#token").focus();
+}
+async function start() {
+  try {
+    await api("v1/overview?limit=1");
+  } catch (e) {
+    showLogin(e.status === 401 ? "That token was not accepted." : e.message);
+    return;
+  }
+  $("#login").hidden = true;
+  $("#top").hidden = $("#app").hidden = false;
+  loadTools();
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("run");
+  if (wanted) openRun(wanted);
+  refresh();
+}
+$("#login-form").addEventListener("submit", event => {
+  event.preventDefault();
+  token = $("#token").value.trim();
+  localStorage.setItem("toolq.token", token);
+  start();
+});
+$("#logout").addEventListener("click", () => {
+  token = "";
+  localStorage.removeItem("toolq.token");
+  $("#token").value = "";
+  showLogin();
+});
+$("#filters").addEventListener("input", () => refresh());
+$("#filters").addEventListener("reset", () => setTimeout(refresh));
+$("#filters").addEventListener("submit", event => { event.preventDefault(); refresh(); });
+
+async function loadTools() {
+  try {
+    const tools = await api("v1/tools?format=mcp");
+    $("#tool-names").replaceChildren(...tools.map(t => el("option", { value: t.name })));
+  } catch (e) { /* filter still works as free text */ }
+}
+
+// -- polling ------------------------------------------------------------------------------
+let inflight = false;
+async function refresh() {
+  clearTimeout(timer);
+  if (inflight) { timer = setTimeout(refresh, 200); return; }
+  inflight = true;
+  const f = filters();
+  try {
+    const [overview, pending] = await Promise.all([
+      api("v1/overview" + query(f)),
+      api("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk })),
+      run ? refreshRunCalls() : null,
+    ]);
+    if (JSON.stringify(filters()) !== JSON.stringify(f)) {  // the filters changed meanwhile
+      inflight = false;
+      return refresh();
+    }
+    renderStats(overview);
+    renderApprovals(pending);
+    renderCalls(overview.calls);
+    $("#conn").textContent = "live · " + new Date().toLocaleTimeString([], { hour12: false });
+    $("#conn").classList.remove("down");
+  } catch (e) {
+    if (e.status === 401) { showLogin("The token is no longer accepted."); inflight = false; return; }
+    $("#conn").textContent = "error: " + e.message;
+    $("#conn").classList.add("down");
+  }
+  inflight = false;
+  timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function renderStats(o) {
+  const cardsOut = RISKS.map(risk => el("div", { class: "stat", "data-testid": "stat-" + risk },
+    el("h3", {}, riskBadge(risk)),
+    el("div", { class: "nums" },
+      el("div", {}, el("div", { class: "num", "data-testid": "queue-" + risk }, o.queues[risk]),
+        el("div", { class: "lbl" }, "queued")),
+      el("div", {}, el("div", { class: "num" + (o.workers[risk] ? "" : " warn"),
+        "data-testid": "workers-" + risk }, o.workers[risk]),
+        el("div", { class: "lbl" }, o.workers[risk] ? "workers" : "workers · none live")))));
+  cardsOut.push(el("div", { class: "stat pending" }, el("h3", {}, "approvals"),
+    el("div", { class: "nums" }, el("div", {}, el("div", { class: "num", "data-testid": "pending-count" },
+      o.pending_approvals), el("div", { class: "lbl" }, "pending decisions")))));
+  $("#stats").replaceChildren(...cardsOut);
+}
+
+function runLink(runId) {
+  return el("button", { type: "button", class: "link mono", title: "Open run " + runId,
+    onclick: () => openRun(runId) }, runId);
+}
+
+function renderCalls(calls) {
+  const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
+    el("td", { class: "mono", title: c.call_id }, clock(c.created_at)),
+    el("td", {}, runLink(c.run_id)),
+    el("td", {}, c.name),
+    el("td", {}, riskBadge(c.risk)),
+    el("td", {}, badge(c.status)),
+    el("td", { class: "num" }, duration(c.duration_ms)),
+    el("td", { class: "error", title: c.error || "" }, c.error || "")));
+  $("#calls tbody").replaceChildren(...rows);
+  $("#calls-count").textContent = calls.length;
+  $("#calls-empty").hidden = calls.length > 0;
+}
+
+// -- approvals ----------------------------------------------------------------------------
+function diffView(diff) {
+  const lines = String(diff.diff_output || "").replace(/\n$/, "").split("\n");
+  return el("pre", { class: "diff", "data-testid": "diff" }, lines.map(line => {
+    let cls = "";
+    if (line.startsWith("+++") || line.startsWith("---")) cls = "file";
+    else if (line.startsWith("@@")) cls = "hunk";
+    else if (line.startsWith("+")) cls = "add";
+    else if (line.startsWith("-")) cls = "del";
+    return el("span", { class: cls }, line || " ");
+  }));
+}
+
+function approvalCard(req) {
+  const original = JSON.stringify(req.arguments, null, 2);
+  const editor = el("textarea", { spellcheck: "false", "aria-label": "Edited arguments (JSON)" }, original);
+  const reason = el("input", { class: "reason", placeholder: "reason (the model reads it)",
+    "aria-label": "Deny reason" });
+  const always = el("input", { type: "checkbox" });
+  const error = el("p", { class: "err", role: "alert", hidden: true });
+  const approveBtn = el("button", { type: "button", class: "approve" }, "Approve");
+  const denyBtn = el("button", { type: "button", class: "deny" }, "Deny");
+  editor.addEventListener("input", () => {
+    approveBtn.textContent = editor.value.trim() === original.trim() ? "Approve" : "Approve edited";
+  });
+  // A card is rebuilt when a filter hides it or its arguments change: keep what was typed
+  // (edited arguments only while the arguments they were edited from are current).
+  const draft = drafts.get(req.call_id);
+  if (draft) {
+    reason.value = draft.reason;
+    always.checked = draft.always;
+    if (draft.digest === req.digest && draft.editor !== original) {
+      editor.value = draft.editor;
+      approveBtn.textContent = "Approve edited";
+    }
+  }
+  const keep = () => drafts.set(req.call_id, { reason: reason.value, always: always.checked,
+    editor: editor.value, digest: req.digest });
+  for (const input of [editor, reason, always]) input.addEventListener("input", keep);
+  always.addEventListener("change", keep);
+  const state = { node: null, digest: req.digest, busy: false };
+
+  async function decide(kind) {
+    error.hidden = true;
+    let body;
+    if (kind === "approve") {
+      body = { digest: req.digest, always: always.checked };
+      if (editor.value.trim() !== original.trim()) {
+        try { body.arguments = JSON.parse(editor.value); }
+        catch (e) { error.textContent = "Arguments are not valid JSON: " + e.message; error.hidden = false; return; }
+      }
+    } else {
+      body = { reason: reason.value.trim(), always: always.checked };
+    }
+    state.busy = true;
+    approveBtn.disabled = denyBtn.disabled = true;
+    try {
+      const result = await api(`v1/approvals/${encodeURIComponent(req.call_id)}/${kind}`, body);
+      toast(`${kind === "approve" ? "Approved" : "Denied"} ${req.name} (${shortId(req.call_id)}) → ${result.status}`);
+      cards.delete(req.call_id);
+      drafts.delete(req.call_id);
+      state.node.remove();
+      refresh();
+    } catch (e) {
+      error.textContent = `${e.code}: ${e.message}`;
+      error.hidden = false;
+      approveBtn.disabled = denyBtn.disabled = false;
+      state.busy = false;
+    }
+  }
+  approveBtn.addEventListener("click", () => decide("approve"));
+  denyBtn.addEventListener("click", () => decide("deny"));
+  reason.addEventListener("keydown", e => { if (e.key === "Enter") decide("deny"); });
+
+  const deadline = el("span", { class: "meta", "data-deadline": req.deadline || "" }, left(req.deadline));
+  const notes = Object.entries(req.approval_metadata || {}).map(([k, v]) =>
+    el("p", { class: "note" }, `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`));
+  const diff = req.diff && req.diff.diff_output ? [
+    el("div", { class: "section-label" }, "Diff ", req.diff.change_summary ? `(${req.diff.change_summary})` : ""),
+    diffView(req.diff)] : [];
+  const preview = req.preview !== null && req.preview !== undefined
+    ? [el("div", { class: "section-label" }, "Preview"), el("pre", { "data-testid": "preview" }, pretty(req.preview))]
+    : [];
+  state.node = el("article", { class: "approval", "data-risk": req.risk, "data-testid": "approval",
+    "data-call-id": req.call_id },
+    el("div", { class: "head" },
+      el("strong", {}, req.name), riskBadge(req.risk), badge(req.status),
+      el("span", { class: "meta" }, "run ", runLink(req.run_id)),
+      el("span", { class: "meta mono", title: req.call_id }, shortId(req.call_id)),
+      req.submitter ? el("span", { class: "meta" }, "by " + req.submitter) : null,
+      deadline),
+    notes,
+    el("div", { class: "section-label" }, "Arguments"),
+    el("pre", { "data-testid": "arguments" }, original),
+    req.original_arguments ? [el("div", { class: "section-label" }, "Original arguments"),
+      el("pre", {}, pretty(req.original_arguments))] : [],
+    preview,
+    req.preview_error ? el("p", { class: "err" }, "preview failed: " + req.preview_error) : null,
+    diff,
+    el("details", { class: "edit" }, el("summary", {}, "Edit arguments before approving"), editor),
+    el("div", { class: "actions" }, approveBtn, reason, denyBtn,
+      el("label", { title: "Apply this decision to every later call of this tool in this run" },
+        always, "always in this run")),
+    el("div", { class: "meta mono digest", title: req.digest }, "digest " + req.digest.slice(0, 16) + "…"),
+    error);
+  state.deadline = deadline;
+  return state;
+}
+
+function renderApprovals(pending) {
+  const live = new Set(pending.map(p => p.call_id));
+  for (const [id, card] of cards) {
+    if (!live.has(id) && !card.busy) { card.node.remove(); cards.delete(id); }
+  }
+  const container = $("#approvals");
+  for (const req of pending) {
+    let card = cards.get(req.call_id);
+    if (card && card.digest !== req.digest && !card.busy) { card.node.remove(); card = null; }
+    if (!card) { card = approvalCard(req); cards.set(req.call_id, card); }
+    card.deadline.textContent = left(req.deadline);
+    container.append(card.node);  // keeps order (soonest deadline first) without rebuilding inputs
+  }
+  $("#approvals-count").textContent = pending.length;
+  $("#approvals-empty").hidden = pending.length > 0;
+}
+
+// -- run view -----------------------------------------------------------------------------
+function streamState(text, cls) {
+  $("#stream-state").textContent = text;
+  $("#stream-state").className = "badge " + cls;
+}
+function openRun(runId) {
+  closeRun();
+  run = { id: runId, seen: new Set(), names: new Map(), source: null, last: "" };
+  history.replaceState(null, "", "#" + new URLSearchParams({ run: runId }));
+  $("#run-title").textContent = runId;
+  $("#timeline").replaceChildren();
+  $("#run-calls tbody").replaceChildren();
+  $("#run-panel").hidden = false;
+  $("#run-panel").scrollIntoView({ block: "nearest" });
+  streamState("connecting", "s-queued");
+  const current = run;
+  refreshRunCalls().catch(() => {}).then(() => { if (run === current) stream(runId); });
+}
+async function stream(runId) {
+  // EventSource cannot send the token in a header, and a token in a URL ends up in logs:
+  // trade it for a short-lived ticket that opens this run's stream only.
+  const current = run;
+  let ticket;
+  try {
+    ({ ticket } = await api(`v1/runs/${encodeURIComponent(runId)}/events/ticket`, {}));
+  } catch (e) {
+    if (run !== current) return;
+    if (e.status === 401) { showLogin("The token is no longer accepted."); return; }
+    streamState("reconnecting", "s-failed");
+    setTimeout(() => { if (run === current) stream(runId); }, 2000);
+    return;
+  }
+  if (run !== current) return;
+  const params = { ticket, after: current.last };
+  const source = new EventSource(`v1/runs/${encodeURIComponent(runId)}/events${query(params)}`);
+  source.addEventListener("open", () => streamState("streaming", "s-succeeded"));
+  source.addEventListener("error", () => {
+    streamState("reconnecting", "s-failed");
+    // Refused outright (e.g. the ticket expired before a reconnect): new ticket, resume.
+    if (source.readyState === EventSource.CLOSED) {
+      setTimeout(() => { if (run === current && current.source === source) stream(runId); }, 1000);
+    }
+  });
+  for (const type of EVENT_TYPES) source.addEventListener(type, onEvent);
+  source.addEventListener("message", onEvent);
+  current.source = source;
+}
+function closeRun() {
+  if (run && run.source) run.source.close();
+  run = null;
+  $("#run-panel").hidden = true;
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+}
+$("#run-close").addEventListener("click", closeRun);
+
+async function refreshRunCalls() {
+  const current = run;
+  if (!current) return;
+  const { calls } = await api("v1/overview" + query({ run_id: current.id, limit: 1000 }));
+  if (run !== current) return;
+  calls.reverse();  // oldest first, as dispatched
+  for (const c of calls) current.names.set(c.call_id, c.name);
+  for (const node of document.querySelectorAll("#timeline strong[data-name-for]")) {
+    if (!node.textContent) node.textContent = current.names.get(node.dataset.nameFor) || "";
+  }
+  $("#run-calls tbody").replaceChildren(...calls.map(c => el("tr", { "data-call-id": c.call_id },
+    el("td", {}, c.name), el("td", {}, riskBadge(c.risk)), el("td", {}, badge(c.status)),
+    el("td", { class: "num" }, duration(c.duration_ms)),
+    el("td", { class: "mono", title: c.call_id }, shortId(c.call_id)))));
+}
+
+function summary(type, data) {
+  const d = Object.assign({}, data);
+  delete d.status;
+  if (type === "call.progress" && "data" in d) return pretty(d.data).replace(/\s+/g, " ");
+  const parts = [];
+  if (d.by) parts.push("by " + d.by);
+  if (d.reason) parts.push("reason: " + d.reason);
+  else if (d.error) parts.push(d.error);
+  if (d.duration_ms !== undefined) parts.push(duration(d.duration_ms));
+  if (d.output !== undefined) parts.push("→ " + JSON.stringify(d.output));
+  if (d.edited_arguments) parts.push("edited: " + JSON.stringify(d.edited_arguments));
+  if (d.note) parts.push("note: " + d.note);
+  if (d.attempt !== undefined) parts.push("attempt " + d.attempt);
+  const text = parts.join(" · ");
+  return text.length > 300 ? text.slice(0, 300) + "…" : text;
+}
+function onEvent(message) {
+  if (!run || run.seen.has(message.lastEventId)) return;
+  run.seen.add(message.lastEventId);
+  run.last = message.lastEventId;
+  let event;
+  try { event = JSON.parse(message.data); } catch (e) { return; }
+  const state = EVENT_STATE[event.type] || "queued";
+  if (event.data && typeof event.data.name === "string") run.names.set(event.call_id, event.data.name);
+  const tool = run.names.get(event.call_id) || "";
+  const detail = summary(event.type, event.data || {});
+  $("#timeline").append(el("li", { class: "t-" + state, "data-type": event.type, "data-testid": "event" },
+    el("span", { class: "when mono" }, clock(event.ts)),
+    el("span", { class: "badge s-" + state }, event.type.replace("call.", "")), " ",
+    el("strong", { "data-name-for": event.call_id }, tool), " ",
+    el("span", { class: "mono meta", title: event.call_id }, shortId(event.call_id)),
+    detail ? el("span", { class: "detail" }, detail) : null));
+  const timeline = $("#timeline");
+  timeline.scrollTop = timeline.scrollHeight;
+  if (!run.names.has(event.call_id) || EVENT_STATE[event.type] !== "running") refreshRunCalls().catch(() => {});
+}
+
+if (token) start(); else showLogin();

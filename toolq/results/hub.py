@@ -1,0 +1,254 @@
+"""``EventHub``: one reader per process fans new events out to the local listeners of a run.
+
+However many event streams a process serves, it holds one pub/sub connection (a pattern
+subscription to every run's wake-up channel) and a few pooled connections for reads.
+
+The guarantee of ``EventLog.follow`` holds: when a listener joins, the hub first records
+the run's newest id (unless it already follows the run), then the listener reads its own
+backlog from its start id. Every event up to that recorded id is in the backlog; every
+later one reaches the listener through the hub. Listeners skip ids they already have.
+The stream stays the only source of truth: a wake-up only says which run to read, and
+every followed run is read at least every ``POLL_SECONDS`` anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoPermissionError
+
+from toolq.errors import OverloadedError
+from toolq.keys import Keys
+from toolq.models import Event
+from toolq.results.connection import async_redis_client
+from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
+
+log = logging.getLogger("toolq.hub")
+
+QUEUE_SIZE = 1000
+"""Events buffered per listener; a listener that falls further behind re-reads the stream."""
+READ_CONNECTIONS = 4
+"""Pooled connections for backlog reads and the hub's own ``XREAD`` (pub/sub has its own)."""
+RETRY_AFTER_SECONDS = 5
+"""``Retry-After`` suggested to a client refused because every stream slot is taken."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Listener:
+    """One open event stream: a bounded queue the hub fills, and a flag when it overflowed."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_SIZE)
+        self.lagged = False
+        """Set when an event did not fit; the hub offers nothing more until it is cleared."""
+
+    def offer(self, event: Event) -> None:
+        """Queue ``event``, or mark the listener lagged (it re-reads from its last id)."""
+        if self.lagged:
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.lagged = True
+
+
+@dataclass
+class _Run:
+    listeners: set[Listener] = field(default_factory=set)
+    cursor: str | None = None
+    """Newest id the hub has read (and delivered); ``None`` until the first joiner sets it."""
+
+
+class EventHub:
+    """Serves every event stream of one process from one reader."""
+
+    def __init__(self, redis_url: str, keys: Keys, max_streams: int) -> None:
+        self.redis_url = redis_url
+        self.keys = keys
+        self.max_streams = max_streams
+        self._redis: redis.asyncio.Redis | None = None
+        self._runs: dict[str, _Run] = {}
+        self._by_channel: dict[str, str] = {}
+        self._by_stream: dict[str, str] = {}
+        self._count = 0
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def streams(self) -> int:
+        """Listeners now open."""
+        return self._count
+
+    @property
+    def redis(self) -> redis.asyncio.Redis:
+        """The hub's asyncio client (created in the running loop on first use)."""
+        if self._redis is None:
+            self._redis = async_redis_client(self.redis_url, READ_CONNECTIONS + 1)
+        return self._redis
+
+    def check_capacity(self) -> None:
+        """Raise ``OverloadedError`` when ``max_streams`` listeners are open."""
+        if self._count >= self.max_streams:
+            raise OverloadedError(
+                f"this API process serves {self.max_streams} event streams already; retry later",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
+
+    async def join(self, run_id: str, after: str | None) -> tuple[Listener, list[Event]]:
+        """A new listener of ``run_id`` and its backlog (events after ``after``)."""
+        if after is not None:
+            check_stream_id(after)
+        self.check_capacity()
+        listener = Listener(run_id)
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+            self._by_channel[self.keys.run_channel(run_id)] = run_id
+            self._by_stream[self.keys.run_stream(run_id)] = run_id
+        run.listeners.add(listener)
+        self._count += 1
+        if not self._running:
+            self._running = True
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+        try:
+            if run.cursor is None:
+                newest: Any = await self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
+                if run.cursor is None:  # another joiner may have set it meanwhile
+                    run.cursor = _text(newest[0][0]) if newest else "0-0"
+            backlog = await self.read(run_id, after)
+        except BaseException:
+            self.leave(listener)
+            raise
+        return listener, backlog
+
+    def leave(self, listener: Listener) -> None:
+        """Forget ``listener``; the hub stops reading a run nobody listens to."""
+        run = self._runs.get(listener.run_id)
+        if run is None or listener not in run.listeners:
+            return
+        run.listeners.discard(listener)
+        self._count -= 1
+        if not run.listeners:
+            del self._runs[listener.run_id]
+            self._by_channel.pop(self.keys.run_channel(listener.run_id), None)
+            self._by_stream.pop(self.keys.run_stream(listener.run_id), None)
+
+    async def read(self, run_id: str, after: str | None) -> list[Event]:
+        """Events of a run strictly after ``after``, from the stream."""
+        start = f"({after}" if after else "-"
+        stream = self.keys.run_stream(run_id)
+        out: list[Event] = []
+        while True:
+            entries: Any = await self.redis.xrange(stream, min=start, max="+", count=BATCH)
+            out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
+            if len(entries) < BATCH:
+                return out
+            start = f"({_text(entries[-1][0])}"
+
+    async def _loop(self) -> None:
+        pubsub: Any = None
+        wakeups = True
+        last_poll = 0.0
+        try:
+            while self._runs:
+                try:
+                    if pubsub is None and wakeups:
+                        pubsub = await self._subscribe()
+                        wakeups = pubsub is not None
+                        last_poll = 0.0  # (re)subscribed: read every run once
+                    woken: set[str] = set()
+                    if pubsub is None:
+                        await asyncio.sleep(POLL_SECONDS)
+                    else:
+                        message = await pubsub.get_message(timeout=POLL_SECONDS)
+                        while message is not None:
+                            run_id = self._by_channel.get(_text(message.get("channel", "")))
+                            if run_id is not None:
+                                woken.add(run_id)
+                            message = await pubsub.get_message(timeout=0)
+                    if time.monotonic() - last_poll >= POLL_SECONDS:
+                        woken = set(self._runs)
+                        last_poll = time.monotonic()
+                    await self._deliver(woken)
+                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                    # Redis restarted or the subscription was killed: subscribe again and
+                    # re-read every run; the stream still holds whatever was missed.
+                    log.warning("event hub lost Redis (%s); reconnecting", exc)
+                    await _close(pubsub)
+                    pubsub = None
+                    await asyncio.sleep(0.2)
+                except redis.RedisError as exc:
+                    # e.g. a key of the wrong type: keep serving the other runs.
+                    log.warning("event hub read failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
+        finally:
+            # Nobody listens: stop reading (a later joiner starts a new loop).
+            self._running = False
+            await _close(pubsub)
+
+    async def _subscribe(self) -> Any:
+        """The pattern subscription, or ``None`` when the Redis user may not ``PSUBSCRIBE``."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.psubscribe(self.keys.run_channel_pattern)
+        except NoPermissionError:
+            await _close(pubsub)
+            log.warning(
+                "the Redis user may not PSUBSCRIBE %s; event streams poll every %ss instead",
+                self.keys.run_channel_pattern,
+                POLL_SECONDS,
+            )
+            return None
+        return pubsub
+
+    async def _deliver(self, run_ids: set[str]) -> None:
+        streams: dict[str, str] = {
+            self.keys.run_stream(run_id): run.cursor
+            for run_id in run_ids
+            if (run := self._runs.get(run_id)) is not None and run.cursor is not None
+        }
+        while streams:
+            reply: Any = await self.redis.xread(streams, count=BATCH)  # type: ignore[arg-type]
+            more: dict[str, str] = {}
+            for raw_stream, entries in reply or []:
+                stream = _text(raw_stream)
+                run_id = self._by_stream.get(stream)
+                run = self._runs.get(run_id) if run_id is not None else None
+                if run is None or not entries:
+                    continue
+                events = [parse_entry(run_id or "", eid, fields) for eid, fields in entries]
+                cursor = run.cursor = events[-1].id
+                for listener in list(run.listeners):
+                    for event in events:
+                        listener.offer(event)
+                if len(entries) == BATCH:
+                    more[stream] = cursor
+            streams = more
+
+    async def close(self) -> None:
+        """Stop the reader and close the connections."""
+        self._runs.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
+
+async def _close(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(Exception):
+            await pubsub.aclose()
