@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 
 import typer
 
@@ -53,4 +55,24 @@ def worker(
     ]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
-    create_celery(settings, registry).worker_main(argv)
+    fatal = _LastCritical()
+    logging.getLogger("celery.worker.worker").addHandler(fatal)
+    # ``app.start``, not ``worker_main``: the latter drops the worker's exit status, and a
+    # worker whose consumer died would exit 0, which ``Restart=on-failure`` ignores.
+    code = create_celery(settings, registry).start(argv)
+    if code:
+        reason = fatal.reason or "the Celery worker stopped with an error"
+        print(f"toolq worker: exiting with status {code}: {reason}", file=sys.stderr, flush=True)
+        raise typer.Exit(code)
+
+
+class _LastCritical(logging.Handler):
+    """Keeps the first line of the last critical record (Celery's "Unrecoverable error")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.CRITICAL)
+        self.reason = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Remember the message, first line only."""
+        self.reason = record.getMessage().splitlines()[0] if record.getMessage() else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import threading
 import uuid
@@ -12,6 +13,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from kombu import serialization
 from kombu.entity import Exchange, Queue
+from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps as kombu_dumps
 
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
@@ -21,6 +23,42 @@ from toolq.settings import Settings
 
 HARD_LIMIT_GRACE = 10.0
 """Seconds past a tool's own time limit before Celery kills the worker process."""
+
+log = logging.getLogger("toolq.worker")
+
+
+def _restore_unacked_unless_closed(self: Any, client: Any = None) -> Any:
+    """Restore as kombu's Redis ``QoS.restore_unacked`` does, unless the transport is closed.
+
+    After a broker connection loss Celery's consumer closes the connection twice
+    (``collect`` then ``close``); if the first pass closed the transport but not the
+    default channel, the second pass restores that channel's unacknowledged messages
+    through a transport whose ``client`` is ``None``, and ``_connparams`` raises
+    ``AttributeError`` ("'NoneType' object has no attribute 'hostname'"), which Celery
+    treats as unrecoverable: the worker exits. Redis is unreachable at that moment
+    anyway, so the restore could not run: the messages stay in kombu's ``unacked`` hash,
+    where kombu's visibility timeout and toolq's sweeper (``resend_stranded``) find them.
+    """
+    channel = self.channel
+    transport = channel.connection
+    if client is None and (transport is None or transport.client is None):
+        log.warning(
+            "broker connection closed: %d unacknowledged messages left in kombu's unacked "
+            "hash for the sweeper",
+            len(self._delivered),
+        )
+        self._delivered.clear()
+        return None
+    return _KOMBU_RESTORE_UNACKED(self, client)
+
+
+_KOMBU_RESTORE_UNACKED = kombu_redis.QoS.restore_unacked
+
+
+def patch_kombu() -> None:
+    """Install ``_restore_unacked_unless_closed`` (once; see celery/kombu#970, #582)."""
+    if kombu_redis.QoS.restore_unacked is not _restore_unacked_unless_closed:
+        kombu_redis.QoS.restore_unacked = _restore_unacked_unless_closed
 
 
 class Publisher:
@@ -175,6 +213,7 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     Library code never imports a global app: every process builds its own from settings.
     """
     keys = Keys(settings.key_prefix)
+    patch_kombu()
     app = Celery("toolq", broker=settings.redis_url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
