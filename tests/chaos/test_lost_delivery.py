@@ -1,0 +1,116 @@
+"""A message taken off its queue and never recorded as unacknowledged is not a lost call.
+
+kombu's Redis transport ``BRPOP``s a message and then, in a second command, records it in
+its ``unacked`` hash. A consumer that dies in between (or Redis, replaying an AOF that
+holds the pop and not the record) leaves the message in no queue and no unacked entry.
+Here a child process performs that pop (``RPOP``, as the AOF propagates ``BRPOP``) and is
+SIGKILLed; the sweeper of a real ``toolq worker`` must find the call and send it again
+(``Sweeper.resend_lost``), and must leave alone calls merely waiting behind a backlog.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from tests.conftest import Workers
+from toolq import CallStatus, Client
+from toolq.keys import KOMBU_UNACKED, Keys
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+REDELIVER_AFTER = "2"
+POP_AND_DIE = """
+import os, signal, sys
+import redis
+taken = redis.Redis.from_url(sys.argv[1]).rpop(sys.argv[2])
+print("took" if taken else "empty", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def pop_and_die(url: str, queue: str) -> None:
+    """Take the oldest message of ``queue`` in a process that dies before recording it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", POP_AND_DIE, url, queue], capture_output=True, text=True
+    )
+    assert proc.stdout.strip() == "took" and proc.returncode == -9, proc
+
+
+def wait_final(client: Client, call_id: str, timeout: float = 40) -> float:
+    """Seconds until the call left ``queued``/``running``; fails past ``timeout``."""
+    start = time.monotonic()
+    while client.result(call_id).status in (CallStatus.QUEUED, CallStatus.RUNNING):
+        assert time.monotonic() - start < timeout, f"call still {client.result(call_id).status}"
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def test_message_popped_and_never_recorded_is_sent_again(
+    r: redis.Redis, client: Client, workers: Workers
+) -> None:
+    keys = Keys()
+    batch = client.dispatch([{"id": "a", "name": "echo", "arguments": {"text": "x"}}])
+    call_id = batch.call_ids[0]
+    pop_and_die(client.settings.redis_url, "toolq.safe")
+    assert r.llen("toolq.safe") == 0 and r.hlen(KOMBU_UNACKED) == 0
+    assert r.zscore(keys.queued, call_id) is not None  # queued, in the index, message gone
+
+    workers.start("safe", TOOLQ_REDELIVER_AFTER=REDELIVER_AFTER)
+    recovery = wait_final(client, call_id)
+    assert client.result(call_id).status is CallStatus.SUCCEEDED
+    assert int(r.hget(keys.call(call_id), "push_seq")) == 2  # sent once more, exactly
+    assert r.zscore(keys.queued, call_id) is None  # START took it out of the index
+    print(f"stranded call recovered in {recovery:.1f} s")
+
+
+def test_approved_call_whose_message_was_lost_runs(
+    r: redis.Redis, client: Client, workers: Workers
+) -> None:
+    batch = client.dispatch([{"id": "t", "name": "transfer", "arguments": {"amount": 500}}])
+    call_id = batch.call_ids[0]
+    assert client.result(call_id).status is CallStatus.AWAITING_APPROVAL
+    client.approvals.approve(call_id, by="alice")  # DECIDE pushes the message
+    assert r.llen("toolq.moderate") == 1
+    pop_and_die(client.settings.redis_url, "toolq.moderate")
+    assert r.hlen(KOMBU_UNACKED) == 0
+
+    workers.start("moderate", TOOLQ_REDELIVER_AFTER=REDELIVER_AFTER)
+    wait_final(client, call_id)
+    assert client.result(call_id).status is CallStatus.SUCCEEDED
+
+
+def test_calls_waiting_behind_a_backlog_are_not_sent_again(
+    r: redis.Redis, client: Client, workers: Workers
+) -> None:
+    keys = Keys()
+    # A worker that sweeps but consumes only ``dangerous``: the safe queue stays a backlog.
+    workers.start("dangerous", TOOLQ_REDELIVER_AFTER="1")
+    batch = client.dispatch(
+        [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(60)]
+    )
+    first = batch.call_ids[0]
+    pop_and_die(client.settings.redis_url, "toolq.safe")  # the oldest: the first call
+    assert r.llen("toolq.safe") == 59
+
+    deadline = time.monotonic() + 30
+    while int(r.hget(keys.call(first), "push_seq")) == 1:
+        assert time.monotonic() < deadline, "the lost call was not sent again"
+        time.sleep(0.1)
+    time.sleep(4)  # several more sweeps, all 59 others past the threshold meanwhile
+
+    # Only the lost call was pushed again; the 59 waiting ones were examined and left alone.
+    assert int(r.get(keys.queue_pushes("toolq.safe"))) == 61
+    assert r.llen("toolq.safe") == 60
+    seqs = [int(r.hget(keys.call(c), "push_seq")) for c in batch.call_ids]
+    assert seqs == [61, *range(2, 61)]
+    assert not r.keys(keys.lost_suspect("*"))
+    assert all(s is CallStatus.QUEUED for s in client.store.statuses(batch.call_ids))
+
+    workers.start("safe")
+    assert all(res.status is CallStatus.SUCCEEDED for res in batch.wait(timeout=60))
+    assert r.zcard(keys.queued) == 0
