@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 import typer
+from celery.signals import worker_init
 
 from toolq.cli.common import APP_HELP, load_registry, settings_for
 from toolq.keys import Keys
@@ -57,9 +59,12 @@ def worker(
         argv += ["--concurrency", str(concurrency)]
     fatal = _LastCritical()
     logging.getLogger("celery.worker.worker").addHandler(fatal)
-    # ``app.start``, not ``worker_main``: the latter drops the worker's exit status, and a
-    # worker whose consumer died would exit 0, which ``Restart=on-failure`` ignores.
-    code = create_celery(settings, registry).start(argv)
+    started: list[Any] = []
+    worker_init.connect(lambda sender, **_: started.append(sender), weak=False)
+    create_celery(settings, registry).worker_main(argv)
+    # ``worker_main`` drops the worker's exit status: a worker whose consumer died would
+    # exit 0, which a supervisor restarting on failure (``Restart=on-failure``) ignores.
+    code = started[-1].exitcode if started else 1
     if code:
         reason = fatal.reason or "the Celery worker stopped with an error"
         print(f"toolq worker: exiting with status {code}: {reason}", file=sys.stderr, flush=True)

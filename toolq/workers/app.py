@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import logging
 import os
 import threading
 import uuid
@@ -15,6 +14,7 @@ from kombu import serialization
 from kombu.entity import Exchange, Queue
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps as kombu_dumps
+from redis import exceptions as redis_errors
 
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
 from toolq.models import RiskLevel
@@ -24,41 +24,32 @@ from toolq.settings import Settings
 HARD_LIMIT_GRACE = 10.0
 """Seconds past a tool's own time limit before Celery kills the worker process."""
 
-log = logging.getLogger("toolq.worker")
 
+def _connparams_unless_closed(self: Any, asynchronous: bool = False) -> Any:
+    """Connection parameters as kombu's Redis ``Channel._connparams``; once closed, an error.
 
-def _restore_unacked_unless_closed(self: Any, client: Any = None) -> Any:
-    """Restore as kombu's Redis ``QoS.restore_unacked`` does, unless the transport is closed.
-
-    After a broker connection loss Celery's consumer closes the connection twice
-    (``collect`` then ``close``); if the first pass closed the transport but not the
-    default channel, the second pass restores that channel's unacknowledged messages
-    through a transport whose ``client`` is ``None``, and ``_connparams`` raises
-    ``AttributeError`` ("'NoneType' object has no attribute 'hostname'"), which Celery
-    treats as unrecoverable: the worker exits. Redis is unreachable at that moment
-    anyway, so the restore could not run: the messages stay in kombu's ``unacked`` hash,
+    After a broker connection loss Celery's consumer closes the connection (``collect``
+    then ``close``) while the channel still has work: restoring its unacknowledged
+    messages, or acknowledging a task that finished meanwhile (threads pool). Both need
+    a new Redis client, and with the transport already closed kombu reads ``hostname``
+    or ``client`` of ``None``: an ``AttributeError``, which Celery treats as
+    unrecoverable, and the worker exits. A connection error is what it is: Celery then
+    reconnects as for any other, and the messages stay in kombu's ``unacked`` hash,
     where kombu's visibility timeout and toolq's sweeper (``resend_stranded``) find them.
     """
-    channel = self.channel
-    transport = channel.connection
-    if client is None and (transport is None or transport.client is None):
-        log.warning(
-            "broker connection closed: %d unacknowledged messages left in kombu's unacked "
-            "hash for the sweeper",
-            len(self._delivered),
-        )
-        self._delivered.clear()
-        return None
-    return _KOMBU_RESTORE_UNACKED(self, client)
+    transport = self.connection
+    if transport is None or transport.client is None:
+        raise redis_errors.ConnectionError("kombu channel used after its connection closed")
+    return _KOMBU_CONNPARAMS(self, asynchronous=asynchronous)
 
 
-_KOMBU_RESTORE_UNACKED = kombu_redis.QoS.restore_unacked
+_KOMBU_CONNPARAMS = kombu_redis.Channel._connparams
 
 
 def patch_kombu() -> None:
-    """Install ``_restore_unacked_unless_closed`` (once; see celery/kombu#970, #582)."""
-    if kombu_redis.QoS.restore_unacked is not _restore_unacked_unless_closed:
-        kombu_redis.QoS.restore_unacked = _restore_unacked_unless_closed
+    """Install ``_connparams_unless_closed`` once (see celery/kombu#970 and #582)."""
+    if kombu_redis.Channel._connparams is not _connparams_unless_closed:
+        kombu_redis.Channel._connparams = _connparams_unless_closed
 
 
 class Publisher:
