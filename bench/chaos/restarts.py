@@ -11,6 +11,7 @@ log line). Prints one JSON report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -31,18 +32,20 @@ def _feed(client: Client, stop: threading.Event) -> None:
     n = 0
     while not stop.is_set():
         n += 1
-        try:
+        with contextlib.suppress(Exception):  # Redis is down half of the time here
             client.dispatch(
-                [{"id": f"f{n}-{i}", "name": "fast_echo", "arguments": {"text": "x"}}
-                 for i in range(3)],
+                [
+                    {"id": f"f{n}-{i}", "name": "fast_echo", "arguments": {"text": "x"}}
+                    for i in range(3)
+                ],
                 run_id=f"feed-{n}",
             )
-        except Exception:  # noqa: BLE001 - Redis is down half of the time here
-            pass
         stop.wait(0.1)
 
 
-def measure(out: Path, workers: int, restarts: int, outage: float, every: float) -> dict[str, object]:
+def measure(
+    out: Path, workers: int, restarts: int, outage: float, every: float
+) -> dict[str, object]:
     """Restart Redis ``restarts`` times under the workers; what each worker did."""
     out.mkdir(parents=True, exist_ok=True)
     server = PrivateRedis(out / "redis")
@@ -69,16 +72,27 @@ def measure(out: Path, workers: int, restarts: int, outage: float, every: float)
                 if proc.poll() is not None:
                     log = (out / "workers" / f"{name}.log").read_text(errors="replace")
                     lines = [ln for ln in log.splitlines() if ln.strip()]
-                    exits.append({"restart": n, "worker": name, "pool": pool.specs[name].pool,
-                                  "code": proc.returncode, "last": lines[-1] if lines else ""})
+                    exits.append(
+                        {
+                            "restart": n,
+                            "worker": name,
+                            "pool": pool.specs[name].pool,
+                            "code": proc.returncode,
+                            "last": lines[-1] if lines else "",
+                        }
+                    )
                     pool.start(name)
         time.sleep(every)
         for name, proc in list(pool.procs.items()):
             if proc.poll() is not None:
                 exits.append({"restart": restarts, "worker": name, "code": proc.returncode})
         serving = redis.Redis.from_url(server.url).keys("toolq:worker:*")
-        return {"restarts": restarts, "workers": workers, "exits": exits,
-                "heartbeats_at_end": len(serving)}
+        return {
+            "restarts": restarts,
+            "workers": workers,
+            "exits": exits,
+            "heartbeats_at_end": len(serving),
+        }
     finally:
         stop.set()
         client.close()

@@ -58,7 +58,7 @@ def worker(
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
     fatal = _LastCritical()
-    logging.getLogger("celery.worker.worker").addHandler(fatal)
+    logging.getLogger("celery.worker").addHandler(fatal)
     started: list[Any] = []
     worker_init.connect(lambda sender, **_: started.append(sender), weak=False)
     create_celery(settings, registry).worker_main(argv)
@@ -67,7 +67,9 @@ def worker(
     code = started[-1].exitcode if started else 1
     if code:
         reason = fatal.reason or "the Celery worker stopped with an error"
-        print(f"toolq worker: exiting with status {code}: {reason}", file=sys.stderr, flush=True)
+        # The real stderr: Celery still redirects ``sys.stderr`` into its logger here.
+        stderr = sys.__stderr__ or sys.stderr
+        print(f"toolq worker: exiting with status {code}: {reason}", file=stderr, flush=True)
         raise typer.Exit(code)
 
 

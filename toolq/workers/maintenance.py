@@ -156,10 +156,13 @@ class Sweeper:
         """
         k = self.keys
         cutoff = now - self.store.settings.redeliver_after
-        raw: Any = self.redis.zrangebyscore(k.queued, 0, cutoff, start=0, num=SWEEP_BATCH)
+        raw: Any = self.redis.zrangebyscore(
+            k.queued, 0, cutoff, start=0, num=SWEEP_BATCH, withscores=True
+        )
         if not raw:
             return 0
-        ids = [_text(c) for c in raw]
+        pushed_at = {_text(c): float(score) for c, score in raw}
+        ids = list(pushed_at)
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
             pipe.hmget(k.call(call_id), "status", "risk", "push_seq", "push_tag")
@@ -202,8 +205,13 @@ class Sweeper:
             elif now - float(suspect) >= LOST_CONFIRM:
                 confirmed.append(call_id)
         pipe.execute()
-        if confirmed:
-            log.warning("re-sending %d queued calls whose message was lost", len(confirmed))
+        for call_id in confirmed:
+            # The chaos harness reads these lines: how long a lost message stranded its call.
+            log.warning(
+                "call %s: message lost %.2f s after it was queued; sending it again",
+                call_id,
+                now - pushed_at[call_id],
+            )
         return self.resend(confirmed)
 
     def resend(self, call_ids: list[str]) -> int:
