@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests.conftest import Workers
-from toolq import CallStatus, Client
+from toolq import CallStatus, Client, Settings
 from toolq.keys import KOMBU_UNACKED, Keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -27,16 +27,18 @@ REDELIVER_AFTER = "2"
 POP_AND_DIE = """
 import os, signal, sys
 import redis
-taken = redis.Redis.from_url(sys.argv[1]).rpop(sys.argv[2])
+taken = redis.Redis.from_url(sys.argv[1]).rpop(sys.argv[2], int(sys.argv[3]))
 print("took" if taken else "empty", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def pop_and_die(url: str, queue: str) -> None:
-    """Take the oldest message of ``queue`` in a process that dies before recording it."""
+def pop_and_die(url: str, queue: str, count: int = 1) -> None:
+    """Take the oldest messages of ``queue`` in a process that dies before recording them."""
     proc = subprocess.run(
-        [sys.executable, "-c", POP_AND_DIE, url, queue], capture_output=True, text=True
+        [sys.executable, "-c", POP_AND_DIE, url, queue, str(count)],
+        capture_output=True,
+        text=True,
     )
     assert proc.stdout.strip() == "took" and proc.returncode == -9, proc
 
@@ -114,3 +116,52 @@ def test_calls_waiting_behind_a_backlog_are_not_sent_again(
     workers.start("safe")
     assert all(res.status is CallStatus.SUCCEEDED for res in batch.wait(timeout=60))
     assert r.zcard(keys.queued) == 0
+
+
+def test_call_recovered_from_its_retry_backoff_and_then_lost_runs(
+    r: redis.Redis, settings: object, workers: Workers
+) -> None:
+    """A worker dies while a call waits out its retry backoff; the re-sent message is lost.
+
+    While it backs off the call is ``running`` under its lease, so the lease's expiry
+    recovers it (an idempotent tool: queued again and re-sent). That message is then taken
+    and never recorded; the lost-message check must send it once more.
+    """
+    from tests.chaos.lost_app import registry
+
+    keys = Keys()
+    app = {"TOOLQ_APP": "tests.chaos.lost_app:registry", "TOOLQ_REDELIVER_AFTER": "2"}
+    runner = workers.start("safe", TOOLQ_RETRY_BACKOFF="8", **app)
+    workers.start("dangerous", **app)  # sweeps, never takes a safe message
+    with Client(registry, client_settings(settings)) as client:
+        call_id = client.dispatch(
+            [{"id": "f", "name": "flaky_idempotent", "arguments": {"failures": 1}}]
+        ).call_ids[0]
+        deadline = time.monotonic() + 30
+        while r.llen(f"test:exec:{call_id}") < 1:  # first attempt failed: backing off now
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        workers.kill9(runner)
+        while r.llen("toolq.safe") < 1:  # lease expired, recovered, re-sent
+            assert time.monotonic() < deadline, client.result(call_id)
+            time.sleep(0.05)
+        assert client.result(call_id).status is CallStatus.QUEUED
+        # The dead runner's unacked entry is re-sent too (``resend_stranded``), once: wait
+        # for it, then lose every copy.
+        time.sleep(3)
+        pop_and_die(client.settings.redis_url, "toolq.safe", count=int(r.llen("toolq.safe")))
+        assert r.llen("toolq.safe") == 0
+        seq = int(r.hget(keys.call(call_id), "push_seq"))
+        while int(r.hget(keys.call(call_id), "push_seq")) == seq:  # found lost, sent again
+            assert time.monotonic() < deadline + 30
+            time.sleep(0.1)
+        workers.start("safe", **app)
+        wait_final(client, call_id)
+        assert client.result(call_id).status is CallStatus.SUCCEEDED
+        assert r.llen(f"test:exec:{call_id}") == 2  # the failed attempt, then the good one
+
+
+def client_settings(settings: object) -> Settings:
+    assert isinstance(settings, Settings)
+    return settings.model_copy(update={"app": "tests.chaos.lost_app:registry"})
