@@ -1,9 +1,10 @@
 """``Maintenance``: the worker's background duties, so users run no extra process.
 
 Heartbeat (for ``toolq check`` and metrics), recovery of calls whose worker died,
-re-sending calls that were queued or approved but never reached the broker, and expiring
-overdue approvals. Every step is a compare-and-set, so several workers sweeping at once
-cannot do harm; a short lock just keeps them from doing the same work twice.
+re-sending calls that were queued or approved but never reached the broker or whose
+message the broker lost, and expiring overdue approvals. Every step is a compare-and-set,
+so several workers sweeping at once cannot do harm; a short lock just keeps them from
+doing the same work twice.
 """
 
 from __future__ import annotations
