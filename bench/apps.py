@@ -75,6 +75,6 @@ def __getattr__(name: str) -> Celery:
     global _raw
     if name == "raw_celery":
         if _raw is None:
-            _raw = make_raw_celery(os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"))
+            _raw = make_raw_celery(os.environ["BENCH_REDIS_URL"])
         return _raw
     raise AttributeError(name)

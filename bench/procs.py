@@ -118,3 +118,34 @@ def tail(log: Path | None, lines: int = 12) -> str:
     if log is None or not log.exists():
         return ""
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def bench_redis(url: str | None) -> Any:
+    """The Redis a benchmark uses: a private ``redis-server`` when ``url`` is None.
+
+    A benchmark flushes its database between systems, so an explicit ``url`` must name an
+    empty database: one holding keys the benchmark did not write is refused.
+    """
+    import redis
+
+    from toolq.cli.stack import EmbeddedRedis
+
+    if url is not None:
+        client = redis.Redis.from_url(url)
+        try:
+            if client.dbsize():
+                raise SystemExit(
+                    f"{url} holds keys this benchmark did not write and would flush; "
+                    "name an empty database, or omit --redis-url for a private server"
+                )
+        finally:
+            client.close()
+        yield url
+        return
+    server = EmbeddedRedis()
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -1,7 +1,7 @@
 """Round-trip latency and batch throughput: plain Celery vs toolq, same Redis, pool and concurrency.
 
     python bench/roundtrip.py [--calls 300] [--batch 2000] [--pool prefork|threads|solo]
-                              [--concurrency 2] [--redis-url redis://127.0.0.1:6379/14]
+                              [--concurrency 2] [--redis-url URL]
                               [--rounds 1] [--batch-timeout 120] [--only raw|toolq] [--json PATH]
 
 1. Raw Celery: a minimal Celery app (bench.apps:raw_celery; Redis broker + Redis result
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from bench.figures import WARMUP, Figures, measure, percentile, sequential  # noqa: E402
-from bench.procs import READY_TIMEOUT, Procs, exit_on_signal, worker_env  # noqa: E402
+from bench.procs import READY_TIMEOUT, Procs, bench_redis, exit_on_signal, worker_env  # noqa: E402
 from bench.raw_celery_side import RawCeleryWorker  # noqa: E402
 from bench.toolq_side import ToolqWorker  # noqa: E402
 
@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2000, help="calls in the throughput batch")
     parser.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
     parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
+    parser.add_argument(
+        "--redis-url", help="an empty database to use (default: a private redis-server)"
+    )
     parser.add_argument(
         "--rounds",
         type=int,
@@ -183,11 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("raw", "toolq"), help="run one side only")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args(argv)
-    if args.redis_url.rstrip("/").endswith("/13"):
-        parser.error("database 13 belongs to the test suite; use another one")
-
     signal.signal(signal.SIGTERM, exit_on_signal)
     signal.signal(signal.SIGINT, exit_on_signal)
+    with bench_redis(args.redis_url) as url:
+        args.redis_url = url
+        return run_both(args)
+
+
+def run_both(args: argparse.Namespace) -> int:
+    """Both sides, ``--rounds`` times, on the Redis at ``args.redis_url``."""
     r = redis.Redis.from_url(args.redis_url)
     r.ping()
     procs = Procs()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from collections.abc import AsyncIterator
 
 import redis
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from toolq import RiskLevel, ToolContext, ToolOutput, ToolRegistry
 
@@ -175,6 +176,50 @@ def login(user: str, password: SecretStr, ctx: ToolContext) -> str:
     return f"{user} logged in with a {len(password.get_secret_value())}-char password"
 
 
+def fingerprint(secret: SecretStr) -> str:
+    """What secret-taking tools record of a secret: its hash, never the value."""
+    return hashlib.sha256(secret.get_secret_value().encode()).hexdigest()[:16]
+
+
+class Credentials(BaseModel):
+    """A nested model holding a secret."""
+
+    user: str
+    password: SecretStr
+
+
+class ApiKey(BaseModel):
+    """One item of a list of secrets."""
+
+    name: str
+    value: SecretStr
+
+
+@registry.tool(risk=RiskLevel.MODERATE)
+def vault_login(creds: Credentials, ctx: ToolContext) -> str:
+    """Log in with nested credentials (never parked: moderate)."""
+    record(ctx, f"vault:{fingerprint(creds.password)}")
+    return f"{creds.user} logged in"
+
+
+@registry.tool()
+def fetch_with_token(url: str, token: SecretStr, ctx: ToolContext) -> str:
+    """A safe tool with a top-level secret (never parked)."""
+    record(ctx, f"fetch:{fingerprint(token)}")
+    return f"fetched {url}"
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS)
+def rotate_keys(
+    service: str, keys: list[ApiKey], headers: dict[str, SecretStr], ctx: ToolContext
+) -> str:
+    """Rotate keys: secrets in list items and dict values (parked: dangerous)."""
+    seen = [f"{k.name}={fingerprint(k.value)}" for k in keys]
+    seen += [f"{name}={fingerprint(value)}" for name, value in sorted(headers.items())]
+    record(ctx, "rotate:" + ",".join(seen))
+    return f"rotated {len(keys)} keys of {service}"
+
+
 @registry.tool(risk=RiskLevel.DANGEROUS, approval_timeout=1.0)
 def hurry(ctx: ToolContext) -> str:
     """A dangerous call whose approval must come within a second."""
@@ -206,3 +251,16 @@ def picture(caption: str) -> list[object]:
     from toolq import ImageContent, TextContent
 
     return [TextContent(text=caption), ImageContent(data="iVBORw0KGgo=", mime_type="image/png")]
+
+
+def _undo_deploy(undo_data: dict[str, object]) -> None:
+    _redis().rpush("test:undo:deploy", str(undo_data["call_id"]))
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS, undo=_undo_deploy)
+def deploy(service: str, replicas: int, ctx: ToolContext) -> ToolOutput:
+    """Pretend to deploy (records the execution; its undo records itself in test:undo:deploy)."""
+    record(ctx, f"deploy {service} {replicas}")
+    return ToolOutput.ok(
+        f"deployed {service} x{replicas}", undo_metadata={"call_id": ctx.call_id}
+    )

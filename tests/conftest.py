@@ -7,6 +7,7 @@ refuses a database that holds keys it did not write (it marks the databases it u
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import signal
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = ""
 OWNED_MARK = "toolq-test:owned"
 """Key the suite leaves in a database given by ``TOOLQ_TEST_REDIS_URL`` to recognise it."""
+SECRETS_KEY = base64.urlsafe_b64encode(os.urandom(32)).decode()
+"""The session's ``TOOLQ_SECRETS_KEY``: the whole suite runs with secrets encrypted."""
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -37,6 +40,7 @@ def make_settings(**overrides: object) -> Settings:
         "sweep_interval": 0.2,
         "heartbeat_seconds": 0.5,
         "app": "tests.apps:registry",
+        "secrets_key": SECRETS_KEY,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -115,6 +119,7 @@ class Workers:
             "TOOLQ_SWEEP_INTERVAL": str(self.settings.sweep_interval),
             "TOOLQ_HEARTBEAT_SECONDS": str(self.settings.heartbeat_seconds),
             "PYTHONPATH": str(ROOT),
+            "TOOLQ_SECRETS_KEY": SECRETS_KEY,
             **env,
         }
         argv = [

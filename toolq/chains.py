@@ -330,7 +330,7 @@ class ToolChain:
             return batch.wait(remaining)[0]
         except WaitTimeoutError:
             waiting = self.client.result(batch.call_ids[0]).status
-            stopped = self.client.cancel(batch.call_ids[0])
+            stopped = self.client.cancel(batch.call_ids[0], principal=principal)
             if stopped.ok:  # it finished while we gave up on it
                 return stopped
             note = f"no result within the chain's {timeout:g}s timeout (the call was {waiting})"

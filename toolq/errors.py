@@ -22,9 +22,13 @@
     │   ├── ApprovalExpiredError    nobody decided before the deadline
     │   ├── NotAwaitingApprovalError a decision on a call that is not pending (lost race)
     │   ├── DigestMismatchError     approving something other than what was shown
-    │   └── NotAuthorizedError      self-approval, or a principal without the right
+    │   ├── NotAuthorizedError      self-approval, or a principal without the right
+    │   │   └── NotRunOwnerError    acting on a run another principal owns
+    │   └── ApprovalPredicateError  a tool's ``requires_approval`` predicate raised
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
-    └── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
+    └── SecretsError                secret arguments that cannot be sealed or opened
+        └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -186,3 +190,27 @@ class WaitTimeoutError(ToolqError, TimeoutError):
     """Waiting for calls ran out of time; the calls go on."""
 
     code = "wait_timeout"
+
+
+class NotRunOwnerError(NotAuthorizedError):
+    """Dispatch, cancel, undo or a rules change on a run another principal owns."""
+
+    code = "not_owner"
+
+
+class ApprovalPredicateError(ApprovalError):
+    """A tool's ``requires_approval`` predicate raised, or returned something not bool-able."""
+
+    code = "approval_predicate_error"
+
+
+class SecretsError(ToolqError):
+    """Secret arguments that cannot be encrypted or decrypted (wrong key, tampered value)."""
+
+    code = "secrets_error"
+
+
+class SecretsKeyMissingError(SecretsError):
+    """A call carries secret arguments but this process has no ``TOOLQ_SECRETS_KEY``."""
+
+    code = "secrets_key_missing"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from toolq.models import RiskLevel
@@ -42,9 +44,18 @@ class Keys:
         """JSON of a run's approval mode, tool lists and sticky decisions."""
         return f"{self.prefix}:run:{run_id}:settings"
 
-    def idempotency(self, run_id: str, key: str) -> str:
-        """String mapping (run, provider call id or client key) to a call id."""
-        return f"{self.prefix}:idem:{run_id}:{key}"
+    def idempotency(self, principal: str | None, run_id: str, key: str) -> str:
+        """String mapping (submitter, run, provider call id or client key) to a call id.
+
+        The parts are hashed as a JSON array, so no two distinct triples share a key
+        whatever separators the ids contain.
+        """
+        encoded = json.dumps([principal, run_id, key], separators=(",", ":"))
+        return f"{self.prefix}:idem:{hashlib.sha256(encoded.encode()).hexdigest()}"
+
+    def run_owner(self, run_id: str) -> str:
+        """String: JSON of the principal (and tenant) that created a run (``RunOwner``)."""
+        return f"{self.prefix}:run:{run_id}:owner"
 
     def lease(self, call_id: str) -> str:
         """Execution lease of a running call (``SET NX PX``)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import RiskLevel
@@ -81,3 +81,6 @@ class Settings(BaseSettings):
     """Seconds a call's message may sit taken by a worker but not started before the sweeper
     sends it again (the worker died holding it). A copy of a message a live worker still
     holds is harmless: only one delivery of a call ever starts it."""
+    secrets_key: SecretStr | None = None
+    """Key that encrypts secret arguments in Redis (``TOOLQ_SECRETS_KEY``: 32 random bytes,
+    URL-safe base64, as a Fernet key is); dispatchers and workers hold it."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from tests.conftest import Workers
 from toolq import CallStatus, Client, EventType, Settings
@@ -67,3 +68,27 @@ def test_builtins_through_workers(
     event = client.undo(edit.call_ids[0], timeout=30)
     assert event.type is EventType.UNDONE
     assert (workspace / "notes.txt").read_text() == "old\n"
+
+
+def test_sandboxed_code_on_a_root_worker_cannot_reach_redis(
+    builtins_client: Client, workers: Workers, workspace: Path, settings: Settings, r: Redis
+) -> None:
+    """Issue 11's first finding, through a real worker: approved code connects to Redis."""
+    from tests.builtins.test_isolation import REDIS_ATTACK, redis_target
+
+    client = builtins_client
+    workers.start(TOOLQ_APP="tests.builtins.app:registry", TOOLQ_BUILTINS_ROOT=str(workspace))
+    key = "attack-from-a-worker"
+    code = (
+        REDIS_ATTACK
+        + "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    )
+    arguments = {"code": code, "args": [*redis_target(settings), key]}
+    batch = client.dispatch(call("run_python", "p1", **arguments))
+    client.approvals.approve(batch.call_ids[0], by="alice")
+    [ran] = batch.wait(timeout=60)
+    assert ran.status is CallStatus.SUCCEEDED, ran.error
+    refused, processes = ran.output["stdout"].splitlines()
+    assert refused == "refused [Errno 101] Network is unreachable"
+    assert r.exists(key) == 0
+    assert processes == "[1, 2]"  # the namespace's init and this python: nothing of the host

@@ -15,6 +15,7 @@ from toolq import CallStatus, ToolContext, ToolRegistry
 from toolq.builtins import SandboxLimits, python, shell
 
 ROOT_USER = os.geteuid() == 0
+ISOLATION = "namespaces" if ROOT_USER else "none"  # namespaces need CAP_SYS_ADMIN
 
 
 def unique_digits() -> str:
@@ -24,8 +25,8 @@ def unique_digits() -> str:
 def make_registry(workspace: Path, **limits: Any) -> ToolRegistry:
     reg = ToolRegistry()
     sandbox_limits = SandboxLimits(**{"timeout": 10, **limits})
-    reg.include(shell(root=workspace, allow_shell=True, limits=sandbox_limits))
-    reg.include(python(root=workspace, limits=sandbox_limits))
+    reg.include(shell(root=workspace, allow_shell=True, limits=sandbox_limits, isolation=ISOLATION))
+    reg.include(python(root=workspace, limits=sandbox_limits, isolation=ISOLATION))
     return reg
 
 
@@ -82,7 +83,7 @@ def test_unknown_program_is_a_clear_error(workspace: Path) -> None:
 
 def test_allowed_commands_and_cwd_jail(workspace: Path) -> None:
     reg = ToolRegistry()
-    reg.include(shell(root=workspace, allowed_commands=["echo"]))
+    reg.include(shell(root=workspace, allowed_commands=["echo"], isolation=ISOLATION))
     assert reg.invoke("run_shell", {"argv": ["echo", "hi"]}).ok
     refused = reg.invoke("run_shell", {"argv": ["rm", "-rf", "x"]})
     assert refused.status is CallStatus.FAILED and "not allowed" in (refused.error or "")
@@ -246,7 +247,7 @@ def test_worker_death_takes_the_tree_with_it(workspace: Path) -> None:
         from toolq.builtins import SandboxLimits, shell
         reg = ToolRegistry()
         reg.include(shell(root={str(workspace)!r}, allow_shell=True,
-                          limits=SandboxLimits(timeout=60)))
+                          limits=SandboxLimits(timeout=60), isolation={ISOLATION!r}))
         reg.invoke("run_shell_script", {{"script": "sleep {marker} & setsid sleep {marker}"}})
     """)
     worker = subprocess.Popen([sys.executable, "-c", program], cwd=Path(__file__).parents[2])

@@ -27,6 +27,7 @@ TOKENS = {
     "bob-t": ApiToken(principal="bob", roles=["viewer", "approver:moderate"]),
     "view-t": ApiToken(principal="watcher", roles=["viewer"]),
     "self-t": ApiToken(principal="agent", roles=["approver:dangerous"]),
+    "agent-mod-t": ApiToken(principal="agent", roles=["submitter", "approver:moderate"]),
 }
 
 
@@ -238,10 +239,14 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, workers, tmp_path)
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert target.read_text() == "new"
-    undone = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
+    # edit_file is gated (it asks for approval): undoing it needs approver:moderate too.
+    plain = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
+    assert plain.status_code == 403 and plain.json()["error"]["code"] == "forbidden"
+    assert target.read_text() == "new"
+    undone = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
     assert undone.status_code == 200 and undone.json()["type"] == "call.undone"
     assert target.read_text() == "old"
-    again = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
+    again = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
     assert again.status_code == 409 and again.json()["error"]["code"] == "undo_failed"
 
 

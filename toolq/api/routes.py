@@ -69,6 +69,7 @@ def build_router(client: Client, auth: Any) -> APIRouter:
                 behavior=behavior,
                 idempotency_key=idempotency_key,
                 principal=caller.name,
+                admin=caller.has("admin"),
             )
         )
         return {
@@ -169,15 +170,25 @@ def build_router(client: Client, auth: Any) -> APIRouter:
 
     @router.post("/calls/{call_id}/cancel")
     def cancel(call_id: str, caller: Caller) -> dict[str, Any]:
-        """Cancel: at once when queued or parked, cooperatively when running."""
+        """Cancel: at once when queued or parked, cooperatively when running (run owner only)."""
         caller.require("submitter")
-        return _call_json(client.cancel(call_id))
+        return _call_json(
+            client.cancel(call_id, principal=caller.name, admin=caller.has("admin"))
+        )
 
     @router.post("/calls/{call_id}/undo")
     def undo(call_id: str, caller: Caller, timeout: float = Query(30, gt=0, le=300)) -> Any:
-        """Run the call's undo handler on a worker; the ``call.undone`` event."""
+        """Run the call's undo handler on a worker; the ``call.undone`` event.
+
+        Run owner only; undoing a gated tool also needs the approver role of its risk.
+        """
         caller.require("submitter")
-        event = client.undo(call_id, timeout=timeout)
+        admin = caller.has("admin")
+        if client.owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
+            gate = client.undo_gate(call_id)
+            if gate is not None:
+                caller.require_approver(gate)
+        event = client.undo(call_id, timeout=timeout, principal=caller.name, admin=admin)
         return JSONResponse(event.model_dump(mode="json"))
 
     return router

@@ -24,8 +24,11 @@ from toolq.errors import (
     ToolqError,
 )
 from toolq.models import CallEnvelope, CallResult, CallStatus, RiskLevel
+from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
+from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
+from toolq.secretbox import SecretBox, merge_edit, open_arguments
 
 if TYPE_CHECKING:
     from toolq.registry.registry import ToolRegistry
@@ -41,16 +44,12 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def redact(arguments: Mapping[str, Any], secrets: str) -> dict[str, Any]:
-    """Arguments with the fields named in ``secrets`` (comma-separated) masked."""
-    hidden = {s for s in secrets.split(",") if s}
-    return {k: ("**********" if k in hidden else v) for k, v in arguments.items()}
+def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> ApprovalRequest:
+    """What approvers see of a call record, in any state: every secret masked.
 
-
-def to_request(record: dict[str, str]) -> ApprovalRequest:
-    """What approvers see of a call record."""
+    ``paths`` are the tool's secret locations; without them, sealed values are still masked.
+    """
     envelope = CallEnvelope.model_validate_json(record["envelope"])
-    secrets = record.get("secrets", "")
     original = envelope.original_arguments
     return ApprovalRequest(
         call_id=envelope.call_id,
@@ -59,8 +58,8 @@ def to_request(record: dict[str, str]) -> ApprovalRequest:
         name=envelope.name,
         risk=envelope.risk,
         status=CallStatus(record["status"]),
-        arguments=redact(envelope.arguments, secrets),
-        original_arguments=redact(original, secrets) if original is not None else None,
+        arguments=mask_arguments(envelope.arguments, paths),
+        original_arguments=mask_arguments(original, paths) if original is not None else None,
         digest=record.get("digest", ""),
         submitter=envelope.principal,
         created_at=float(record.get("created_at") or envelope.created_at),
@@ -93,8 +92,10 @@ class ApprovalStore:
         self.settings = store.settings
         self.keys = store.keys
         self.redis = store.redis
+        self.box = SecretBox.from_settings(self.settings)
         self._decide = self.redis.register_script(scripts.DECIDE)
         self._expire = self.redis.register_script(scripts.EXPIRE)
+        self.owners = RunOwners(self.redis, self.keys, self.settings)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class ApprovalStore:
                 continue
             if tool is not None and record["name"] != tool:
                 continue
-            out.append(to_request(record))
+            out.append(self._request(record))
         return out
 
     def get(self, call_id: str) -> ApprovalRequest:
@@ -126,7 +127,11 @@ class ApprovalStore:
         [record] = self.store.records([call_id])
         if record is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        return to_request(record)
+        return self._request(record)
+
+    def _request(self, record: dict[str, str]) -> ApprovalRequest:
+        tool = self.registry.get(record["name"])
+        return to_request(record, tool.secret_paths if tool is not None else None)
 
     def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
         """Audit entries, oldest first, after the stream id ``after``."""
@@ -164,16 +169,18 @@ class ApprovalStore:
         new_envelope = ""
         if arguments is not None:
             tool = self.registry.require(envelope.name)
+            stored = merge_edit(self.box, tool, call_id, arguments, envelope.arguments)
             try:
-                tool.validate(arguments)
+                # decrypted in memory only, to validate what will run
+                tool.validate(open_arguments(self.box, tool, call_id, stored))
             except InvalidArgumentsError:
                 self._audit(request, by, "refused:invalid_arguments")
                 raise
             edited = envelope.model_copy(
-                update={"arguments": arguments, "original_arguments": envelope.arguments}
+                update={"arguments": stored, "original_arguments": envelope.arguments}
             )
             new_envelope = edited.model_dump_json()
-            data["edited_arguments"] = tool.redact(arguments)
+            data["edited_arguments"] = tool.redact(stored)
         self._run_decide(request, "approve", by, data, None, new_envelope, digest)
         if always:
             self.policy.update_rules(
@@ -273,8 +280,15 @@ class ApprovalStore:
         mode: ApprovalMode | str | None = None,
         approve_tools: Sequence[str] | None = None,
         approval_timeout: float | None = None,
+        principal: str | None = None,
+        admin: bool = False,
     ) -> RunRules:
-        """Set a run's mode (strict/permissive/auto), its approval list or its deadline."""
+        """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
+
+        Only the run's owner (or ``admin``) may (``NotRunOwnerError``); on a run not created
+        yet, ``principal`` becomes its owner.
+        """
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
 
         def change(rules: RunRules) -> None:
             if mode is not None:
@@ -290,8 +304,16 @@ class ApprovalStore:
         """A run's approval state (mode, lists, sticky decisions) to save."""
         return self.policy.export_state(run_id)
 
-    def restore_state(self, run_id: str, state: dict[str, Any]) -> RunRules:
-        """Restore a saved approval state onto a run."""
+    def restore_state(
+        self,
+        run_id: str,
+        state: dict[str, Any],
+        *,
+        principal: str | None = None,
+        admin: bool = False,
+    ) -> RunRules:
+        """Restore a saved approval state onto a run (owner or ``admin`` only, as ``set_rules``)."""
+        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
         return self.policy.restore_state(run_id, state)
 
     # -- internals ---------------------------------------------------------------------------
@@ -402,4 +424,4 @@ class ApprovalStore:
         )
 
 
-__all__ = ["EXPIRED_RESULT", "ApprovalStore", "digest_arguments", "redact", "to_request"]
+__all__ = ["EXPIRED_RESULT", "ApprovalStore", "digest_arguments", "to_request"]

@@ -17,7 +17,14 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from toolq.builtins.sandbox import DEFAULT_PATH, Sandbox, SandboxLimits, SandboxTool, Timeout
+from toolq.builtins.sandbox import (
+    DEFAULT_PATH,
+    Isolation,
+    Sandbox,
+    SandboxLimits,
+    SandboxTool,
+    Timeout,
+)
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError
 from toolq.registry.context import ToolContext
@@ -83,8 +90,14 @@ def python(
     limits: SandboxLimits | None = None,
     env: Mapping[str, str] | None = None,
     executable: str | None = None,
+    network: bool = False,
+    isolation: Isolation = "namespaces",
 ) -> list[Tool]:
-    """``run_python`` (DANGEROUS) with ``root`` as its working directory."""
+    """``run_python`` (DANGEROUS) with ``root`` as its working directory.
+
+    ``network=True`` keeps the worker's network; ``isolation="none"`` runs without namespaces
+    (see :mod:`toolq.builtins.sandbox`).
+    """
     workspace = Workspace(root)
-    sandbox = Sandbox(workspace.root, limits, env=env)
+    sandbox = Sandbox(workspace.root, limits, env=env, network=network, isolation=isolation)
     return [RunPython(workspace, sandbox, executable or _interpreter(sandbox))]

@@ -19,20 +19,40 @@ The model, and what it does not promise:
   As a non-root user no identity change is possible: the command runs as the worker's user
   and may read what that user can (its files, ``/proc/<worker>/environ``); the process cap
   is then "this many more than the user already runs".
-* **Files.** The workspace is the starting directory, not a jail (no chroot or namespaces):
-  the command sees the filesystem as its user does. As "nobody" it reads what is
-  world-readable and writes only its scratch ``TMPDIR`` (a private directory made per call
-  and removed after it) and whatever you make writable for that user, e.g.
-  ``chown -R 65534:65534 <root>``; toolq does not change ownership of your files. The
-  workspace and its parents must be searchable (``o+x``) by that user.
+* **Namespaces** (``isolation="namespaces"``, the default). Each call gets its own PID,
+  mount, IPC and network namespaces (set up by the supervisor, see ``_supervisor.py``):
+
+  - *network*: the only interface is a loopback that stays down, so nothing is reachable,
+    not Redis or the API on ``127.0.0.1`` either (abstract Unix sockets are per namespace
+    too). ``network=True`` keeps the worker's network namespace instead: the command then
+    reaches what the worker reaches.
+  - *temporary files*: ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` are one fresh
+    tmpfs of ``SandboxLimits.tmp_bytes``, gone with the call (a workspace below one of them
+    is bound back at its path); mounts are private, so nothing propagates to the host.
+  - *processes*: a new ``/proc`` shows the call's own processes only; other processes'
+    command lines, environments and pids are out of sight and out of reach of signals.
+    The namespace's init reaps orphans; when the command exits the kernel kills the rest.
+
+  This needs ``CAP_SYS_ADMIN`` (a root worker; in a container, ``cap_add: [SYS_ADMIN]``
+  and an AppArmor profile that allows ``mount``). Where the kernel refuses, the worker
+  refuses to start (``Sandbox.check``, run by ``toolq worker``) and every call fails;
+  nothing runs with less isolation unless you pass ``isolation="none"``, which runs the
+  command in the worker's namespaces (the model before namespaces: host network, host
+  ``/tmp``, every process visible).
+* **Files.** The workspace is the starting directory, not a jail (no chroot): the command
+  sees the host filesystem, except the private directories above, as its user does. As
+  "nobody" it reads what is world-readable and writes only the private temporary
+  directories, its scratch ``TMPDIR`` (made per call, inside the private ``/tmp``) and
+  whatever you make writable for that user, e.g. ``chown -R 65534:65534 <root>``; toolq
+  does not change ownership of your files. The workspace and its parents must be
+  searchable (``o+x``) by that user. Unix sockets on the filesystem stay reachable if
+  their permissions let that user in.
 * **Environment.** Only an allowlist reaches the command: ``PATH``, ``LANG``, ``HOME`` (the
   workspace), ``TMPDIR`` and what you pass in ``env``. Nothing of the worker's environment is
   inherited, so API keys and ``TOOLQ_*`` settings stay out.
 * **Limits** (``SandboxLimits``): wall-clock ``timeout``, ``RLIMIT_CPU``, ``RLIMIT_AS``,
   ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, no core dumps, and a byte cap on each
   of stdout and stderr (the rest is read and dropped, and ``truncated`` is set).
-
-Network access is not restricted here; use a network namespace or firewall if needed.
 """
 
 from __future__ import annotations
@@ -50,12 +70,13 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolq.builtins._supervisor import PRIVATE_DIRS
 from toolq.builtins.workspace import Workspace
-from toolq.errors import InvalidArgumentsError, ToolExecutionError
+from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutionError
 from toolq.models import RiskLevel
 from toolq.registry.context import ToolContext
 from toolq.registry.tool import Tool
@@ -66,6 +87,11 @@ STOP_GRACE = 3.0
 """Seconds the supervisor gets to clean up after SIGTERM before the group is SIGKILLed."""
 DRAIN_AFTER_EXIT = 1.0
 """Seconds to keep reading pipes after the supervisor exited (an escaped holder)."""
+CHECK_TIMEOUT = 10.0
+"""Seconds the start-up check of the namespaces may take."""
+
+Isolation = Literal["namespaces", "none"]
+"""``namespaces``: own PID, mount, IPC and network namespaces; ``none``: the worker's."""
 
 
 class SandboxLimits(BaseModel):
@@ -82,6 +108,9 @@ class SandboxLimits(BaseModel):
     output_bytes: int = Field(64 * 1024, ge=1, description="Cap on each of stdout and stderr.")
     user: int = Field(65534, ge=1, description="uid to run as when the worker is root.")
     group: int = Field(65534, ge=1, description="gid to run as when the worker is root.")
+    tmp_bytes: int = Field(
+        64 << 20, ge=1 << 20, description="Size of the private tmpfs (/tmp, /dev/shm, ...)."
+    )
 
 
 class SandboxResult(BaseModel):
@@ -159,11 +188,45 @@ class Sandbox:
         limits: SandboxLimits | None = None,
         *,
         env: Mapping[str, str] | None = None,
+        network: bool = False,
+        isolation: Isolation = "namespaces",
     ) -> None:
+        if isolation not in ("namespaces", "none"):
+            raise ConfigurationError(f"isolation must be 'namespaces' or 'none', not {isolation!r}")
+        if isolation == "namespaces" and os.path.realpath(cwd) in PRIVATE_DIRS:
+            raise ConfigurationError(
+                f"the workspace cannot be {cwd!r} itself: the sandbox gives each call a private"
+                " one; use a directory below it"
+            )
         self.home = cwd
         self.limits = limits or SandboxLimits()
         self.extra_env = dict(env or {})
         self.drop_privileges = os.geteuid() == 0
+        self.isolation: Isolation = isolation
+        self.network = network
+        self._checked = False
+
+    def check(self) -> None:
+        """Set up the namespaces once, as a call would; ConfigurationError if refused.
+
+        Workers run it at start, so a host that cannot isolate is found before any call.
+        """
+        if self.isolation == "none" or self._checked:
+            return
+        try:
+            result = self.run(
+                ["(check)"], ToolContext(), cwd="/", timeout=CHECK_TIMEOUT, probe=True
+            )
+        except ToolExecutionError as exc:
+            raise ConfigurationError(
+                f"the sandbox cannot isolate commands on this host: {exc}. Namespaces need "
+                "CAP_SYS_ADMIN: run the worker as root (in a container: cap_add SYS_ADMIN and "
+                "an AppArmor profile that allows mount), or opt out explicitly with "
+                "isolation='none' (commands then share the worker's network, /tmp and /proc)"
+            ) from None
+        if result.exit_code != 0:
+            raise ConfigurationError(f"the sandbox start-up check failed: {result}")
+        self._checked = True
 
     def usable(self, path: str) -> bool:
         """Tell whether the sandboxed user can execute the program at ``path``."""
@@ -187,32 +250,43 @@ class Sandbox:
         cwd: str | None = None,
         timeout: float | None = None,
         files: Mapping[str, str] | None = None,
+        probe: bool = False,
     ) -> SandboxResult:
         """Run ``argv`` (no shell) and wait for it; ``{scratch}`` in argv is the scratch dir.
 
         ``files`` are written into the scratch directory first (e.g. a script to run).
         """
         limit = min(timeout or self.limits.timeout, self.limits.timeout)
-        scratch = tempfile.mkdtemp(prefix="toolq-sandbox-")
+        host_scratch = tempfile.mkdtemp(prefix="toolq-sandbox-")
+        # Isolated, the command sees a copy in its private /tmp, under the tmpfs budget.
+        isolated = self.isolation == "namespaces"
+        scratch = "/tmp/" + os.path.basename(host_scratch) if isolated else host_scratch
         try:
             for name, text in (files or {}).items():
-                target = os.path.join(scratch, name)
+                target = os.path.join(host_scratch, name)
                 Path(target).write_text(text, encoding="utf-8")
                 os.chmod(target, 0o644)
-            if self.drop_privileges:
-                os.chown(scratch, self.limits.user, self.limits.group)
+            if self.drop_privileges and not isolated:
+                os.chown(host_scratch, self.limits.user, self.limits.group)
             argv = [a.replace("{scratch}", scratch) for a in argv]
-            return self._run(argv, ctx, cwd or self.home, limit, scratch)
+            config = self._config(cwd or self.home, scratch, host_scratch, probe)
+            return self._run(argv, ctx, limit, scratch, config)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(host_scratch, ignore_errors=True)
 
-    def _config(self, cwd: str, status_fd: int) -> dict[str, Any]:
+    def _config(self, cwd: str, scratch: str, host_scratch: str, probe: bool) -> dict[str, Any]:
         limits = self.limits
         return {
+            "isolate": self.isolation == "namespaces",
+            "network": self.network,
+            "tmp_bytes": limits.tmp_bytes,
+            "scratch": scratch,
+            "files": host_scratch,
+            "workspace": self.home,
+            "probe": probe,
             "cwd": cwd,
             "uid": limits.user if self.drop_privileges else None,
             "gid": limits.group if self.drop_privileges else None,
-            "status_fd": status_fd,
             "parent": os.getpid(),
             "processes": limits.processes,
             "limits": {
@@ -225,10 +299,11 @@ class Sandbox:
         }
 
     def _run(
-        self, argv: list[str], ctx: ToolContext, cwd: str, limit: float, scratch: str
+        self, argv: list[str], ctx: ToolContext, limit: float, scratch: str, config: dict[str, Any]
     ) -> SandboxResult:
         started = time.monotonic()
         status_r, status_w = os.pipe()
+        config["status_fd"] = status_w
         try:
             proc = subprocess.Popen(  # see the module docstring for why not ctx.popen
                 [
@@ -236,7 +311,7 @@ class Sandbox:
                     "-I",
                     "-S",
                     SUPERVISOR,
-                    json.dumps(self._config(cwd, status_w)),
+                    json.dumps(config),
                     *argv,
                 ],
                 stdin=subprocess.DEVNULL,
@@ -264,15 +339,18 @@ class Sandbox:
             stream.close()
         proc.stdout.close()
         proc.stderr.close()
-        errors = [line["error"] for line in lines if "error" in line]
+        errors = [line for line in lines if "error" in line]
         if errors and not timed_out and not ctx.cancelled:
             hint = ""
-            if self.drop_privileges:
+            if errors[0].get("isolation"):
+                hint = " (nothing ran; isolation='none' opts out of namespaces)"
+            elif self.drop_privileges:
                 hint = (
                     f" (it runs as uid {self.limits.user}: the program, the working directory"
                     " and their parent directories must be accessible to that user)"
                 )
-            raise ToolExecutionError(f"sandbox could not start {argv[0]!r}: {errors[0]}{hint}")
+            error = errors[0]["error"]
+            raise ToolExecutionError(f"sandbox could not start {argv[0]!r}: {error}{hint}")
         final: dict[str, Any] = next((line for line in lines if "error" not in line), {})
         code = final.get("exit", -final["signal"] if "signal" in final else None)
         return SandboxResult(
@@ -360,6 +438,10 @@ class SandboxTool(Tool):
         self.sandbox = sandbox
         self.timeout = sandbox.limits.timeout + 2 * STOP_GRACE + 5  # backstop over our own
         super().__init__()
+
+    def check_runtime(self) -> None:
+        """Check that this host gives the sandbox its namespaces (see ``Sandbox.check``)."""
+        self.sandbox.check()
 
     def directory(self, cwd: str) -> str:
         """The absolute working directory for ``cwd`` (relative to the workspace)."""

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from toolq.builtins.sandbox import Sandbox, SandboxLimits, SandboxTool, Timeout
+from toolq.builtins.sandbox import Isolation, Sandbox, SandboxLimits, SandboxTool, Timeout
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ToolDeniedError
 from toolq.registry.context import ToolContext
@@ -100,14 +100,17 @@ def shell(
     limits: SandboxLimits | None = None,
     env: Mapping[str, str] | None = None,
     allowed_commands: Iterable[str] | None = None,
+    network: bool = False,
+    isolation: Isolation = "namespaces",
 ) -> list[Tool]:
     """``run_shell`` (DANGEROUS) in ``root``; with ``allow_shell`` also ``run_shell_script``.
 
     ``env`` adds variables to the child's allowlisted environment; ``allowed_commands``
-    limits ``run_shell`` to those program names.
+    limits ``run_shell`` to those program names. ``network=True`` keeps the worker's network;
+    ``isolation="none"`` runs without namespaces (see :mod:`toolq.builtins.sandbox`).
     """
     workspace = Workspace(root)
-    sandbox = Sandbox(workspace.root, limits, env=env)
+    sandbox = Sandbox(workspace.root, limits, env=env, network=network, isolation=isolation)
     allowed = frozenset(allowed_commands) if allowed_commands is not None else None
     tools: list[Tool] = [RunShell(workspace, sandbox, allowed)]
     if allow_shell:

@@ -74,7 +74,10 @@ def demo(
         stack.wait_ready()
         where = "embedded redis-server" if stack.embedded else "existing Redis"
         typer.echo(f"redis {stack.redis_url} ({where}); workers: safe, moderate, dangerous\n")
-        client = Client(registry, Settings(redis_url=stack.redis_url, app=app))
+        client = Client(
+            registry,
+            Settings(redis_url=stack.redis_url, app=app, secrets_key=stack.secrets_key),
+        )
         batch = client.dispatch(demo_response(), principal="demo-agent")
         typer.echo(f"dispatched run {batch.run_id}:")
         for ref in batch.calls:

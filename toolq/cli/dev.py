@@ -45,6 +45,8 @@ def dev(
             typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
             typer.echo(f"  token    {stack.api_token}  (admin; Authorization: Bearer …)")
         typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
+        if not settings.secrets_key:
+            typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")
         typer.echo("Ctrl-C to stop.")
         processes = [*stack.workers.values(), *([stack.api] if stack.api else [])]
         while all(p.poll() is None for p in processes):

@@ -17,6 +17,7 @@ import redis
 
 from toolq.errors import ConfigurationError
 from toolq.models import RiskLevel
+from toolq.secretbox import SecretBox
 
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
@@ -125,6 +126,8 @@ class Stack:
     api: subprocess.Popen[bytes] | None = None
     api_url: str | None = None
     api_token: str | None = None
+    secrets_key: str = ""
+    """``TOOLQ_SECRETS_KEY`` of every process started: the environment's, else a new one."""
 
     @classmethod
     def start(
@@ -144,6 +147,7 @@ class Stack:
             embedded.start()
             redis_url = embedded.url
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
+        stack.secrets_key = os.environ.get("TOOLQ_SECRETS_KEY") or SecretBox.generate_key()
         try:
             for level in RiskLevel:
                 stack._spawn(level)
@@ -153,7 +157,12 @@ class Stack:
         return stack
 
     def _spawn(self, level: RiskLevel) -> None:
-        env = {**os.environ, "TOOLQ_REDIS_URL": self.redis_url, "TOOLQ_APP": self.app}
+        env = {
+            **os.environ,
+            "TOOLQ_REDIS_URL": self.redis_url,
+            "TOOLQ_APP": self.app,
+            "TOOLQ_SECRETS_KEY": self.secrets_key,
+        }
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
         argv = [
             sys.executable,
@@ -203,6 +212,7 @@ class Stack:
             "TOOLQ_REDIS_URL": self.redis_url,
             "TOOLQ_APP": self.app,
             "TOOLQ_API_TOKENS": tokens,
+            "TOOLQ_SECRETS_KEY": self.secrets_key,
         }
         argv = [
             sys.executable,

@@ -13,6 +13,7 @@ from celery.signals import worker_init
 from toolq.cli.common import APP_HELP, load_registry, settings_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.secretbox import SecretBox
 from toolq.workers.app import create_celery
 
 POOLS = ("prefork", "threads", "solo")
@@ -36,10 +37,21 @@ def worker(
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
     levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    for tool in registry.list():
+        if tool.risk in levels:
+            tool.check_runtime()  # e.g. the sandbox's namespaces: refuse to start without them
     keys = Keys(settings.key_prefix)
     if prefetch is None:
         prefetch = 1 if RiskLevel.DANGEROUS in levels else 4
     name = hostname or f"toolq-{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
+    if SecretBox.from_settings(settings) is None:  # a malformed key fails here, at start
+        secretive = sorted(t.name for t in registry if t.secret_paths.any)
+        if secretive:
+            typer.echo(
+                f"warning: no TOOLQ_SECRETS_KEY: calls of {', '.join(secretive)} with secret "
+                "arguments will fail",
+                err=True,
+            )
     argv = [
         "worker",
         "--queues",

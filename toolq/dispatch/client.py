@@ -12,17 +12,18 @@ from typing import Any, TypeVar
 import redis
 
 from toolq.approvals.models import ApprovalRequest
-from toolq.approvals.policy import ApprovalPolicy
+from toolq.approvals.policy import ApprovalPolicy, RunRules
 from toolq.approvals.store import ApprovalStore
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
-from toolq.errors import CallNotFoundError, UndoError, WaitTimeoutError
+from toolq.errors import ApprovalPredicateError, CallNotFoundError, UndoError, WaitTimeoutError
 from toolq.keys import Keys
-from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat
+from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.results import scripts
 from toolq.results.connection import redis_client as connect
 from toolq.results.events import EventLog
+from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore
 from toolq.settings import Settings
 from toolq.workers.app import Publisher, create_celery
@@ -142,6 +143,7 @@ class Client:
             registry, self.store, self.publisher, self.settings, self.policy
         )
         self._undo_claim = self.redis.register_script(scripts.UNDO_CLAIM)
+        self.owners = RunOwners(self.redis, self.keys, self.settings)
         self.approval_store = ApprovalStore(self.store, self.publisher, registry, self.policy)
         self.approvals = self.approval_store
 
@@ -154,8 +156,14 @@ class Client:
         idempotency_key: str | None = None,
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
+        admin: bool = False,
     ) -> Batch:
-        """Parse the tool calls in ``payload`` and queue or park each; returns at once."""
+        """Parse the tool calls in ``payload`` and queue or park each; returns at once.
+
+        The run belongs to the ``principal`` whose dispatch created it (``None`` included):
+        dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
+        ``admin``.
+        """
         dispatched = self.dispatcher.dispatch(
             payload,
             run_id=run_id,
@@ -163,6 +171,7 @@ class Client:
             idempotency_key=idempotency_key,
             principal=principal,
             format=format,
+            admin=admin,
         )
         return Batch(self, dispatched)
 
@@ -223,8 +232,16 @@ class Client:
         fmt = format or next((r.format for r in results if r.format), None) or ProviderFormat.OPENAI
         return to_messages(results, fmt)
 
-    def cancel(self, call_id: str) -> CallResult:
-        """Cancel a call: at once if queued or parked, cooperatively if running."""
+    def cancel(
+        self, call_id: str, *, principal: str | None = None, admin: bool = False
+    ) -> CallResult:
+        """Cancel a call: at once if queued or parked, cooperatively if running.
+
+        Only the run's owner (or ``admin``) may; others get ``NotRunOwnerError``.
+        """
+        run = self.owners.check_call(call_id, principal, admin=admin, action="cancel calls of")
+        if run is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         ok, current = self.store.transition(
             call_id,
             from_states=[CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL],
@@ -237,12 +254,24 @@ class Client:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
         return self.store.result(call_id)
 
-    def undo(self, call_id: str, timeout: float | None = 30) -> Event:
+    def undo(
+        self,
+        call_id: str,
+        timeout: float | None = 30,
+        *,
+        principal: str | None = None,
+        admin: bool = False,
+    ) -> Event:
         """Run the call's undo handler on a worker of its risk level; the ``call.undone`` event.
 
-        Raises ``UndoError`` when there is nothing to undo, it was undone already, or the
-        handler failed (with its error).
+        Only the run's owner (or ``admin``) may (``NotRunOwnerError``). Undoing a gated tool
+        also needs the approver role of ``undo_gate``'s risk, which the caller checks (the
+        API does). Raises ``UndoError`` when there is nothing to undo, it was undone
+        already, or the handler failed (with its error).
         """
+        run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
+        if run is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         claim = self._undo_claim(
             keys=[self.keys.call(call_id), self.keys.undo(call_id)], args=[repr(time.time())]
         )
@@ -273,6 +302,22 @@ class Client:
                     f"undo of call {call_id} failed: {event.data.get('error')}", call_id=call_id
                 )
         raise WaitTimeoutError(f"undo of call {call_id} not finished after {timeout}s")
+
+    def undo_gate(self, call_id: str) -> RiskLevel | None:
+        """The risk whose approver role undoing this call needs; ``None`` if it is not gated.
+
+        A call is gated when its tool is DANGEROUS or would be parked by the default policy
+        (its ``requires_approval`` says so, or its predicate fails on the arguments).
+        """
+        envelope = self.store.envelope(call_id)
+        tool = self.registry.get(envelope.name)
+        if envelope.risk is RiskLevel.DANGEROUS or tool is None:
+            return envelope.risk
+        try:
+            route = self.policy.route(tool, envelope.arguments, RunRules())
+        except ApprovalPredicateError:
+            route = "park"
+        return envelope.risk if route == "park" else None
 
     def close(self) -> None:
         """Release connections."""
@@ -320,13 +365,13 @@ class AsyncClient:
         """See ``Client.results``."""
         return await asyncio.to_thread(self.sync.results, run_id)
 
-    async def cancel(self, call_id: str) -> CallResult:
+    async def cancel(self, call_id: str, **kwargs: Any) -> CallResult:
         """See ``Client.cancel``."""
-        return await asyncio.to_thread(self.sync.cancel, call_id)
+        return await asyncio.to_thread(self.sync.cancel, call_id, **kwargs)
 
-    async def undo(self, call_id: str, timeout: float | None = 30) -> Event:
+    async def undo(self, call_id: str, timeout: float | None = 30, **kwargs: Any) -> Event:
         """See ``Client.undo``."""
-        return await asyncio.to_thread(self.sync.undo, call_id, timeout)
+        return await asyncio.to_thread(self.sync.undo, call_id, timeout, **kwargs)
 
     def events(self, run_id: str, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
         """See ``Client.events``."""

@@ -7,6 +7,13 @@ Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and ga
 denied calls, each with an error the model can read; they never cost the batch its other
 calls. Every call is claimed under an idempotency key, so a retried dispatch returns the
 calls of the first one and runs nothing twice.
+
+A run belongs to the principal whose dispatch created it: a dispatch by anyone else (but an
+admin) is refused with ``NotRunOwnerError`` and writes nothing, and the run's sticky rules
+("always approve/deny this tool") apply only to calls its owner submits.
+
+Secret argument values are stored encrypted (``SecretBox``); a call that will not run
+(failed, denied) is stored with its secrets masked instead.
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import RunRules, digest_arguments
+from toolq.approvals.policy import Route, RunRules, digest_arguments
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
-from toolq.errors import PayloadError, ToolDeniedError, ToolqError
+from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
+from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
+from toolq.secretbox import SecretBox, seal_arguments
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
@@ -71,6 +80,8 @@ class Dispatcher:
         self.publisher = publisher
         self.settings = settings
         self.policy = policy
+        self.owners = RunOwners(store.redis, store.keys, settings)
+        self.box = SecretBox.from_settings(settings)
 
     def dispatch(
         self,
@@ -81,8 +92,13 @@ class Dispatcher:
         idempotency_key: str | None = None,
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
+        admin: bool = False,
     ) -> Dispatched:
-        """Store and route every tool call in ``payload``; raises only for unreadable payloads."""
+        """Store and route every tool call in ``payload``.
+
+        Raises only for unreadable payloads and for a run owned by another principal
+        (``NotRunOwnerError``; ``admin`` may add calls to any run).
+        """
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, format)
         if len(calls) > self.settings.max_calls_per_dispatch:
@@ -92,14 +108,22 @@ class Dispatcher:
             )
         run = run_id or uuid.uuid4().hex
         # A run this dispatch creates has no rules yet: no need to look them up.
-        run_rules = self.policy.run_rules(run) if run_id else RunRules()
+        run_rules = self._rules_for(run, principal) if run_id else RunRules()
         new_calls = []
         for position, call in enumerate(calls):
             key = f"client:{idempotency_key}:{position}" if idempotency_key else f"call:{call.id}"
             new_calls.append(
-                self._prepare(call, run, position, behavior, principal, key, run_rules)
+                self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
             )
         replies = self.store.create_many(new_calls)
+        if any(outcome == "not_owner" for outcome, _ in replies):
+            self.owners.refuse(run, principal)
+            raise NotRunOwnerError(
+                f"{principal!r} may not dispatch into run {run!r}: it belongs to another "
+                "principal",
+                run_id=run,
+                by=principal,
+            )
         refs: list[CallRef] = []
         to_preview: list[NewCall] = []
         duplicate_ids: list[int] = []
@@ -127,6 +151,19 @@ class Dispatcher:
         first = None if duplicate_ids or not replies else replies[0][1]
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first)
 
+    def _rules_for(self, run_id: str, principal: str | None) -> RunRules:
+        """The run's rules as they apply to ``principal``'s calls (one round trip)."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.get(self.store.keys.run_settings(run_id))
+        pipe.get(self.store.keys.run_owner(run_id))
+        raw_rules, raw_owner = pipe.execute()
+        rules = RunRules.model_validate_json(raw_rules) if raw_rules else RunRules()
+        owner = RunOwner.decode(raw_owner) if raw_owner else None
+        if owner is not None and not owner.admits(principal):
+            # An approver's "always" was granted for the owner's calls, not for an admin's.
+            rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
+        return rules
+
     def _prepare(
         self,
         call: ToolCall,
@@ -136,6 +173,7 @@ class Dispatcher:
         principal: str | None,
         key: str,
         run_rules: RunRules,
+        admin: bool,
     ) -> NewCall:
         envelope = CallEnvelope(
             call_id=uuid.uuid4().hex,
@@ -166,22 +204,38 @@ class Dispatcher:
                 )
             self.registry.check_enabled(tool)
             tool.validate(call.arguments)
+            # The predicate sees the plaintext (in memory only); the store gets it sealed.
+            route = self.policy.route(tool, call.arguments, run_rules)
+            envelope.arguments = seal_arguments(
+                self.box, tool, envelope.call_id, call.arguments
+            )
         except ToolqError as exc:
             status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
-            redacted = tool.redact(call.arguments) if tool is not None else call.arguments
+            # A call that will never run keeps its secrets masked, not encrypted.
+            if tool is not None:
+                envelope.arguments = tool.redact(call.arguments, conservative=True)
             result = {"error": exc.message, "error_type": exc.code}
             event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
-            data = {**base, "status": status.value, **result, "arguments": redacted}
-            return NewCall(envelope, status, event, data, result=result, idempotency_key=key)
-        return self._route(tool, envelope, base, key, run_rules)
+            data = {**base, "status": status.value, **result, "arguments": envelope.arguments}
+            return NewCall(
+                envelope, status, event, data, result=result, idempotency_key=key, admin=admin
+            )
+        return self._route(tool, envelope, base, key, run_rules, route, admin)
 
     def _route(
-        self, tool: Tool, envelope: CallEnvelope, base: dict[str, Any], key: str, rules: RunRules
+        self,
+        tool: Tool,
+        envelope: CallEnvelope,
+        base: dict[str, Any],
+        key: str,
+        rules: RunRules,
+        route: Route,
+        admin: bool,
     ) -> NewCall:
         data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
         timeout = tool.run_timeout(self.settings.default_timeout)
-        route = self.policy.route(tool, envelope.arguments, rules)
         if route == "deny":
+            envelope.arguments = data["arguments"]
             result = {
                 "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
                 "error_type": "approval_denied",
@@ -194,15 +248,16 @@ class Dispatcher:
                 data,
                 result=result,
                 idempotency_key=key,
+                admin=admin,
             )
         if route == "park":
             deadline = time.time() + self.policy.deadline_seconds(tool, rules)
             data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
             metadata = tool.approval_metadata()
             fields = {
+                # over the arguments as stored (secrets sealed), which never change
                 "digest": digest_arguments(envelope.arguments),
                 "deadline": repr(deadline),
-                "secrets": ",".join(sorted(tool.secret_fields)),
                 "approval_metadata": dumps(metadata) if metadata is not None else "",
             }
             if tool.has_preview:
@@ -217,6 +272,7 @@ class Dispatcher:
                 deadline=deadline,
                 idempotency_key=key,
                 fields=fields,
+                admin=admin,
             )
         data["status"] = CallStatus.QUEUED.value
         if tool.name in rules.always_approve:
@@ -230,4 +286,5 @@ class Dispatcher:
             timeout=timeout,
             idempotency_key=key,
             message=self.publisher.message(envelope.call_id, tool.risk, timeout, envelope.run_id),
+            admin=admin,
         )

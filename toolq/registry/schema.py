@@ -7,6 +7,7 @@ Two sources: a pydantic model (derived from a function signature, or a class too
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable
@@ -17,8 +18,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretBytes,
-    SecretStr,
     ValidationError,
     create_model,
 )
@@ -27,14 +26,14 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from toolq.errors import ConfigurationError, InvalidArgumentsError, InvalidOutputError
 from toolq.registry.context import ToolContext
-
-_SECRET_TYPES = (SecretStr, SecretBytes)
+from toolq.registry.secrets import SecretPaths, get_path
 
 
 class ArgumentSchema(Protocol):
     """What the executor needs from a schema."""
 
     json_schema: dict[str, Any]
+    secret_paths: SecretPaths
     secret_fields: frozenset[str]
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -74,10 +73,11 @@ def model_json_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _is_secret(annotation: Any) -> bool:
-    if annotation in _SECRET_TYPES:
-        return True
-    return any(_is_secret(arg) for arg in typing.get_args(annotation))
+def _texts(value: Any) -> list[str]:
+    """How a value may appear in a message: as given and as its repr."""
+    if isinstance(value, str):
+        return [value, repr(value)] if value else []
+    return [repr(value), json.dumps(value, default=str)]
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -100,9 +100,9 @@ class ModelSchema:
         self.tool_name = tool_name
         self.model = model
         self.json_schema = model_json_schema(model)
-        self.secret_fields = frozenset(
-            name for name, field in model.model_fields.items() if _is_secret(field.annotation)
-        )
+        # ``SecretStr`` / ``SecretBytes`` appear in the schema as ``format: password``.
+        self.secret_paths = SecretPaths(self.json_schema)
+        self.secret_fields = self.secret_paths.top_level
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return validated keyword arguments; nested models stay model instances.
@@ -142,22 +142,26 @@ class DictSchema:
         self.tool_name = tool_name
         self.json_schema = {"type": "object", "properties": {}, **schema}
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
-        properties: dict[str, Any] = self.json_schema.get("properties", {})
-        self.secret_fields = frozenset(
-            name
-            for name, prop in properties.items()
-            if isinstance(prop, dict)
-            and (prop.get("x-secret") or prop.get("writeOnly") or prop.get("format") == "password")
-        )
+        self.secret_paths = SecretPaths(self.json_schema)
+        self.secret_fields = self.secret_paths.top_level
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return the arguments with top-level schema defaults filled in."""
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
+            # jsonschema quotes the failing value: withhold messages that would show a secret
+            hidden = [
+                text
+                for path in self.secret_paths.locate(arguments, conservative=True)
+                for text in _texts(get_path(arguments, path))
+            ]
             described = []
             for error in errors:
                 location = ".".join(str(part) for part in error.path) or "arguments"
-                described.append(f"{location}: {error.message}")
+                message = error.message
+                if any(text in message for text in hidden):
+                    message = f"fails the {error.validator!r} check (a secret value; not shown)"
+                described.append(f"{location}: {message}")
             raise invalid_arguments(self.tool_name, described)
         filled = dict(arguments)
         for name, prop in self.json_schema.get("properties", {}).items():

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from toolq.errors import ConfigurationError, InvalidArgumentsError
+from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
 from toolq.models import RiskLevel
 from toolq.registry.context import ToolContext
 from toolq.registry.schema import (
@@ -24,6 +24,7 @@ from toolq.registry.schema import (
     parse_docstring,
     signature_model,
 )
+from toolq.registry.secrets import SecretPaths, mask_arguments
 
 if TYPE_CHECKING:
     from toolq.workers.middleware import Middleware
@@ -112,6 +113,9 @@ class Tool:
         """Return False to hide the tool from schemas and refuse its calls."""
         return True
 
+    def check_runtime(self) -> None:
+        """Raise ``ConfigurationError`` if this process cannot run the tool; workers call it."""
+
     def instructions(self, ctx: ToolContext | None = None) -> str | None:
         """Text for the system prompt about when and how to use this tool."""
         return None
@@ -138,8 +142,13 @@ class Tool:
 
     @property
     def secret_fields(self) -> frozenset[str]:
-        """Argument names whose values are never shown (``SecretStr`` or marked secret)."""
+        """Top-level argument names whose values are never shown (``SecretStr`` or marked)."""
         return self.schema.secret_fields
+
+    @property
+    def secret_paths(self) -> SecretPaths:
+        """Where secret values sit in this tool's arguments, at any depth."""
+        return self.schema.secret_paths
 
     @property
     def has_preview(self) -> bool:
@@ -152,9 +161,22 @@ class Tool:
         return _overrides(self, "undo")
 
     def needs_approval(self, arguments: dict[str, Any]) -> bool | None:
-        """Return the tool's own answer (``None``: leave it to the policy's default by risk)."""
+        """Return the tool's own answer (``None``: leave it to the policy's default by risk).
+
+        Raises ``ApprovalPredicateError`` when the predicate raises or its answer is not
+        bool-able.
+        """
         if callable(self.requires_approval):
-            return bool(self.requires_approval(arguments))
+            try:
+                return bool(self.requires_approval(arguments))
+            except Exception as exc:
+                # A predicate on unvalidated arguments meets strings where it expects numbers;
+                # that call fails with a readable error, not the whole batch with a 500.
+                raise ApprovalPredicateError(
+                    f"the approval predicate of {self.name!r} failed on these arguments: "
+                    f"{type(exc).__name__}: {str(exc)[:200]}",
+                    tool=self.name,
+                ) from exc
         return self.requires_approval
 
     def is_behavior_allowed(self, behavior: str | None) -> bool:
@@ -185,11 +207,13 @@ class Tool:
         """Return the output, checked against the output schema when one is declared."""
         return self._output.validate(output) if self._output else output
 
-    def redact(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Return a copy of the arguments with secret fields masked."""
-        if not self.secret_fields:
-            return dict(arguments)
-        return {k: ("**********" if k in self.secret_fields else v) for k, v in arguments.items()}
+    def redact(self, arguments: dict[str, Any], *, conservative: bool = False) -> dict[str, Any]:
+        """Return a copy of the arguments with every secret value masked, at any depth.
+
+        ``conservative`` (arguments that did not validate) also masks a value whose shape
+        does not match a schema that leads to a secret.
+        """
+        return dict(mask_arguments(arguments, self.secret_paths, conservative=conservative))
 
     def call_method(self, method: str, arguments: dict[str, Any], ctx: ToolContext | None) -> Any:
         """Call ``execute``/``preview``/``undo``/... with arguments and, if wanted, the context."""

@@ -40,21 +40,29 @@ end
 # A queued call's Celery message is pushed onto its queue here, with the record: a call is
 # queued exactly when its message is in the queue. Without a message (''), the call goes to
 # the unsent set and the sweeper sends it.
+# The run's first call records its owner; a call by anyone else (unless `admin` is '1') is
+# refused before anything is written. Every call record carries its run's owner.
 # KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals, queue,
-#       queued, pushes
+#       run_owner, queued, pushes
 # ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
-#       run_id, name, risk, idempotent, timeout, result, message, extra field/value pairs...
+#       run_id, name, risk, idempotent, timeout, result, message, owner, admin,
+#       extra field/value pairs...
 CREATE = (
     _EMIT
     + _PUSH
     + """
+local owner = redis.call('GET', KEYS[9])
+if owner and owner ~= ARGV[18] and ARGV[19] ~= '1' then return {'not_owner', owner} end
 local existing = redis.call('GET', KEYS[1])
 if existing then return {'dup', existing} end
+owner = owner or ARGV[18]
+redis.call('SET', KEYS[9], owner, 'EX', ARGV[8])
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[8])
 redis.call('HSET', KEYS[2], 'status', ARGV[2], 'envelope', ARGV[3], 'run_id', ARGV[11],
            'name', ARGV[12], 'risk', ARGV[13], 'idempotent', ARGV[14], 'timeout', ARGV[15],
-           'created_at', ARGV[9], 'updated_at', ARGV[9], 'attempt', 0, 'recoveries', 0)
-for i = 18, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+           'created_at', ARGV[9], 'updated_at', ARGV[9], 'attempt', 0, 'recoveries', 0,
+           'owner', owner)
+for i = 20, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[2], 'result', ARGV[16], 'finished_at', ARGV[9])
   redis.call('EXPIRE', KEYS[2], ARGV[8])
@@ -63,7 +71,7 @@ redis.call('RPUSH', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[5], ARGV[9], ARGV[1])
 if ARGV[2] == 'queued' then
-  if ARGV[17] ~= '' then push(KEYS[8], KEYS[10], KEYS[9], KEYS[2], ARGV[1], ARGV[17], ARGV[9])
+  if ARGV[17] ~= '' then push(KEYS[8], KEYS[11], KEYS[10], KEYS[2], ARGV[1], ARGV[17], ARGV[9])
   else redis.call('ZADD', KEYS[6], ARGV[9], ARGV[1]) end
 end
 if ARGV[2] == 'awaiting_approval' then redis.call('ZADD', KEYS[7], ARGV[10], ARGV[1]) end

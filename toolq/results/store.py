@@ -16,6 +16,7 @@ from toolq.keys import Keys
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
 from toolq.results.direct import DirectScripts
+from toolq.results.owners import RunOwner
 from toolq.settings import Settings
 
 RECENT_CALLS = 10_000
@@ -49,6 +50,8 @@ class NewCall:
     fields: dict[str, str] | None = None
     message: tuple[str, str] | None = None
     """``(queue, message)`` pushed with the record when the call is created queued."""
+    admin: bool = False
+    """The submitter is an admin: it may add calls to a run another principal owns."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,10 @@ class CallStore:
     # -- creation ----------------------------------------------------------------------------
 
     def create_many(self, calls: Sequence[NewCall]) -> list[tuple[str, str]]:
-        """Create calls in one round trip; each is ``('new', event_id)`` or ``('dup', call_id)``.
+        """Create calls in one round trip; one ``(outcome, value)`` per call.
+
+        Each is ``('new', event_id)``, ``('dup', call_id)`` or ``('not_owner', owner)`` (the
+        run belongs to another principal: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call.
@@ -145,7 +151,7 @@ class CallStore:
             pipe,
             self._create,
             [
-                k.idempotency(env.run_id, call.idempotency_key or env.call_id),
+                k.idempotency(env.principal, env.run_id, call.idempotency_key or env.call_id),
                 k.call(env.call_id),
                 k.run_stream(env.run_id),
                 k.run_calls(env.run_id),
@@ -153,6 +159,7 @@ class CallStore:
                 k.unsent,
                 k.pending_approvals,
                 call.message[0] if call.message else k.unsent,
+                k.run_owner(env.run_id),
                 k.queued,
                 k.queue_pushes(call.message[0]) if call.message else k.unsent,
             ],
@@ -174,6 +181,8 @@ class CallStore:
                 "" if call.timeout is None else repr(call.timeout),
                 dumps(call.result) if call.result is not None else "",
                 call.message[1] if call.message else "",
+                RunOwner(env.principal).encode(),
+                "1" if call.admin else "0",
                 *[item for pair in (call.fields or {}).items() for item in pair],
             ],
         )

@@ -18,13 +18,14 @@ from typing import Any
 import redis
 
 from toolq.diff import diff_json, diff_text
-from toolq.errors import UndoError
+from toolq.errors import SecretsError, UndoError
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
+from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
@@ -94,6 +95,7 @@ class WorkerRuntime:
             retry_backoff=settings.retry_backoff,
             retry_backoff_max=settings.retry_backoff_max,
         )
+        self.box = SecretBox.from_settings(settings)
         self.keeper = LeaseKeeper(self.store, settings)
         self.keeper.start()
         self._loops = threading.local()
@@ -130,8 +132,20 @@ class WorkerRuntime:
         ctx = context_of(env, metadata={"execution": started.attempt}, progress_sink=progress)
         self.keeper.add(call_id, token, ctx)
         try:
+            # Decrypted here, in memory, just before the handler: never written back.
+            arguments = self._plain_arguments(env)
             result = self._loop().run_until_complete(
-                self.executor.execute(env.name, env.arguments, ctx, on_retry=retrying)
+                self.executor.execute(env.name, arguments, ctx, on_retry=retrying)
+            )
+        except SecretsError as exc:
+            log.warning("call %s not run: %s", call_id, exc.message)
+            result = CallResult(
+                call_id=env.call_id,
+                tool_call_id=env.tool_call_id,
+                name=env.name,
+                status=CallStatus.FAILED,
+                error=exc.message,
+                error_type=exc.code,
             )
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", call_id)
@@ -146,6 +160,13 @@ class WorkerRuntime:
         finally:
             self.keeper.remove(call_id)
         self._finish(env, token, result)
+
+    def _plain_arguments(self, env: CallEnvelope) -> dict[str, Any]:
+        """The call's arguments with its secrets decrypted (unknown tools: as stored)."""
+        tool = self.registry.get(env.name)
+        if tool is None:
+            return env.arguments
+        return open_arguments(self.box, tool, env.call_id, env.arguments)
 
     def _finish(self, env: Any, token: str, result: CallResult) -> None:
         # Redis may be restarting: keep trying for about a lease, after which the call
@@ -180,7 +201,7 @@ class WorkerRuntime:
         ctx = context_of(envelope)
         fields: dict[str, str]
         try:
-            arguments = tool.validate(envelope.arguments)
+            arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
             fields = {"preview_state": "ready", "preview": dumps(shown)}
             diff = diff_of(shown)

@@ -1,0 +1,148 @@
+"""Who owns a run: the principal (and, once tokens name one, the tenant) that created it.
+
+The owner is written by the script that creates the run's first call (no extra round trip,
+and of two racing creators exactly one wins) and never changes while the run lives. Only
+the owner, or an admin, may dispatch into a run, cancel or undo its calls, or change its
+rules; a refusal raises ``NotRunOwnerError`` and is written to the audit stream as
+``refused:not_owner``. ``None`` is an owner like any other: a run created without a
+principal accepts only callers without one (and admins).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolq.errors import NotRunOwnerError
+from toolq.keys import Keys
+from toolq.settings import Settings
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """The principal and tenant a run belongs to."""
+
+    principal: str | None
+    tenant: str | None = None
+
+    def encode(self) -> str:
+        """Canonical JSON, compared byte for byte by the create script."""
+        return json.dumps(
+            {"principal": self.principal, "tenant": self.tenant},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> RunOwner:
+        """The owner stored by ``encode``."""
+        data = json.loads(raw)
+        return cls(data.get("principal"), data.get("tenant"))
+
+    def admits(self, principal: str | None) -> bool:
+        """True when ``principal`` is this owner."""
+        return self.principal == principal
+
+
+class RunOwners:
+    """Reads run owners, claims unowned runs, and refuses (and audits) everyone else."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings) -> None:
+        self.redis = client
+        self.keys = keys
+        self.settings = settings
+
+    def get(self, run_id: str) -> RunOwner | None:
+        """The run's owner; ``None`` for a run with no recorded owner (unknown run)."""
+        raw: Any = self.redis.get(self.keys.run_owner(run_id))
+        return RunOwner.decode(raw) if raw else None
+
+    def claim(self, run_id: str, principal: str | None) -> RunOwner:
+        """Make ``principal`` the owner of a run that has none; the run's owner either way."""
+        key = self.keys.run_owner(run_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, RunOwner(principal).encode(), nx=True, ex=self.settings.result_ttl)
+        pipe.get(key)
+        return RunOwner.decode(pipe.execute()[1])
+
+    def check(
+        self,
+        run_id: str,
+        principal: str | None,
+        *,
+        admin: bool = False,
+        action: str,
+        claim: bool = False,
+    ) -> None:
+        """Raise ``NotRunOwnerError`` unless ``principal`` owns the run (or ``admin``).
+
+        ``claim`` makes ``principal`` the owner of a run that has none (rules set on a run
+        not created yet must not wait there for someone else's calls).
+        """
+        owner = self.claim(run_id, principal) if claim and not admin else self.get(run_id)
+        self._enforce(owner, run_id, principal, admin=admin, action=action)
+
+    def check_call(
+        self, call_id: str, principal: str | None, *, admin: bool = False, action: str
+    ) -> str | None:
+        """Like ``check``, for the run of a call (whose record carries the run's owner).
+
+        Returns the call's run id, ``None`` for an unknown call (left to the caller).
+        """
+        run_id, raw, tool = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner", "name"])
+        if run_id is None:
+            return None
+        run = _text(run_id)
+        owner = RunOwner.decode(raw) if raw else self.get(run)
+        self._enforce(
+            owner, run, principal, admin=admin, action=action, call_id=call_id,
+            tool=_text(tool or ""),
+        )
+        return run
+
+    def _enforce(
+        self,
+        owner: RunOwner | None,
+        run_id: str,
+        principal: str | None,
+        *,
+        admin: bool,
+        action: str,
+        call_id: str = "",
+        tool: str = "",
+    ) -> None:
+        if admin or owner is None or owner.admits(principal):
+            return
+        self.refuse(run_id, principal, call_id=call_id, tool=tool)
+        raise NotRunOwnerError(
+            f"{principal!r} may not {action} run {run_id!r}: it belongs to another principal",
+            run_id=run_id,
+            by=principal,
+        )
+
+    def refuse(
+        self, run_id: str, principal: str | None, *, call_id: str = "", tool: str = ""
+    ) -> None:
+        """Write a ``refused:not_owner`` audit entry."""
+        self.redis.xadd(
+            self.keys.audit_stream,
+            {
+                "call_id": call_id,
+                "run_id": run_id,
+                "tool": tool,
+                "by": principal or "",
+                "outcome": "refused:not_owner",
+                "digest": "",
+                "ts": repr(time.time()),
+            },
+            maxlen=self.settings.audit_maxlen,
+            approximate=True,
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
