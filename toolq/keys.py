@@ -131,6 +131,19 @@ class Keys:
         """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""
         return f"{self.prefix}:ticket:{digest}"
 
+    @property
+    def queued(self) -> str:
+        """Sorted set of queued calls whose message was pushed, scored by push time (s)."""
+        return f"{self.prefix}:queued"
+
+    def queue_pushes(self, queue: str) -> str:
+        """Counter of call messages pushed onto ``queue``: each push's sequence number."""
+        return f"{self.prefix}:pushes:{queue}"
+
+    def lost_suspect(self, call_id: str) -> str:
+        """When a queued call's message was first found in no queue and no unacked entry."""
+        return f"{self.prefix}:lost:{call_id}"
+
 
 def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
     """Celery queue name of a risk level."""

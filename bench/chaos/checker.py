@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -309,10 +310,27 @@ def check(out: Path) -> dict[str, Any]:
                 {
                     "worker": h["worker"],
                     "code": h["code"],
+                    "reason": h.get("reason", ""),
                     "noticed_at_s": round(h["time"] - t0, 2),
                     "after_fault": before[-1]["kind"] if before else None,
                 }
             )
+
+    unnoticed_exits = [e for e in unexpected_exits if e["code"] == 0]
+    resends = _lost_message_resends(out)
+    stranded_ages = [age for _, age in resends]
+    stranded = {
+        "n": len(resends),
+        "stranded_s": _latency(stranded_ages),
+        "final": dict(Counter(records.get(c, {}).get("status", "unknown") for c, _ in resends)),
+        "queued_to_final_s": _latency(
+            [
+                float(records[c]["finished_at"]) - float(records[c]["created_at"])
+                for c, _ in resends
+                if c in records and records[c].get("finished_at") and records[c].get("created_at")
+            ]
+        ),
+    }
 
     violations = {
         "lost": len(lost),
@@ -326,7 +344,7 @@ def check(out: Path) -> dict[str, Any]:
     }
     config = start.get("config", {})
     report: dict[str, Any] = {
-        "ok": not any(violations.values()),
+        "ok": not any(violations.values()) and not unnoticed_exits,
         "violations": violations,
         "config": config,
         "duration_s": round(end_of_run - t0, 1),
@@ -352,6 +370,8 @@ def check(out: Path) -> dict[str, Any]:
         "fault_counts": dict(Counter(f["kind"] for f in faults)),
         "leftovers": dump["leftovers"],
         "unexpected_worker_exits": unexpected_exits,
+        "unnoticed_worker_exits": len(unnoticed_exits),
+        "lost_message_resends": stranded,
         "details": {
             "lost": lost[:50],
             "duplicates": duplicates[:20],
@@ -366,6 +386,18 @@ def check(out: Path) -> dict[str, Any]:
     }
     (out / REPORT).write_text(json.dumps(report, indent=2))
     return report
+
+
+LOST_LINE = re.compile(r"call (\S+): message lost ([0-9.]+) s after it was queued")
+
+
+def _lost_message_resends(out: Path) -> list[tuple[str, float]]:
+    """``(call id, seconds stranded)`` of each lost message a worker's sweeper re-sent."""
+    found = []
+    for log in sorted((out / "workers").glob("*.log")):
+        for match in LOST_LINE.finditer(log.read_text(errors="replace")):
+            found.append((match.group(1), float(match.group(2))))
+    return found
 
 
 def render(report: dict[str, Any]) -> str:
@@ -403,6 +435,14 @@ def render(report: dict[str, Any]) -> str:
     lines.append(
         f"  workers that exited on their own (restarted by the harness): {len(exits)}"
         + "".join(f"\n    {json.dumps(e)}" for e in exits)
+    )
+    lines.append(
+        f"  ... of which exited 0 (unnoticed by a supervisor): {report['unnoticed_worker_exits']}"
+    )
+    st = report["lost_message_resends"]
+    lines.append(
+        f"  lost messages re-sent: {st['n']}, stranded {json.dumps(st['stranded_s'])}, "
+        f"queued-to-final {json.dumps(st['queued_to_final_s'])}, final {st['final']}"
     )
     lines.append("  invariants")
     for name in INVARIANTS:

@@ -23,9 +23,20 @@ import redis
 from bench.chaos.history import EXECUTIONS, History, error_reason, read_jsonl
 from bench.chaos.load import RACING_KEY
 from bench.chaos.server import PrivateRedis
+from toolq.keys import Keys
+from toolq.models import RiskLevel
 
 ROOT = Path(__file__).resolve().parents[2]
-FAULT_KINDS = ("kill9", "sigterm", "redis-restart", "pubsub-kill", "racing-approvers")
+FAULT_KINDS = (
+    "kill9",
+    "sigterm",
+    "redis-restart",
+    "redis-kill-burst",
+    "pubsub-kill",
+    "racing-approvers",
+)
+BURST_WAIT = 3.0
+"""Seconds ``redis-kill-burst`` waits for a burst of pushes before it kills Redis anyway."""
 
 
 @dataclass(frozen=True)
@@ -171,9 +182,23 @@ class WorkerPool:
                 if n not in self.shutting_down and p.poll() is not None
             ]
         for name, proc in dead:
-            self.history.append("worker_died", worker=name, pgid=proc.pid, code=proc.returncode)
+            self.history.append(
+                "worker_died",
+                worker=name,
+                pgid=proc.pid,
+                code=proc.returncode,
+                reason=self.exit_reason(name),
+            )
             _killpg(proc.pid, signal.SIGKILL)
             self.start(name)
+
+    def exit_reason(self, name: str) -> str:
+        """The one-line reason ``toolq worker`` printed when it exited, if any."""
+        path = self.out_dir / "workers" / f"{name}.log"
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - 20_000))
+            tail = log.read().decode(errors="replace").splitlines()
+        return next((ln for ln in reversed(tail) if ln.startswith("toolq worker: exiting")), "")
 
     def stop_all(self) -> None:
         """Warm-stop every worker, killing what does not stop in time."""
@@ -239,6 +264,32 @@ class FaultInjector(threading.Thread):
         for thread in self.restarts:
             thread.join()
 
+    def _wait_for_burst(self) -> tuple[int, float]:
+        """Block until call messages are being pushed; ``(pushes seen, seconds waited)``.
+
+        Polls toolq's per-queue push counters every millisecond, so the kill that follows
+        lands while workers are taking those messages: between kombu's ``BRPOP`` and its
+        ``unacked`` record, on purpose. A seeded jitter of a few milliseconds spreads the
+        kills over that window.
+        """
+        keys = Keys()
+        counters = [keys.queue_pushes(keys.queue_for(level)) for level in RiskLevel]
+        conn = redis.Redis.from_url(self.server.url, socket_timeout=2)
+        start = time.monotonic()
+        try:
+            base = sum(int(v or 0) for v in conn.mget(counters))
+            while time.monotonic() - start < BURST_WAIT:
+                seen = sum(int(v or 0) for v in conn.mget(counters)) - base
+                if seen > 0:
+                    time.sleep(self.rng.uniform(0, 0.004))
+                    return seen, time.monotonic() - start
+                time.sleep(0.001)
+        except redis.RedisError:
+            pass
+        finally:
+            conn.close()
+        return 0, time.monotonic() - start
+
     def _busy_victim(self) -> str:
         """A worker that is running a call right now, if any (the interesting kill -9)."""
         open_execs: dict[str, int] = {}
@@ -278,6 +329,15 @@ class FaultInjector(threading.Thread):
             time.sleep(self.redis_outage)
             self.server.start()
             self.history.append("fault", kind="redis-restart", time=down, up=time.time())
+        elif kind == "redis-kill-burst":
+            burst, waited = self._wait_for_burst()
+            down = time.time()
+            self.server.kill9()
+            time.sleep(self.redis_outage)
+            self.server.start()
+            self.history.append(
+                "fault", kind=kind, time=down, up=time.time(), burst=burst, waited=round(waited, 3)
+            )
         elif kind == "pubsub-kill":
             t = time.time()
             try:

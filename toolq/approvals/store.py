@@ -614,6 +614,8 @@ class ApprovalStore:
                 k.unsent,
                 k.audit_stream,
                 queue or k.unsent,
+                k.queued,
+                k.queue_pushes(queue) if queue else k.unsent,
             ],
             args=[
                 call_id,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from typing import Any
 
 import typer
+from celery.signals import worker_init
 
 from toolq.approvals.signing import verifier_for
 from toolq.cli.common import APP_HELP, load_registry, settings_for
@@ -67,4 +71,29 @@ def worker(
     ]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
+    fatal = _LastCritical()
+    logging.getLogger("celery.worker").addHandler(fatal)
+    started: list[Any] = []
+    worker_init.connect(lambda sender, **_: started.append(sender), weak=False)
     create_celery(settings, registry).worker_main(argv)
+    # ``worker_main`` drops the worker's exit status: a worker whose consumer died would
+    # exit 0, which a supervisor restarting on failure (``Restart=on-failure``) ignores.
+    code = started[-1].exitcode if started else 1
+    if code:
+        reason = fatal.reason or "the Celery worker stopped with an error"
+        # The real stderr: Celery still redirects ``sys.stderr`` into its logger here.
+        stderr = sys.__stderr__ or sys.stderr
+        print(f"toolq worker: exiting with status {code}: {reason}", file=stderr, flush=True)
+        raise typer.Exit(code)
+
+
+class _LastCritical(logging.Handler):
+    """Keeps the first line of the last critical record (Celery's "Unrecoverable error")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.CRITICAL)
+        self.reason = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Remember the message, first line only."""
+        self.reason = record.getMessage().splitlines()[0] if record.getMessage() else ""

@@ -24,18 +24,32 @@ local function allowed(list, value)
 end
 """
 
+# Push a call's Celery message and note it for the lost-message check (Sweeper.resend_lost):
+# the push's sequence number on its queue and the message's delivery tag go on the record,
+# the call into the queued index. START takes it out of the index.
+_PUSH = """
+local function push(queue, pushes, queued, call, call_id, message, now)
+  redis.call('LPUSH', queue, message)
+  local seq = redis.call('INCR', pushes)
+  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
+  redis.call('HSET', call, 'push_seq', seq, 'push_tag', tag)
+  redis.call('ZADD', queued, now, call_id)
+end
+"""
+
 # A queued call's Celery message is pushed onto its queue here, with the record: a call is
 # queued exactly when its message is in the queue. Without a message (''), the call goes to
 # the unsent set and the sweeper sends it.
 # The run's first call records its owner; a call by anyone else (unless `admin` is '1') is
 # refused before anything is written. Every call record carries its run's owner.
 # KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals, queue,
-#       run_owner
+#       run_owner, queued, pushes
 # ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
 #       run_id, name, risk, idempotent, timeout, result, message, owner, admin,
 #       extra field/value pairs...
 CREATE = (
     _EMIT
+    + _PUSH
     + """
 local owner = redis.call('GET', KEYS[9])
 if owner and owner ~= ARGV[18] and ARGV[19] ~= '1' then return {'not_owner', owner} end
@@ -57,7 +71,7 @@ redis.call('RPUSH', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[5], ARGV[9], ARGV[1])
 if ARGV[2] == 'queued' then
-  if ARGV[17] ~= '' then redis.call('LPUSH', KEYS[8], ARGV[17])
+  if ARGV[17] ~= '' then push(KEYS[8], KEYS[11], KEYS[10], KEYS[2], ARGV[1], ARGV[17], ARGV[9])
   else redis.call('ZADD', KEYS[6], ARGV[9], ARGV[1]) end
 end
 if ARGV[2] == 'awaiting_approval' then redis.call('ZADD', KEYS[7], ARGV[10], ARGV[1]) end
@@ -68,7 +82,7 @@ return {'new', id}
 )
 
 # A retry of the same start (same token, the reply was lost) gets the same answer.
-# KEYS: call, stream, lease, cancel, running
+# KEYS: call, stream, lease, cancel, running, queued
 # ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms, run_id
 START = (
     _EMIT
@@ -84,6 +98,7 @@ end
 if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'result', ARGV[7],
              'updated_at', ARGV[4], 'finished_at', ARGV[4])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   emit(KEYS[2], ARGV[5], ARGV[6], 'call.cancelled', ARGV[1], '{"status":"cancelled"}', ARGV[4])
   return {'cancelled'}
 end
@@ -93,6 +108,7 @@ local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'token', ARGV[2],
            'started_at', ARGV[4], 'updated_at', ARGV[4])
 redis.call('ZADD', KEYS[5], tonumber(ARGV[8]) + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
 local id = emit(KEYS[2], ARGV[5], ARGV[6], 'call.started', ARGV[1],
                 '{"status":"running","attempt":' .. attempt .. '}', ARGV[4])
 return {'ok', redis.call('HGET', KEYS[1], 'envelope'), attempt, id}
@@ -209,7 +225,7 @@ return {outcome}
 # returned for the caller to audit; the audit entries written here carry signatures made by
 # the caller (entry fields come from ARGV, so the signed bytes are exactly the stored ones).
 # The final approval pushes the call's Celery message with it (as CREATE does).
-# KEYS: call, stream, pending_approvals, unsent, audit, queue
+# KEYS: call, stream, pending_approvals, unsent, audit, queue, queued, pushes
 # ARGV: call_id, decision (approve|deny), by, now, envelope_read ('' = unchecked: the stored
 #       envelope must still be exactly the one whose digest was signed), check_approvals
 #       ('1' = compare approvals), channel, maxlen, ttl, event_data, result, envelope
@@ -219,6 +235,7 @@ return {outcome}
 #       decided arguments), shown (digest of the arguments as read)
 DECIDE = (
     _EMIT
+    + _PUSH
     + """
 local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local envelope_read, check_approvals = ARGV[5], ARGV[6]
@@ -266,7 +283,7 @@ if final ~= '1' then
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', by, 'approval', approval)
 redis.call('ZREM', KEYS[3], call_id)
-if message ~= '' then redis.call('LPUSH', KEYS[6], message)
+if message ~= '' then push(KEYS[6], KEYS[8], KEYS[7], KEYS[1], call_id, message, now)
 else redis.call('ZADD', KEYS[4], now, call_id) end
 audit('approved', digest, audit_sig)
 return {'ok', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
@@ -294,10 +311,25 @@ return 'expired'
 """
 )
 
-# Note which worker holds received calls, for those not started yet (a late note for a call
-# that already started would never be cleared).
-# KEYS: delivered, call...
-# ARGV: call_id, hostname, ... (pairs, in the order of the call keys)
+# The sweeper's re-send of a call that is still queued: its message pushed with the same
+# bookkeeping as CREATE, and the call out of the unsent set, in one step.
+# KEYS: call, queue, pushes, queued, unsent, suspect
+# ARGV: call_id, message, now
+RESEND = (
+    _PUSH
+    + """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  return 0
+end
+push(KEYS[2], KEYS[3], KEYS[4], KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('DEL', KEYS[6])
+return 1
+"""
+)
+
 # Claim a call's undo data so it is undone at most once at a time.
 # KEYS: call, undo
 # ARGV: now

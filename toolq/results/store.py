@@ -110,7 +110,8 @@ class CallStore:
         self._renew = client.register_script(scripts.RENEW)
         self._transition = client.register_script(scripts.TRANSITION)
         self._recover = client.register_script(scripts.RECOVER)
-        self._scripts = (self._create, self._renew)
+        self._resend = client.register_script(scripts.RESEND)
+        self._scripts = (self._create, self._renew, self._resend)
         self._direct = DirectScripts(client)
 
     @property
@@ -159,6 +160,8 @@ class CallStore:
                 k.pending_approvals,
                 call.message[0] if call.message else k.unsent,
                 k.run_owner(env.run_id),
+                k.queued,
+                k.queue_pushes(call.message[0]) if call.message else k.unsent,
             ],
             [
                 env.call_id,
@@ -215,6 +218,35 @@ class CallStore:
         if ids:
             self.redis.zrem(self.keys.unsent, *ids)
 
+    def resend_many(self, messages: Sequence[tuple[str, str, str]]) -> int:
+        """Push ``(call_id, queue, message)`` for the calls still queued; how many were pushed.
+
+        The status check and the push are one script, so a call that started meanwhile is
+        not sent again; the push is recorded as at creation (see ``scripts.RESEND``).
+        """
+        if not messages:
+            return 0
+        k = self.keys
+        now = repr(time.time())
+
+        def build(pipe: Any) -> None:
+            for call_id, queue, message in messages:
+                self._eval(
+                    pipe,
+                    self._resend,
+                    [
+                        k.call(call_id),
+                        queue,
+                        k.queue_pushes(queue),
+                        k.queued,
+                        k.unsent,
+                        k.lost_suspect(call_id),
+                    ],
+                    [call_id, message, now],
+                )
+
+        return sum(int(n) for n in self._execute(build))
+
     # -- worker side -------------------------------------------------------------------------
 
     def start(
@@ -237,6 +269,7 @@ class CallStore:
                 k.lease(call_id),
                 k.cancel(call_id),
                 k.running,
+                k.queued,
             ],
             [
                 call_id,

@@ -13,7 +13,9 @@ from typing import Any
 from celery import Celery, bootsteps
 from kombu import serialization
 from kombu.entity import Exchange, Queue
+from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps as kombu_dumps
+from redis import exceptions as redis_errors
 
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
 from toolq.models import RiskLevel
@@ -22,6 +24,33 @@ from toolq.settings import Settings
 
 HARD_LIMIT_GRACE = 10.0
 """Seconds past a tool's own time limit before Celery kills the worker process."""
+
+
+def _connparams_unless_closed(self: Any, asynchronous: bool = False) -> Any:
+    """Connection parameters as kombu's Redis ``Channel._connparams``; once closed, an error.
+
+    After a broker connection loss Celery's consumer closes the connection (``collect``
+    then ``close``) while the channel still has work: restoring its unacknowledged
+    messages, or acknowledging a task that finished meanwhile (threads pool). Both need
+    a new Redis client, and with the transport already closed kombu reads ``hostname``
+    or ``client`` of ``None``: an ``AttributeError``, which Celery treats as
+    unrecoverable, and the worker exits. A connection error is what it is: Celery then
+    reconnects as for any other, and the messages stay in kombu's ``unacked`` hash,
+    where kombu's visibility timeout and toolq's sweeper (``resend_stranded``) find them.
+    """
+    transport = self.connection
+    if transport is None or transport.client is None:
+        raise redis_errors.ConnectionError("kombu channel used after its connection closed")
+    return _KOMBU_CONNPARAMS(self, asynchronous=asynchronous)
+
+
+_KOMBU_CONNPARAMS = kombu_redis.Channel._connparams
+
+
+def patch_kombu() -> None:
+    """Install ``_connparams_unless_closed`` once (see celery/kombu#970 and #582)."""
+    if kombu_redis.Channel._connparams is not _connparams_unless_closed:
+        kombu_redis.Channel._connparams = _connparams_unless_closed
 
 
 class Publisher:
@@ -182,6 +211,7 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     Library code never imports a global app: every process builds its own from settings.
     """
     keys = Keys(settings.key_prefix)
+    patch_kombu()
     app = Celery("toolq", broker=settings.redis_url, set_as_current=False)
     app.conf.update(
         task_serializer="json",

@@ -1,9 +1,10 @@
 """``Maintenance``: the worker's background duties, so users run no extra process.
 
 Heartbeat (for ``toolq check`` and metrics), recovery of calls whose worker died,
-re-sending calls that were queued or approved but never reached the broker, and expiring
-overdue approvals. Every step is a compare-and-set, so several workers sweeping at once
-cannot do harm; a short lock just keeps them from doing the same work twice.
+re-sending calls that were queued or approved but never reached the broker or whose
+message the broker lost, and expiring overdue approvals. Every step is a compare-and-set,
+so several workers sweeping at once cannot do harm; a short lock just keeps them from
+doing the same work twice.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ MAX_RECOVERIES = 3
 UNSENT_GRACE = 5.0
 """Seconds a call may sit in the unsent set (approved, re-queued) before it is re-sent."""
 SWEEP_BATCH = 500
+LOST_CONFIRM = 1.0
+"""Seconds a message must stay missing before its call is re-sent: far above the moment
+between kombu's ``BRPOP`` and its ``unacked`` write, so a message in that step is not
+mistaken for a lost one."""
 
 
 def _text(value: Any) -> str:
@@ -92,6 +97,7 @@ class Sweeper:
         ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
         counts["resent"] = self.resend(ids)
         counts["stranded"] = self.resend_stranded(now)
+        counts["lost"] = self.resend_lost(now)
         return counts
 
     def resend_stranded(self, now: float) -> int:
@@ -135,24 +141,98 @@ class Sweeper:
             log.warning("re-sending %d calls taken by a worker that never started them", len(fresh))
         return self.resend(fresh)
 
+    def resend_lost(self, now: float) -> int:
+        """Send again queued calls whose message is in no queue and in no unacked entry.
+
+        kombu's ``BRPOP`` takes a message off its queue and a second command records it
+        in ``unacked``; a consumer (or Redis, replaying its AOF) dying in between loses it.
+        Each push of a call's message gets the next sequence number of its queue
+        (``push_seq``). Queues are FIFO (``LPUSH``, ``BRPOP`` from the other end), so while
+        the message is still queued, every message pushed after it is queued too: the
+        queue is at least ``pushes - push_seq + 1`` long. A shorter queue proves the
+        message was taken. Taken and not in ``unacked`` under its delivery tag, on two
+        sweeps at least ``LOST_CONFIRM`` apart, while the call stays ``queued``: it is
+        lost and sent again. Only calls queued longer than ``redeliver_after`` are looked
+        at, from the ``queued`` index that START empties, and never by scanning a queue.
+        """
+        k = self.keys
+        cutoff = now - self.store.settings.redeliver_after
+        raw: Any = self.redis.zrangebyscore(
+            k.queued, 0, cutoff, start=0, num=SWEEP_BATCH, withscores=True
+        )
+        if not raw:
+            return 0
+        pushed_at = {_text(c): float(score) for c, score in raw}
+        ids = list(pushed_at)
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in ids:
+            pipe.hmget(k.call(call_id), "status", "risk", "push_seq", "push_tag")
+        waiting: list[tuple[str, str, int, str]] = []
+        done: list[str] = []
+        for call_id, (status, risk, seq, tag) in zip(ids, pipe.execute(), strict=True):
+            if status is None or _text(status) != CallStatus.QUEUED.value or seq is None:
+                done.append(call_id)
+            else:
+                waiting.append((call_id, k.queue_for(_text(risk)), int(seq), _text(tag or b"")))
+        if done:
+            self.redis.zrem(k.queued, *done)
+        if not waiting:
+            return 0
+        queues = sorted({queue for _, queue, _, _ in waiting})
+        # The push counter is read before the queue's length: pushes in between only make
+        # the queue look longer, never a queued message look taken.
+        pipe = self.redis.pipeline(transaction=True)
+        for queue in queues:
+            pipe.get(k.queue_pushes(queue))
+            pipe.llen(queue)
+        for call_id, _, _, tag in waiting:
+            pipe.hexists(KOMBU_UNACKED, tag or "-")
+            pipe.get(k.lost_suspect(call_id))
+        replies = pipe.execute()
+        taken_below = {
+            queue: int(replies[2 * i] or 0) - int(replies[2 * i + 1])
+            for i, queue in enumerate(queues)
+        }
+        rest = replies[2 * len(queues) :]
+        confirmed: list[str] = []
+        pipe = self.redis.pipeline(transaction=False)
+        ttl = max(60, int(self.store.settings.redeliver_after * 10))
+        for n, (call_id, queue, seq, _) in enumerate(waiting):
+            unacked, suspect = rest[2 * n], rest[2 * n + 1]
+            if seq > taken_below[queue] or unacked:
+                pipe.delete(k.lost_suspect(call_id))  # queued, or held by a worker
+            elif suspect is None:
+                pipe.set(k.lost_suspect(call_id), repr(now), nx=True, ex=ttl)
+            elif now - float(suspect) >= LOST_CONFIRM:
+                confirmed.append(call_id)
+        pipe.execute()
+        for call_id in confirmed:
+            # The chaos harness reads these lines: how long a lost message stranded its call.
+            log.warning(
+                "call %s: message lost %.2f s after it was queued; sending it again",
+                call_id,
+                now - pushed_at[call_id],
+            )
+        return self.resend(confirmed)
+
     def resend(self, call_ids: list[str]) -> int:
-        """Publish again the calls among ``call_ids`` that are still queued."""
+        """Push again the messages of the calls among ``call_ids`` that are still queued."""
         if not call_ids:
             return 0
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hmget(self.keys.call(call_id), "status", "risk", "timeout", "run_id")
-        sends: list[tuple[str, RiskLevel, float | None, str | None]] = []
+        messages: list[tuple[str, str, str]] = []
         for call_id, (status, risk, timeout, run) in zip(call_ids, pipe.execute(), strict=True):
-            if status is not None and status.decode() == CallStatus.QUEUED.value:
+            if status is not None and status.decode() == CallStatus.QUEUED.value and run:
                 limit = float(timeout) if timeout else None
-                sends.append(
-                    (call_id, RiskLevel(risk.decode()), limit, run.decode() if run else None)
+                queue, message = self.publisher.message(
+                    call_id, RiskLevel(risk.decode()), limit, run.decode()
                 )
-        if sends:
-            self.publisher.send_many(sends)
+                messages.append((call_id, queue, message))
+        sent = self.store.resend_many(messages)
         self.store.mark_sent(call_ids)
-        return len(sends)
+        return sent
 
 
 class Maintenance(threading.Thread):
