@@ -17,7 +17,12 @@ from typing import Any
 from toolq.approvals.models import ApprovalRequest
 from toolq.dispatch.client import AsyncClient, Client
 from toolq.dispatch.providers.outcome import outcome, text_of
-from toolq.errors import NotAwaitingApprovalError, WaitTimeoutError
+from toolq.errors import (
+    ApprovalPredicateError,
+    NotAwaitingApprovalError,
+    ToolqError,
+    WaitTimeoutError,
+)
 from toolq.models import CallResult, CallStatus, Event
 
 WAIT_SLICE = 1.0
@@ -99,10 +104,35 @@ class Bridge:
         stop = threading.Event()
         try:
             return await asyncio.to_thread(self.wait, call_id, stop)
-        except asyncio.CancelledError:
+        finally:
             stop.set()
-            await asyncio.shield(asyncio.to_thread(self.cancel, call_id))
+
+    @contextlib.contextmanager
+    def cancelled_with_task(self, call_id: str) -> Iterator[None]:
+        """Cancel the call when the task awaiting inside this block is cancelled.
+
+        The cancel is one quick Redis write made at once, so it lands even while the
+        event loop shuts down.
+        """
+        try:
+            yield
+        except asyncio.CancelledError:
+            self.cancel(call_id)
             raise
+
+    def would_park(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether toolq's gate would park this call now (False when it would fail instead)."""
+        tool = self.client.registry.get(name)
+        if tool is None:
+            return False
+        try:
+            tool.validate(arguments)
+            rules = self.client.policy.run_rules(self.run_id)
+            return self.client.policy.route(tool, arguments, rules) == "park"
+        except ApprovalPredicateError:
+            return True
+        except ToolqError:
+            return False
 
     def cancel(self, call_id: str) -> CallResult:
         """Cancel the call (at once if queued or parked, cooperatively if running)."""

@@ -12,7 +12,6 @@ by tool call id, never by position.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import uuid
 from collections.abc import Iterable, Mapping
@@ -78,12 +77,14 @@ class ToolqTool(BaseTool):
 
     async def _arun(self, config: RunnableConfig, **arguments: Any) -> Any:
         bridge, call_id = self._call(config)
-        state = await asyncio.to_thread(bridge.submit, call_id, self.name, arguments)
+        # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
+        # call it dispatched without knowing its id
+        state = bridge.submit(call_id, self.name, arguments)
         if state.status is CallStatus.AWAITING_APPROVAL:
-            await asyncio.to_thread(
-                contextvars.copy_context().run, self._decide, bridge, state, arguments
-            )
-        return _returned(await bridge.result(state.call_id))
+            # interrupt() raises; the call stays parked for the resume
+            self._decide(bridge, state, arguments)
+        with bridge.cancelled_with_task(state.call_id):
+            return _returned(await bridge.result(state.call_id))
 
     def _call(self, config: RunnableConfig) -> tuple[Bridge, str]:
         run = self._fixed_run or (config.get("configurable") or {}).get("thread_id")

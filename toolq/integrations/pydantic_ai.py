@@ -102,7 +102,15 @@ class ToolqToolset(AbstractToolset[Any]):
         """Run the call on a worker; park it as ``ApprovalRequired`` while toolq holds it."""
         bridge = self._bridge(ctx)
         call_id = ctx.tool_call_id or ""
-        state = await asyncio.to_thread(bridge.submit, call_id, name, tool_args)
+        # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
+        # call it dispatched without knowing its id
+        state = bridge.submit(call_id, name, tool_args)
+        with bridge.cancelled_with_task(state.call_id):
+            return await self._finish(bridge, state, tool_args, ctx)
+
+    async def _finish(
+        self, bridge: Bridge, state: CallResult, tool_args: dict[str, Any], ctx: RunContext[Any]
+    ) -> Any:
         if state.status is CallStatus.AWAITING_APPROVAL:
             if not ctx.tool_call_approved:
                 request = await asyncio.to_thread(bridge.request, state.call_id)
