@@ -47,6 +47,20 @@ def available() -> bool:
     return bool(_otel())
 
 
+def _tracing() -> Any:
+    """The API modules when spans can be recorded: installed, and a tracer provider set."""
+    api = _otel()
+    if not api:
+        return None
+    trace = api[0]
+    # Until an SDK sets a provider, every span would be a non-recording no-op: skip them all.
+    if isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        return None
+    return api
+
+
 class DispatchSpan:
     """The trace context a dispatch hands to each of its calls, and what it reports."""
 
@@ -85,13 +99,16 @@ class DispatchSpan:
 _NO_DISPATCH = DispatchSpan()
 
 
-@contextlib.contextmanager
-def dispatch_span(principal: str | None) -> Iterator[DispatchSpan]:
+def dispatch_span(principal: str | None) -> contextlib.AbstractContextManager[DispatchSpan]:
     """A producer span around one dispatch; no-op without OpenTelemetry or a recording span."""
-    api = _otel()
-    if not api:
-        yield _NO_DISPATCH
-        return
+    api = _tracing()
+    if api is None:
+        return contextlib.nullcontext(_NO_DISPATCH)
+    return _dispatch_span(api, principal)
+
+
+@contextlib.contextmanager
+def _dispatch_span(api: Any, principal: str | None) -> Iterator[DispatchSpan]:
     trace, propagate = api
     tracer = trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span("toolq.dispatch", kind=trace.SpanKind.PRODUCER) as span:
@@ -160,17 +177,22 @@ def carrier_of(envelope: CallEnvelope) -> dict[str, str]:
     return carrier
 
 
-@contextlib.contextmanager
-def call_span(envelope: CallEnvelope, execution: int) -> Iterator[CallSpan]:
+def call_span(
+    envelope: CallEnvelope, execution: int
+) -> contextlib.AbstractContextManager[CallSpan]:
     """A consumer span, current while the handler runs, child of the dispatch's context.
 
     A call dispatched without trace context starts a trace of its own (when a tracer
     provider is configured at all).
     """
-    api = _otel()
-    if not api:
-        yield _NO_CALL
-        return
+    api = _tracing()
+    if api is None:
+        return contextlib.nullcontext(_NO_CALL)
+    return _call_span(api, envelope, execution)
+
+
+@contextlib.contextmanager
+def _call_span(api: Any, envelope: CallEnvelope, execution: int) -> Iterator[CallSpan]:
     trace, propagate = api
     carrier = carrier_of(envelope)
     parent = propagate.extract(carrier) if carrier else None

@@ -134,8 +134,9 @@ class Dispatcher:
             new_calls.append(
                 self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
             )
-            new_calls[-1].envelope.traceparent = span.traceparent
-            new_calls[-1].envelope.tracestate = span.tracestate
+            if span.traceparent:
+                new_calls[-1].envelope.traceparent = span.traceparent
+                new_calls[-1].envelope.tracestate = span.tracestate
         replies = self.store.create_many(new_calls)
         if any(outcome == "not_owner" for outcome, _ in replies):
             self.owners.refuse(run, principal)
