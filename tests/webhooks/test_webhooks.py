@@ -62,7 +62,7 @@ def receiver() -> Iterator[Receiver]:
     state = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             status = state.handle(self.path, dict(self.headers.items()), body)
             self.send_response(status)
