@@ -113,7 +113,12 @@ def test_calls_from_requests_render_as_jsonrpc_responses() -> None:
 def test_tool_failures_are_results_with_is_error() -> None:
     results = [
         result(1, CallStatus.FAILED, error="boom", error_type="execution_failed"),
-        result(2, CallStatus.FAILED, error="invalid arguments for 'add'", error_type="invalid_arguments"),
+        result(
+            2,
+            CallStatus.FAILED,
+            error="invalid arguments for 'add'",
+            error_type="invalid_arguments",
+        ),
         result("d", CallStatus.DENIED, error="not today", error_type="approval_denied"),
         result("e", CallStatus.EXPIRED),
         result("p", CallStatus.AWAITING_APPROVAL),
@@ -149,7 +154,11 @@ def test_unknown_tools_and_unreadable_requests_are_jsonrpc_errors() -> None:
 def test_calls_without_request_id_render_as_bare_call_tool_results() -> None:
     bare = result("mcp_call_1", output="hi").model_copy(update={"rpc_id": None})
     unknown = bare.model_copy(
-        update={"status": CallStatus.FAILED, "error": "unknown tool", "error_type": "tool_not_found"}
+        update={
+            "status": CallStatus.FAILED,
+            "error": "unknown tool",
+            "error_type": "tool_not_found",
+        }
     )
     ok, failed = to_messages([bare, unknown], "mcp")
     assert "jsonrpc" not in ok and "jsonrpc" not in failed
@@ -173,7 +182,11 @@ def test_ids_survive_storage_approval_edits_and_redispatch(client: Client, r) ->
         principal="agent",
     )
     assert [typed(ref.rpc_id) for ref in batch.calls] == [
-        typed(0), typed(7), typed("7"), typed("abc"), typed(2**70)
+        typed(0),
+        typed(7),
+        typed("7"),
+        typed("abc"),
+        typed(2**70),
     ]
     assert len(set(batch.call_ids)) == 5  # 7 and "7" are two calls
 
@@ -190,7 +203,9 @@ def test_ids_survive_storage_approval_edits_and_redispatch(client: Client, r) ->
     assert [typed(res.rpc_id) for res in results] == [typed(ref.rpc_id) for ref in batch.calls]
     assert set(by_id) == {typed(rpc_id) for rpc_id in (0, 7, "7", "abc", 2**70)}
     unknown = mcp_types.JSONRPCError.model_validate(by_id[typed("abc")])
-    assert unknown.error.code == mcp_types.INVALID_PARAMS and "no_such_tool" in unknown.error.message
+    assert (
+        unknown.error.code == mcp_types.INVALID_PARAMS and "no_such_tool" in unknown.error.message
+    )
     invalid = mcp_types.JSONRPCResponse.model_validate(by_id[typed(2**70)])
     assert mcp_types.CallToolResult.model_validate(invalid.result).is_error is True
     assert answered(batch.to_messages("mcp")) == by_id
