@@ -109,15 +109,15 @@ def _provider_of(
 
 
 def _refuse_ambiguous(data: Any, provider: Provider) -> None:
-    """Raise PayloadError when calls of two providers share a level of ``data``.
+    """Raise PayloadError when calls of two providers share one message of ``data``.
 
-    At the top, any provider but ``provider`` finding calls is one too many, even when
-    ``provider`` finds none: reading ``provider``'s way would drop them.
+    A message is read with its item lists; its reader counts even when it finds no calls,
+    since reading the message its way would drop the calls another provider finds.
     """
-    for depth, level in enumerate(_levels(data)):
-        finders = [p for p in PROVIDERS if _finds_calls(p, level)]
-        if depth == 0 and provider not in finders:
-            finders.insert(0, provider)
+    for reader, parts in _messages(data, provider):
+        finders = [reader]
+        for part in parts:
+            finders += [p for p in PROVIDERS if p not in finders and _finds_calls(p, part)]
         if len(finders) > 1:
             kinds = " and ".join(p.CALLS for p in finders)
             raise PayloadError(
@@ -127,30 +127,32 @@ def _refuse_ambiguous(data: Any, provider: Provider) -> None:
             )
 
 
-_WRAPPERS = (("choices", "message"), ("candidates", "content"))
-"""Where a completion / response keeps the one message toolq reads."""
+_WRAPPERS: tuple[tuple[str, str, Provider], ...] = (
+    ("choices", "message", openai),
+    ("candidates", "content", gemini),
+)
+"""Where a completion or response keeps the one message toolq reads, and who reads it."""
 _CONTAINERS = ("content", "output", "parts", "tool_calls")
 """Keys of a message whose list holds its content, output items, parts or calls."""
 
 
-def _levels(data: Any) -> Iterator[Any]:
-    """``data``, the message it wraps, and the item lists of both (no deeper)."""
-    yield data
+def _messages(data: Any, provider: Provider) -> Iterator[tuple[Provider, list[Any]]]:
+    """``data`` and the message it wraps, each with its reader and item lists (no deeper)."""
+    yield provider, _with_lists(data)
     if not isinstance(data, dict):
         return
-    messages = [data]
-    for outer, inner in _WRAPPERS:
+    for outer, inner, reader in _WRAPPERS:
         wrapped = data.get(outer)
         if isinstance(wrapped, list) and wrapped and isinstance(wrapped[0], dict):
             message = wrapped[0].get(inner)
             if isinstance(message, dict):
-                yield message
-                messages.append(message)
-    for message in messages:
-        for key in _CONTAINERS:
-            items = message.get(key)
-            if isinstance(items, list):
-                yield items
+                yield reader, _with_lists(message)
+
+
+def _with_lists(message: Any) -> list[Any]:
+    if not isinstance(message, dict):
+        return [message]
+    return [message, *(message[k] for k in _CONTAINERS if isinstance(message.get(k), list))]
 
 
 def _finds_calls(provider: Provider, data: Any) -> bool:
