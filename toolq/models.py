@@ -6,7 +6,10 @@ import time
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+RpcId = StrictInt | str
+"""A JSON-RPC request id as sent: an integer stays an integer, a string stays a string."""
 
 
 class RiskLevel(StrEnum):
@@ -145,6 +148,8 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     format: ProviderFormat | None = None
     error: str | None = None
+    rpc_id: RpcId | None = None
+    """The JSON-RPC id of the MCP ``tools/call`` request the call came from; None otherwise."""
 
 
 # -- results out ------------------------------------------------------------------------------
@@ -208,6 +213,8 @@ class CallResult(BaseModel):
     attempts: int = 0
     format: ProviderFormat | None = None
     run_id: str | None = None
+    rpc_id: RpcId | None = None
+    """The JSON-RPC id of the MCP request the call came from; its answer carries it back."""
 
     @property
     def ok(self) -> bool:
@@ -251,3 +258,5 @@ class CallEnvelope(BaseModel):
     """W3C trace context of the dispatch (``toolq.telemetry``); never part of the arguments,
     so approvals, which sign the arguments' digest, do not cover it."""
     tracestate: str | None = None
+    rpc_id: RpcId | None = None
+    """The JSON-RPC id of the MCP request the call came from, kept with its JSON type."""

@@ -335,12 +335,12 @@ def test_mcp_jsonrpc_request_id_becomes_call_id() -> None:
         "params": {"name": "read_file", "arguments": {"path": "/tmp/x"}},
     }
     assert parse_tool_calls(request) == [
-        ToolCall(id="7", name="read_file", arguments={"path": "/tmp/x"}, format="mcp")
+        ToolCall(id="7", name="read_file", arguments={"path": "/tmp/x"}, format="mcp", rpc_id=7)
     ]
     validated = mcp_types.JSONRPCRequest.model_validate(request)
     assert parse_tool_calls(validated)[0].id == "7"
     batch = [request, {**request, "id": "b"}]
-    assert [c.id for c in parse_tool_calls(batch)] == ["7", "b"]
+    assert [(c.id, c.rpc_id) for c in parse_tool_calls(batch)] == [("7", 7), ("b", "b")]
 
 
 def test_mcp_sdk_request_and_params_get_generated_ids() -> None:

@@ -1,9 +1,10 @@
 """``create_mcp_server(client)``: the registry as an MCP server, every call through the queue.
 
 ``tools/list`` answers with ``registry.schemas("mcp")`` (active tools only). ``tools/call``
-is dispatched like any other provider's call (``Client.dispatch`` of an MCP ``tools/call``
-request), so validation, risk queues, approvals, events and the audit trail all apply; the
-handler waits for the result and renders it with toolq's own MCP renderer.
+is dispatched like any other provider's call (``Client.dispatch`` of the request's params),
+so validation, risk queues, approvals, events and the audit trail all apply; the handler
+waits for the result and renders it with toolq's own MCP renderer as a CallToolResult (the
+SDK wraps it in the JSON-RPC response).
 
 Runs: calls on one MCP connection share a run. Over HTTP that is the ``Mcp-Session-Id``
 (``mcp-<session id>``); over stdio, and for HTTP requests without a session, it is the
@@ -92,12 +93,8 @@ class McpBridge:
         with self._lock:
             call_id = self._parked.get(key)
         if call_id is None:
-            payload = {
-                "jsonrpc": "2.0",
-                "id": f"mcp_{uuid.uuid4().hex}",
-                "method": "tools/call",
-                "params": {"name": name, "arguments": dict(arguments or {})},
-            }
+            # Bare params: the SDK owns the JSON-RPC envelope, so the answer is a CallToolResult.
+            payload = {"name": name, "arguments": dict(arguments or {})}
             batch = self.client.dispatch(
                 payload, run_id=run_id, principal=self.options.principal, format="mcp"
             )

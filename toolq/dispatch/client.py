@@ -84,6 +84,7 @@ class Batch:
             attempts=data.get("attempts", 0),
             format=ref.format,
             run_id=self.run_id,
+            rpc_id=ref.rpc_id,
         )
 
     def results(self) -> list[CallResult]:

@@ -27,7 +27,7 @@ from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqError
-from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, ToolCall
+from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, RpcId, ToolCall
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
@@ -51,6 +51,7 @@ class CallRef:
     status: CallStatus
     duplicate: bool = False
     format: ProviderFormat | None = None
+    rpc_id: RpcId | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Dispatcher:
         run_rules = self._rules_for(run, principal) if run_id else RunRules()
         new_calls = []
         for position, call in enumerate(calls):
-            key = f"client:{idempotency_key}:{position}" if idempotency_key else f"call:{call.id}"
+            key = _idempotency_key(call, position, idempotency_key)
             new_calls.append(
                 self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
             )
@@ -153,10 +154,22 @@ class Dispatcher:
             env = new.envelope
             if outcome == "dup":
                 duplicate_ids.append(len(refs))
-                refs.append(CallRef(value, env.tool_call_id, env.name, CallStatus.QUEUED, True))
+                refs.append(
+                    CallRef(
+                        value, env.tool_call_id, env.name, CallStatus.QUEUED, True, None, env.rpc_id
+                    )
+                )
                 continue
             refs.append(
-                CallRef(env.call_id, env.tool_call_id, env.name, new.status, False, env.format)
+                CallRef(
+                    env.call_id,
+                    env.tool_call_id,
+                    env.name,
+                    new.status,
+                    False,
+                    env.format,
+                    env.rpc_id,
+                )
             )
             if new.fields and new.fields.get("preview_state") == "pending":
                 to_preview.append(new)
@@ -165,7 +178,12 @@ class Dispatcher:
             for i, status in zip(duplicate_ids, statuses, strict=True):
                 ref = refs[i]
                 refs[i] = CallRef(
-                    ref.call_id, ref.tool_call_id, ref.name, status or ref.status, True
+                    ref.call_id,
+                    ref.tool_call_id,
+                    ref.name,
+                    status or ref.status,
+                    True,
+                    rpc_id=ref.rpc_id,
                 )
         for new in to_preview:
             self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
@@ -208,6 +226,7 @@ class Dispatcher:
             principal=principal,
             idempotency_key=key,
             position=position,
+            rpc_id=call.rpc_id,
         )
         tool = self.registry.get(call.name)
         if tool is not None:
@@ -313,3 +332,13 @@ class Dispatcher:
             fields={"approval": dumps(signed)} if signed is not None else None,
             admin=admin,
         )
+
+
+def _idempotency_key(call: ToolCall, position: int, client_key: str | None) -> str:
+    """The key a call is claimed under: the client's per position, else the call's id."""
+    if client_key:
+        return f"client:{client_key}:{position}"
+    if isinstance(call.rpc_id, int):
+        # The JSON-RPC ids 7 and "7" are two requests; both have the call id "7".
+        return f"rpc-int:{call.rpc_id}"
+    return f"call:{call.id}"

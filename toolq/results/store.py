@@ -534,6 +534,7 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         status=CallStatus(record["status"]),
         format=envelope.format,
         run_id=envelope.run_id,
+        rpc_id=envelope.rpc_id,
         **payload,
     )
 

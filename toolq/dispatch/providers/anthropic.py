@@ -23,6 +23,7 @@ from toolq.models import (
 
 FORMAT = ProviderFormat.ANTHROPIC
 EXPECTED = "an Anthropic Message, or its content blocks"
+CALLS = "Anthropic tool_use blocks"
 
 
 def _is_call(item: Any) -> bool:

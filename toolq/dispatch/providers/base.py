@@ -19,6 +19,8 @@ class Provider(Protocol):
     FORMAT: ProviderFormat
     EXPECTED: str
     """What a payload of this format looks like, for error messages."""
+    CALLS: str
+    """What this format's tool calls are called, for error messages."""
 
     def detect(self, payload: Any) -> bool:
         """Tell whether the JSON-form ``payload`` is unmistakably this provider's."""

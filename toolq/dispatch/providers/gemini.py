@@ -26,6 +26,7 @@ from toolq.models import (
 
 FORMAT = ProviderFormat.GEMINI
 EXPECTED = "a Gemini GenerateContentResponse, a Content, or its parts"
+CALLS = "Gemini functionCall parts"
 GENERATED_ID_PREFIX = "gemini_call_"
 
 # Media Gemini takes inside a function response.

@@ -17,6 +17,7 @@ from toolq.models import CallResult, ProviderFormat, ToolCall
 
 FORMAT = ProviderFormat.OPENAI
 EXPECTED = "an OpenAI ChatCompletion, an assistant message with tool_calls, or tool_calls items"
+CALLS = "OpenAI Chat Completions tool_calls"
 
 
 def _is_call(item: Any) -> bool:

@@ -23,6 +23,7 @@ from toolq.models import (
 
 FORMAT = ProviderFormat.OPENAI_RESPONSES
 EXPECTED = "an OpenAI Response, or Response output items"
+CALLS = "OpenAI Responses function_call items"
 
 
 def _is_call(item: Any) -> bool:
