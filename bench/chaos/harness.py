@@ -26,6 +26,7 @@ from bench.chaos.history import DUMP, History
 from bench.chaos.load import LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
 from toolq.cli.check import missing_queues
+from toolq.cli.keys import fresh_keys
 from toolq.models import RiskLevel
 from toolq.settings import Settings
 
@@ -58,7 +59,12 @@ def run(cfg: ChaosConfig) -> int:
     history = History(cfg.out, "harness")
     server = PrivateRedis(cfg.out / "redis", cfg.appendfsync)
     server.start()
+    # Production-like trust: workers verify signed approvals and open sealed secrets; only
+    # the approver process holds the signing key.
+    keys = fresh_keys()
     worker_env = {
+        "TOOLQ_APPROVAL_VERIFY_KEYS": keys["TOOLQ_APPROVAL_VERIFY_KEYS"],
+        "TOOLQ_SECRETS_KEY": keys["TOOLQ_SECRETS_KEY"],
         "TOOLQ_LEASE_SECONDS": str(cfg.lease_seconds),
         "TOOLQ_SWEEP_INTERVAL": "0.25",
         "TOOLQ_HEARTBEAT_SECONDS": "0.5",
@@ -80,6 +86,7 @@ def run(cfg: ChaosConfig) -> int:
             start_at=time.time() + 2.0,
             wait_timeout=cfg.wait_timeout,
             inflight=cfg.inflight,
+            keys=keys,
         )
         history.append(
             "start",

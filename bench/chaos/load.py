@@ -11,7 +11,7 @@ import contextlib
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
@@ -47,9 +47,15 @@ class LoadConfig:
     racers: int = 4
     racing_share: float = 0.2
     deny_share: float = 0.1
+    keys: dict[str, str] = field(default_factory=dict)
+    """``TOOLQ_*`` key settings of the run (``toolq keys generate``): the approver signs with
+    the signing key, every process seals/opens secrets with the secrets key."""
 
-    def settings(self) -> Settings:
-        return Settings(redis_url=self.redis_url, app="bench.chaos.app:registry")
+    def settings(self, *, approver: bool = False) -> Settings:
+        values: dict[str, object] = {"secrets_key": self.keys.get("TOOLQ_SECRETS_KEY")}
+        if approver:
+            values["approval_signing_key"] = self.keys.get("TOOLQ_APPROVAL_SIGNING_KEY")
+        return Settings(redis_url=self.redis_url, app="bench.chaos.app:registry", **values)  # type: ignore[arg-type]
 
 
 def _payload(rng: random.Random, prefix: str, size: int) -> list[dict[str, Any]]:
@@ -233,7 +239,7 @@ def run_approver(cfg: LoadConfig, stop: EventType) -> None:
     """Decide every parked call; some (and all, while racing is on) by several racing approvers."""
     rng = random.Random(f"{cfg.seed}-approver")
     history = History(cfg.out_dir, "approver")
-    client = Client(registry, cfg.settings())
+    client = Client(registry, cfg.settings(approver=True))
     decided: set[str] = set()
     try:
         while not stop.is_set():
