@@ -144,6 +144,11 @@ class Keys:
         """When a queued call's message was first found in no queue and no unacked entry."""
         return f"{self.prefix}:lost:{call_id}"
 
+    def call_match(self, call_id_prefix: str) -> str:
+        """``SCAN`` pattern matching the call hashes whose id starts with ``call_id_prefix``."""
+        escape = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
+        return f"{self.prefix.translate(escape)}:call:{call_id_prefix.translate(escape)}*"
+
 
 def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
     """Celery queue name of a risk level."""

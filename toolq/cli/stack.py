@@ -201,7 +201,7 @@ class Stack:
             str(concurrency),
             "--pool",
             self.pool,
-            "--loglevel",
+            "--log-level",
             self.loglevel,
         ]
         if self.log_path is None:
