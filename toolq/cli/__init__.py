@@ -77,6 +77,7 @@ def _metavars(command: Any) -> None:
         if param.param_type_name == "argument":
             # The name is the metavar already (``CALL_ID``); typer would add ``<str>``.
             param.display_type_rich = lambda ctx: None
+            param.metavar = param.metavar or (param.name or "").upper()
             continue
         if param.metavar is not None:
             continue
