@@ -16,13 +16,13 @@ from redis.exceptions import NoPermissionError
 from toolq.cli.common import (
     REDIS_HELP,
     parse_risks,
-    redacted,
     require_redis,
     risk_list,
     settings_for,
 )
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.results.connection import redacted
 from toolq.settings import Settings
 
 

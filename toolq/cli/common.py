@@ -9,7 +9,6 @@ import socket
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import typer
@@ -17,6 +16,7 @@ import typer
 from toolq.errors import ConfigurationError
 from toolq.models import ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redacted
 from toolq.settings import Settings
 
 APP_HELP = "Tool registry as module:attribute (or TOOLQ_APP)."
@@ -67,17 +67,6 @@ def parse_risks(value: str) -> str:
 def risk_list(value: str) -> list[RiskLevel]:
     """The levels of a ``--risk`` list already checked by ``parse_risks``."""
     return [RiskLevel.parse(r.strip()) for r in value.split(",") if r.strip()]
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
 
 
 def require_redis(url: str) -> None:
