@@ -1,4 +1,7 @@
-"""``/docs``: Swagger UI served from the installed ``swagger-ui-bundle`` package (works offline).
+"""``/docs``: Swagger UI served from the installed ``swagger-ui-py`` package (works offline).
+
+Its Swagger UI 5 reads FastAPI's OpenAPI 3.1 schema (``swagger-ui-bundle`` ships 4.x, which
+cannot).
 
 The OpenAPI schema declares the bearer scheme, so the page's "Authorize" button takes a
 token and sends it as ``Authorization: Bearer …``.
@@ -23,9 +26,9 @@ BEARER = {"bearer": {"type": "http", "scheme": "bearer", "description": "An API 
 
 
 def _bundle_dir() -> Path:
-    import swagger_ui_bundle  # type: ignore[import-untyped]
+    import swagger_ui  # type: ignore[import-untyped]
 
-    return Path(swagger_ui_bundle.swagger_ui_path)
+    return Path(swagger_ui.__file__).parent / "static"
 
 
 def install(app: FastAPI) -> None:
