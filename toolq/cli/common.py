@@ -52,15 +52,16 @@ def log_level_option(default: str) -> Any:
 
 
 def parse_risks(value: str) -> str:
-    """Check a comma-separated ``--risk`` list; a usage error names the valid levels."""
+    """Check a comma-separated ``--risk`` list; a usage error names the valid levels.
+
+    An empty list is allowed (``toolq check --risk ''`` checks Redis only).
+    """
     for item in value.split(","):
         if item.strip():
             try:
                 RiskLevel.parse(item.strip())
             except ValueError as exc:
                 raise typer.BadParameter(str(exc)) from None
-    if not any(item.strip() for item in value.split(",")):
-        raise typer.BadParameter("name at least one of safe, moderate, dangerous")
     return value
 
 
