@@ -30,7 +30,9 @@
     ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
     ├── SecretsError                secret arguments that cannot be sealed or opened
     │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
-    └── OverloadedError             a configured capacity is reached; retry later
+    ├── OverloadedError             a configured capacity is reached; retry later
+    ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
+    └── AmbiguousIdError            a call id prefix that matches more than one call
 
 Each error has a stable ``code`` for APIs and survives pickling.
 """
@@ -228,3 +230,15 @@ class OverloadedError(ToolqError):
     """A configured capacity (e.g. ``max_event_streams``) is reached; retry later."""
 
     code = "overloaded"
+
+
+class RedisUnavailableError(ToolqError):
+    """Redis does not answer; nothing was read or written."""
+
+    code = "redis_unavailable"
+
+
+class AmbiguousIdError(ToolqError):
+    """A call id prefix (``toolq approvals show 3f2a9c1b``) that matches more than one call."""
+
+    code = "ambiguous_id"

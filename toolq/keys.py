@@ -174,6 +174,11 @@ class Keys:
         """List (capped) of deliveries given up after their last attempt, newest first."""
         return f"{self.prefix}:webhooks:dead"
 
+    def call_match(self, call_id_prefix: str) -> str:
+        """``SCAN`` pattern matching the call hashes whose id starts with ``call_id_prefix``."""
+        escape = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
+        return f"{self.prefix.translate(escape)}:call:{call_id_prefix.translate(escape)}*"
+
 
 WEBHOOK_GROUP = "toolq-webhooks"
 """Consumer group of the webhook outbox stream."""

@@ -8,15 +8,17 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from toolq.api import errors
+from toolq.api import docs, errors
 from toolq.api.auth import Authenticator, Principal, load_tokens
 from toolq.api.dashboard import build_dashboard_router
 from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
+from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
 from toolq.api.tickets import TicketStore
 from toolq.dispatch.client import Client
+from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.hub import EventHub
 from toolq.settings import ApiToken, Settings
@@ -39,11 +41,13 @@ def create_app(
     owned = client
     hub = EventHub(settings.redis_url, client.keys, settings.max_event_streams)
     tickets = TicketStore(client.redis, client.keys, settings.event_ticket_seconds)
+    probe = RedisProbe(settings.redis_url)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await hub.close()
+        await probe.close()
         owned.close()
 
     app = FastAPI(
@@ -51,9 +55,13 @@ def create_app(
         title="toolq",
         version="0.1.0",
         description="Run LLM tool calls on a distributed queue: dispatch, approve, stream.",
+        docs_url=None,  # served by toolq.api.docs from local files
+        redoc_url=None,
     )
     errors.install(app)
+    docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
+    app.add_middleware(RedisGate, probe=probe)
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, hub, tickets))
     app.include_router(build_dashboard_router(client, auth))
@@ -61,11 +69,12 @@ def create_app(
     app.state.hub = hub
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> JSONResponse:
+    async def healthz() -> JSONResponse:
         try:
-            client.redis.ping()
-        except Exception as exc:
-            return JSONResponse({"status": "unhealthy", "redis": str(exc)}, status_code=503)
+            await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
+        except RedisUnavailableError as exc:
+            body = {"status": "unhealthy", "redis": exc.message, "code": exc.code}
+            return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics", response_class=PlainTextResponse)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -24,6 +25,8 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.PayloadError, 400),
     (errors.WaitTimeoutError, 504),
     (errors.OverloadedError, 503),
+    (errors.RedisUnavailableError, 503),
+    (errors.AmbiguousIdError, 400),
 ]
 
 
@@ -56,6 +59,17 @@ def install(app: FastAPI) -> None:
         if isinstance(exc, errors.OverloadedError):
             headers = {"Retry-After": str(exc.details.get("retry_after", 5))}
         return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
+
+    @app.exception_handler(redis.ConnectionError)
+    @app.exception_handler(redis.TimeoutError)
+    async def redis_down(request: Request, exc: redis.RedisError) -> JSONResponse:
+        # Redis went away mid-request, after the clients' retries: the same 503 as the gate.
+        message = f"Redis does not answer: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        return JSONResponse(
+            error_body(errors.RedisUnavailableError.code, message),
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""Security headers on every response; a strict Content-Security-Policy on the dashboard."""
+"""Security headers on every response; a strict Content-Security-Policy on each page."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ DASHBOARD_CSP = (
 """The dashboard loads its own script and stylesheet only; nothing inline, nothing framed."""
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
 """JSON and event streams are never documents that load anything."""
-DOCS_PREFIXES = ("/docs", "/redoc")
-"""FastAPI's interactive docs load Swagger UI / ReDoc from a CDN with inline script."""
+DOCS_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""``/docs`` runs Swagger UI from this server's own files (``toolq.api.docs``), nothing else."""
 DASHBOARD_PATHS = frozenset({"/", "/dashboard.js", "/dashboard.css"})
 
 COMMON = [
@@ -37,7 +40,9 @@ class SecurityHeaders:
         extra = list(COMMON)
         if path in DASHBOARD_PATHS:
             extra.append((b"content-security-policy", DASHBOARD_CSP.encode()))
-        elif not path.startswith(DOCS_PREFIXES):
+        elif path == "/docs" or path.startswith("/docs/"):
+            extra.append((b"content-security-policy", DOCS_CSP.encode()))
+        else:
             extra.append((b"content-security-policy", API_CSP.encode()))
 
         async def with_headers(message: Message) -> None:

@@ -184,11 +184,14 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
     @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(ApproveBody))
     async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Approve (optionally with edited arguments, and the digest you reviewed)."""
+        await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
         body = parse_decision(await request.body(), client.settings, ApproveBody)
         return await run_in_threadpool(_approve, call_id, caller, body)
 
-    def _approve(call_id: str, caller: Principal, body: ApproveBody | None) -> dict[str, Any]:
+    def _may_decide(call_id: str, caller: Principal) -> None:
         caller.require_approver(client.approvals.get(call_id).risk)
+
+    def _approve(call_id: str, caller: Principal, body: ApproveBody | None) -> dict[str, Any]:
         decision = body or ApproveBody()
         result = client.approvals.approve(
             call_id,
@@ -203,11 +206,11 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
     @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(DenyBody))
     async def deny(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Deny with a reason the model will read."""
+        await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
         body = parse_decision(await request.body(), client.settings, DenyBody)
         return await run_in_threadpool(_deny, call_id, caller, body)
 
     def _deny(call_id: str, caller: Principal, body: DenyBody | None) -> dict[str, Any]:
-        caller.require_approver(client.approvals.get(call_id).risk)
         decision = body or DenyBody()
         result = client.approvals.deny(
             call_id, caller.name, decision.reason, always=decision.always

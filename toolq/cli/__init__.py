@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import redis
 import typer
 
 from toolq.cli.api import api
@@ -17,12 +22,39 @@ from toolq.cli.tools import tools
 from toolq.cli.worker import worker
 from toolq.errors import ToolqError
 
+HELP = ["-h", "--help"]
+ALIASES = {"--loglevel": "--log-level"}
+"""Old spellings still read, never shown in help."""
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"toolq {version('toolq')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("toolq (not installed)")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     name="toolq",
     help="Run LLM tool calls on a distributed queue.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": HELP},
 )
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Run LLM tool calls on a distributed queue."""
+
+
 app.command()(worker)
 app.command()(api)
 app.command()(dev)
@@ -36,10 +68,55 @@ app.add_typer(approvals, name="approvals")
 app.add_typer(keys, name="keys")
 
 
+def _metavars(command: Any) -> None:
+    """Name every option's value (``PORT``, ``URL``) instead of typer's ``<str>``; none on flags.
+
+    Duck-typed: typer builds its commands from a vendored copy of click.
+    """
+    for param in [*command.params, *_help_option(command)]:
+        if param.param_type_name == "argument":
+            # The name is the metavar already (``CALL_ID``); typer would add ``<str>``.
+            param.display_type_rich = lambda ctx: None
+            param.metavar = param.metavar or (param.name or "").upper()
+            continue
+        if param.metavar is not None:
+            continue
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+        elif param.name:
+            param.metavar = NAMES.get(param.name, param.name.upper())
+    for sub in getattr(command, "commands", {}).values():
+        _metavars(sub)
+
+
+def _help_option(command: Any) -> list[Any]:
+    # click builds ``--help`` on first use and caches it: build it now to drop its metavar.
+    context = command.context_class(command, info_name=command.name, help_option_names=HELP)
+    made = command.get_help_option(context)
+    return [made] if made is not None else []
+
+
+NAMES = {"app": "MODULE:ATTR", "redis_url": "URL", "log_level": "LEVEL", "call_id": "CALL_ID"}
+
+
+def _argv(argv: list[str]) -> list[str]:
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        out.append(ALIASES[name] + eq + value if name in ALIASES else arg)
+    return out
+
+
 def main() -> None:
     """Entry point of the console script."""
+    command = typer.main.get_command(app)
+    _metavars(command)
     try:
-        app()
+        command.main(args=_argv(sys.argv[1:]), prog_name="toolq")
     except ToolqError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
+    except redis.ConnectionError as exc:
+        # Redis went away mid-command (a pre-flight PING answered): one line, no traceback.
+        typer.echo(f"error: lost the connection to Redis: {str(exc).splitlines()[0]}", err=True)
+        raise SystemExit(1) from None

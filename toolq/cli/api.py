@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    load_registry,
+    log_level_option,
+    require_free_port,
+    settings_for,
+)
 
 
 def api(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
-    log_level: str = typer.Option("info", "--log-level"),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    log_level: str = log_level_option("info"),
 ) -> None:
     """Serve the HTTP API; prints a generated admin token when none is configured."""
     import uvicorn
@@ -23,6 +30,7 @@ def api(
 
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
+    require_free_port(host, port)  # before a token is printed for a server that never starts
     extra = {}
     if not load_tokens(settings):
         token, grant = generate_admin_token()

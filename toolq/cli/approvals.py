@@ -13,21 +13,55 @@ from rich.table import Table
 from toolq.approvals.audit import verify_audit
 from toolq.approvals.models import ApprovalRequest
 from toolq.approvals.signing import verifier_for
-from toolq.cli.common import APP_HELP, fail, load_registry, print_json, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    RISKS,
+    fail,
+    load_registry,
+    one_of,
+    print_json,
+    require_redis,
+    settings_for,
+)
+from toolq.cli.ids import resolve_call_id
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
+from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import redis_client
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
-console = Console()
+console = Console(soft_wrap=True)
 
-_APP = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP)
-_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL.")
+_APP = typer.Option(
+    None,
+    "--app",
+    envvar="TOOLQ_APP",
+    help=APP_HELP + " Optional: needed only to approve with edited --args.",
+)
+_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
+_JSON = typer.Option(False, "--json", help="Print JSON.")
+_CALL_ID = typer.Argument(..., help="Call id, or a unique prefix of one (the dashboard shows 8).")
 
 
 def _client(app: str | None, redis_url: str | None) -> Client:
+    """A client over the ``--app`` registry, or an empty one: deciding needs no tools.
+
+    Without the registry a decision still goes through the approval policy, the signing
+    and the compare-and-set; what it cannot do is validate edited arguments (refused
+    below), and the quorum of a call comes from its record instead of its tool.
+    """
     settings = settings_for(app, redis_url)
-    return Client(load_registry(settings.app), settings)
+    require_redis(settings.redis_url)
+    registry = load_registry(settings.app) if settings.app else ToolRegistry()
+    return Client(registry, settings)
+
+
+def _resolve(client: Client, call_id: str) -> str:
+    try:
+        return resolve_call_id(client.redis, client.keys, call_id)
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
 
 
 def _left(deadline: float | None) -> str:
@@ -65,83 +99,108 @@ def show_request(request: ApprovalRequest) -> None:
 
 @approvals.command("list")
 def list_(
-    run_id: str | None = typer.Option(None),
-    risk: str | None = typer.Option(None),
-    tool: str | None = typer.Option(None),
+    run_id: str | None = typer.Option(None, help="Only this run."),
+    risk: str | None = typer.Option(
+        None, callback=one_of(*RISKS), help=f"Only this risk ({', '.join(RISKS)})."
+    ),
+    tool: str | None = typer.Option(None, help="Only this tool."),
+    json_: bool = _JSON,
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Pending calls, soonest deadline first."""
+    """Pending calls, soonest deadline first, with full call ids."""
     with _client(app, redis_url) as client:
         pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
-        if not pending:
-            console.print("no calls awaiting approval")
+        if json_:
+            print_json([request.model_dump(mode="json") for request in pending])
             return
-        table = Table("call", "tool", "risk", "arguments", "run", "left")
+        if not pending:
+            typer.echo("no calls awaiting approval")
+            return
+        # Full ids, never folded or cut, whatever the terminal width or a pipe: people copy them.
+        table = Table("call", "tool", "risk", "left", "run", "arguments", box=None)
+        table.columns[0].no_wrap = True
+        table.columns[0].min_width = max(len(r.call_id) for r in pending)
         for request in pending:
             table.add_row(
                 request.call_id,
                 request.name,
                 request.risk.value,
-                json.dumps(request.arguments)[:60],
-                request.run_id,
                 _left(request.deadline),
+                request.run_id,
+                json.dumps(request.arguments)[:60],
             )
-        console.print(table)
+        Console(width=max(console.width, 200), soft_wrap=True).print(table)
 
 
 @approvals.command()
-def show(call_id: str, app: str | None = _APP, redis_url: str | None = _REDIS) -> None:
+def show(
+    call_id: str = _CALL_ID,
+    json_: bool = _JSON,
+    app: str | None = _APP,
+    redis_url: str | None = _REDIS,
+) -> None:
     """One call with its arguments, preview and diff."""
     with _client(app, redis_url) as client:
         try:
-            show_request(client.approvals.get(call_id))
+            request = client.approvals.get(_resolve(client, call_id))
         except ToolqError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from None
+            raise fail(str(exc)) from None
+        if json_:
+            print_json(request.model_dump(mode="json"))
+        else:
+            show_request(request)
 
 
 @approvals.command()
 def approve(
-    call_id: str,
+    call_id: str = _CALL_ID,
     by: str = typer.Option("cli", help="Approver name."),
-    args: str | None = typer.Option(None, "--args", help="Edited arguments as JSON."),
+    args: str | None = typer.Option(
+        None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
+    ),
     digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
-    note: str | None = typer.Option(None),
+    note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
     """Approve and enqueue a parked call."""
+    if args is not None and not settings_for(app, redis_url).app:
+        # Edited arguments must be validated against the tool's schema before they are
+        # signed and queued; without the registry there is no schema to check them with.
+        raise fail(
+            "--args needs the tool registry to validate the edit: pass --app or set TOOLQ_APP", 2
+        )
     with _client(app, redis_url) as client:
+        full = _resolve(client, call_id)
         try:
             arguments = json.loads(args) if args else None
             result = client.approvals.approve(
-                call_id, by=by, arguments=arguments, note=note, digest=digest, always=always
+                full, by=by, arguments=arguments, note=note, digest=digest, always=always
             )
         except (ToolqError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        typer.echo(f"approved {call_id}: {result.status.value}")
+            raise fail(str(exc)) from None
+        typer.echo(f"approved {full}: {result.status.value}")
 
 
 @approvals.command()
 def deny(
-    call_id: str,
+    call_id: str = _CALL_ID,
     reason: str = typer.Option(..., help="Told to the model."),
-    by: str = typer.Option("cli"),
+    by: str = typer.Option("cli", help="Approver name."),
     always: bool = typer.Option(False, help="Also deny this tool for the rest of the run."),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
     """Deny a parked call with a reason."""
     with _client(app, redis_url) as client:
+        full = _resolve(client, call_id)
         try:
-            client.approvals.deny(call_id, by=by, reason=reason, always=always)
+            client.approvals.deny(full, by=by, reason=reason, always=always)
         except ToolqError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        typer.echo(f"denied {call_id}")
+            raise fail(str(exc)) from None
+        typer.echo(f"denied {full}")
 
 
 @approvals.command("verify-audit")
@@ -158,6 +217,7 @@ def verify_audit_(
     verifier = verifier_for(settings)
     if verifier is None:
         raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
+    require_redis(settings.redis_url)
     client = redis_client(settings.redis_url)
     try:
         report = verify_audit(client, settings, verifier)

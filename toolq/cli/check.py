@@ -8,27 +8,22 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import typer
 from redis.exceptions import NoPermissionError
 
-from toolq.cli.common import settings_for
+from toolq.cli.common import (
+    REDIS_HELP,
+    parse_risks,
+    require_redis,
+    risk_list,
+    settings_for,
+)
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.results.connection import redacted
 from toolq.settings import Settings
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
 
 
 def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
@@ -74,16 +69,22 @@ def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
 
 
 def check(
-    risk: str = typer.Option("safe,moderate,dangerous", help="Queues that must have a worker."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    risk: str = typer.Option(
+        "safe,moderate,dangerous",
+        metavar="LEVELS",
+        callback=parse_risks,
+        help="Queues that must have a worker (comma-separated risk levels).",
+    ),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
     allow_open_redis: bool = typer.Option(
         False, "--allow-open-redis", help="Only warn when Redis needs no password."
     ),
 ) -> None:
     """Health check: Redis answers, needs credentials, and each named queue has a worker."""
     settings = settings_for(redis_url=redis_url)
-    levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    levels = risk_list(risk)
     where = redacted(settings.redis_url)
+    require_redis(settings.redis_url)
     try:
         missing = missing_queues(settings, levels)
         workers = live_workers(settings)

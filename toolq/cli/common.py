@@ -1,20 +1,104 @@
-"""Shared CLI plumbing: settings from the environment, ``--app`` loading, JSON output."""
+"""Shared CLI plumbing: settings, ``--app`` loading, option values, Redis checks, output."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import redis
 import typer
 
 from toolq.errors import ConfigurationError
+from toolq.models import ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redacted
 from toolq.settings import Settings
 
 APP_HELP = "Tool registry as module:attribute (or TOOLQ_APP)."
+REDIS_HELP = "Redis URL (or TOOLQ_REDIS_URL)."
+REDIS_TIMEOUT = 1.0
+"""Seconds the CLI waits for Redis to answer before saying so (the clients retry for ~10 s)."""
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+FORMATS = tuple(f.value for f in ProviderFormat)
+RISKS = tuple(r.value for r in RiskLevel)
+
+
+def one_of(*values: str) -> Callable[[str | None], str | None]:
+    """An option callback refusing anything but ``values`` (any case) with a usage error."""
+
+    def check(value: str | None) -> str | None:
+        if value is None or value.lower() in values:
+            return value.lower() if value is not None else None
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(values)}")
+
+    return check
+
+
+def log_level_option(default: str) -> Any:
+    """``--log-level`` / ``-l`` (``main`` reads ``--loglevel`` as a hidden alias)."""
+    return typer.Option(
+        default,
+        "--log-level",
+        "-l",
+        callback=one_of(*LOG_LEVELS),
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS)}.",
+    )
+
+
+def parse_risks(value: str) -> str:
+    """Check a comma-separated ``--risk`` list; a usage error names the valid levels.
+
+    An empty list is allowed (``toolq check --risk ''`` checks Redis only).
+    """
+    for item in value.split(","):
+        if item.strip():
+            try:
+                RiskLevel.parse(item.strip())
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def risk_list(value: str) -> list[RiskLevel]:
+    """The levels of a ``--risk`` list already checked by ``parse_risks``."""
+    return [RiskLevel.parse(r.strip()) for r in value.split(",") if r.strip()]
+
+
+def require_redis(url: str) -> None:
+    """Exit 1 with one line naming ``url`` (password hidden) unless Redis answers PING.
+
+    toolq's clients retry a dropped connection for about ten seconds to ride out a restart;
+    a command started against a Redis that is not there should say so at once instead.
+    """
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=REDIS_TIMEOUT, socket_timeout=REDIS_TIMEOUT
+        )
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise fail(
+            f"Redis at {redacted(url)} does not answer ({reason}); start it or set TOOLQ_REDIS_URL"
+        ) from None
+
+
+def require_free_port(host: str, port: int) -> None:
+    """Exit 1 before anything starts when ``host:port`` cannot be listened on."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (--port)") from None
 
 
 def settings_for(app: str | None = None, redis_url: str | None = None) -> Settings:

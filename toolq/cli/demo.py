@@ -11,7 +11,7 @@ import uuid
 
 import typer
 
-from toolq.cli.common import load_registry, print_json, settings_for
+from toolq.cli.common import REDIS_HELP, load_registry, print_json, settings_for
 from toolq.cli.stack import Stack
 from toolq.dispatch.client import Client
 from toolq.models import CallStatus, Event
@@ -62,7 +62,7 @@ def _show(event: Event) -> None:
 
 def demo(
     app: str = typer.Option(DEMO_APP, "--app", help="Registry to run the scenario with."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
 ) -> None:
     """Dispatch parallel calls, stream events, approve the dangerous one, print messages."""
     settings = settings_for(app, redis_url)

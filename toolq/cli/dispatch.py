@@ -8,34 +8,62 @@ from pathlib import Path
 
 import typer
 
-from toolq.cli.common import APP_HELP, load_registry, print_json, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    FORMATS,
+    REDIS_HELP,
+    load_registry,
+    one_of,
+    print_json,
+    require_redis,
+    settings_for,
+)
 from toolq.dispatch.client import Client
-from toolq.errors import ToolqError
+from toolq.errors import ToolqError, WaitTimeoutError
 
 
 def dispatch(
     source: str = typer.Argument("-", help="JSON file with the model response, or - for stdin."),
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    run_id: str | None = typer.Option(None, "--run-id"),
-    behavior: str | None = typer.Option(None),
+    run_id: str | None = typer.Option(None, "--run-id", help="Run to add the calls to."),
+    behavior: str | None = typer.Option(None, help="Behavior the tools are asked to allow."),
     principal: str | None = typer.Option(None, help="Who submits (cannot approve its own calls)."),
-    wait: float | None = typer.Option(None, help="Wait up to this many seconds for results."),
-    messages: str | None = typer.Option(None, help="Print provider messages in this format."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    wait: float | None = typer.Option(
+        None,
+        metavar="SECONDS",
+        help="Wait up to this many seconds for results; on timeout print what there is, exit 1.",
+    ),
+    messages: str | None = typer.Option(
+        None,
+        metavar="FORMAT",
+        callback=one_of(*FORMATS),
+        help=f"Print provider messages in this format ({', '.join(FORMATS)}).",
+    ),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
 ) -> None:
     """Dispatch tool calls; print the calls, or with --wait their results."""
     settings = settings_for(app, redis_url)
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    with Client(load_registry(settings.app), settings) as client:
+    registry = load_registry(settings.app)
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        payload = json.loads(text)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: cannot read {source}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    require_redis(settings.redis_url)
+    with Client(registry, settings) as client:
         try:
-            batch = client.dispatch(
-                json.loads(text), run_id=run_id, behavior=behavior, principal=principal
-            )
-            results = batch.wait(wait) if wait is not None else batch.results()
+            batch = client.dispatch(payload, run_id=run_id, behavior=behavior, principal=principal)
         except (ToolqError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-        if messages:
+        timed_out = None
+        try:
+            results = batch.wait(wait) if wait is not None else batch.results()
+        except WaitTimeoutError as exc:
+            # What there is: every call's current state, with the outcome of finished ones.
+            timed_out, results = exc, batch.results()
+        if messages and timed_out is None:
             print_json(batch.to_messages(messages))
             return
         print_json(
@@ -44,3 +72,12 @@ def dispatch(
                 "calls": [r.model_dump(mode="json", exclude_none=True) for r in results],
             }
         )
+        if timed_out is not None:
+            waiting = [r for r in results if not r.status.is_final]
+            typer.echo(
+                f"error: {timed_out} (run {batch.run_id}; not final: "
+                + ", ".join(f"{r.call_id} {r.status.value}" for r in waiting)
+                + ")",
+                err=True,
+            )
+            raise typer.Exit(1)

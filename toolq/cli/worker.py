@@ -11,7 +11,16 @@ import typer
 from celery.signals import worker_init
 
 from toolq.approvals.signing import verifier_for
-from toolq.cli.common import APP_HELP, load_registry, settings_for
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    load_registry,
+    log_level_option,
+    one_of,
+    parse_risks,
+    risk_list,
+    settings_for,
+)
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
@@ -22,23 +31,25 @@ POOLS = ("prefork", "threads", "solo")
 
 def worker(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    risk: str = typer.Option("safe,moderate,dangerous", help="Risk queues to consume."),
+    risk: str = typer.Option(
+        "safe,moderate,dangerous",
+        callback=parse_risks,
+        help="Risk queues to consume (comma-separated).",
+    ),
     concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Processes/threads."),
-    pool: str = typer.Option("prefork", help="prefork, threads or solo."),
+    pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
     prefetch: int | None = typer.Option(
         None, help="Prefetch multiplier (default 1 with dangerous, else 4)."
     ),
-    loglevel: str = typer.Option("info", "--loglevel", "-l"),
-    hostname: str | None = typer.Option(None, "--hostname", "-n"),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help="Redis URL."),
+    log_level: str = log_level_option("info"),
+    hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
-    if pool not in POOLS:
-        raise typer.BadParameter(f"pool must be one of {', '.join(POOLS)}")
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
     verifier_for(settings)  # a malformed verify key stops the worker here, not per call
-    levels = [RiskLevel.parse(r.strip()) for r in risk.split(",") if r.strip()]
+    levels = risk_list(risk)
     for tool in registry.list():
         if tool.risk in levels:
             tool.check_runtime()  # e.g. the sandbox's namespaces: refuse to start without them
@@ -61,7 +72,7 @@ def worker(
         "--pool",
         pool,
         "--loglevel",
-        loglevel,
+        log_level,
         "--hostname",
         name,
         "--prefetch-multiplier",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 import redis
 import redis.asyncio
 from redis.backoff import ExponentialBackoff
@@ -37,3 +39,14 @@ def async_redis_client(url: str, max_connections: int) -> redis.asyncio.Redis:
         retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

@@ -169,6 +169,15 @@ class _PerProcess:
         return self._runtime
 
 
+def pool_name(pool: Any) -> str:
+    """``prefork``, ``threads`` or ``solo``: the ``--pool`` name of a Celery pool instance.
+
+    Every Celery pool class is called ``TaskPool``; its module tells them apart.
+    """
+    module = type(pool).__module__.rsplit(".", 1)[-1]
+    return {"thread": "threads"}.get(module, module)
+
+
 class MaintenanceStep(bootsteps.StartStopStep):
     """Runs heartbeat, recovery and sweeping in the worker's main process."""
 
@@ -188,7 +197,7 @@ class MaintenanceStep(bootsteps.StartStopStep):
             Publisher(app, app.toolq_settings),
             hostname=worker.hostname,
             queues=queues,
-            pool=type(worker.pool).__name__,
+            pool=pool_name(worker.pool),
             concurrency=worker.concurrency,
         )
         self.maintenance.start()

@@ -1,0 +1,89 @@
+"""Answer 503 ``redis_unavailable`` at once when Redis does not answer.
+
+toolq's Redis clients retry a dropped connection for about ten seconds, to ride out a
+restart. A request that arrives while Redis is down would wait out those retries and end
+in a 500; the gate asks Redis first (a PING with a short timeout, no retries) and answers a
+JSON 503 within about a second. A PING that succeeded is trusted for ``FRESH_SECONDS``, so a
+healthy API pays one PING per second, not one per request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+import redis.asyncio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolq.api.errors import error_body
+from toolq.errors import RedisUnavailableError
+from toolq.results.connection import redacted
+
+PING_TIMEOUT = 0.5
+FRESH_SECONDS = 1.0
+GATED_PREFIXES = ("/v1/", "/metrics")
+
+
+class RedisProbe:
+    """A short-timeout PING of the Redis at ``url``, remembering the last success."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redacted(url)
+        self._client = redis.asyncio.Redis.from_url(
+            url, socket_connect_timeout=PING_TIMEOUT, socket_timeout=PING_TIMEOUT, retry=None
+        )
+        self._ok_at = 0.0
+
+    async def check(self, fresh: float = FRESH_SECONDS) -> None:
+        """Raise ``RedisUnavailableError`` unless Redis answered within ``fresh`` seconds."""
+        if time.monotonic() - self._ok_at < fresh:
+            return
+        try:
+            await self._client.ping()
+        except (redis.RedisError, OSError) as exc:
+            self._ok_at = 0.0
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = f"Redis at {self.where} does not answer: {reason}"
+            raise RedisUnavailableError(message) from None
+        self._ok_at = time.monotonic()
+
+    async def close(self) -> None:
+        """Close the probe's connection."""
+        await self._client.aclose()
+
+
+def unavailable_body(exc: RedisUnavailableError) -> bytes:
+    """The JSON body of a 503 for ``exc``."""
+    return json.dumps(error_body(exc.code, exc.message)).encode()
+
+
+class RedisGate:
+    """ASGI middleware: ``/v1/*`` and ``/metrics`` answer 503 JSON while Redis is down."""
+
+    def __init__(self, app: ASGIApp, probe: RedisProbe) -> None:
+        self.app = app
+        self.probe = probe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check Redis before passing a gated request on."""
+        if scope["type"] == "http" and scope.get("path", "").startswith(GATED_PREFIXES):
+            try:
+                await self.probe.check()
+            except RedisUnavailableError as exc:
+                body = unavailable_body(exc)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 503,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"retry-after", b"5"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,37 @@
+"""Call ids as people type them: the full id, or a unique prefix (the dashboard shows 8)."""
+
+from __future__ import annotations
+
+import redis
+
+from toolq.errors import AmbiguousIdError, CallNotFoundError
+from toolq.keys import Keys
+
+MIN_PREFIX = 4
+"""Shorter prefixes match too much to be typed on purpose."""
+SHOWN = 5
+"""Candidates named when a prefix is ambiguous."""
+
+
+def resolve_call_id(client: redis.Redis, keys: Keys, given: str) -> str:
+    """The one call id ``given`` is or starts.
+
+    Raises ``CallNotFoundError`` (no match) or ``AmbiguousIdError`` (several).
+    """
+    if client.exists(keys.call(given)) or len(given) < MIN_PREFIX:
+        return given  # a short unknown id is reported as unknown by the command itself
+    stem = len(keys.call(""))
+    found = sorted(
+        {
+            (key.decode() if isinstance(key, bytes) else str(key))[stem:]
+            for key in client.scan_iter(match=keys.call_match(given), count=1000)
+        }
+    )
+    if not found:
+        raise CallNotFoundError(f"no call id is or starts with {given!r}", call_id=given)
+    if len(found) > 1:
+        shown = ", ".join(found[:SHOWN]) + (", …" if len(found) > SHOWN else "")
+        raise AmbiguousIdError(
+            f"call id prefix {given!r} matches {len(found)} calls ({shown}); type more of it"
+        )
+    return found[0]
