@@ -162,6 +162,40 @@ class Keys:
         """When a requested undo's message was first found in no queue and no unacked entry."""
         return f"{self.prefix}:lost-undo:{call_id}"
 
+    @property
+    def webhook_events(self) -> str:
+        """Set of event types the webhook outbox takes (TTL, refreshed by workers with webhooks).
+
+        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        """
+        return f"{self.prefix}:webhooks:events"
+
+    @property
+    def webhook_outbox(self) -> str:
+        """Stream of events waiting to be fanned out to webhooks (group ``WEBHOOK_GROUP``).
+
+        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        """
+        return f"{self.prefix}:webhooks:outbox"
+
+    def webhook_delivery(self, delivery_id: str) -> str:
+        """Hash of one pending delivery: endpoint id, event, attempts, last error."""
+        return f"{self.prefix}:webhooks:delivery:{delivery_id}"
+
+    @property
+    def webhook_due(self) -> str:
+        """Sorted set of pending deliveries scored by their next attempt's time (s)."""
+        return f"{self.prefix}:webhooks:due"
+
+    @property
+    def webhook_dead(self) -> str:
+        """List (capped) of deliveries given up after their last attempt, newest first."""
+        return f"{self.prefix}:webhooks:dead"
+
+
+WEBHOOK_GROUP = "toolq-webhooks"
+"""Consumer group of the webhook outbox stream."""
+
 
 def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
     """Celery queue name of a risk level."""

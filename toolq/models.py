@@ -256,3 +256,7 @@ class CallEnvelope(BaseModel):
     idempotency_key: str | None = None
     created_at: float = Field(default_factory=time.time)
     position: int = 0
+    traceparent: str | None = None
+    """W3C trace context of the dispatch (``toolq.telemetry``); never part of the arguments,
+    so approvals, which sign the arguments' digest, do not cover it."""
+    tracestate: str | None = None

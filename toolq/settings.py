@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from toolq.models import RiskLevel
+from toolq.models import EventType, RiskLevel
 
 
 class ApiToken(BaseModel):
@@ -19,6 +21,57 @@ class ApiToken(BaseModel):
 
     principal: str
     roles: list[str] = Field(default_factory=lambda: ["viewer"])
+
+
+WEBHOOK_DEFAULT_EVENTS = (
+    EventType.AWAITING_APPROVAL,
+    EventType.APPROVED,
+    EventType.DENIED,
+    EventType.EXPIRED,
+    EventType.FAILED,
+)
+
+UNNOTIFIED_EVENTS = frozenset({EventType.PREVIEWED, EventType.UNDONE, EventType.UNDO_FAILED})
+"""Events written outside the state-change scripts, which alone feed the webhook outbox."""
+
+
+class Webhook(BaseModel):
+    """One endpoint of ``TOOLQ_WEBHOOKS``: where to POST which events, and how to sign them.
+
+    ``format``: ``json`` (toolq's payload, signed with ``secret``) or ``slack`` (``{"text"}``,
+    for Slack-compatible incoming webhooks, whose URL is itself the secret).
+    """
+
+    url: str
+    events: list[EventType] = Field(default_factory=lambda: list(WEBHOOK_DEFAULT_EVENTS))
+    secret: SecretStr | None = None
+    format: Literal["json", "slack"] = "json"
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"webhook url must be http(s)://...: {url!r}")
+        return url
+
+    @field_validator("events")
+    @classmethod
+    def _notifiable(cls, events: list[EventType]) -> list[EventType]:
+        silent = [e.value for e in events if e in UNNOTIFIED_EVENTS]
+        if silent:
+            raise ValueError(f"events {silent} are not sent to webhooks")
+        return events
+
+    @model_validator(mode="after")
+    def _signed(self) -> Webhook:
+        if self.format == "json" and not (self.secret and self.secret.get_secret_value()):
+            raise ValueError(f"webhook {self.url!r} needs a secret to sign its deliveries")
+        return self
+
+    @property
+    def id(self) -> str:
+        """Stable name of the endpoint in Redis (its URL's hash: the URL may hold a token)."""
+        return hashlib.sha256(self.url.encode()).hexdigest()[:16]
 
 
 class Settings(BaseSettings):
@@ -97,3 +150,19 @@ class Settings(BaseSettings):
     """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
     max_reason_bytes: int = Field(4096, gt=0)
     """Longest deny reason or approval note accepted by the HTTP API."""
+
+    webhooks: list[Webhook] = Field(default_factory=list)
+    """Endpoints notified of call events (``TOOLQ_WEBHOOKS``, JSON list of ``{"url", "events",
+    "secret", "format"}``); workers deliver them. Give every worker the same list."""
+    public_url: str | None = None
+    """Where the dashboard is reachable (``TOOLQ_PUBLIC_URL``): notifications link to calls."""
+    webhook_timeout: float = Field(5.0, gt=0)
+    """Seconds one delivery attempt may take."""
+    webhook_max_attempts: int = Field(10, ge=1)
+    """Attempts before a delivery is given up (and kept in the dead-letter list)."""
+    webhook_backoff: float = Field(2.0, gt=0)
+    """Delay before the second attempt in seconds; doubles each attempt, with jitter."""
+    webhook_backoff_max: float = Field(600.0, gt=0)
+    """Ceiling of the delay between attempts."""
+    webhook_hold_seconds: int = Field(24 * 3600, gt=0)
+    """How long events keep entering the outbox after the last worker with webhooks was seen."""

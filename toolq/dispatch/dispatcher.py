@@ -31,6 +31,7 @@ from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, To
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
+from toolq.telemetry import DispatchSpan, dispatch_span
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
@@ -99,6 +100,24 @@ class Dispatcher:
         Raises only for unreadable payloads and for a run owned by another principal
         (``NotRunOwnerError``; ``admin`` may add calls to any run).
         """
+        with dispatch_span(principal) as span:
+            dispatched = self._dispatch(
+                payload, run_id, behavior, idempotency_key, principal, format, admin, span
+            )
+            span.dispatched(dispatched.run_id, dispatched.calls)
+            return dispatched
+
+    def _dispatch(
+        self,
+        payload: Any,
+        run_id: str | None,
+        behavior: str | None,
+        idempotency_key: str | None,
+        principal: str | None,
+        format: ProviderFormat | str | None,
+        admin: bool,
+        span: DispatchSpan,
+    ) -> Dispatched:
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, format)
         if len(calls) > self.settings.max_calls_per_dispatch:
@@ -115,6 +134,9 @@ class Dispatcher:
             new_calls.append(
                 self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
             )
+            if span.traceparent:
+                new_calls[-1].envelope.traceparent = span.traceparent
+                new_calls[-1].envelope.tracestate = span.tracestate
         replies = self.store.create_many(new_calls)
         if any(outcome == "not_owner" for outcome, _ in replies):
             self.owners.refuse(run, principal)

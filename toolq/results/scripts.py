@@ -8,11 +8,25 @@ from __future__ import annotations
 
 # Shared tail: append an event and wake readers. Expects `stream`, `channel`, `maxlen`,
 # `etype`, `call_id`, `data` and `now` in scope; returns the stream id.
+# An event of a type some worker's webhooks want (Keys.webhook_events) is also appended to
+# the webhook outbox (Keys.webhook_outbox) here, in the same script as the event itself, so
+# no notification can be lost between the two; without webhooks this costs one SISMEMBER.
+# Both names are built from the run stream's (`<prefix>:run:<run_id>:events`), as keys.py
+# builds them, so every script that emits needs no extra KEYS.
 _EMIT = """
 local function emit(stream, channel, maxlen, etype, call_id, data, now)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
                         'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
   redis.call('PUBLISH', channel, id)
+  local at = string.find(stream, ':run:', 1, true)
+  if at then
+    local prefix = string.sub(stream, 1, at - 1)
+    if redis.call('SISMEMBER', prefix .. ':webhooks:events', etype) == 1 then
+      redis.call('XADD', prefix .. ':webhooks:outbox', '*', 'type', etype, 'call_id', call_id,
+                 'run_id', string.sub(stream, at + 5, -8), 'ts', now, 'data', data,
+                 'event_id', id)
+    end
+  end
   return id
 end
 local function allowed(list, value)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -32,6 +32,9 @@ from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
 from toolq.settings import Settings
 from toolq.workers.app import Publisher
+
+if TYPE_CHECKING:
+    from toolq.webhooks.deliverer import WebhookDeliverer
 
 log = logging.getLogger("toolq.maintenance")
 
@@ -374,10 +377,17 @@ class Maintenance(threading.Thread):
             }
         )
         self._stopping = threading.Event()
+        self.webhooks: WebhookDeliverer | None = None
+        if settings.webhooks:
+            from toolq.webhooks.deliverer import WebhookDeliverer
+
+            self.webhooks = WebhookDeliverer(settings, hostname)
 
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
         last_beat = 0.0
+        if self.webhooks is not None:
+            self.webhooks.start()
         while not self._stopping.is_set():
             try:
                 if time.monotonic() - last_beat >= self.settings.heartbeat_seconds:
@@ -395,10 +405,15 @@ class Maintenance(threading.Thread):
     def heartbeat(self) -> None:
         """Announce this worker and its queues for a few heartbeat periods."""
         ttl = max(1, int(self.settings.heartbeat_seconds * 3))
+        if self.webhooks is not None:
+            # Before the heartbeat: a worker seen alive already has the outbox filling.
+            self.webhooks.announce()
         self.redis.set(self.keys.worker(self.hostname), self.info, ex=ttl)
 
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
         self._stopping.set()
+        if self.webhooks is not None:
+            self.webhooks.stop()
         with contextlib.suppress(redis.RedisError):
             self.redis.delete(self.keys.worker(self.hostname))

@@ -21,6 +21,7 @@ import redis
 from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
 from toolq.approvals.signing import verifier_for
+from toolq.approvals.store import approvals_of
 from toolq.diff import diff_json, diff_text
 from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
@@ -32,6 +33,7 @@ from toolq.results.store import CallStore, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
+from toolq.telemetry import CallSpan, call_span
 from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
@@ -142,12 +144,28 @@ class WorkerRuntime:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
         env = started.envelope
+        with call_span(env, started.attempt) as span:
+            if span.recording:
+                self._trace_approval(env, span)
+            self._execute(env, token, started.attempt, span)
+
+    def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
+        """Add the approval wait of a call that was parked (only paid for when traced)."""
+        raw: Any = self.redis.hmget(self.store.keys.call(env.call_id), "approvers", "decided_by")
+        approvers, by = (v.decode() if v else "" for v in raw)
+        times = [float(a["ts"]) for a in approvals_of({"approvers": approvers}) if "ts" in a]
+        if times:
+            span.approval_wait(env.created_at, max(times), by)
+
+    def _execute(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> None:
+        """Decrypt, verify, run and finish a started call."""
+        call_id = env.call_id
         try:
             # Decrypted here, in memory, just before the handler: never written back.
             arguments = self._plain_arguments(env)
         except SecretsError as exc:
             log.warning("call %s not run: %s", call_id, exc.message)
-            self._finish(env, token, _failed(env, exc.message, exc.code))
+            self._finish(env, token, _failed(env, exc.message, exc.code), span)
             return
         # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
         # the signature covers the digest of the arguments as stored (secrets sealed).
@@ -156,7 +174,7 @@ class WorkerRuntime:
             approval = self.redis.hget(self.store.keys.call(call_id), "approval")
             reason = self.guard.refusal(env, approval, arguments)
             if reason is not None:
-                self._refuse(env, token, reason)
+                self._refuse(env, token, reason, span)
                 return
 
         def progress(data: Any) -> None:
@@ -170,8 +188,9 @@ class WorkerRuntime:
                 "error": error_message(exc),
             }
             self.store.progress(env, token, EventType.RETRYING, data)
+            span.retry(attempt, delay, error_message(exc))
 
-        ctx = context_of(env, metadata={"execution": started.attempt}, progress_sink=progress)
+        ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
         self.keeper.add(call_id, token, ctx)
         try:
             result = self._loop().run_until_complete(
@@ -189,9 +208,9 @@ class WorkerRuntime:
             )
         finally:
             self.keeper.remove(call_id)
-        self._finish(env, token, result)
+        self._finish(env, token, result, span)
 
-    def _refuse(self, env: CallEnvelope, token: str, reason: str) -> None:
+    def _refuse(self, env: CallEnvelope, token: str, reason: str, span: CallSpan) -> None:
         """Fail a gated call whose approval does not verify; its handler never runs."""
         log.warning("call %s (%s) refused: %s", env.call_id, env.name, reason)
         exc = ApprovalUnverifiedError(
@@ -214,7 +233,7 @@ class WorkerRuntime:
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
-        self._finish(env, token, _failed(env, exc.message, exc.code))
+        self._finish(env, token, _failed(env, exc.message, exc.code), span)
 
     def _plain_arguments(self, env: CallEnvelope) -> dict[str, Any]:
         """The call's arguments with its secrets decrypted (unknown tools: as stored)."""
@@ -223,7 +242,8 @@ class WorkerRuntime:
             return env.arguments
         return open_arguments(self.box, tool, env.call_id, env.arguments)
 
-    def _finish(self, env: Any, token: str, result: CallResult) -> None:
+    def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan) -> None:
+        span.finish(result)
         if not self._within_lease(lambda: self.store.finish(env, token, result)):
             log.warning(
                 "call %s finished after losing its lease; result dropped: %s",

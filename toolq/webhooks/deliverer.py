@@ -1,0 +1,149 @@
+"""``WebhookDeliverer``: a worker thread that fans out the outbox and POSTs deliveries.
+
+Each attempt is signed anew (``toolq.webhooks.signing``); a 2xx answer ends a delivery,
+anything else (or no answer within ``webhook_timeout``) schedules the next attempt after an
+exponential backoff with jitter, up to ``webhook_max_attempts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+import httpx
+import redis
+
+from toolq.keys import Keys
+from toolq.results.connection import redis_client
+from toolq.settings import Settings, Webhook
+from toolq.webhooks import payload
+from toolq.webhooks.outbox import Claimed, Outbox
+from toolq.webhooks.signing import SIGNATURE_HEADER, sign
+
+log = logging.getLogger("toolq.webhooks")
+
+IDLE_WAIT = 1.0
+"""Longest the thread waits for new outbox entries before it looks at due deliveries."""
+DUE_BATCH = 20
+
+
+class WebhookDeliverer(threading.Thread):
+    """Delivers the notifications of ``settings.webhooks``; one per worker main process."""
+
+    def __init__(self, settings: Settings, consumer: str) -> None:
+        super().__init__(name="toolq-webhooks", daemon=True)
+        self.settings = settings
+        self.hooks = {hook.id: hook for hook in settings.webhooks}
+        self.outbox = Outbox(redis_client(settings.redis_url), Keys(settings.key_prefix), consumer)
+        self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
+        self._stopping = threading.Event()
+
+    def announce(self) -> None:
+        """Keep the outbox taking the event types these endpoints want."""
+        events = {event.value for hook in self.hooks.values() for event in hook.events}
+        self.outbox.announce(events, self.settings.webhook_hold_seconds)
+
+    def run(self) -> None:
+        """Fan out and deliver until stopped."""
+        while not self._stopping.is_set():
+            try:
+                self.outbox.ensure_group()
+                break
+            except redis.RedisError as exc:
+                log.warning("webhooks cannot reach Redis: %s", exc)
+                self._stopping.wait(IDLE_WAIT)
+        while not self._stopping.is_set():
+            try:
+                self.step()
+            except redis.RedisError as exc:
+                log.warning("webhooks cannot reach Redis: %s", exc)
+                self._stopping.wait(IDLE_WAIT)
+            except Exception:
+                log.exception("webhook delivery step failed")
+                self._stopping.wait(IDLE_WAIT)
+
+    def step(self) -> None:
+        """Wait (briefly) for outbox entries, fan them out, then attempt what is due."""
+        now = time.time()
+        next_due = self.outbox.next_due()
+        wait = IDLE_WAIT if next_due is None else min(IDLE_WAIT, max(0.0, next_due - now))
+        block_ms = int(wait * 1000)
+        entries = self.outbox.take(block_ms if block_ms > 0 else None)
+        self.outbox.fan_out(entries, self.hooks.values(), time.time())
+        for delivery_id in self.outbox.due(time.time(), DUE_BATCH):
+            if self._stopping.is_set():
+                return
+            self.attempt(delivery_id)
+
+    def attempt(self, delivery_id: str) -> None:
+        """One attempt at one delivery, if no other worker has taken it."""
+        now = time.time()
+        # Claimed past the attempt's longest end: if this process dies during it, the
+        # delivery is due again shortly after.
+        until = now + 2 * self.settings.webhook_timeout + 5
+        claimed = self.outbox.claim(delivery_id, now, until)
+        if claimed is None:
+            return
+        hook = self.hooks.get(claimed.hook_id)
+        if hook is None:
+            log.warning(
+                "delivery %s: endpoint %s is no longer configured", delivery_id, claimed.hook_id
+            )
+            self.outbox.delivered(delivery_id)
+            return
+        error = self.post(hook, claimed)
+        if error is None:
+            self.outbox.delivered(delivery_id)
+        elif claimed.attempts >= self.settings.webhook_max_attempts:
+            log.error(
+                "delivery %s to endpoint %s given up after %d attempts: %s",
+                delivery_id,
+                hook.id,
+                claimed.attempts,
+                error,
+            )
+            self.outbox.give_up(claimed, error)
+        else:
+            delay = self.backoff(claimed.attempts)
+            log.warning(
+                "delivery %s to endpoint %s failed (attempt %d): %s; retrying in %.1f s",
+                delivery_id,
+                hook.id,
+                claimed.attempts,
+                error,
+                delay,
+            )
+            self.outbox.retry_at(delivery_id, time.time() + delay, error)
+
+    def backoff(self, attempts: int) -> float:
+        """Delay after the ``attempts``-th failed attempt."""
+        s = self.settings
+        base = min(s.webhook_backoff * 2.0 ** (attempts - 1), s.webhook_backoff_max)
+        return base * random.uniform(0.8, 1.2)  # jitter, not crypto
+
+    def post(self, hook: Webhook, claimed: Claimed) -> str | None:
+        """Send one delivery; None when the endpoint accepted it, else what went wrong."""
+        notice = claimed.notice
+        body = payload.body(notice, hook.format, self.settings.public_url)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "toolq-webhooks",
+            "X-Toolq-Event": notice.type,
+            "X-Toolq-Delivery": notice.delivery_id,
+        }
+        if hook.secret is not None:
+            headers[SIGNATURE_HEADER] = sign(hook.secret.get_secret_value(), body)
+        try:
+            response = self.http.post(hook.url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            # Not the exception text: it may quote the URL, which can hold a token.
+            return type(exc).__name__
+        if 200 <= response.status_code < 300:
+            return None
+        return f"HTTP {response.status_code}"
+
+    def stop(self) -> None:
+        """Stop after the current attempt."""
+        self._stopping.set()

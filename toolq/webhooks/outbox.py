@@ -1,0 +1,221 @@
+"""``Outbox``: the Redis side of webhook delivery, from outbox stream to delivered.
+
+Events enter the outbox stream in the script that writes them (``scripts._EMIT``), only for
+the event types in ``Keys.webhook_events``, which workers with webhooks keep announcing. A
+worker reads the stream in a consumer group and fans each entry out, in one MULTI with its
+acknowledgement, into one delivery record per endpoint, scheduled in ``Keys.webhook_due``.
+An entry read by a worker that died before fanning it out is claimed by another after
+``STALE_ENTRY_MS``. A delivery is claimed for one attempt by moving its due time past the
+attempt's end, so a worker killed mid-attempt leaves it due again soon after; deliveries are
+at least once, and receivers drop a delivery id they have already handled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolq.keys import WEBHOOK_GROUP, Keys
+from toolq.settings import Webhook
+from toolq.webhooks.payload import Notice
+
+log = logging.getLogger("toolq.webhooks")
+
+STALE_ENTRY_MS = 60_000
+"""An outbox entry read but not fanned out for this long is taken over by another worker."""
+BATCH = 100
+DEAD_KEPT = 1000
+"""Given-up deliveries kept for inspection (``Keys.webhook_dead``)."""
+
+# Claim one delivery for one attempt, if it is due: its due time moves past the attempt.
+# KEYS: due, delivery
+# ARGV: delivery_id, now, claimed_until
+CLAIM = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return false
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'attempts', 1)
+return redis.call('HGETALL', KEYS[2])
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery taken for one attempt."""
+
+    notice: Notice
+    hook_id: str
+    attempts: int
+
+
+class Outbox:
+    """Reads the outbox stream and keeps the delivery records of one worker's endpoints."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, consumer: str) -> None:
+        self.redis = client
+        self.keys = keys
+        self.consumer = consumer
+        self._claim = client.register_script(CLAIM)
+
+    def announce(self, events: Iterable[str], hold_seconds: int) -> None:
+        """Have the state-change scripts put these event types in the outbox (for a while)."""
+        wanted = sorted(set(events))
+        if not wanted:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.sadd(self.keys.webhook_events, *wanted)
+        pipe.expire(self.keys.webhook_events, hold_seconds)
+        pipe.execute()
+
+    def ensure_group(self) -> None:
+        """Create the consumer group (from the stream's start: nothing already in it is lost)."""
+        try:
+            self.redis.xgroup_create(self.keys.webhook_outbox, WEBHOOK_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def take(self, block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
+        """Entries to fan out: stale ones of dead consumers first, then new ones."""
+        k = self.keys
+        try:
+            stale: Any = self.redis.xautoclaim(
+                k.webhook_outbox, WEBHOOK_GROUP, self.consumer, STALE_ENTRY_MS, "0-0", count=BATCH
+            )
+            entries = list(stale[1])
+            if not entries:
+                reply: Any = self.redis.xreadgroup(
+                    WEBHOOK_GROUP,
+                    self.consumer,
+                    {k.webhook_outbox: ">"},
+                    count=BATCH,
+                    block=block_ms,
+                )
+                entries = list(reply[0][1]) if reply else []
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.ensure_group()
+            return []
+        return [
+            (_text(entry_id), {_text(a): _text(b) for a, b in fields.items()})
+            for entry_id, fields in entries
+            if fields  # an entry deleted while pending comes back empty
+        ]
+
+    def fan_out(
+        self, entries: list[tuple[str, dict[str, str]]], hooks: Iterable[Webhook], now: float
+    ) -> int:
+        """Turn entries into deliveries, one per endpoint that wants its event; how many."""
+        if not entries:
+            return 0
+        k = self.keys
+        hooks = list(hooks)
+        pipe = self.redis.pipeline(transaction=False)
+        for _, fields in entries:
+            pipe.hmget(k.call(fields.get("call_id", "")), "name", "risk")
+        facts = pipe.execute()
+        pipe = self.redis.pipeline(transaction=True)
+        made = 0
+        for (entry_id, fields), (name, risk) in zip(entries, facts, strict=True):
+            for hook in hooks:
+                if fields.get("type") not in {e.value for e in hook.events}:
+                    continue
+                delivery_id = f"{entry_id}.{hook.id}"
+                record = {
+                    **{f: fields.get(f, "") for f in ("type", "call_id", "run_id", "ts", "data")},
+                    "tool": _text(name or b""),
+                    "risk": _text(risk or b""),
+                    "hook": hook.id,
+                    "attempts": "0",
+                }
+                pipe.hset(k.webhook_delivery(delivery_id), mapping=dict[Any, Any](record))
+                pipe.zadd(k.webhook_due, {delivery_id: now}, nx=True)
+                made += 1
+        ids = [entry_id for entry_id, _ in entries]
+        pipe.xack(k.webhook_outbox, WEBHOOK_GROUP, *ids)
+        pipe.xdel(k.webhook_outbox, *ids)
+        pipe.execute()
+        return made
+
+    def next_due(self) -> float | None:
+        """When the earliest pending delivery is due."""
+        first: Any = self.redis.zrange(self.keys.webhook_due, 0, 0, withscores=True)
+        return float(first[0][1]) if first else None
+
+    def due(self, now: float, limit: int) -> list[str]:
+        """Ids of deliveries due by ``now``."""
+        raw: Any = self.redis.zrangebyscore(self.keys.webhook_due, 0, now, start=0, num=limit)
+        return [_text(d) for d in raw]
+
+    def claim(self, delivery_id: str, now: float, until: float) -> Claimed | None:
+        """Take a due delivery for one attempt ending by ``until``; None if it is not due."""
+        raw: Any = self._claim(
+            keys=[self.keys.webhook_due, self.keys.webhook_delivery(delivery_id)],
+            args=[delivery_id, repr(now), repr(until)],
+        )
+        if not raw:
+            return None
+        f = {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw), 2)}
+        try:
+            data = json.loads(f.get("data") or "{}")
+        except ValueError:
+            data = {}
+        notice = Notice(
+            delivery_id=delivery_id,
+            type=f.get("type", ""),
+            call_id=f.get("call_id", ""),
+            run_id=f.get("run_id", ""),
+            tool=f.get("tool", ""),
+            risk=f.get("risk", ""),
+            ts=float(f.get("ts") or 0),
+            data=data if isinstance(data, dict) else {},
+        )
+        return Claimed(notice, f.get("hook", ""), int(f.get("attempts", "1")))
+
+    def delivered(self, delivery_id: str) -> None:
+        """Forget a delivery the endpoint accepted."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.keys.webhook_delivery(delivery_id))
+        pipe.zrem(self.keys.webhook_due, delivery_id)
+        pipe.execute()
+
+    def retry_at(self, delivery_id: str, at: float, error: str) -> None:
+        """Schedule the next attempt of a delivery that failed."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.webhook_delivery(delivery_id), "last_error", error)
+        pipe.zadd(self.keys.webhook_due, {delivery_id: at}, xx=True)
+        pipe.execute()
+
+    def give_up(self, claimed: Claimed, error: str) -> None:
+        """Drop a delivery out of attempts, keeping a summary in the dead-letter list."""
+        notice = claimed.notice
+        summary = json.dumps(
+            {
+                "id": notice.delivery_id,
+                "hook": claimed.hook_id,
+                "type": notice.type,
+                "call_id": notice.call_id,
+                "attempts": claimed.attempts,
+                "error": error,
+            }
+        )
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.lpush(self.keys.webhook_dead, summary)
+        pipe.ltrim(self.keys.webhook_dead, 0, DEAD_KEPT - 1)
+        pipe.delete(self.keys.webhook_delivery(notice.delivery_id))
+        pipe.zrem(self.keys.webhook_due, notice.delivery_id)
+        pipe.execute()
