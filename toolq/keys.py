@@ -144,6 +144,24 @@ class Keys:
         """When a queued call's message was first found in no queue and no unacked entry."""
         return f"{self.prefix}:lost:{call_id}"
 
+    def undo_lease(self, call_id: str) -> str:
+        """Lease of a worker running a call's undo handler (``SET NX PX``)."""
+        return f"{self.prefix}:undo-lease:{call_id}"
+
+    @property
+    def undoing(self) -> str:
+        """Sorted set of calls being undone scored by undo-lease expiry (ms)."""
+        return f"{self.prefix}:undoing"
+
+    @property
+    def undo_queued(self) -> str:
+        """Sorted set of requested undos whose message was pushed, scored by push time (s)."""
+        return f"{self.prefix}:undo-queued"
+
+    def lost_undo_suspect(self, call_id: str) -> str:
+        """When a requested undo's message was first found in no queue and no unacked entry."""
+        return f"{self.prefix}:lost-undo:{call_id}"
+
     @property
     def webhook_events(self) -> str:
         """Set of event types the webhook outbox takes (TTL, refreshed by workers with webhooks).

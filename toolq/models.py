@@ -100,6 +100,15 @@ class EventType(StrEnum):
     UNDO_FAILED = "call.undo_failed"
 
 
+class UndoState(StrEnum):
+    """``undo_state`` of a call's record: requested → undoing → undone | failed."""
+
+    REQUESTED = "requested"
+    UNDOING = "undoing"
+    UNDONE = "undone"
+    FAILED = "failed"
+
+
 # -- content blocks (MassGen's ExecutionResult output blocks) ------------------------------
 
 

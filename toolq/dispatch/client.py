@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -20,11 +19,11 @@ from toolq.errors import ApprovalPredicateError, CallNotFoundError, UndoError, W
 from toolq.keys import Keys
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
-from toolq.results import scripts
 from toolq.results.connection import redis_client as connect
 from toolq.results.events import EventLog
 from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore
+from toolq.results.undos import UndoStore
 from toolq.settings import Settings
 from toolq.workers.app import Publisher, create_celery
 
@@ -143,7 +142,7 @@ class Client:
         self.dispatcher = Dispatcher(
             registry, self.store, self.publisher, self.settings, self.policy
         )
-        self._undo_claim = self.redis.register_script(scripts.UNDO_CLAIM)
+        self.undos = UndoStore(self.store)
         self.owners = RunOwners(self.redis, self.keys, self.settings)
         self.approval_store = ApprovalStore(self.store, self.publisher, registry, self.policy)
         self.approvals = self.approval_store
@@ -273,10 +272,12 @@ class Client:
         run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
         if run is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        claim = self._undo_claim(
-            keys=[self.keys.call(call_id), self.keys.undo(call_id)], args=[repr(time.time())]
-        )
-        outcome = claim.decode() if isinstance(claim, bytes) else str(claim)
+        envelope = self.store.envelope(call_id)
+        # The message is pushed by the script that marks the undo requested, so a request
+        # never exists without one (and the sweeper re-sends one that is lost).
+        queue, message = self.publisher.undo_message(call_id, envelope.risk)
+        after = self.log.last_id(envelope.run_id)
+        outcome = self.undos.request(call_id, queue, message)
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         if outcome != "ok":
@@ -286,9 +287,6 @@ class Client:
                 "in_progress": "an undo is already in progress",
             }
             raise UndoError(f"cannot undo call {call_id}: {reasons[outcome]}", call_id=call_id)
-        envelope = self.store.envelope(call_id)
-        after = self.log.last_id(envelope.run_id)
-        self.publisher.send_undo(call_id, envelope.risk)
         done = {EventType.UNDONE, EventType.UNDO_FAILED}
         for event in self.log.follow(
             envelope.run_id,

@@ -41,13 +41,21 @@ end
 # Push a call's Celery message and note it for the lost-message check (Sweeper.resend_lost):
 # the push's sequence number on its queue and the message's delivery tag go on the record,
 # the call into the queued index. START takes it out of the index.
+# An undo message is pushed the same way (``push_as``), with its own fields and index.
 _PUSH = """
-local function push(queue, pushes, queued, call, call_id, message, now)
+local function push_as(queue, pushes, index, call, call_id, message, now, seq_field, tag_field)
   redis.call('LPUSH', queue, message)
   local seq = redis.call('INCR', pushes)
   local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
-  redis.call('HSET', call, 'push_seq', seq, 'push_tag', tag)
-  redis.call('ZADD', queued, now, call_id)
+  redis.call('HSET', call, seq_field, seq, tag_field, tag)
+  redis.call('ZADD', index, now, call_id)
+end
+local function push(queue, pushes, queued, call, call_id, message, now)
+  push_as(queue, pushes, queued, call, call_id, message, now, 'push_seq', 'push_tag')
+end
+local function push_undo(queue, pushes, undo_queued, call, call_id, message, now)
+  push_as(queue, pushes, undo_queued, call, call_id, message, now,
+          'undo_push_seq', 'undo_push_tag')
 end
 """
 
@@ -344,15 +352,100 @@ return 1
 """
 )
 
-# Claim a call's undo data so it is undone at most once at a time.
-# KEYS: call, undo
-# ARGV: now
-UNDO_CLAIM = """
+# An undo moves through ``undo_state`` on the call's record: requested (its message pushed,
+# here, with the claim) → undoing (a worker holds the undo lease) → undone | failed. A
+# failed undo may be requested again; an undone one never.
+# KEYS: call, undo, queue, pushes, undo_queued
+# ARGV: call_id, now, message
+UNDO_CLAIM = (
+    _PUSH
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
 local state = redis.call('HGET', KEYS[1], 'undo_state')
-if state == 'requested' then return 'in_progress' end
+if state == 'requested' or state == 'undoing' then return 'in_progress' end
 if state == 'undone' then return 'undone' end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 'nothing' end
-redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_requested_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_requested_at', ARGV[2],
+           'undo_token', '')
+push_undo(KEYS[3], KEYS[4], KEYS[5], KEYS[1], ARGV[1], ARGV[3], ARGV[2])
 return 'ok'
 """
+)
+
+# A worker's claim on a requested undo: the undo lease and requested → undoing, so a second
+# delivery of the message finds it no longer requested and does nothing. A retry of the
+# same claim (same token) gets the same answer.
+# KEYS: call, undo_lease, undoing, undo_queued
+# ARGV: call_id, token, lease_ms, now, now_ms
+UNDO_START = """
+local f = redis.call('HMGET', KEYS[1], 'undo_state', 'undo_token')
+if f[1] == 'undoing' and f[2] == ARGV[2] then return {'ok'} end
+if f[1] ~= 'requested' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {'skip', f[1] or ''}
+end
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {'leased'} end
+redis.call('HSET', KEYS[1], 'undo_state', 'undoing', 'undo_token', ARGV[2],
+           'undo_started_at', ARGV[4])
+redis.call('ZADD', KEYS[3], tonumber(ARGV[5]) + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return {'ok'}
+"""
+
+# The end of an undo (undone | failed) with its event; the undo data goes once undone.
+# KEYS: call, stream, undo_lease, undoing, undo
+# ARGV: call_id, token, state, etype, data, channel, maxlen, now
+UNDO_FINISH = (
+    _EMIT
+    + """
+local f = redis.call('HMGET', KEYS[1], 'undo_state', 'undo_token')
+if f[2] ~= ARGV[2] then return {'stale'} end
+if f[1] == ARGV[3] then return {'ok', ''} end
+if f[1] ~= 'undoing' then return {'stale'} end
+redis.call('HSET', KEYS[1], 'undo_state', ARGV[3], 'undo_finished_at', ARGV[8])
+if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
+redis.call('ZREM', KEYS[4], ARGV[1])
+if ARGV[3] == 'undone' then redis.call('DEL', KEYS[5]) end
+return {'ok', emit(KEYS[2], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[8])}
+"""
+)
+
+# An undo whose worker died (its undo lease expired while undoing): failed ``worker_lost``,
+# or, for an idempotent tool, requested again with a fresh message (``message``).
+# KEYS: call, undo_lease, undoing, stream, queue, pushes, undo_queued
+# ARGV: call_id, now, channel, maxlen, max_recoveries, lost_data, message
+UNDO_RECOVER = (
+    _EMIT
+    + _PUSH
+    + """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
+redis.call('ZREM', KEYS[3], ARGV[1])
+local f = redis.call('HMGET', KEYS[1], 'undo_state', 'idempotent', 'undo_recoveries')
+if f[1] ~= 'undoing' then return 'gone' end
+if f[2] == '1' and tonumber(f[3] or '0') < tonumber(ARGV[5]) and ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_token', '')
+  redis.call('HINCRBY', KEYS[1], 'undo_recoveries', 1)
+  push_undo(KEYS[5], KEYS[6], KEYS[7], KEYS[1], ARGV[1], ARGV[7], ARGV[2])
+  return 'requeue'
+end
+redis.call('HSET', KEYS[1], 'undo_state', 'failed', 'undo_token', '', 'undo_finished_at', ARGV[2])
+emit(KEYS[4], ARGV[3], ARGV[4], 'call.undo_failed', ARGV[1], ARGV[6], ARGV[2])
+return 'failed'
+"""
+)
+
+# The sweeper's re-send of an undo still requested (its message lost or stranded).
+# KEYS: call, queue, pushes, undo_queued, suspect
+# ARGV: call_id, message, now
+UNDO_RESEND = (
+    _PUSH
+    + """
+if redis.call('HGET', KEYS[1], 'undo_state') ~= 'requested' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return 0
+end
+push_undo(KEYS[2], KEYS[3], KEYS[4], KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+redis.call('DEL', KEYS[5])
+return 1
+"""
+)

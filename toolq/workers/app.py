@@ -95,10 +95,19 @@ class Publisher:
         options: dict[str, Any] = {}
         if timeout is not None:
             options["time_limit"] = timeout + HARD_LIMIT_GRACE
+        return queue, self._envelope(queue, TASK_NAME, [call_id, run_id], options)
+
+    def undo_message(self, call_id: str, risk: RiskLevel) -> tuple[str, str]:
+        """The queue and message of a call's undo, pushed by the script that requests it."""
+        queue = self.keys.queue_for(risk)
+        return queue, self._envelope(queue, UNDO_TASK_NAME, [call_id], {})
+
+    def _envelope(self, queue: str, task_name: str, args: list[str], options: Any) -> str:
+        """Celery's task message in kombu's Redis transport envelope (see ``message``)."""
         task = self.app.amqp.create_task_message(
             str(uuid.uuid4()),
-            TASK_NAME,
-            [call_id, run_id],
+            task_name,
+            args,
             {},
             reply_to=self.app.thread_oid,
             ignore_result=True,
@@ -121,7 +130,7 @@ class Publisher:
             "headers": task.headers,
             "properties": properties,
         }
-        return queue, kombu_dumps(envelope)
+        return str(kombu_dumps(envelope))
 
     def send(
         self,
@@ -137,12 +146,6 @@ class Publisher:
         """Ask a worker of the call's risk level to compute its preview."""
         self.app.send_task(
             PREVIEW_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk), ignore_result=True
-        )
-
-    def send_undo(self, call_id: str, risk: RiskLevel) -> None:
-        """Ask a worker of the call's risk level to run its undo handler."""
-        self.app.send_task(
-            UNDO_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk), ignore_result=True
         )
 
 

@@ -16,17 +16,20 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from toolq.approvals.policy import ApprovalPolicy
 from toolq.approvals.store import ApprovalStore
-from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, TASK_NAME, Keys
-from toolq.models import CallStatus, RiskLevel
+from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, TASK_NAME, UNDO_TASK_NAME, Keys
+from toolq.models import CallStatus, RiskLevel, UndoState
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore
+from toolq.results.undos import UndoStore
 from toolq.settings import Settings
 from toolq.workers.app import Publisher
 
@@ -50,20 +53,33 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _call_id_of(raw: bytes | None) -> str | None:
-    """The call id in one of kombu's ``unacked`` entries, if it is a toolq call message."""
+def _message_of(raw: bytes | None) -> tuple[str, str] | None:
+    """``(task name, call id)`` of one of kombu's ``unacked`` entries, if it is toolq's."""
     if raw is None:
         return None
     try:
         message = json.loads(raw)[0]
-        if message["headers"].get("task") != TASK_NAME:
+        task = message["headers"].get("task")
+        if task not in (TASK_NAME, UNDO_TASK_NAME):
             return None
         body = message["body"]
         if message["properties"].get("body_encoding") == "base64":
             body = base64.b64decode(body)
-        return str(json.loads(body)[0][0])
+        return str(task), str(json.loads(body)[0][0])
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+@dataclass(frozen=True)
+class _Pushes:
+    """Where one kind of message (a call's, an undo's) keeps its push bookkeeping."""
+
+    index: str
+    suspect: Callable[[str], str]
+    state: str
+    waiting: str
+    seq: str
+    tag: str
 
 
 class Sweeper:
@@ -75,6 +91,19 @@ class Sweeper:
         self.approvals = approvals
         self.keys = store.keys
         self.redis = store.redis
+        self.undos = UndoStore(store)
+        k = self.keys
+        self._call_pushes = _Pushes(
+            k.queued, k.lost_suspect, "status", CallStatus.QUEUED.value, "push_seq", "push_tag"
+        )
+        self._undo_pushes = _Pushes(
+            k.undo_queued,
+            k.lost_undo_suspect,
+            "undo_state",
+            UndoState.REQUESTED.value,
+            "undo_push_seq",
+            "undo_push_tag",
+        )
 
     def sweep(self) -> dict[str, int]:
         """Expire overdue approvals, recover dead workers' calls, re-send unsent ones."""
@@ -101,17 +130,20 @@ class Sweeper:
         counts["resent"] = self.resend(ids)
         counts["stranded"] = self.resend_stranded(now)
         counts["lost"] = self.resend_lost(now)
+        counts["undo_worker_lost"] = self.recover_undos(now)
+        counts["undo_lost"] = self.resend_lost_undos(now)
         return counts
 
     def resend_stranded(self, now: float) -> int:
-        """Send again calls whose message a worker took but never started (it died).
+        """Send again calls (and undos) whose message a worker took but never started.
 
         kombu keeps a taken, unacknowledged message in its ``unacked`` hash until the
         visibility timeout (above the longest time limit: an hour by default). A message
-        that has sat there past ``redeliver_after`` while its call is still ``queued`` is
-        sent again, once per message. Should the worker holding it still be alive (calls
-        waiting behind long ones), the copy is harmless: the first delivery to start the
-        call wins, and any other finds it no longer queued.
+        that has sat there past ``redeliver_after`` while its call is still ``queued`` (an
+        undo message: its undo still ``requested``) is sent again, once per message.
+        Should the worker holding it still be alive (calls waiting behind long ones), the
+        copy is harmless: the first delivery to start the call (or claim the undo) wins,
+        and any other finds it no longer queued (requested).
         """
         cutoff = now - self.store.settings.redeliver_after
         tags: Any = self.redis.zrangebyscore(
@@ -120,29 +152,80 @@ class Sweeper:
         if not tags:
             return 0
         messages: Any = self.redis.hmget(KOMBU_UNACKED, tags)
-        ids = [_call_id_of(m) for m in messages]
-        taken = [(tag, c) for tag, c in zip(tags, ids, strict=True) if c is not None]
+        taken = [
+            (tag, found)
+            for tag, found in zip(tags, (_message_of(m) for m in messages), strict=True)
+            if found is not None
+        ]
         if not taken:
             return 0
         pipe = self.redis.pipeline(transaction=False)
-        for _, call_id in taken:
-            pipe.hget(self.keys.call(call_id), "status")
-        statuses = pipe.execute()
+        for _, (_, call_id) in taken:
+            pipe.hmget(self.keys.call(call_id), "status", "undo_state")
+        # Still waiting for this message: its call queued, or (an undo's) its undo requested.
         stranded = [
-            (tag, call_id)
-            for (tag, call_id), status in zip(taken, statuses, strict=True)
-            if status is not None and status.decode() == CallStatus.QUEUED.value
+            (tag, task, call_id)
+            for (tag, (task, call_id)), (status, undo_state) in zip(
+                taken, pipe.execute(), strict=True
+            )
+            if _text((status if task == TASK_NAME else undo_state) or b"")
+            == (CallStatus.QUEUED.value if task == TASK_NAME else UndoState.REQUESTED.value)
         ]
         if not stranded:
             return 0
         ttl = int(self.store.settings.max_time_limit + 3600)
         pipe = self.redis.pipeline(transaction=False)
-        for tag, _ in stranded:
+        for tag, _, _ in stranded:
             pipe.set(self.keys.resent(_text(tag)), "1", nx=True, ex=ttl)
-        fresh = [c for (_, c), first in zip(stranded, pipe.execute(), strict=True) if first]
+        fresh = [(t, c) for (_, t, c), first in zip(stranded, pipe.execute(), strict=True) if first]
         if fresh:
-            log.warning("re-sending %d calls taken by a worker that never started them", len(fresh))
-        return self.resend(fresh)
+            log.warning("re-sending %d messages taken by a worker that never started them",
+                        len(fresh))  # fmt: skip
+        calls = [c for t, c in fresh if t == TASK_NAME]
+        undos = [c for t, c in fresh if t == UNDO_TASK_NAME]
+        return self.resend(calls) + self.resend_undos(undos)
+
+    def recover_undos(self, now: float) -> int:
+        """Settle undos whose worker died (undo lease expired): failed, or re-sent if idempotent.
+
+        An undo handler is not assumed idempotent: it fails ``worker_lost`` and is never
+        run twice unless its tool is marked ``idempotent`` (then it is requested again, up
+        to ``MAX_RECOVERIES`` times), as for calls.
+        """
+        overdue: Any = self.redis.zrangebyscore(
+            self.keys.undoing, 0, int(now * 1000), start=0, num=SWEEP_BATCH
+        )
+        if not overdue:
+            return 0
+        ids = [_text(c) for c in overdue]
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in ids:
+            pipe.hmget(self.keys.call(call_id), "run_id", "risk")
+        settled = 0
+        for call_id, (run, risk) in zip(ids, pipe.execute(), strict=True):
+            if run is None or risk is None:
+                self.redis.zrem(self.keys.undoing, call_id)
+                continue
+            queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
+            outcome = self.undos.recover(call_id, _text(run), queue, message, MAX_RECOVERIES)
+            if outcome in ("failed", "requeue"):
+                log.warning("undo of call %s lost its worker: %s", call_id, outcome)
+                settled += 1
+        return settled
+
+    def resend_undos(self, call_ids: list[str]) -> int:
+        """Push again the undo messages of the calls among ``call_ids`` still requested."""
+        if not call_ids:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hget(self.keys.call(call_id), "risk")
+        messages = []
+        for call_id, risk in zip(call_ids, pipe.execute(), strict=True):
+            if risk is not None:
+                queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
+                messages.append((call_id, queue, message))
+        return self.undos.resend(messages)
 
     def resend_lost(self, now: float) -> int:
         """Send again queued calls whose message is in no queue and in no unacked entry.
@@ -158,29 +241,58 @@ class Sweeper:
         lost and sent again. Only calls queued longer than ``redeliver_after`` are looked
         at, from the ``queued`` index that START empties, and never by scanning a queue.
         """
+        lost = self._find_lost(now, self._call_pushes)
+        for call_id, waited in lost:
+            # The chaos harness reads these lines: how long a lost message stranded its call.
+            log.warning(
+                "call %s: message lost %.2f s after it was queued; sending it again",
+                call_id,
+                waited,
+            )
+        return self.resend([call_id for call_id, _ in lost])
+
+    def resend_lost_undos(self, now: float) -> int:
+        """Send again requested undos whose message is lost, found as ``resend_lost`` does.
+
+        Undo messages share their queue's push counter with call messages
+        (``undo_push_seq``, ``undo_push_tag``, the ``undo_queued`` index UNDO_START empties).
+        """
+        lost = self._find_lost(now, self._undo_pushes)
+        for call_id, waited in lost:
+            log.warning(
+                "call %s: undo message lost %.2f s after it was requested; sending it again",
+                call_id,
+                waited,
+            )
+        return self.resend_undos([call_id for call_id, _ in lost])
+
+    def _find_lost(self, now: float, pushes: _Pushes) -> list[tuple[str, float]]:
+        """Messages of ``pushes``' kind taken and never recorded: ``(call_id, seconds)``."""
         k = self.keys
+        index = pushes.index
         cutoff = now - self.store.settings.redeliver_after
         raw: Any = self.redis.zrangebyscore(
-            k.queued, 0, cutoff, start=0, num=SWEEP_BATCH, withscores=True
+            index, 0, cutoff, start=0, num=SWEEP_BATCH, withscores=True
         )
         if not raw:
-            return 0
+            return []
         pushed_at = {_text(c): float(score) for c, score in raw}
         ids = list(pushed_at)
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
-            pipe.hmget(k.call(call_id), "status", "risk", "push_seq", "push_tag")
+            pipe.hmget(k.call(call_id), pushes.state, "risk", pushes.seq, pushes.tag)
         waiting: list[tuple[str, str, int, str]] = []
         done: list[str] = []
-        for call_id, (status, risk, seq, tag) in zip(ids, pipe.execute(), strict=True):
-            if status is None or _text(status) != CallStatus.QUEUED.value or seq is None:
+        for call_id, (state, risk, seq, tag) in zip(ids, pipe.execute(), strict=True):
+            if state is None or _text(state) != pushes.waiting or seq is None:
                 done.append(call_id)
             else:
                 waiting.append((call_id, k.queue_for(_text(risk)), int(seq), _text(tag or b"")))
         if done:
-            self.redis.zrem(k.queued, *done)
+            self.redis.zrem(index, *done)
         if not waiting:
-            return 0
+            return []
+        suspect_key = pushes.suspect
         queues = sorted({queue for _, queue, _, _ in waiting})
         # The push counter is read before the queue's length: pushes in between only make
         # the queue look longer, never a queued message look taken.
@@ -190,33 +302,26 @@ class Sweeper:
             pipe.llen(queue)
         for call_id, _, _, tag in waiting:
             pipe.hexists(KOMBU_UNACKED, tag or "-")
-            pipe.get(k.lost_suspect(call_id))
+            pipe.get(suspect_key(call_id))
         replies = pipe.execute()
         taken_below = {
             queue: int(replies[2 * i] or 0) - int(replies[2 * i + 1])
             for i, queue in enumerate(queues)
         }
         rest = replies[2 * len(queues) :]
-        confirmed: list[str] = []
+        confirmed: list[tuple[str, float]] = []
         pipe = self.redis.pipeline(transaction=False)
         ttl = max(60, int(self.store.settings.redeliver_after * 10))
         for n, (call_id, queue, seq, _) in enumerate(waiting):
             unacked, suspect = rest[2 * n], rest[2 * n + 1]
             if seq > taken_below[queue] or unacked:
-                pipe.delete(k.lost_suspect(call_id))  # queued, or held by a worker
+                pipe.delete(suspect_key(call_id))  # queued, or held by a worker
             elif suspect is None:
-                pipe.set(k.lost_suspect(call_id), repr(now), nx=True, ex=ttl)
+                pipe.set(suspect_key(call_id), repr(now), nx=True, ex=ttl)
             elif now - float(suspect) >= LOST_CONFIRM:
-                confirmed.append(call_id)
+                confirmed.append((call_id, now - pushed_at[call_id]))
         pipe.execute()
-        for call_id in confirmed:
-            # The chaos harness reads these lines: how long a lost message stranded its call.
-            log.warning(
-                "call %s: message lost %.2f s after it was queued; sending it again",
-                call_id,
-                now - pushed_at[call_id],
-            )
-        return self.resend(confirmed)
+        return confirmed
 
     def resend(self, call_ids: list[str]) -> int:
         """Push again the messages of the calls among ``call_ids`` that are still queued."""

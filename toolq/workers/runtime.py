@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 
@@ -23,18 +24,20 @@ from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
 from toolq.diff import diff_json, diff_text
 from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
+from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
+from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.telemetry import CallSpan, call_span
 from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
+T = TypeVar("T")
 
 CANCEL_POLL_SECONDS = 0.2
 HOOK_TIMEOUT = 60.0
@@ -44,11 +47,13 @@ HOOK_TIMEOUT = 60.0
 class LeaseKeeper(threading.Thread):
     """Renews the leases of this process's running calls and delivers cancels to them."""
 
-    def __init__(self, store: CallStore, settings: Settings) -> None:
+    def __init__(self, store: CallStore, settings: Settings, undos: UndoStore) -> None:
         super().__init__(name="toolq-lease-keeper", daemon=True)
         self.store = store
+        self.undos = undos
         self.renew_every = settings.lease_seconds / 3
         self._active: dict[str, tuple[str, ToolContext]] = {}
+        self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
 
@@ -62,6 +67,16 @@ class LeaseKeeper(threading.Thread):
         with self._lock:
             self._active.pop(call_id, None)
 
+    def add_undo(self, call_id: str, token: str) -> None:
+        """Renew the undo lease of a call whose undo handler just started."""
+        with self._lock:
+            self._undoing[call_id] = token
+
+    def remove_undo(self, call_id: str) -> None:
+        """Stop renewing an undo lease."""
+        with self._lock:
+            self._undoing.pop(call_id, None)
+
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
@@ -69,7 +84,8 @@ class LeaseKeeper(threading.Thread):
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
-            if not active:
+                undoing = dict(self._undoing)
+            if not active and not undoing:
                 continue
             try:
                 for call_id in self.store.cancel_requested(list(active)):
@@ -82,6 +98,10 @@ class LeaseKeeper(threading.Thread):
                             # Someone else may recover this call now: stop ours.
                             log.warning("lease of call %s lost; cancelling this run", call_id)
                             active[call_id][1].cancel()
+                    for call_id, ok in self.undos.renew(undoing).items():
+                        if not ok:
+                            # An undo handler cannot be stopped; its end will be dropped.
+                            log.warning("undo lease of call %s lost", call_id)
             except redis.RedisError as exc:
                 log.warning("lease keeper cannot reach Redis: %s", exc)
 
@@ -103,7 +123,8 @@ class WorkerRuntime:
         verifier = verifier_for(settings)
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
-        self.keeper = LeaseKeeper(self.store, settings)
+        self.undos = UndoStore(self.store)
+        self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
 
@@ -223,18 +244,22 @@ class WorkerRuntime:
 
     def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan) -> None:
         span.finish(result)
-        # Redis may be restarting: keep trying for about a lease, after which the call
-        # belongs to recovery anyway.
+        if not self._within_lease(lambda: self.store.finish(env, token, result)):
+            log.warning(
+                "call %s finished after losing its lease; result dropped: %s",
+                env.call_id,
+                dumps(result.status),
+            )
+
+    def _within_lease(self, write: Callable[[], T]) -> T:
+        """``write()``, retried while Redis is unreachable for about a lease.
+
+        Redis may be restarting; after a lease the call (or its undo) belongs to recovery.
+        """
         deadline = time.monotonic() + self.settings.lease_seconds
         while True:
             try:
-                if not self.store.finish(env, token, result):
-                    log.warning(
-                        "call %s finished after losing its lease; result dropped: %s",
-                        env.call_id,
-                        dumps(result.status),
-                    )
-                return
+                return write()
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     raise
@@ -269,31 +294,40 @@ class WorkerRuntime:
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
 
     def undo(self, call_id: str) -> None:
-        """Run the tool's undo handler with the undo data its call returned."""
+        """Run the tool's undo handler with the undo data its call returned, if requested.
+
+        The undo lease is taken first (requested → undoing): any other delivery of the same
+        undo (a re-sent copy, a duplicate, a forged message) finds it taken and does nothing.
+        """
+        token = uuid.uuid4().hex
+        outcome, state = self._within_lease(lambda: self.undos.start(call_id, token))
+        if outcome != "ok":
+            log.info("undo of call %s not run: %s %s", call_id, outcome, state)
+            return
         envelope = self.store.envelope(call_id)
-        undo_key = self.store.keys.undo(call_id)
-        raw = self.redis.get(undo_key)
-        ctx = context_of(envelope)
+        self.keeper.add_undo(call_id, token)
         try:
+            raw = self.redis.get(self.store.keys.undo(call_id))
             if raw is None:
                 raise UndoError(f"call {call_id} has no undo data (expired or never stored)")
             tool = self.registry.require(envelope.name)
             if not tool.has_undo:
                 raise UndoError(f"tool {tool.name!r} has no undo handler")
             name = context_parameter(tool.undo)
+            ctx = context_of(envelope)
             self._resolve(tool.undo(json.loads(raw), **({name: ctx} if name else {})))
         except Exception as exc:
             log.warning("undo of call %s failed: %s", call_id, exc)
-            self.store.emit(
-                call_id,
-                EventType.UNDO_FAILED,
-                {"error": error_message(exc), "error_type": error_type(exc)},
-                {"undo_state": "failed"},
-            )
-            return
-        self.store.emit(
-            call_id, EventType.UNDONE, {"undone": True}, {"undo_state": "undone"}, delete=[undo_key]
-        )
+            end = UndoState.FAILED
+            data: dict[str, Any] = {"error": error_message(exc), "error_type": error_type(exc)}
+        else:
+            end, data = UndoState.UNDONE, {"undone": True}
+        finally:
+            self.keeper.remove_undo(call_id)
+        if not self._within_lease(
+            lambda: self.undos.finish(call_id, envelope.run_id, token, end, data)
+        ):
+            log.warning("undo of call %s ended after losing its lease: %s dropped", call_id, end)
 
 
 def _failed(env: CallEnvelope, error: str, error_type: str) -> CallResult:
