@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, worker_sp
 from bench.chaos.history import DUMP, History
 from bench.chaos.load import LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
+from bench.procs import exit_on_signal
 from toolq.cli.check import missing_queues
 from toolq.cli.keys import fresh_keys
 from toolq.models import RiskLevel
@@ -73,6 +75,8 @@ def run(cfg: ChaosConfig) -> int:
     ctx = multiprocessing.get_context("spawn")
     stop_approver = ctx.Event()
     approver = None
+    injector: FaultInjector | None = None
+    clients: list[multiprocessing.process.BaseProcess] = []
     started = time.time()
     try:
         pool.start_all()
@@ -131,6 +135,13 @@ def run(cfg: ChaosConfig) -> int:
         history.append("drained", unfinished=unfinished(server.url))
         dump_redis(server.url, cfg.out / DUMP)
     finally:
+        if injector is not None:  # no worker restart may race the pool's stop below
+            injector.stopped.set()
+            injector.join(30)
+        for proc in clients:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
         stop_approver.set()
         if approver is not None:
             approver.join(10)
@@ -217,7 +228,9 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point; SIGTERM/SIGINT end the run with its workers, clients and Redis stopped."""
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGINT, exit_on_signal)
     return run(parse_args(argv))
 
 

@@ -12,11 +12,13 @@ or had a worker exit by itself with status 0 (which no supervisor would notice).
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from bench.chaos import harness
+from bench.procs import exit_on_signal
 
 COLUMNS = (
     "seed",
@@ -68,7 +70,9 @@ def row(seed: int, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point; SIGTERM/SIGINT stop the current run cleanly (see ``harness.main``)."""
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGINT, exit_on_signal)
     args = list(sys.argv[1:] if argv is None else argv)
     seeds_at = args.index("--seeds")
     seeds = parse_seeds(args[seeds_at + 1])
