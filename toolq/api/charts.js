@@ -21,7 +21,7 @@ function niceMax(value) {
 // values[i] belongs to the bucket starting at start + i * step; null leaves a gap.
 function lineChart(chart) {
   const W = 560, H = 170, L = 46, R = 8, T = 8, B = 22;
-  const n = Math.max(1, ...chart.series.map(s => s.values.length));
+  const n = chart.buckets || Math.max(1, ...chart.series.map(s => s.values.length));
   const top = niceMax(Math.max(0, ...chart.series.flatMap(s => s.values.filter(v => v !== null))));
   const x = i => L + (n === 1 ? 0 : (i / (n - 1)) * (W - L - R));
   const y = v => T + (1 - v / top) * (H - T - B);
@@ -32,11 +32,12 @@ function lineChart(chart) {
     root.append(svg("text", { x: L - 4, y: y(top * f) + 4, class: "axis", "text-anchor": "end" },
       chart.format(top * f)));
   }
-  for (let i = 0; i < n; i += 15) {
+  for (let i = 0; i < n - 7; i += 15) {
     const when = new Date((chart.start + i * chart.step) * 1000);
     root.append(svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": i ? "middle" : "start" },
       when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false })));
   }
+  root.append(svg("text", { x: W - R, y: H - 6, class: "axis", "text-anchor": "end" }, "now"));
   for (const s of chart.series) {
     let d = "";
     let pen = false;

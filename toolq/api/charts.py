@@ -63,6 +63,7 @@ def charts(client: Client, now: float | None = None) -> dict[str, Any]:
     return {
         "start": start,
         "bucket_seconds": BUCKET_SECONDS,
+        "window_seconds": WINDOW_SECONDS,
         "rates": {
             state: [round(n / BUCKET_SECONDS, 4) for n in series]
             for state, series in counts.items()

@@ -251,7 +251,8 @@ function renderCalls(o) {
     cell("Risk", {}, riskBadge(c.risk)),
     cell("State", {}, badge(c.status)),
     cell("Duration", { class: "num" }, duration(c.duration_ms)),
-    cell("Error", { class: "error" }, c.error || ""),
+    cell("Error", { class: "error" }, c.error || "", c.error_truncated
+      ? ["… ", el("a", { href: "#/calls/" + encodeURIComponent(c.call_id), class: "more" }, "full error")] : null),
     cell("", { class: "row-actions" }, cancelButton(c))));
   $("#calls tbody").replaceChildren(...rows);
   const first = o.offset + (calls.length ? 1 : 0);
@@ -290,7 +291,8 @@ async function loadCharts() {
   const { lineChart } = window.toolqCharts;
   const states = STATE_ORDER.filter(st => data.rates[st]);
   const rate = v => v === 0 ? "0" : v < 0.1 ? v.toFixed(3) : v.toFixed(2);
-  $("#chart-rates").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds,
+  const buckets = Math.round(data.window_seconds / data.bucket_seconds);
+  $("#chart-rates").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds, buckets,
     label: "calls per second by state", format: v => rate(v) + "/s",
     series: states.map(st => ({ name: st, cls: "st-" + st, values: data.rates[st] })) }));
   $("#legend-rates").replaceChildren(...(states.length ? legend(states.map(st => [st.replace("_", " "), "st-" + st]))
@@ -299,7 +301,7 @@ async function loadCharts() {
   const series = tools.flatMap((tool, i) => [
     { name: tool + " p50", cls: "c" + (i % 8), values: data.durations[tool].p50 },
     { name: tool + " p99", cls: "c" + (i % 8), values: data.durations[tool].p99, dashed: true }]);
-  $("#chart-durations").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds,
+  $("#chart-durations").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds, buckets,
     label: "p50 and p99 duration per tool", format: v => duration(v), series }));
   $("#legend-durations").replaceChildren(...legend(tools.map((tool, i) => [tool, "c" + (i % 8)])));
 }
@@ -568,11 +570,12 @@ function section(label, ...content) {
 async function refreshCall() {
   const current = call;
   if (!current || current.final) return;
-  let result, view;
+  let result, view, actions;
   try {
-    [result, view] = await Promise.all([
+    [result, view, actions] = await Promise.all([
       api(`v1/calls/${encodeURIComponent(current.id)}`),
-      api(`v1/approvals/${encodeURIComponent(current.id)}`)]);
+      api(`v1/approvals/${encodeURIComponent(current.id)}`),
+      api(`v1/calls/${encodeURIComponent(current.id)}/actions`)]);
   } catch (e) {
     if (call !== current) return;
     $("#call-error").textContent = `${e.code}: ${e.message}`;
@@ -582,8 +585,8 @@ async function refreshCall() {
   const events = await api(`v1/runs/${encodeURIComponent(result.run_id || view.run_id)}/events?follow=false`)
     .catch(() => []);
   if (call !== current) return;
-  // A final call with undo data stays live: its undo events are still to come.
-  current.final = FINAL.has(result.status) && !result.undo;
+  // A final call that can be undone stays live: its undo events are still to come.
+  current.final = FINAL.has(result.status) && !actions.undo && actions.undo_state !== "requested";
   $("#call-error").hidden = true;
   $("#call-state").replaceChildren(badge(result.status), " ", riskBadge(view.risk));
   const meta = [["Tool", result.name], ["Run", runLink(view.run_id)], ["Call id", el("code", {}, result.call_id)],
@@ -615,9 +618,8 @@ async function refreshCall() {
       el("span", { class: "badge s-" + state }, e.type.replace("call.", "")),
       detail ? el("span", { class: "detail" }, detail) : null);
   }));
-  const undone = mine.some(e => e.type === "call.undone");
-  $("#call-cancel").hidden = FINAL.has(result.status);
-  $("#call-undo").hidden = !(result.status === "succeeded" && result.undo && !undone);
+  $("#call-cancel").hidden = !actions.cancel;
+  $("#call-undo").hidden = !actions.undo;
   $("#call-cancel").onclick = () => cancelCall(current.id, result.name);
   $("#call-undo").onclick = () => undoCall(current, result.name);
 }

@@ -17,12 +17,13 @@ from toolq.api.auth import Principal
 from toolq.api.charts import charts
 from toolq.cli.check import live_workers
 from toolq.dispatch.client import Client
+from toolq.errors import CallNotFoundError
 from toolq.models import CallStatus, RiskLevel
 
 SCAN_CHUNK = 500
 """Recent-call ids read per round trip while filtering."""
 ERROR_CHARS = 300
-"""An error message is cut to this many characters in the overview."""
+"""An error message is cut to this many characters in the overview (the call page has it all)."""
 _FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result")
 
 
@@ -48,6 +49,7 @@ def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
         "updated_at": float(updated) if updated else None,
         "duration_ms": outcome.get("duration_ms"),
         "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
+        "error_truncated": isinstance(error, str) and len(error) > ERROR_CHARS,
     }
 
 
@@ -156,6 +158,31 @@ def overview(client: Client, **filters: Any) -> dict[str, Any]:
     }
 
 
+def call_actions(client: Client, call_id: str) -> dict[str, Any]:
+    """What the call page may offer: cancel (not final yet), undo (undo data kept, not undone).
+
+    Undo data lives apart from the result (it may hold what the call overwrote), so only
+    its presence is read, never its content.
+    """
+    pipe = client.redis.pipeline(transaction=False)
+    pipe.hmget(client.keys.call(call_id), "name", "status", "undo_state")
+    pipe.exists(client.keys.undo(call_id))
+    (name, status, undo_state), kept = pipe.execute()
+    if name is None or status is None:
+        raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+    state = CallStatus(_text(status))
+    tool = client.registry.get(_text(name))
+    undo_state = _text(undo_state) if undo_state is not None else None
+    undoable = (
+        state is CallStatus.SUCCEEDED
+        and tool is not None
+        and tool.has_undo
+        and bool(kept)
+        and undo_state != "undone"
+    )
+    return {"cancel": not state.is_final, "undo": undoable, "undo_state": undo_state}
+
+
 def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
     """The JSON endpoints only the dashboard needs."""
     router = APIRouter(prefix="/v1", tags=["dashboard"])
@@ -187,6 +214,12 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
             "limit": limit,
         }
         return await run_in_threadpool(lambda: overview(client, **filters))
+
+    @router.get("/calls/{call_id}/actions")
+    async def get_call_actions(call_id: str, caller: Caller) -> dict[str, Any]:
+        """Whether the call can still be cancelled or undone (the roles are checked on use)."""
+        caller.require_viewer()
+        return await run_in_threadpool(call_actions, client, call_id)
 
     @router.get("/charts")
     async def get_charts(caller: Caller) -> dict[str, Any]:
