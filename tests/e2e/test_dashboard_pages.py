@@ -136,14 +136,14 @@ def test_search_pagination_workers_and_charts_over_http(api, workers, client):
 
 def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, page):
     workers.start()
-    sign_in(page)
     [login] = dispatch(api, "run-login", ("l", "login", {"user": "ada", "password": "hunter2-pw"}))
     link = Notice(
         delivery_id="d", type="call.awaiting_approval", call_id=login, run_id="run-login",
         tool="login", risk="dangerous", ts=time.time(), data={},
     ).link(api)
     assert link == f"{api}/#/calls/{login}"
-    page.goto(link)
+    page.goto(link)  # signed out: the page opens once signed in
+    sign_in(page)
     panel = page.locator("#call-panel")
     expect(panel).to_be_visible()
     expect(page.locator("#call-title")).to_have_text(login)
@@ -169,6 +169,11 @@ def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, pag
     page.locator(f'#calls tr[data-call-id="{login}"] [data-testid=call-link]').click()
     expect(page.locator("#call-title")).to_have_text(login)
     assert page.url.endswith(f"#/calls/{login}")
+    # signed in, a link followed later opens its page too (hashchange)
+    page.click("#call-close")
+    page.goto(link)
+    expect(panel).to_be_visible()
+    expect(page.locator("#call-state .badge[data-state]")).to_have_text("cancelled")
 
 
 def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
@@ -281,7 +286,6 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(page.get_by_test_id("approval")).to_have_count(2)
     expect(rows).to_have_count(2)
     page.select_option("#filters select[name=state]", "")
-    screenshot(page, "dashboard.png")
 
     # cancel from the table (the gated calls are the oldest: on page 2 unless searched for)
     page.fill("#filters input[name=q]", "run-gated")

@@ -107,8 +107,8 @@ function filters() {
 // -- session ------------------------------------------------------------------------------
 function showLogin(message) {
   clearTimeout(timer);
-  closeRun();
-  closeCall();
+  closeRun(true);  // keep the route: it opens again once signed in
+  closeCall(true);
   $("#login").hidden = false;
   $("#top").hidden = $("#app").hidden = true;
   $("#login-error").textContent = message || "";
@@ -480,13 +480,13 @@ async function stream(runId) {
   source.addEventListener("message", onEvent);
   current.source = source;
 }
-function closeRun() {
+function closeRun(keepRoute) {
   if (run && run.source) run.source.close();
   run = null;
   $("#run-panel").hidden = true;
-  if (location.hash.startsWith("#run=")) history.replaceState(null, "", location.pathname + location.search);
+  if (!keepRoute && location.hash.startsWith("#run=")) history.replaceState(null, "", location.pathname + location.search);
 }
-$("#run-close").addEventListener("click", closeRun);
+$("#run-close").addEventListener("click", () => closeRun());
 
 async function refreshRunCalls() {
   const current = run;
@@ -557,12 +557,12 @@ function openCall(id) {
   $("#call-panel").scrollIntoView({ block: "start" });
   refreshCall().catch(() => {});
 }
-function closeCall() {
+function closeCall(keepRoute) {
   call = null;
   $("#call-panel").hidden = true;
-  if (location.hash.startsWith("#/calls/")) history.replaceState(null, "", location.pathname + location.search);
+  if (!keepRoute && location.hash.startsWith("#/calls/")) history.replaceState(null, "", location.pathname + location.search);
 }
-$("#call-close").addEventListener("click", closeCall);
+$("#call-close").addEventListener("click", () => closeCall());
 
 function section(label, ...content) {
   return [el("div", { class: "section-label" }, label), ...content];
