@@ -180,14 +180,16 @@ def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
     workers.start()
     sign_in(page)
     extra = {f"unexpected_field_number_{i}": i for i in range(8)}
-    [boom, bad] = dispatch(
+    [boom, bad, parked] = dispatch(
         api,
         LONG_RUN,
         ("b", "boom", {}),
         ("x", "add", {"a": 1, "b": 2, **extra}),  # fails validation: a ~500-character error
+        ("w", "wipe", {"target": "t" * 80}),  # parked: its row has a Cancel button
     )
     expect(state_of(page, bad)).to_have_text("failed", timeout=SLOW)
     expect(state_of(page, boom)).to_have_text("failed", timeout=SLOW)
+    expect(page.locator(f'#calls tr[data-call-id="{parked}"] button.cancel')).to_be_visible()
     row = page.locator(f'#calls tr[data-call-id="{boom}"]')
     expect(row.locator("td.when")).to_have_text(DATE)
 
@@ -215,7 +217,7 @@ def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
         run_link = row.locator("button.run-id")
         expect(run_link).to_have_text(LONG_RUN)
         run_link.scroll_into_view_if_needed()
-        expect(run_link).to_be_in_viewport(ratio=1)
+        expect(run_link).to_be_in_viewport(ratio=0.95)
     screenshot(page, "dashboard-narrow.png")
 
     # the call page holds the whole error, however long
@@ -309,3 +311,22 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(undo).to_be_hidden()
     assert target.read_text() == "before\n"
     screenshot(page, "dashboard-call.png")
+
+
+def test_prefork_heartbeat_counts_calls_run_in_child_processes(api, workers, settings):
+    from toolq.cli.check import live_workers
+
+    workers.start("safe", pool="prefork", concurrency=1)
+    [slow] = dispatch(api, "fork", ("s", "slow", {"seconds": 2}))
+    deadline = time.monotonic() + 20
+    while not any(slow in w.get("current", []) for w in live_workers(settings)):
+        assert time.monotonic() < deadline, live_workers(settings)
+        time.sleep(0.1)
+    [beat] = live_workers(settings)
+    assert beat["pool"] == "prefork" and beat["processed"] == 0
+    while True:
+        [beat] = live_workers(settings)
+        if beat["current"] == [] and beat["processed"] == 1:
+            break
+        assert time.monotonic() < deadline + 10, beat
+        time.sleep(0.1)

@@ -244,16 +244,15 @@ function renderCalls(o) {
   const calls = o.calls;
   const cell = (label, attrs, ...children) => el("td", { ...attrs, "data-label": label }, ...children);
   const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
-    cell("Created", { class: "mono when" }, clock(c.created_at)),
+    cell("Created", { class: "mono when" }, clock(c.created_at).split(" ").flatMap((part, i) => [i ? " " : null, el("span", {}, part)])),
     cell("Call", {}, callLink(c.call_id)),
     cell("Run", { class: "run" }, runLink(c.run_id)),
     cell("Tool", {}, c.name),
     cell("Risk", {}, riskBadge(c.risk)),
-    cell("State", {}, badge(c.status)),
+    cell("State", { class: "state" }, badge(c.status), cancelButton(c)),
     cell("Duration", { class: "num" }, duration(c.duration_ms)),
     cell("Error", { class: "error" }, c.error || "", c.error_truncated
-      ? ["… ", el("a", { href: "#/calls/" + encodeURIComponent(c.call_id), class: "more" }, "full error")] : null),
-    cell("", { class: "row-actions" }, cancelButton(c))));
+      ? ["… ", el("a", { href: "#/calls/" + encodeURIComponent(c.call_id), class: "more" }, "full error")] : null)));
   $("#calls tbody").replaceChildren(...rows);
   const first = o.offset + (calls.length ? 1 : 0);
   $("#calls-count").textContent = calls.length;
