@@ -330,3 +330,20 @@ def test_prefork_heartbeat_counts_calls_run_in_child_processes(api, workers, set
             break
         assert time.monotonic() < deadline + 10, beat
         time.sleep(0.1)
+
+
+def test_call_page_renders_hostile_values_as_text(api, workers, page):
+    workers.start("safe")
+    sign_in(page)
+    hostile = "<img src=x onerror=window.pwned=1><b>bold</b>"
+    [echo] = dispatch(api, "run-<img src=y>", ("e", "echo", {"text": hostile}))
+    page.goto(f"{api}/#/calls/{echo}")
+    expect(page.get_by_test_id("call-output")).to_contain_text(hostile, timeout=SLOW)
+    expect(page.get_by_test_id("call-arguments")).to_contain_text(hostile)
+    expect(page.locator("#call-meta")).to_contain_text("run-<img src=y>")
+    # a crafted link puts markup in the route: shown as text, answered 404, nothing runs
+    page.goto(f"{api}/#/calls/" + hostile.replace(" ", "%20"))
+    expect(page.locator("#call-error")).to_contain_text("not_found")
+    expect(page.locator("#call-title")).to_have_text(hostile)
+    assert page.locator("#app img, #app b").count() == 0
+    assert page.evaluate("window.pwned") is None
