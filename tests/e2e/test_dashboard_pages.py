@@ -13,22 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_dashboard import (  # noqa: F401 - fixtures
-    SLOW,
-    api,
-    card,
-    dispatch,
-    expect,
-    h,
-    page,
-    screenshot,
-    sign_in,
-    state_of,
-)
+from tests.e2e import test_dashboard as base
+from tests.e2e.test_dashboard import SLOW, card, dispatch, expect, h, screenshot, sign_in, state_of
 from toolq.api.charts import charts, percentile
 from toolq.webhooks.payload import Notice
 
 pytestmark = pytest.mark.e2e
+
+api = base.api  # the same uvicorn server and Chromium page as test_dashboard
+page = base.page
 
 LONG_RUN = "run-" + "x" * 52 + "-end"  # 60 characters, no place to break
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
@@ -128,7 +121,9 @@ def test_search_pagination_workers_and_charts_over_http(api, workers, client):
     missing = httpx.get(f"{api}/v1/calls/nope/actions", headers=h("agent-t"))
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "call_not_found"
     assert httpx.get(f"{api}/v1/calls/{parked}/actions").status_code == 401
-    assert httpx.get(f"{api}/v1/overview", params={"offset": -1}, headers=h("agent-t")).status_code in (
+    assert httpx.get(
+        f"{api}/v1/overview", params={"offset": -1}, headers=h("agent-t")
+    ).status_code in (
         400,
         422,
     )
@@ -138,8 +133,14 @@ def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, pag
     workers.start()
     [login] = dispatch(api, "run-login", ("l", "login", {"user": "ada", "password": "hunter2-pw"}))
     link = Notice(
-        delivery_id="d", type="call.awaiting_approval", call_id=login, run_id="run-login",
-        tool="login", risk="dangerous", ts=time.time(), data={},
+        delivery_id="d",
+        type="call.awaiting_approval",
+        call_id=login,
+        run_id="run-login",
+        tool="login",
+        risk="dangerous",
+        ts=time.time(),
+        data={},
     ).link(api)
     assert link == f"{api}/#/calls/{login}"
     page.goto(link)  # signed out: the page opens once signed in
@@ -150,7 +151,9 @@ def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, pag
     args = page.get_by_test_id("call-arguments")
     expect(args).to_contain_text("ada")
     assert "hunter2-pw" not in page.content()
-    expect(panel.locator("dd").filter(has_text=re.compile(r"^\d{4}-\d{2}-\d{2} "))).not_to_have_count(0)
+    expect(
+        panel.locator("dd").filter(has_text=re.compile(r"^\d{4}-\d{2}-\d{2} "))
+    ).not_to_have_count(0)
     expect(page.locator("#call-timeline li[data-type='call.awaiting_approval']")).to_have_count(1)
     expect(page.locator("#call-undo")).to_be_hidden()
 
@@ -199,7 +202,8 @@ def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
             const panel = document.getElementById('calls-panel');
             const clipped = [...document.querySelectorAll('#calls td.error')]
               .filter(td => td.scrollWidth > td.clientWidth + 1).length;
-            const cells = [...document.querySelectorAll('#calls td')].map(td => td.getBoundingClientRect());
+            const cells = [...document.querySelectorAll('#calls td')]
+              .map(td => td.getBoundingClientRect());
             return {page: document.documentElement.scrollWidth, viewport: window.innerWidth,
                     table: document.getElementById('calls').scrollWidth, panel: panel.clientWidth,
                     clipped, outside: cells.filter(r => r.right > window.innerWidth + 1).length};
@@ -226,7 +230,9 @@ def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
     expect(cut).to_contain_text("unexpected_field_number_0")
     cut.locator("a.more").click()
     full = httpx.get(f"{api}/v1/calls/{bad}", headers=h("agent-t")).json()["error"]
-    assert len(full) > 400 and full.endswith("unexpected_field_number_7: Extra inputs are not permitted")
+    assert len(full) > 400 and full.endswith(
+        "unexpected_field_number_7: Extra inputs are not permitted"
+    )
     expect(page.get_by_test_id("call-error-text")).to_have_text(full)
 
 
@@ -251,10 +257,14 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(worker).to_have_count(1)
     expect(worker.get_by_test_id("worker-pool")).to_have_text("threads")
     expect(worker.locator("td").nth(3)).to_have_text("3")
-    expect(worker.get_by_test_id("worker-processed")).to_have_text(re.compile(r"^(5[6-9]|[6-9]\d)$"), timeout=SLOW)
+    expect(worker.get_by_test_id("worker-processed")).to_have_text(
+        re.compile(r"^(5[6-9]|[6-9]\d)$"), timeout=SLOW
+    )
 
     # charts drawn from /v1/charts as SVG (no library, no CDN)
-    expect(page.locator('#chart-rates path[data-series="succeeded"]')).to_have_count(1, timeout=SLOW)
+    expect(page.locator('#chart-rates path[data-series="succeeded"]')).to_have_count(
+        1, timeout=SLOW
+    )
     expect(page.locator('#chart-durations path[data-series="echo p50"]')).to_have_count(1)
     expect(page.locator('#chart-durations path[data-series="echo p99"]')).to_have_count(1)
     expect(page.locator("#legend-durations")).to_contain_text("echo")
@@ -265,7 +275,7 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(page.locator("#page-prev")).to_be_disabled()
     page.click("#page-next")
     expect(rows).to_have_count(8)  # 58 calls in all
-    expect(page.locator("#page-info")).to_have_text("51–58")
+    expect(page.locator("#page-info")).to_have_text("51\N{EN DASH}58")
     expect(page.locator("#page-next")).to_be_disabled()
     page.click("#page-prev")
     expect(rows).to_have_count(50)
@@ -307,7 +317,9 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(undo).to_be_visible()
     page.once("dialog", lambda dialog: dialog.accept())
     undo.click()
-    expect(page.locator("#call-timeline li[data-type='call.undone']")).to_have_count(1, timeout=SLOW)
+    expect(page.locator("#call-timeline li[data-type='call.undone']")).to_have_count(
+        1, timeout=SLOW
+    )
     expect(undo).to_be_hidden()
     assert target.read_text() == "before\n"
     screenshot(page, "dashboard-call.png")
