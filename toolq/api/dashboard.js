@@ -20,6 +20,7 @@ let run = null;  // {id, source, seen:Set, names:Map}
 let call = null;  // {id, final}: the call page that is open
 let page = 0;  // page of the calls table (0 = newest)
 let chartsAt = 0;
+let chartsShape = "";  // the calls shown when the charts were last drawn
 const cards = new Map();  // call_id -> {node, digest, deadline, busy}
 const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
 
@@ -187,6 +188,12 @@ async function refresh() {
       inflight = false;
       return refresh();
     }
+    // New or newly finished calls redraw the charts sooner than every CHARTS_MS (at most every 3 s).
+    const shape = overview.calls.map(c => c.call_id + c.status).join();
+    if (shape !== chartsShape && Date.now() - chartsAt > 3000) {
+      chartsShape = shape;
+      loadCharts().catch(() => {});
+    }
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
     renderApprovals(f.q ? pending.filter(p => searchHit(p, f.q)) : pending);
@@ -245,9 +252,8 @@ function renderCalls(o) {
   const cell = (label, attrs, ...children) => el("td", { ...attrs, "data-label": label }, ...children);
   const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
     cell("Created", { class: "mono when" }, clock(c.created_at).split(" ").flatMap((part, i) => [i ? " " : null, el("span", {}, part)])),
-    cell("Call", {}, callLink(c.call_id)),
+    cell("Call", { class: "tool" }, c.name, el("br"), callLink(c.call_id)),
     cell("Run", { class: "run" }, runLink(c.run_id)),
-    cell("Tool", {}, c.name),
     cell("Risk", {}, riskBadge(c.risk)),
     cell("State", { class: "state" }, badge(c.status), cancelButton(c)),
     cell("Duration", { class: "num" }, duration(c.duration_ms)),
@@ -267,7 +273,7 @@ function renderWorkers(workers) {
     el("td", { class: "mono wrap", "data-label": "Host" }, w.hostname),
     el("td", { class: "num", "data-label": "PID" }, w.pid),
     el("td", { "data-label": "Pool", "data-testid": "worker-pool" }, w.pool),
-    el("td", { class: "num", "data-label": "Concurrency" }, w.concurrency),
+    el("td", { class: "num", "data-label": "Conc." }, w.concurrency),
     el("td", { class: "mono", "data-label": "Queues" }, (w.queues || []).map(q => q.replace(/^.*\./, "")).join(" ")),
     el("td", { class: "num", "data-label": "Uptime" }, uptime(w.uptime_s)),
     el("td", { class: "num", "data-label": "Processed", "data-testid": "worker-processed" }, w.processed ?? ""),
