@@ -359,3 +359,13 @@ def test_call_page_renders_hostile_values_as_text(api, workers, page):
     expect(page.locator("#call-title")).to_have_text(hostile)
     assert page.locator("#app img, #app b").count() == 0
     assert page.evaluate("window.pwned") is None
+
+
+def test_charts_script_is_served_under_the_dashboard_csp(api):
+    script = httpx.get(f"{api}/charts.js")
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    page_csp = httpx.get(f"{api}/").headers["content-security-policy"]
+    assert script.headers["content-security-policy"] == page_csp
+    assert "createElementNS" in script.text and "innerHTML" not in script.text
+    assert '<script src="charts.js"></script>' in httpx.get(f"{api}/").text
