@@ -361,11 +361,12 @@ def test_call_page_renders_hostile_values_as_text(api, workers, page):
     assert page.evaluate("window.pwned") is None
 
 
-def test_charts_script_is_served_under_the_dashboard_csp(api):
-    script = httpx.get(f"{api}/charts.js")
+@pytest.mark.parametrize("name", ["charts.js", "call.js"])
+def test_scripts_are_served_under_the_dashboard_csp(api, name):
+    script = httpx.get(f"{api}/{name}")
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
-    page_csp = httpx.get(f"{api}/").headers["content-security-policy"]
-    assert script.headers["content-security-policy"] == page_csp
-    assert "createElementNS" in script.text and "innerHTML" not in script.text
-    assert '<script src="charts.js"></script>' in httpx.get(f"{api}/").text
+    page = httpx.get(f"{api}/")
+    assert script.headers["content-security-policy"] == page.headers["content-security-policy"]
+    assert "innerHTML" not in script.text
+    assert f'<script src="{name}"></script>' in page.text

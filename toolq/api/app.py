@@ -28,6 +28,7 @@ DASHBOARD = HERE / "dashboard.html"
 ASSETS = {
     "dashboard.js": "text/javascript",
     "charts.js": "text/javascript",
+    "call.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 
