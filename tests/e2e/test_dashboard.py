@@ -183,6 +183,11 @@ def test_dashboard_approve_with_diff_and_run_timeline(api, workers, page, tmp_pa
     expect(state_of(page, done[2])).to_have_text("failed", timeout=SLOW)
     expect(state_of(page, count)).to_have_text("succeeded", timeout=SLOW)
     expect(state_of(page, wipe)).to_have_text("awaiting approval")
+    # the charts redraw once new calls finish, without waiting for their 10 s refresh
+    expect(page.locator('#chart-rates path[data-series="failed"]')).to_have_count(1, timeout=8000)
+    expect(page.locator('#chart-durations path[data-series="countdown p99"]')).to_have_count(1)
+    # parked rows (badge and Cancel button) and all: nothing wider than the window
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     screenshot(page, "dashboard.png")
 
     card(page, wipe).locator("button.approve").click()

@@ -25,7 +25,12 @@ from toolq.settings import ApiToken, Settings
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE / "dashboard.html"
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {
+    "dashboard.js": "text/javascript",
+    "charts.js": "text/javascript",
+    "call.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 
 
 def create_app(

@@ -1,6 +1,9 @@
 "use strict";
 // Every value from the API reaches the DOM through text nodes or attributes, never as HTML.
 const REFRESH_MS = 2000;
+const CHARTS_MS = 10000;
+const PAGE_SIZE = 50;
+const FINAL = new Set(["succeeded", "failed", "denied", "expired", "cancelled"]);
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
   "retrying", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
@@ -14,6 +17,10 @@ const $ = (sel, root = document) => root.querySelector(sel);
 let token = localStorage.getItem("toolq.token") || "";
 let timer = null;
 let run = null;  // {id, source, seen:Set, names:Map}
+let call = null;  // {id, final}: the call page that is open (call.js)
+let page = 0;  // page of the calls table (0 = newest)
+let chartsAt = 0;
+let chartsShape = "";  // the calls shown when the charts were last drawn
 const cards = new Map();  // call_id -> {node, digest, deadline, busy}
 const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
 
@@ -35,7 +42,22 @@ const badge = state => el("span", { class: "badge s-" + state, "data-state": sta
 const riskBadge = risk => el("span", { class: "badge risk r-" + risk }, risk);
 const shortId = id => String(id).slice(0, 8);
 const pretty = value => typeof value === "string" ? value : JSON.stringify(value, null, 2);
-const clock = ts => ts ? new Date(ts * 1000).toLocaleTimeString([], { hour12: false }) : "";
+const pad = n => String(n).padStart(2, "0");
+// Dates on every time: an operator at night reads "yesterday 23:59" apart from "today".
+function clock(ts) {
+  if (!ts) return "";
+  const d = new Date(ts * 1000);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} `
+    + `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+function uptime(s) {
+  if (s === null || s === undefined) return "";
+  if (s < 3600) return `${Math.floor(s / 60)}m ${pad(Math.floor(s % 60))}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${pad(Math.floor(s / 60) % 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor(s / 3600) % 24}h`;
+}
+const callLink = id => el("a", { href: "#/calls/" + encodeURIComponent(id), class: "mono", title: id,
+  "data-testid": "call-link" }, shortId(id));
 function duration(ms) {
   if (ms === null || ms === undefined) return "";
   if (ms < 1000) return ms.toFixed(ms < 10 ? 1 : 0) + " ms";
@@ -86,7 +108,8 @@ function filters() {
 // -- session ------------------------------------------------------------------------------
 function showLogin(message) {
   clearTimeout(timer);
-  closeRun();
+  closeRun(true);  // keep the route: it opens again once signed in
+  closeCall(true);
   $("#login").hidden = false;
   $("#top").hidden = $("#app").hidden = true;
   $("#login-error").textContent = message || "";
@@ -102,10 +125,21 @@ async function start() {
   $("#login").hidden = true;
   $("#top").hidden = $("#app").hidden = false;
   loadTools();
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("run");
-  if (wanted) openRun(wanted);
+  route();
   refresh();
 }
+// #/calls/<id> opens a call's page (webhooks link there); #run=<id> a run's timeline.
+function route() {
+  const hash = location.hash;
+  if (hash.startsWith("#/calls/")) {
+    const id = decodeURIComponent(hash.slice("#/calls/".length));
+    if (id && (!call || call.id !== id)) openCall(id);
+    return;
+  }
+  const wanted = new URLSearchParams(hash.slice(1)).get("run");
+  if (wanted && (!run || run.id !== wanted)) openRun(wanted);
+}
+window.addEventListener("hashchange", () => { if (!$("#app").hidden) route(); });
 $("#login-form").addEventListener("submit", event => {
   event.preventDefault();
   token = $("#token").value.trim();
@@ -118,9 +152,11 @@ $("#logout").addEventListener("click", () => {
   $("#token").value = "";
   showLogin();
 });
-$("#filters").addEventListener("input", () => refresh());
-$("#filters").addEventListener("reset", () => setTimeout(refresh));
-$("#filters").addEventListener("submit", event => { event.preventDefault(); refresh(); });
+$("#filters").addEventListener("input", () => { page = 0; refresh(); });
+$("#filters").addEventListener("reset", () => { page = 0; setTimeout(refresh); });
+$("#filters").addEventListener("submit", event => { event.preventDefault(); page = 0; refresh(); });
+$("#page-prev").addEventListener("click", () => { page = Math.max(0, page - 1); refresh(); });
+$("#page-next").addEventListener("click", () => { page += 1; refresh(); });
 
 async function loadTools() {
   try {
@@ -136,19 +172,32 @@ async function refresh() {
   if (inflight) { timer = setTimeout(refresh, 200); return; }
   inflight = true;
   const f = filters();
+  const wantedPage = page;
+  // Only parked calls wait for a decision: another state filter leaves no approval to show.
+  const approvalsShown = !f.state || f.state === "awaiting_approval";
   try {
     const [overview, pending] = await Promise.all([
-      api("v1/overview" + query(f)),
-      api("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk })),
+      api("v1/overview" + query({ ...f, offset: wantedPage * PAGE_SIZE, limit: PAGE_SIZE })),
+      approvalsShown ? api("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk }))
+        : [],
       run ? refreshRunCalls() : null,
+      call ? refreshCall() : null,
+      Date.now() - chartsAt > CHARTS_MS ? loadCharts() : null,
     ]);
-    if (JSON.stringify(filters()) !== JSON.stringify(f)) {  // the filters changed meanwhile
+    if (JSON.stringify(filters()) !== JSON.stringify(f) || page !== wantedPage) {  // changed meanwhile
       inflight = false;
       return refresh();
     }
+    // New or newly finished calls redraw the charts sooner than every CHARTS_MS (at most every 3 s).
+    const shape = overview.calls.map(c => c.call_id + c.status).join();
+    if (shape !== chartsShape && Date.now() - chartsAt > 3000) {
+      chartsShape = shape;
+      loadCharts().catch(() => {});
+    }
     renderStats(overview);
-    renderApprovals(pending);
-    renderCalls(overview.calls);
+    renderWorkers(overview.worker_list || []);
+    renderApprovals(f.q ? pending.filter(p => searchHit(p, f.q)) : pending);
+    renderCalls(overview);
     $("#conn").textContent = "live · " + new Date().toLocaleTimeString([], { hour12: false });
     $("#conn").classList.remove("down");
   } catch (e) {
@@ -175,23 +224,91 @@ function renderStats(o) {
   $("#stats").replaceChildren(...cardsOut);
 }
 
+function searchHit(req, text) {
+  const t = text.toLowerCase();
+  return [req.call_id, req.run_id, req.name, req.status].some(v => String(v).toLowerCase().includes(t));
+}
+
 function runLink(runId) {
-  return el("button", { type: "button", class: "link mono", title: "Open run " + runId,
+  return el("button", { type: "button", class: "link mono run-id", title: "Open run " + runId,
     onclick: () => openRun(runId) }, runId);
 }
 
-function renderCalls(calls) {
+async function cancelCall(id, name) {
+  if (!confirm(`Cancel ${name || "call"} ${shortId(id)}?`)) return;
+  try {
+    const result = await api(`v1/calls/${encodeURIComponent(id)}/cancel`, {});
+    toast(`Cancel ${name || ""} (${shortId(id)}) → ${result.status}`);
+  } catch (e) {
+    toast(`${e.code}: ${e.message}`, true);
+  }
+  refresh();
+}
+const cancelButton = c => FINAL.has(c.status) ? null : el("button", { type: "button", class: "cancel",
+  title: "Cancel this call", onclick: () => cancelCall(c.call_id, c.name) }, "Cancel");
+
+function renderCalls(o) {
+  const calls = o.calls;
+  const cell = (label, attrs, ...children) => el("td", { ...attrs, "data-label": label }, ...children);
   const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
-    el("td", { class: "mono", title: c.call_id }, clock(c.created_at)),
-    el("td", {}, runLink(c.run_id)),
-    el("td", {}, c.name),
-    el("td", {}, riskBadge(c.risk)),
-    el("td", {}, badge(c.status)),
-    el("td", { class: "num" }, duration(c.duration_ms)),
-    el("td", { class: "error", title: c.error || "" }, c.error || "")));
+    cell("Created", { class: "mono when" }, clock(c.created_at).split(" ").flatMap((part, i) => [i ? " " : null, el("span", {}, part)])),
+    cell("Call", { class: "tool" }, c.name, el("br"), callLink(c.call_id)),
+    cell("Run", { class: "run" }, runLink(c.run_id)),
+    cell("Risk", {}, riskBadge(c.risk)),
+    cell("State", { class: "state" }, badge(c.status), cancelButton(c)),
+    cell("Duration", { class: "num" }, duration(c.duration_ms)),
+    cell("Error", { class: "error" }, c.error || "", c.error_truncated
+      ? ["… ", el("a", { href: "#/calls/" + encodeURIComponent(c.call_id), class: "more" }, "full error")] : null)));
   $("#calls tbody").replaceChildren(...rows);
+  const first = o.offset + (calls.length ? 1 : 0);
   $("#calls-count").textContent = calls.length;
+  $("#page-info").textContent = calls.length ? `${first}–${o.offset + calls.length}` : "";
+  $("#page-prev").disabled = page === 0;
+  $("#page-next").disabled = !o.has_more;
   $("#calls-empty").hidden = calls.length > 0;
+}
+
+function renderWorkers(workers) {
+  const rows = workers.map(w => el("tr", { "data-testid": "worker-row", "data-hostname": w.hostname },
+    el("td", { class: "mono wrap", "data-label": "Host" }, w.hostname),
+    el("td", { class: "num", "data-label": "PID" }, w.pid),
+    el("td", { "data-label": "Pool", "data-testid": "worker-pool" }, w.pool),
+    el("td", { class: "num", "data-label": "Conc." }, w.concurrency),
+    el("td", { class: "mono", "data-label": "Queues" }, (w.queues || []).map(q => q.replace(/^.*\./, "")).join(" ")),
+    el("td", { class: "num", "data-label": "Uptime" }, uptime(w.uptime_s)),
+    el("td", { class: "num", "data-label": "Processed", "data-testid": "worker-processed" }, w.processed ?? ""),
+    el("td", { "data-label": "Current", "data-testid": "worker-current" },
+      (w.current || []).map(id => [callLink(id), " "]))));
+  $("#workers tbody").replaceChildren(...rows);
+  $("#workers-count").textContent = workers.length;
+  $("#workers-empty").hidden = workers.length > 0;
+}
+
+// -- charts -------------------------------------------------------------------------------
+const STATE_ORDER = ["succeeded", "failed", "running", "queued", "awaiting_approval", "denied", "expired",
+  "cancelled"];
+function legend(items) {
+  return items.map(([name, cls]) => el("span", { class: "key" }, el("i", { class: "swatch " + cls }), name));
+}
+async function loadCharts() {
+  chartsAt = Date.now();
+  const data = await api("v1/charts");
+  const { lineChart } = window.toolqCharts;
+  const states = STATE_ORDER.filter(st => data.rates[st]);
+  const rate = v => v === 0 ? "0" : v < 0.1 ? v.toFixed(3) : v.toFixed(2);
+  const buckets = Math.round(data.window_seconds / data.bucket_seconds);
+  $("#chart-rates").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds, buckets,
+    label: "calls per second by state", format: v => rate(v) + "/s",
+    series: states.map(st => ({ name: st, cls: "st-" + st, values: data.rates[st] })) }));
+  $("#legend-rates").replaceChildren(...(states.length ? legend(states.map(st => [st.replace("_", " "), "st-" + st]))
+    : [el("span", { class: "empty" }, "No calls in the last hour.")]));
+  const tools = Object.keys(data.durations);
+  const series = tools.flatMap((tool, i) => [
+    { name: tool + " p50", cls: "c" + (i % 8), values: data.durations[tool].p50 },
+    { name: tool + " p99", cls: "c" + (i % 8), values: data.durations[tool].p99, dashed: true }]);
+  $("#chart-durations").replaceChildren(lineChart({ start: data.start, step: data.bucket_seconds, buckets,
+    label: "p50 and p99 duration per tool", format: v => duration(v), series }));
+  $("#legend-durations").replaceChildren(...legend(tools.map((tool, i) => [tool, "c" + (i % 8)])));
 }
 
 // -- approvals ----------------------------------------------------------------------------
@@ -282,7 +399,7 @@ function approvalCard(req) {
     el("div", { class: "head" },
       el("strong", {}, req.name), riskBadge(req.risk), badge(req.status),
       el("span", { class: "meta" }, "run ", runLink(req.run_id)),
-      el("span", { class: "meta mono", title: req.call_id }, shortId(req.call_id)),
+      el("span", { class: "meta" }, callLink(req.call_id)),
       req.submitter ? el("span", { class: "meta" }, "by " + req.submitter) : null,
       deadline),
     notes,
@@ -327,6 +444,7 @@ function streamState(text, cls) {
 }
 function openRun(runId) {
   closeRun();
+  closeCall();
   run = { id: runId, seen: new Set(), names: new Map(), source: null, last: "" };
   history.replaceState(null, "", "#" + new URLSearchParams({ run: runId }));
   $("#run-title").textContent = runId;
@@ -367,13 +485,13 @@ async function stream(runId) {
   source.addEventListener("message", onEvent);
   current.source = source;
 }
-function closeRun() {
+function closeRun(keepRoute) {
   if (run && run.source) run.source.close();
   run = null;
   $("#run-panel").hidden = true;
-  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  if (!keepRoute && location.hash.startsWith("#run=")) history.replaceState(null, "", location.pathname + location.search);
 }
-$("#run-close").addEventListener("click", closeRun);
+$("#run-close").addEventListener("click", () => closeRun());
 
 async function refreshRunCalls() {
   const current = run;
@@ -388,7 +506,7 @@ async function refreshRunCalls() {
   $("#run-calls tbody").replaceChildren(...calls.map(c => el("tr", { "data-call-id": c.call_id },
     el("td", {}, c.name), el("td", {}, riskBadge(c.risk)), el("td", {}, badge(c.status)),
     el("td", { class: "num" }, duration(c.duration_ms)),
-    el("td", { class: "mono", title: c.call_id }, shortId(c.call_id)))));
+    el("td", {}, callLink(c.call_id)))));
 }
 
 function summary(type, data) {
@@ -421,11 +539,13 @@ function onEvent(message) {
     el("span", { class: "when mono" }, clock(event.ts)),
     el("span", { class: "badge s-" + state }, event.type.replace("call.", "")), " ",
     el("strong", { "data-name-for": event.call_id }, tool), " ",
-    el("span", { class: "mono meta", title: event.call_id }, shortId(event.call_id)),
+    callLink(event.call_id),
     detail ? el("span", { class: "detail" }, detail) : null));
   const timeline = $("#timeline");
   timeline.scrollTop = timeline.scrollHeight;
   if (!run.names.has(event.call_id) || EVENT_STATE[event.type] !== "running") refreshRunCalls().catch(() => {});
 }
+
+$("#call-close").addEventListener("click", () => closeCall());
 
 if (token) start(); else showLogin();

@@ -1,25 +1,29 @@
-"""``GET /v1/overview``: the ops dashboard's one poll.
+"""``GET /v1/overview``: the ops dashboard's one poll; ``GET /v1/charts`` its charts.
 
-Queue depth and live workers per risk, the pending-approval count, and the newest calls
-(state, duration, error) from the recent-calls index, filtered by run, tool, risk and state.
-Only small record fields are read: never envelopes, so never arguments or outputs.
+Queue depth and live workers per risk, each worker's heartbeat, the pending-approval
+count, and a page of the newest calls (state, duration, error) from the recent-calls
+index, filtered by run, tool, risk, state and a search text. Only small record fields are
+read: never envelopes, so never arguments or outputs.
 """
 
 import json
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
+from toolq.api.charts import charts
 from toolq.cli.check import live_workers
 from toolq.dispatch.client import Client
+from toolq.errors import CallNotFoundError
 from toolq.models import CallStatus, RiskLevel
 
 SCAN_CHUNK = 500
 """Recent-call ids read per round trip while filtering."""
 ERROR_CHARS = 300
-"""An error message is cut to this many characters in the overview."""
+"""An error message is cut to this many characters in the overview (the call page has it all)."""
 _FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result")
 
 
@@ -45,7 +49,13 @@ def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
         "updated_at": float(updated) if updated else None,
         "duration_ms": outcome.get("duration_ms"),
         "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
+        "error_truncated": isinstance(error, str) and len(error) > ERROR_CHARS,
     }
+
+
+def _matches(row: dict[str, Any], text: str) -> bool:
+    fields = (row["call_id"], row["run_id"], row["name"], row["status"], row["error"] or "")
+    return any(text in value.lower() for value in fields)
 
 
 def recent_calls(
@@ -55,9 +65,16 @@ def recent_calls(
     tool: str | None = None,
     risk: RiskLevel | None = None,
     state: CallStatus | None = None,
+    q: str | None = None,
+    offset: int = 0,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    """The newest calls matching every filter given, newest first."""
+    """The newest calls matching every filter given, newest first, after ``offset`` matches.
+
+    ``q`` matches (case-insensitively) a part of the call id, run id, tool, state or error.
+    """
+    text = q.lower() if q else None
+    skip = offset
     r = client.redis
     keys = client.keys
     out: list[dict[str, Any]] = []
@@ -85,6 +102,11 @@ def recent_calls(
                 continue
             if state is not None and row["status"] != state.value:
                 continue
+            if text is not None and not _matches(row, text):
+                continue
+            if skip:
+                skip -= 1
+                continue
             out.append(row)
             if len(out) == limit:
                 break
@@ -92,20 +114,73 @@ def recent_calls(
     return out
 
 
+def worker_rows(workers: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """Live workers as the dashboard lists them, by hostname."""
+    rows = []
+    for w in workers:
+        started = w.get("started_at")
+        rows.append(
+            {
+                "hostname": w.get("hostname"),
+                "pid": w.get("pid"),
+                "pool": w.get("pool"),
+                "concurrency": w.get("concurrency"),
+                "queues": w.get("queues", []),
+                "uptime_s": round(now - started, 1) if isinstance(started, int | float) else None,
+                "processed": w.get("processed"),
+                "current": w.get("current", []),
+            }
+        )
+    return sorted(rows, key=lambda row: str(row["hostname"]))
+
+
 def overview(client: Client, **filters: Any) -> dict[str, Any]:
-    """Queues, workers, pending count and recent calls, as the dashboard shows them."""
+    """Queues, workers, pending count and a page of recent calls, as the dashboard shows them.
+
+    ``has_more`` says whether a next page exists (one more call was looked for).
+    """
     r = client.redis
     keys = client.keys
     workers = live_workers(client.settings)
+    limit = filters.pop("limit", 100)
+    calls = recent_calls(client, **filters, limit=limit + 1)
     return {
         "queues": {level.value: r.llen(keys.queue_for(level)) for level in RiskLevel},
         "workers": {
             level.value: sum(1 for w in workers if keys.queue_for(level) in w.get("queues", []))
             for level in RiskLevel
         },
+        "worker_list": worker_rows(workers, time.time()),
         "pending_approvals": r.zcard(keys.pending_approvals),
-        "calls": recent_calls(client, **filters),
+        "calls": calls[:limit],
+        "offset": filters.get("offset", 0),
+        "has_more": len(calls) > limit,
     }
+
+
+def call_actions(client: Client, call_id: str) -> dict[str, Any]:
+    """What the call page may offer: cancel (not final yet), undo (undo data kept, not undone).
+
+    Undo data lives apart from the result (it may hold what the call overwrote), so only
+    its presence is read, never its content.
+    """
+    pipe = client.redis.pipeline(transaction=False)
+    pipe.hmget(client.keys.call(call_id), "name", "status", "undo_state")
+    pipe.exists(client.keys.undo(call_id))
+    (name, status, undo_state), kept = pipe.execute()
+    if name is None or status is None:
+        raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+    state = CallStatus(_text(status))
+    tool = client.registry.get(_text(name))
+    undo_state = _text(undo_state) if undo_state is not None else None
+    undoable = (
+        state is CallStatus.SUCCEEDED
+        and tool is not None
+        and tool.has_undo
+        and bool(kept)
+        and undo_state != "undone"
+    )
+    return {"cancel": not state.is_final, "undo": undoable, "undo_state": undo_state}
 
 
 def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
@@ -120,17 +195,36 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
         tool: str | None = None,
         risk: str | None = None,
         state: str | None = None,
+        q: str | None = Query(None, max_length=200),
+        offset: int = Query(0, ge=0, le=10_000),
         limit: int = Query(100, ge=1, le=1000),
     ) -> dict[str, Any]:
-        """Queue depth and workers per risk, pending approvals, the newest calls."""
+        """Queue depth and workers per risk, live workers, pending approvals, a page of calls.
+
+        ``q`` searches call id, run id, tool, state and error; ``offset`` skips matches.
+        """
         caller.require_viewer()
         filters = {
             "run_id": run_id or None,
             "tool": tool or None,
             "risk": RiskLevel.parse(risk) if risk else None,
             "state": CallStatus(state) if state else None,
+            "q": q.strip() or None if q else None,
+            "offset": offset,
             "limit": limit,
         }
         return await run_in_threadpool(lambda: overview(client, **filters))
+
+    @router.get("/calls/{call_id}/actions")
+    async def get_call_actions(call_id: str, caller: Caller) -> dict[str, Any]:
+        """Whether the call can still be cancelled or undone (the roles are checked on use)."""
+        caller.require_viewer()
+        return await run_in_threadpool(call_actions, client, call_id)
+
+    @router.get("/charts")
+    async def get_charts(caller: Caller) -> dict[str, Any]:
+        """Calls per second by state and p50/p99 duration per tool, per minute, last hour."""
+        caller.require_viewer()
+        return await run_in_threadpool(charts, client)
 
     return router

@@ -343,6 +343,23 @@ class Sweeper:
         return sent
 
 
+def activity() -> dict[str, Any]:
+    """Calls this worker process finished and runs now, from Celery's in-memory state.
+
+    Read in the main process, where Celery counts every call a pool slot accepts: the
+    heartbeat carries them, so nothing is written on the path of a call.
+    """
+    from celery.worker import state
+
+    try:
+        active = [r for r in list(state.active_requests) if r.name == TASK_NAME]
+    except RuntimeError:  # the set changed while it was copied; the next beat has it
+        active = []
+    current = sorted(str(r.args[0]) for r in active if r.args)
+    accepted = int(state.total_count.get(TASK_NAME, 0))
+    return {"processed": max(0, accepted - len(active)), "current": current}
+
+
 class Maintenance(threading.Thread):
     """Background thread of a worker's main process."""
 
@@ -366,16 +383,15 @@ class Maintenance(threading.Thread):
         approvals = ApprovalStore(self.store, publisher, registry, policy)
         self.sweeper = Sweeper(self.store, publisher, approvals)
         self.hostname = hostname
-        self.info = json.dumps(
-            {
-                "hostname": hostname,
-                "queues": queues,
-                "pool": pool,
-                "concurrency": concurrency,
-                "pid": os.getpid(),
-                "verifies_approvals": bool(settings.approval_verify_keys),
-            }
-        )
+        self.info: dict[str, Any] = {
+            "hostname": hostname,
+            "queues": queues,
+            "pool": pool,
+            "concurrency": concurrency,
+            "pid": os.getpid(),
+            "verifies_approvals": bool(settings.approval_verify_keys),
+            "started_at": time.time(),
+        }
         self._stopping = threading.Event()
         self.webhooks: WebhookDeliverer | None = None
         if settings.webhooks:
@@ -408,7 +424,8 @@ class Maintenance(threading.Thread):
         if self.webhooks is not None:
             # Before the heartbeat: a worker seen alive already has the outbox filling.
             self.webhooks.announce()
-        self.redis.set(self.keys.worker(self.hostname), self.info, ex=ttl)
+        beat = {**self.info, **activity()}
+        self.redis.set(self.keys.worker(self.hostname), json.dumps(beat), ex=ttl)
 
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""

@@ -1,0 +1,98 @@
+"use strict";
+// The call page (#/calls/<id>): one call's record, arguments as approvers see them (secrets
+// masked), preview, diff, output or error in full, its own timeline, cancel and undo.
+// Loaded before dashboard.js and only declares functions: the helpers and state they use
+// (el, api, call, ...) are dashboard.js's, looked up when the functions run.
+function openCall(id) {
+  closeCall();
+  closeRun();
+  call = { id, final: false, events: 0 };
+  if (location.hash !== "#/calls/" + encodeURIComponent(id)) {
+    history.replaceState(null, "", "#/calls/" + encodeURIComponent(id));
+  }
+  $("#call-title").textContent = id;
+  for (const sel of ["#call-meta", "#call-body", "#call-timeline", "#call-state"]) $(sel).replaceChildren();
+  $("#call-error").hidden = true;
+  $("#call-cancel").hidden = $("#call-undo").hidden = true;
+  $("#call-panel").hidden = false;
+  $("#call-panel").scrollIntoView({ block: "start" });
+  refreshCall().catch(() => {});
+}
+function closeCall(keepRoute) {
+  call = null;
+  $("#call-panel").hidden = true;
+  if (!keepRoute && location.hash.startsWith("#/calls/")) history.replaceState(null, "", location.pathname + location.search);
+}
+
+function section(label, ...content) {
+  return [el("div", { class: "section-label" }, label), ...content];
+}
+async function refreshCall() {
+  const current = call;
+  if (!current || current.final) return;
+  let result, view, actions;
+  try {
+    [result, view, actions] = await Promise.all([
+      api(`v1/calls/${encodeURIComponent(current.id)}`),
+      api(`v1/approvals/${encodeURIComponent(current.id)}`),
+      api(`v1/calls/${encodeURIComponent(current.id)}/actions`)]);
+  } catch (e) {
+    if (call !== current) return;
+    $("#call-error").textContent = `${e.code}: ${e.message}`;
+    $("#call-error").hidden = false;
+    return;
+  }
+  const events = await api(`v1/runs/${encodeURIComponent(result.run_id || view.run_id)}/events?follow=false`)
+    .catch(() => []);
+  if (call !== current) return;
+  // A final call that can be undone stays live: its undo events are still to come.
+  current.final = FINAL.has(result.status) && !actions.undo && actions.undo_state !== "requested";
+  $("#call-error").hidden = true;
+  $("#call-state").replaceChildren(badge(result.status), " ", riskBadge(view.risk));
+  const meta = [["Tool", result.name], ["Run", runLink(view.run_id)], ["Call id", el("code", {}, result.call_id)],
+    ["Provider id", el("code", {}, result.tool_call_id)], ["Created", clock(view.created_at)],
+    ["Submitter", view.submitter], ["Decided by", view.decided_by], ["Duration", duration(result.duration_ms)],
+    ["Attempts", result.attempts || null],
+    ["Deadline", view.status === "awaiting_approval" && view.deadline ? clock(view.deadline) : null]];
+  $("#call-meta").replaceChildren(...meta.filter(([, v]) => v !== null && v !== undefined && v !== "")
+    .map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+  const body = [
+    section("Arguments (secrets masked)", el("pre", { "data-testid": "call-arguments" }, pretty(view.arguments))),
+    view.original_arguments ? section("Original arguments", el("pre", {}, pretty(view.original_arguments))) : [],
+    view.preview !== null && view.preview !== undefined
+      ? section("Preview", el("pre", { "data-testid": "call-preview" }, pretty(view.preview))) : [],
+    view.preview_error ? el("p", { class: "err" }, "preview failed: " + view.preview_error) : null,
+    view.diff && view.diff.diff_output ? section("Diff", diffView(view.diff)) : [],
+    result.error ? section("Error" + (result.error_type ? ` (${result.error_type})` : ""),
+      el("pre", { class: "error-full", "data-testid": "call-error-text" }, result.error)) : [],
+    result.output !== undefined && result.output !== null
+      ? section("Output", el("pre", { class: "output", "data-testid": "call-output" }, pretty(result.output))) : [],
+  ];
+  $("#call-body").replaceChildren(...body.flat().filter(Boolean));
+  const mine = events.filter(e => e.call_id === current.id);
+  $("#call-timeline").replaceChildren(...mine.map(e => {
+    const state = EVENT_STATE[e.type] || "queued";
+    const detail = summary(e.type, e.data || {});
+    return el("li", { class: "t-" + state, "data-type": e.type, "data-testid": "call-event" },
+      el("span", { class: "when mono" }, clock(e.ts)),
+      el("span", { class: "badge s-" + state }, e.type.replace("call.", "")),
+      detail ? el("span", { class: "detail" }, detail) : null);
+  }));
+  $("#call-cancel").hidden = !actions.cancel;
+  $("#call-undo").hidden = !actions.undo;
+  $("#call-cancel").onclick = () => cancelCall(current.id, result.name);
+  $("#call-undo").onclick = () => undoCall(current, result.name);
+}
+async function undoCall(current, name) {
+  if (!confirm(`Undo ${name} ${shortId(current.id)}?`)) return;
+  $("#call-undo").disabled = true;
+  try {
+    const event = await api(`v1/calls/${encodeURIComponent(current.id)}/undo`, {});
+    toast(`Undo ${name} (${shortId(current.id)}) → ${event.type.replace("call.", "")}`);
+  } catch (e) {
+    toast(`${e.code}: ${e.message}`, true);
+  }
+  $("#call-undo").disabled = false;
+  current.final = false;
+  refreshCall().catch(() => {});
+}
