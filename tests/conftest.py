@@ -17,6 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# Imported first on purpose: CPython 3.11.7 can crash at session end ("AST constructor
+# recursion depth mismatch") when hypothesis' pytest plugin first imports hypothesis after
+# Playwright or the MCP SDK ran in this process.
+import hypothesis  # noqa: F401
 import pytest
 import redis
 
