@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
-from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqError
+from toolq.errors import (
+    ApprovalDeniedError,
+    NotRunOwnerError,
+    PayloadError,
+    ToolDeniedError,
+    ToolqError,
+)
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, RpcId, ToolCall
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
@@ -139,7 +145,7 @@ class Dispatcher:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
         replies = self.store.create_many(new_calls)
-        if any(outcome == "not_owner" for outcome, _ in replies):
+        if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
                 f"{principal!r} may not dispatch into run {run!r}: it belongs to another "
@@ -279,7 +285,7 @@ class Dispatcher:
             envelope.arguments = data["arguments"]
             result = {
                 "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
-                "error_type": "approval_denied",
+                "error_type": ApprovalDeniedError.code,
             }
             data.update(status=CallStatus.DENIED.value, by="rule", **result)
             return NewCall(

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolq.approvals.models import ApprovalRequest
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
 from toolq.dispatch.providers.outcome import outcome, text_of
 from toolq.errors import (
     ApprovalPredicateError,

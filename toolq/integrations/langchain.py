@@ -23,7 +23,8 @@ from langgraph.types import Command, Interrupt, interrupt
 from pydantic import ConfigDict, PrivateAttr
 
 from toolq.approvals.models import Approve, Deny
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
 from toolq.integrations._bridge import Bridge, error_text, output_of
 from toolq.models import CallResult, CallStatus
 

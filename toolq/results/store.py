@@ -11,10 +11,11 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from toolq.errors import CallNotFoundError
+from toolq.errors import CallNotFoundError, ToolTimeoutError, WorkerLostError
 from toolq.keys import Keys
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
+from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
+from toolq.results.connection import as_text
 from toolq.results.direct import DirectScripts
 from toolq.results.owners import RunOwner
 from toolq.settings import Settings
@@ -28,10 +29,6 @@ OUTPUT_IN_EVENT_LIMIT = 4096
 def dumps(value: Any) -> str:
     """Compact JSON used for everything toolq writes to Redis."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -141,7 +138,7 @@ class CallStore:
                 self._queue_create(pipe, call, now)
             pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
 
-        return [(_text(r[0]), _text(r[1])) for r in self._execute(build)[:-1]]
+        return [(as_text(r[0]), as_text(r[1])) for r in self._execute(build)[:-1]]
 
     def _queue_create(self, pipe: Any, call: NewCall, now: str) -> None:
         """Add one CREATE to a pipeline."""
@@ -283,11 +280,11 @@ class CallStore:
                 run_id,
             ],
         )
-        outcome = _text(reply[0])
+        outcome = as_text(reply[0])
         if outcome == "ok":
             envelope = CallEnvelope.model_validate_json(reply[1])
             return Started("ok", envelope, int(reply[2]))
-        return Started(outcome, status=_text(reply[1]) if len(reply) > 1 else None)
+        return Started(outcome, status=as_text(reply[1]) if len(reply) > 1 else None)
 
     def progress(
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
@@ -307,13 +304,13 @@ class CallStore:
                 repr(time.time()),
             ],
         )
-        return _text(reply[0]) == "ok"
+        return as_text(reply[0]) == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
         """Write the final state and its event; False if this runner lost the call."""
         k = self.keys
         payload = result_payload(result)
-        etype = _FINAL_EVENTS[result.status]
+        etype = FINAL_EVENT_OF[result.status]
         reply = self._direct(
             self._finish,
             [
@@ -338,7 +335,7 @@ class CallStore:
                 self.settings.undo_ttl,
             ],
         )
-        return _text(reply[0]) == "ok"
+        return as_text(reply[0]) == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""
@@ -393,7 +390,7 @@ class CallStore:
             approximate=True,
         )
         replies = pipe.execute()
-        event_id = _text(replies[-1])
+        event_id = as_text(replies[-1])
         self.redis.publish(k.run_channel(run_id), event_id)
         return event_id
 
@@ -437,10 +434,10 @@ class CallStore:
                 *extra,
             ],
         )
-        outcome = _text(reply[0])
+        outcome = as_text(reply[0])
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        return outcome == "ok", _text(reply[1])
+        return outcome == "ok", as_text(reply[1])
 
     def recover(self, call_id: str, max_recoveries: int) -> str:
         """Handle a running call whose lease expired: ``requeue``, ``failed``, ``timeout``, ..."""
@@ -452,11 +449,11 @@ class CallStore:
         lost = {
             "error": "worker lost during execution; the tool is not idempotent, so it was "
             "not run again",
-            "error_type": "worker_lost",
+            "error_type": WorkerLostError.code,
         }
         timed_out = {
             "error": "the tool exceeded its time limit and its worker process was killed",
-            "error_type": "timeout",
+            "error_type": ToolTimeoutError.code,
         }
         reply = self._recover(
             keys=[k.call(call_id), k.lease(call_id), k.running, k.run_stream(run_id), k.unsent],
@@ -471,14 +468,14 @@ class CallStore:
                 dumps(timed_out),
             ],
         )
-        return _text(reply[0])
+        return as_text(reply[0])
 
     # -- reading -----------------------------------------------------------------------------
 
     def run_id(self, call_id: str) -> str | None:
         """The run a call belongs to, or ``None`` for an unknown call."""
         value = self.redis.hget(self.keys.call(call_id), "run_id")
-        return _text(value) if value is not None else None
+        return as_text(value) if value is not None else None
 
     def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
         """Raw records of many calls in one round trip (``None`` for unknown ids)."""
@@ -487,7 +484,7 @@ class CallStore:
             pipe.hgetall(self.keys.call(call_id))
         out: list[dict[str, str] | None] = []
         for raw in pipe.execute():
-            out.append({_text(a): _text(b) for a, b in raw.items()} if raw else None)
+            out.append({as_text(a): as_text(b) for a, b in raw.items()} if raw else None)
         return out
 
     def statuses(self, call_ids: Sequence[str]) -> list[CallStatus | None]:
@@ -495,7 +492,7 @@ class CallStore:
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hget(self.keys.call(call_id), "status")
-        return [CallStatus(_text(s)) if s is not None else None for s in pipe.execute()]
+        return [CallStatus(as_text(s)) if s is not None else None for s in pipe.execute()]
 
     def results(self, call_ids: Sequence[str]) -> list[CallResult]:
         """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
@@ -519,7 +516,7 @@ class CallStore:
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's call ids in dispatch order."""
-        return [_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
+        return [as_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
 
 
 def record_to_result(record: dict[str, str]) -> CallResult:
@@ -538,11 +535,3 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         **payload,
     )
 
-
-_FINAL_EVENTS = {
-    CallStatus.SUCCEEDED: EventType.SUCCEEDED,
-    CallStatus.FAILED: EventType.FAILED,
-    CallStatus.CANCELLED: EventType.CANCELLED,
-    CallStatus.DENIED: EventType.DENIED,
-    CallStatus.EXPIRED: EventType.EXPIRED,
-}

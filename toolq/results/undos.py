@@ -15,21 +15,19 @@ from typing import Any
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from toolq.errors import WorkerLostError
 from toolq.models import EventType, UndoState
 from toolq.results import scripts
+from toolq.results.connection import as_text
 from toolq.results.direct import DirectScripts
 from toolq.results.store import CallStore, dumps
 
 WORKER_LOST = {
     "error": "worker lost during undo; the tool is not idempotent, so its undo was not run "
     "again (request it again to retry)",
-    "error_type": "worker_lost",
+    "error_type": WorkerLostError.code,
 }
 """``call.undo_failed`` data of an undo whose worker died."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class UndoStore:
@@ -59,7 +57,7 @@ class UndoStore:
             keys=[k.call(call_id), k.undo(call_id), queue, k.queue_pushes(queue), k.undo_queued],
             args=[call_id, repr(time.time()), message],
         )
-        return _text(reply)
+        return as_text(reply)
 
     def start(self, call_id: str, token: str) -> tuple[str, str]:
         """Take the undo lease, requested → undoing: ``(ok|skip|leased, state seen)``."""
@@ -76,7 +74,7 @@ class UndoStore:
                 int(now * 1000),
             ],
         )
-        return _text(reply[0]), _text(reply[1]) if len(reply) > 1 else ""
+        return as_text(reply[0]), as_text(reply[1]) if len(reply) > 1 else ""
 
     def finish(
         self, call_id: str, run_id: str, token: str, state: UndoState, data: dict[str, Any]
@@ -104,7 +102,7 @@ class UndoStore:
                 repr(time.time()),
             ],
         )
-        return _text(reply[0]) == "ok"
+        return as_text(reply[0]) == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the undo leases held (call id → token); which ones are still ours."""
@@ -149,7 +147,7 @@ class UndoStore:
                 message,
             ],
         )
-        return _text(reply)
+        return as_text(reply)
 
     def resend(self, messages: Sequence[tuple[str, str, str]]) -> int:
         """Push ``(call_id, queue, message)`` for the undos still requested; how many."""

@@ -23,8 +23,22 @@ from toolq.approvals.policy import digest_arguments
 from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
+from toolq.errors import (
+    ApprovalUnverifiedError,
+    CallCancelledError,
+    InternalError,
+    SecretsError,
+    UndoError,
+)
+from toolq.models import (
+    AuditOutcome,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    EventType,
+    UndoState,
+    jsonable,
+)
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
@@ -34,7 +48,7 @@ from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.telemetry import CallSpan, call_span
-from toolq.workers.executor import Executor, error_message, error_type, jsonable
+from toolq.workers.executor import Executor, error_message, error_type
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
@@ -138,7 +152,7 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
-        cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
+        cancelled = {"error": "cancelled before it started", "error_type": CallCancelledError.code}
         started = self.store.start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
@@ -178,11 +192,12 @@ class WorkerRuntime:
                 return
 
         def progress(data: Any) -> None:
-            self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
+            running = CallStatus.RUNNING.value
+            self.store.progress(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
-                "status": "running",
+                "status": CallStatus.RUNNING.value,
                 "attempt": attempt,
                 "delay": round(delay, 3),
                 "error": error_message(exc),
@@ -204,7 +219,7 @@ class WorkerRuntime:
                 name=env.name,
                 status=CallStatus.FAILED,
                 error=error_message(exc),
-                error_type="internal_error",
+                error_type=InternalError.code,
             )
         finally:
             self.keeper.remove(call_id)
@@ -224,7 +239,7 @@ class WorkerRuntime:
                 "run_id": env.run_id,
                 "tool": env.name,
                 "by": "worker",
-                "outcome": f"refused:{exc.code}",
+                "outcome": AuditOutcome.refused(exc.code),
                 "digest": digest_arguments(env.arguments),
                 "ts": repr(time.time()),
                 "system": "1",
@@ -286,11 +301,16 @@ class WorkerRuntime:
             diff = diff_of(shown)
             if diff is not None:
                 fields["diff"] = dumps(diff)
-            data: dict[str, Any] = {"status": "awaiting_approval", "preview": "ready"}
+            parked = CallStatus.AWAITING_APPROVAL.value
+            data: dict[str, Any] = {"status": parked, "preview": "ready"}
         except Exception as exc:
             log.warning("preview of call %s failed: %s", call_id, exc)
             fields = {"preview_state": "failed", "preview_error": error_message(exc)}
-            data = {"status": "awaiting_approval", "preview": "failed", "error": error_message(exc)}
+            data = {
+                "status": CallStatus.AWAITING_APPROVAL.value,
+                "preview": "failed",
+                "error": error_message(exc),
+            }
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
 
     def undo(self, call_id: str) -> None:
