@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from toolq.models import CallEnvelope, CallResult
 
 TRACER_NAME = "toolq"
-CARRIER_FIELDS = ("traceparent", "tracestate")
 
 _api: Any = None
 """``(trace, propagate)`` once imported, ``False`` when not installed, ``None`` before."""

@@ -110,9 +110,15 @@ class ToolqTool(BaseTool):
         )
         decision = _decision(answer)
         if isinstance(decision, Deny):
-            bridge.deny(state.call_id, decision.reason)
+            bridge.deny(state.call_id, decision.reason, always=decision.always)
         else:
-            bridge.approve(state.call_id, decision.arguments or arguments)
+            bridge.approve(
+                state.call_id,
+                decision.arguments or arguments,
+                note=decision.note,
+                digest=decision.digest,
+                always=decision.always,
+            )
 
 
 def toolq_tools(
