@@ -129,6 +129,14 @@ REFUSED_SAME_APPROVER = "same_approver"
 """Refusal reason: a second approval of one call by the same approver."""
 
 
+class PreviewState(StrEnum):
+    """``preview_state`` of a parked call whose tool has a preview: pending → ready | failed."""
+
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
 class UndoState(StrEnum):
     """``undo_state`` of a call's record: requested → undoing → undone | failed."""
 

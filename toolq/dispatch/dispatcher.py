@@ -33,7 +33,15 @@ from toolq.errors import (
     ToolDeniedError,
     ToolqError,
 )
-from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, RpcId, ToolCall
+from toolq.models import (
+    CallEnvelope,
+    CallStatus,
+    EventType,
+    PreviewState,
+    ProviderFormat,
+    RpcId,
+    ToolCall,
+)
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
@@ -177,7 +185,7 @@ class Dispatcher:
                     env.rpc_id,
                 )
             )
-            if new.fields and new.fields.get("preview_state") == "pending":
+            if new.fields and new.fields.get("preview_state") == PreviewState.PENDING:
                 to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
@@ -308,7 +316,7 @@ class Dispatcher:
                 "approval_metadata": dumps(metadata) if metadata is not None else "",
             }
             if tool.has_preview:
-                fields["preview_state"] = "pending"
+                fields["preview_state"] = PreviewState.PENDING.value
             return NewCall(
                 envelope,
                 CallStatus.AWAITING_APPROVAL,

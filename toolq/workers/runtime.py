@@ -36,6 +36,7 @@ from toolq.models import (
     CallResult,
     CallStatus,
     EventType,
+    PreviewState,
     UndoState,
     jsonable,
 )
@@ -297,18 +298,21 @@ class WorkerRuntime:
         try:
             arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
-            fields = {"preview_state": "ready", "preview": dumps(shown)}
+            fields = {"preview_state": PreviewState.READY.value, "preview": dumps(shown)}
             diff = diff_of(shown)
             if diff is not None:
                 fields["diff"] = dumps(diff)
             parked = CallStatus.AWAITING_APPROVAL.value
-            data: dict[str, Any] = {"status": parked, "preview": "ready"}
+            data: dict[str, Any] = {"status": parked, "preview": PreviewState.READY.value}
         except Exception as exc:
             log.warning("preview of call %s failed: %s", call_id, exc)
-            fields = {"preview_state": "failed", "preview_error": error_message(exc)}
+            fields = {
+                "preview_state": PreviewState.FAILED.value,
+                "preview_error": error_message(exc),
+            }
             data = {
                 "status": CallStatus.AWAITING_APPROVAL.value,
-                "preview": "failed",
+                "preview": PreviewState.FAILED.value,
                 "error": error_message(exc),
             }
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
