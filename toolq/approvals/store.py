@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.models import ApprovalRequest, AuditEntry
+from toolq.approvals.models import ApprovalRequest, AuditEntry, DecisionKind
 from toolq.approvals.policy import (
     ApprovalMode,
     ApprovalPolicy,
@@ -550,7 +550,7 @@ class ApprovalStore:
     def _run_decide(
         self,
         parked: Parked,
-        decision: str,
+        decision: DecisionKind,
         by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
@@ -594,7 +594,7 @@ class ApprovalStore:
                 signed = self.signer.sign(
                     "decision",
                     **facts,
-                    decision="approve" if decision == "approve" else "deny",
+                    decision=decision,
                     approvers=names,
                     by=by,
                     ts=ts,
