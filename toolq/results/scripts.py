@@ -1,451 +1,798 @@
-"""Lua scripts: every state change of a call is one atomic compare-and-set with its event.
+"""One typed wrapper per Lua script of ``toolq/results/lua``: keyword arguments in, outcome out.
 
-Each script updates the call's hash, appends the event to the run's stream and publishes a
-wake-up, so a record and its event can never disagree and a reader never misses a change.
+Every state change of a call is one of these scripts: an atomic compare-and-set that updates
+the record, appends the event to the run's stream and publishes a wake-up (``lib/emit.lua``),
+so a record and its event never disagree. Each wrapper computes the script's KEYS from
+``Keys`` in the order of the file's header; no script builds a key name itself.
 """
 
 from __future__ import annotations
 
-# Shared tail: append an event and wake readers. Expects `stream`, `channel`, `maxlen`,
-# `etype`, `call_id`, `data` and `now` in scope; returns the stream id.
-# An event of a type some worker's webhooks want (Keys.webhook_events) is also appended to
-# the webhook outbox (Keys.webhook_outbox) here, in the same script as the event itself, so
-# no notification can be lost between the two; without webhooks this costs one SISMEMBER.
-# Both names are built from the run stream's (`<prefix>:run:<run_id>:events`), as keys.py
-# builds them, so every script that emits needs no extra KEYS.
-_EMIT = """
-local function emit(stream, channel, maxlen, etype, call_id, data, now)
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-                        'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
-  redis.call('PUBLISH', channel, id)
-  local at = string.find(stream, ':run:', 1, true)
-  if at then
-    local prefix = string.sub(stream, 1, at - 1)
-    if redis.call('SISMEMBER', prefix .. ':webhooks:events', etype) == 1 then
-      redis.call('XADD', prefix .. ':webhooks:outbox', '*', 'type', etype, 'call_id', call_id,
-                 'run_id', string.sub(stream, at + 5, -8), 'ts', now, 'data', data,
-                 'event_id', id)
-    end
-  end
-  return id
-end
-local function allowed(list, value)
-  if list == '*' then return true end
-  for item in string.gmatch(list, '[^,]+') do
-    if item == value then return true end
-  end
-  return false
-end
-"""
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
 
-# Push a call's Celery message and note it for the lost-message check (Sweeper.resend_lost):
-# the push's sequence number on its queue and the message's delivery tag go on the record,
-# the call into the queued index. START takes it out of the index.
-# An undo message is pushed the same way (``push_as``), with its own fields and index.
-_PUSH = """
-local function push_as(queue, pushes, index, call, call_id, message, now, seq_field, tag_field)
-  redis.call('LPUSH', queue, message)
-  local seq = redis.call('INCR', pushes)
-  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
-  redis.call('HSET', call, seq_field, seq, tag_field, tag)
-  redis.call('ZADD', index, now, call_id)
-end
-local function push(queue, pushes, queued, call, call_id, message, now)
-  push_as(queue, pushes, queued, call, call_id, message, now, 'push_seq', 'push_tag')
-end
-local function push_undo(queue, pushes, undo_queued, call, call_id, message, now)
-  push_as(queue, pushes, undo_queued, call, call_id, message, now,
-          'undo_push_seq', 'undo_push_tag')
-end
-"""
+from toolq.keys import Keys
+from toolq.results.runner import Invocation, Script, text
 
-# A queued call's Celery message is pushed onto its queue here, with the record: a call is
-# queued exactly when its message is in the queue. Without a message (''), the call goes to
-# the unsent set and the sweeper sends it.
-# The run's first call records its owner; a call by anyone else (unless `admin` is '1') is
-# refused before anything is written. Every call record carries its run's owner.
-# KEYS: idempotency, call, stream, run_calls, recent, unsent, pending_approvals, queue,
-#       run_owner, queued, pushes
-# ARGV: call_id, status, envelope, etype, data, channel, maxlen, ttl, now, deadline,
-#       run_id, name, risk, idempotent, timeout, result, message, owner, admin,
-#       extra field/value pairs...
-CREATE = (
-    _EMIT
-    + _PUSH
-    + """
-local owner = redis.call('GET', KEYS[9])
-if owner and owner ~= ARGV[18] and ARGV[19] ~= '1' then return {'not_owner', owner} end
-local existing = redis.call('GET', KEYS[1])
-if existing then return {'dup', existing} end
-owner = owner or ARGV[18]
-redis.call('SET', KEYS[9], owner, 'EX', ARGV[8])
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[8])
-redis.call('HSET', KEYS[2], 'status', ARGV[2], 'envelope', ARGV[3], 'run_id', ARGV[11],
-           'name', ARGV[12], 'risk', ARGV[13], 'idempotent', ARGV[14], 'timeout', ARGV[15],
-           'created_at', ARGV[9], 'updated_at', ARGV[9], 'attempt', 0, 'recoveries', 0,
-           'owner', owner)
-for i = 20, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-if ARGV[16] ~= '' then
-  redis.call('HSET', KEYS[2], 'result', ARGV[16], 'finished_at', ARGV[9])
-  redis.call('EXPIRE', KEYS[2], ARGV[8])
-end
-redis.call('RPUSH', KEYS[4], ARGV[1])
-redis.call('EXPIRE', KEYS[4], ARGV[8])
-redis.call('ZADD', KEYS[5], ARGV[9], ARGV[1])
-if ARGV[2] == 'queued' then
-  if ARGV[17] ~= '' then push(KEYS[8], KEYS[11], KEYS[10], KEYS[2], ARGV[1], ARGV[17], ARGV[9])
-  else redis.call('ZADD', KEYS[6], ARGV[9], ARGV[1]) end
-end
-if ARGV[2] == 'awaiting_approval' then redis.call('ZADD', KEYS[7], ARGV[10], ARGV[1]) end
-local id = emit(KEYS[3], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[9])
-redis.call('EXPIRE', KEYS[3], ARGV[8])
-return {'new', id}
-"""
+
+def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
+    """``raw`` as one of the ``Literal`` ``kind``'s values; a script replying otherwise is a bug."""
+    value = text(raw)
+    if value not in get_args(kind):
+        raise ValueError(f"{script.name}.lua replied {value!r}, not one of {get_args(kind)}")
+    return value
+
+
+def _emit_keys(keys: Keys) -> list[str]:
+    return [keys.webhook_events, keys.webhook_outbox]
+
+
+# -- call lifecycle -----------------------------------------------------------------------------
+
+CreateOutcome = Literal["new", "dup", "not_owner"]
+
+
+@dataclass(frozen=True)
+class CreateReply:
+    """``new`` (value: the event id), ``dup`` (the existing call id) or ``not_owner`` (owner)."""
+
+    outcome: CreateOutcome
+    value: str
+
+
+class Create(Script[CreateReply]):
+    """A new call's record, first event and, when runnable, its message (``create.lua``)."""
+
+    file = "create.lua"
+    includes = ("emit", "push")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        idempotency: str,
+        call_id: str,
+        run_id: str,
+        status: str,
+        envelope: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        ttl: int,
+        now: str,
+        deadline: str,
+        name: str,
+        risk: str,
+        idempotent: bool,
+        timeout: str,
+        result: str,
+        message: tuple[str, str] | None,
+        owner: str,
+        admin: bool,
+        fields: dict[str, str] | None = None,
+    ) -> Invocation[CreateReply]:
+        """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them."""
+        queue = message[0] if message else keys.unsent  # an unused key still fills its slot
+        return self.invoke(
+            [
+                idempotency,
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.run_calls(run_id),
+                keys.recent_calls,
+                keys.unsent,
+                keys.pending_approvals,
+                queue,
+                keys.run_owner(run_id),
+                keys.queued,
+                keys.queue_pushes(queue) if message else keys.unsent,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                status,
+                envelope,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                ttl,
+                now,
+                deadline,
+                run_id,
+                name,
+                risk,
+                "1" if idempotent else "0",
+                timeout,
+                result,
+                message[1] if message else "",
+                owner,
+                "1" if admin else "0",
+                *[item for pair in (fields or {}).items() for item in pair],
+            ],
+        )
+
+    def parse(self, reply: Any) -> CreateReply:
+        """The typed outcome of a reply."""
+        return CreateReply(outcome(CreateOutcome, reply[0], self), text(reply[1]))
+
+
+StartOutcome = Literal["ok", "cancelled", "leased", "missing", "skip"]
+
+
+@dataclass(frozen=True)
+class StartReply:
+    """``ok`` with the envelope and attempt, or why not (``skip`` with the status seen)."""
+
+    outcome: StartOutcome
+    envelope: str | None = None
+    attempt: int = 0
+    status: str | None = None
+
+
+class Start(Script[StartReply]):
+    """A worker's lease on a queued call, queued → running (``start.lua``)."""
+
+    file = "start.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        lease_ms: int,
+        now: str,
+        maxlen: int,
+        cancel_result: str,
+        now_ms: int,
+    ) -> Invocation[StartReply]:
+        """An invocation: KEYS and ARGV as the header of ``start.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.lease(call_id),
+                keys.cancel(call_id),
+                keys.running,
+                keys.queued,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                token,
+                lease_ms,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                cancel_result,
+                now_ms,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> StartReply:
+        """The typed outcome of a reply."""
+        kind: StartOutcome = outcome(StartOutcome, reply[0], self)
+        if kind == "ok":
+            return StartReply(kind, text(reply[1]), int(reply[2]))
+        return StartReply(kind, status=text(reply[1]) if len(reply) > 1 else None)
+
+
+FinishOutcome = Literal["ok", "stale"]
+
+
+class Finish(Script[FinishOutcome]):
+    """A running call's final state and event (``finish.lua``); ``stale``: it was lost."""
+
+    file = "finish.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        status: str,
+        result: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+        ttl: int,
+        undo: str,
+        undo_ttl: int,
+    ) -> Invocation[FinishOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``finish.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.lease(call_id),
+                keys.running,
+                keys.undo(call_id),
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                token,
+                status,
+                result,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                now,
+                ttl,
+                undo,
+                undo_ttl,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> FinishOutcome:
+        """The typed outcome of a reply."""
+        return cast(FinishOutcome, outcome(FinishOutcome, reply[0], self))
+
+
+ProgressOutcome = Literal["ok", "stale"]
+
+
+class Progress(Script[ProgressOutcome]):
+    """A non-final event of a running call (``progress.lua``)."""
+
+    file = "progress.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+    ) -> Invocation[ProgressOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``progress.lua`` lists them."""
+        return self.invoke(
+            [keys.call(call_id), keys.run_stream(run_id), *_emit_keys(keys)],
+            [call_id, token, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+        )
+
+    def parse(self, reply: Any) -> ProgressOutcome:
+        """The typed outcome of a reply."""
+        return cast(ProgressOutcome, outcome(ProgressOutcome, reply[0], self))
+
+
+class Renew(Script[bool]):
+    """A lease extended if this token still holds it (``renew.lua``): call or undo lease."""
+
+    file = "renew.lua"
+
+    def __call__(
+        self, *, lease: str, running: str, call_id: str, token: str, lease_ms: int, now_ms: int
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them."""
+        return self.invoke([lease, running], [call_id, token, lease_ms, now_ms])
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(reply)
+
+
+TransitionOutcome = Literal["ok", "conflict", "missing"]
+
+
+@dataclass(frozen=True)
+class TransitionReply:
+    """``ok`` (value: the event id), ``conflict`` (the status found) or ``missing``."""
+
+    outcome: TransitionOutcome
+    value: str = ""
+
+
+class Transition(Script[TransitionReply]):
+    """The generic compare-and-set of a call's status with its event (``transition.lua``)."""
+
+    file = "transition.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        from_states: str,
+        to_status: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+        ttl: int,
+        result: str,
+        fields: dict[str, str] | None = None,
+    ) -> Invocation[TransitionReply]:
+        """An invocation: KEYS and ARGV as the header of ``transition.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.pending_approvals,
+                keys.unsent,
+                keys.running,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                from_states,
+                to_status,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                now,
+                ttl,
+                result,
+                run_id,
+                *[item for pair in (fields or {}).items() for item in pair],
+            ],
+        )
+
+    def parse(self, reply: Any) -> TransitionReply:
+        """The typed outcome of a reply."""
+        kind: TransitionOutcome = outcome(TransitionOutcome, reply[0], self)
+        return TransitionReply(kind, text(reply[1]) if len(reply) > 1 else "")
+
+
+RecoverOutcome = Literal["requeue", "failed", "timeout", "alive", "gone"]
+
+
+class Recover(Script[RecoverOutcome]):
+    """A running call whose lease expired: requeued or failed (``recover.lua``)."""
+
+    file = "recover.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        now: str,
+        maxlen: int,
+        ttl: int,
+        max_recoveries: int,
+        lost_result: str,
+        timeout_result: str,
+    ) -> Invocation[RecoverOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``recover.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.lease(call_id),
+                keys.running,
+                keys.run_stream(run_id),
+                keys.unsent,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                ttl,
+                max_recoveries,
+                lost_result,
+                timeout_result,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> RecoverOutcome:
+        """The typed outcome of a reply."""
+        return cast(RecoverOutcome, outcome(RecoverOutcome, reply[0], self))
+
+
+class Resend(Script[bool]):
+    """The sweeper's re-send of a call still queued (``resend.lua``); True if pushed."""
+
+    file = "resend.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``resend.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.queued,
+                keys.unsent,
+                keys.lost_suspect(call_id),
+            ],
+            [call_id, message, now],
+        )
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(int(reply))
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+DecideOutcome = Literal["ok", "partial", "expired", "digest", "retry", "missing", "conflict"]
+
+
+@dataclass(frozen=True)
+class DecideReply:
+    """The decision's outcome; ``conflict`` carries the status found."""
+
+    outcome: DecideOutcome
+    value: str = ""
+
+
+class Decide(Script[DecideReply]):
+    """A human's decision on a parked call, one compare-and-set (``decide.lua``)."""
+
+    file = "decide.lua"
+    includes = ("emit", "push")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        decision: Literal["approve", "deny"],
+        by: str,
+        now: str,
+        envelope_read: str,
+        check_approvals: bool,
+        maxlen: int,
+        ttl: int,
+        event_data: str,
+        result: str,
+        envelope: str,
+        audit_maxlen: int,
+        expired_result: str,
+        message: tuple[str, str] | None,
+        approvals_read: str,
+        approvals_new: str,
+        final: bool,
+        new_digest: str,
+        approval: str,
+        tool: str,
+        audit_sig: str,
+        expired_sig: str,
+        digest: str,
+        shown: str,
+    ) -> Invocation[DecideReply]:
+        """An invocation: KEYS and ARGV as the header of ``decide.lua`` lists them."""
+        queue = message[0] if message else keys.unsent  # an unused key still fills its slot
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.pending_approvals,
+                keys.unsent,
+                keys.audit_stream,
+                queue,
+                keys.queued,
+                keys.queue_pushes(queue) if message else keys.unsent,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                decision,
+                by,
+                now,
+                envelope_read,
+                "1" if check_approvals else "0",
+                keys.run_channel(run_id),
+                maxlen,
+                ttl,
+                event_data,
+                result,
+                envelope,
+                audit_maxlen,
+                expired_result,
+                message[1] if message else "",
+                approvals_read,
+                approvals_new,
+                "1" if final else "0",
+                new_digest,
+                approval,
+                run_id,
+                tool,
+                audit_sig,
+                expired_sig,
+                digest,
+                shown,
+            ],
+        )
+
+    def parse(self, reply: Any) -> DecideReply:
+        """The typed outcome of a reply."""
+        kind: DecideOutcome = outcome(DecideOutcome, reply[0], self)
+        return DecideReply(kind, text(reply[1]) if len(reply) > 1 else "")
+
+
+ExpireOutcome = Literal["expired", "early", "gone"]
+
+
+class Expire(Script[ExpireOutcome]):
+    """The sweeper's expiry of a parked call past its deadline (``expire.lua``)."""
+
+    file = "expire.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        now: str,
+        maxlen: int,
+        ttl: int,
+        result: str,
+        audit_maxlen: int,
+    ) -> Invocation[ExpireOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``expire.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.pending_approvals,
+                keys.audit_stream,
+                *_emit_keys(keys),
+            ],
+            [call_id, now, keys.run_channel(run_id), maxlen, ttl, result, audit_maxlen, run_id],
+        )
+
+    def parse(self, reply: Any) -> ExpireOutcome:
+        """The typed outcome of a reply."""
+        return cast(ExpireOutcome, outcome(ExpireOutcome, reply, self))
+
+
+# -- undo ---------------------------------------------------------------------------------------
+
+UndoClaimOutcome = Literal["ok", "missing", "in_progress", "undone", "nothing"]
+
+
+class UndoClaim(Script[UndoClaimOutcome]):
+    """An undo requested with its message pushed (``undo_claim.lua``)."""
+
+    file = "undo_claim.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[UndoClaimOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_claim.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.undo(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+            ],
+            [call_id, now, message],
+        )
+
+    def parse(self, reply: Any) -> UndoClaimOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoClaimOutcome, outcome(UndoClaimOutcome, reply, self))
+
+
+UndoStartOutcome = Literal["ok", "leased", "skip"]
+
+
+class UndoStart(Script[tuple[UndoStartOutcome, str]]):
+    """A worker's lease on a requested undo (``undo_start.lua``): outcome and state seen."""
+
+    file = "undo_start.lua"
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, token: str, lease_ms: int, now: str, now_ms: int
+    ) -> Invocation[tuple[UndoStartOutcome, str]]:
+        """An invocation: KEYS and ARGV as the header of ``undo_start.lua`` lists them."""
+        return self.invoke(
+            [keys.call(call_id), keys.undo_lease(call_id), keys.undoing, keys.undo_queued],
+            [call_id, token, lease_ms, now, now_ms],
+        )
+
+    def parse(self, reply: Any) -> tuple[UndoStartOutcome, str]:
+        """The typed outcome of a reply."""
+        kind: UndoStartOutcome = outcome(UndoStartOutcome, reply[0], self)
+        return kind, text(reply[1]) if len(reply) > 1 else ""
+
+
+UndoFinishOutcome = Literal["ok", "stale"]
+
+
+class UndoFinish(Script[UndoFinishOutcome]):
+    """The end of an undo, undone or failed, with its event (``undo_finish.lua``)."""
+
+    file = "undo_finish.lua"
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        state: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+    ) -> Invocation[UndoFinishOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_finish.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.undo_lease(call_id),
+                keys.undoing,
+                keys.undo(call_id),
+                *_emit_keys(keys),
+            ],
+            [call_id, token, state, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+        )
+
+    def parse(self, reply: Any) -> UndoFinishOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoFinishOutcome, outcome(UndoFinishOutcome, reply[0], self))
+
+
+UndoRecoverOutcome = Literal["requeue", "failed", "alive", "gone"]
+
+
+class UndoRecover(Script[UndoRecoverOutcome]):
+    """An undo whose worker died: requested again or failed (``undo_recover.lua``)."""
+
+    file = "undo_recover.lua"
+    includes = ("emit", "push")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        queue: str,
+        message: str,
+        now: str,
+        maxlen: int,
+        max_recoveries: int,
+        lost_data: str,
+    ) -> Invocation[UndoRecoverOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_recover.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.undo_lease(call_id),
+                keys.undoing,
+                keys.run_stream(run_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+                *_emit_keys(keys),
+            ],
+            [
+                call_id,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                max_recoveries,
+                lost_data,
+                message,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> UndoRecoverOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoRecoverOutcome, outcome(UndoRecoverOutcome, reply, self))
+
+
+class UndoResend(Script[bool]):
+    """The sweeper's re-send of an undo still requested (``undo_resend.lua``)."""
+
+    file = "undo_resend.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``undo_resend.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+                keys.lost_undo_suspect(call_id),
+            ],
+            [call_id, message, now],
+        )
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(int(reply))
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+class WebhookClaim(Script[dict[str, str] | None]):
+    """A due webhook delivery taken for one attempt (``webhook_claim.lua``); its fields."""
+
+    file = "webhook_claim.lua"
+
+    def __call__(
+        self, *, keys: Keys, delivery_id: str, now: str, until: str
+    ) -> Invocation[dict[str, str] | None]:
+        """An invocation: KEYS and ARGV as the header of ``webhook_claim.lua`` lists them."""
+        return self.invoke(
+            [keys.webhook_due, keys.webhook_delivery(delivery_id)], [delivery_id, now, until]
+        )
+
+    def parse(self, reply: Any) -> dict[str, str] | None:
+        """The typed outcome of a reply."""
+        if not reply:
+            return None
+        return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+
+CREATE = Create()
+START = Start()
+FINISH = Finish()
+PROGRESS = Progress()
+RENEW = Renew()
+TRANSITION = Transition()
+RECOVER = Recover()
+RESEND = Resend()
+DECIDE = Decide()
+EXPIRE = Expire()
+UNDO_CLAIM = UndoClaim()
+UNDO_START = UndoStart()
+UNDO_FINISH = UndoFinish()
+UNDO_RECOVER = UndoRecover()
+UNDO_RESEND = UndoResend()
+WEBHOOK_CLAIM = WebhookClaim()
+
+ALL: tuple[Script[Any], ...] = (
+    CREATE,
+    START,
+    FINISH,
+    PROGRESS,
+    RENEW,
+    TRANSITION,
+    RECOVER,
+    RESEND,
+    DECIDE,
+    EXPIRE,
+    UNDO_CLAIM,
+    UNDO_START,
+    UNDO_FINISH,
+    UNDO_RECOVER,
+    UNDO_RESEND,
+    WEBHOOK_CLAIM,
 )
-
-# A retry of the same start (same token, the reply was lost) gets the same answer.
-# KEYS: call, stream, lease, cancel, running, queued
-# ARGV: call_id, token, lease_ms, now, channel, maxlen, cancel_result, now_ms, run_id
-START = (
-    _EMIT
-    + """
-local f = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'token')
-local status = f[1]
-if not status then return {'missing'} end
-if f[2] ~= ARGV[9] then return {'skip', 'run_mismatch'} end
-if status == 'running' and f[3] == ARGV[2] then
-  return {'ok', redis.call('HGET', KEYS[1], 'envelope'),
-          redis.call('HGET', KEYS[1], 'attempt'), ''}
-end
-if status == 'queued' and redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'result', ARGV[7],
-             'updated_at', ARGV[4], 'finished_at', ARGV[4])
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  emit(KEYS[2], ARGV[5], ARGV[6], 'call.cancelled', ARGV[1], '{"status":"cancelled"}', ARGV[4])
-  return {'cancelled'}
-end
-if status ~= 'queued' then return {'skip', status} end
-if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then return {'leased'} end
-local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'token', ARGV[2],
-           'started_at', ARGV[4], 'updated_at', ARGV[4])
-redis.call('ZADD', KEYS[5], tonumber(ARGV[8]) + tonumber(ARGV[3]), ARGV[1])
-redis.call('ZREM', KEYS[6], ARGV[1])
-local id = emit(KEYS[2], ARGV[5], ARGV[6], 'call.started', ARGV[1],
-                '{"status":"running","attempt":' .. attempt .. '}', ARGV[4])
-return {'ok', redis.call('HGET', KEYS[1], 'envelope'), attempt, id}
-"""
-)
-
-# A retry of the same finish (the reply was lost) finds it done and changes nothing.
-# KEYS: call, stream, lease, running, undo
-# ARGV: call_id, token, status, result, etype, data, channel, maxlen, now, ttl, undo, undo_ttl
-FINISH = (
-    _EMIT
-    + """
-local f = redis.call('HMGET', KEYS[1], 'status', 'token')
-if f[2] ~= ARGV[2] then return {'stale'} end
-if f[1] == ARGV[3] then return {'ok', ''} end
-if f[1] ~= 'running' then return {'stale'} end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'result', ARGV[4],
-           'updated_at', ARGV[9], 'finished_at', ARGV[9])
-redis.call('EXPIRE', KEYS[1], ARGV[10])
-if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
-redis.call('ZREM', KEYS[4], ARGV[1])
-if ARGV[11] ~= '' then redis.call('SET', KEYS[5], ARGV[11], 'EX', ARGV[12]) end
-return {'ok', emit(KEYS[2], ARGV[7], ARGV[8], ARGV[5], ARGV[1], ARGV[6], ARGV[9])}
-"""
-)
-
-# KEYS: call, stream
-# ARGV: call_id, token, etype, data, channel, maxlen, now
-PROGRESS = (
-    _EMIT
-    + """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running'
-   or redis.call('HGET', KEYS[1], 'token') ~= ARGV[2] then
-  return {'stale'}
-end
-return {'ok', emit(KEYS[2], ARGV[5], ARGV[6], ARGV[3], ARGV[1], ARGV[4], ARGV[7])}
-"""
-)
-
-# KEYS: lease, running
-# ARGV: call_id, token, lease_ms, now_ms
-RENEW = """
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
-return 1
-"""
-
-# Generic compare-and-set used by cancel, approvals, expiry and recovery.
-# KEYS: call, stream, pending_approvals, unsent, running
-# ARGV: call_id, from_states, to_status, etype, data, channel, maxlen, now, ttl,
-#       result ('' keeps it), extra field/value pairs...
-TRANSITION = (
-    _EMIT
-    + """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {'missing'} end
-if not allowed(ARGV[2], status) then return {'conflict', status} end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updated_at', ARGV[8])
-if ARGV[10] ~= '' then
-  redis.call('HSET', KEYS[1], 'result', ARGV[10], 'finished_at', ARGV[8])
-  redis.call('EXPIRE', KEYS[1], ARGV[9])
-end
-for i = 11, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-if ARGV[3] == 'queued' then redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
-else redis.call('ZREM', KEYS[4], ARGV[1]) end
-return {'ok', emit(KEYS[2], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[8]), status}
-"""
-)
-
-# Recovery of a call whose worker died (its lease expired while it was running).
-# KEYS: call, lease, running, stream, unsent
-# ARGV: call_id, now, channel, maxlen, ttl, max_recoveries, lost_result, timeout_result
-RECOVER = (
-    _EMIT
-    + """
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'alive'} end
-local f = redis.call('HMGET', KEYS[1], 'status', 'idempotent', 'recoveries', 'timeout',
-                    'started_at')
-redis.call('ZREM', KEYS[3], ARGV[1])
-if f[1] ~= 'running' then return {'gone'} end
-local now = tonumber(ARGV[2])
-local timeout, started = tonumber(f[4]), tonumber(f[5])
-local outcome, result = 'failed', ARGV[7]
-if timeout and started and now - started >= timeout then
-  outcome, result = 'timeout', ARGV[8]
-elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(ARGV[6]) then
-  redis.call('HSET', KEYS[1], 'status', 'queued', 'token', '', 'updated_at', ARGV[2])
-  redis.call('HINCRBY', KEYS[1], 'recoveries', 1)
-  redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
-  emit(KEYS[4], ARGV[3], ARGV[4], 'call.retrying', ARGV[1],
-       '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}',
-       ARGV[2])
-  return {'requeue'}
-end
-redis.call('HSET', KEYS[1], 'status', 'failed', 'result', result, 'token', '',
-           'updated_at', ARGV[2], 'finished_at', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-emit(KEYS[4], ARGV[3], ARGV[4], 'call.failed', ARGV[1], '{"status":"failed"}', ARGV[2])
-return {outcome}
-"""
-)
-
-# A human's decision on a parked call: one compare-and-set, so exactly one of any number of
-# racing approvers wins. Past the deadline the call is expired here and then, not decided.
-# The deciding process reads the record, computes the digest of the stored arguments itself,
-# signs the outcome it will commit and passes the envelope and approvals it read: if the
-# envelope changed since, the decision is refused ('digest'); if the approvals did, nothing
-# is written and the caller reads again ('retry'). So the stored signature always matches
-# what was committed. An edit replaces the envelope and digest and resets the earlier
-# approvals (they approved other arguments). Refusals are
-# returned for the caller to audit; the audit entries written here carry signatures made by
-# the caller (entry fields come from ARGV, so the signed bytes are exactly the stored ones).
-# The final approval pushes the call's Celery message with it (as CREATE does).
-# KEYS: call, stream, pending_approvals, unsent, audit, queue, queued, pushes
-# ARGV: call_id, decision (approve|deny), by, now, envelope_read ('' = unchecked: the stored
-#       envelope must still be exactly the one whose digest was signed), check_approvals
-#       ('1' = compare approvals), channel, maxlen, ttl, event_data, result, envelope
-#       ('' = unchanged), audit_maxlen, expired_result, message ('' = leave it to the sweeper),
-#       approvals_read, approvals_new, final ('1' | '0'), new_digest ('' = unchanged),
-#       approval (signed decision), run_id, tool, audit_sig, expired_sig, digest (of the
-#       decided arguments), shown (digest of the arguments as read)
-DECIDE = (
-    _EMIT
-    + _PUSH
-    + """
-local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local envelope_read, check_approvals = ARGV[5], ARGV[6]
-local channel, maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
-local new_envelope, audit_maxlen, expired_result, message = ARGV[12], ARGV[13], ARGV[14], ARGV[15]
-local approvals_read, approvals_new, final, new_digest = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local approval, run_id, tool = ARGV[20], ARGV[21], ARGV[22]
-local audit_sig, expired_sig, digest, shown = ARGV[23], ARGV[24], ARGV[25], ARGV[26]
-local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'approvers')
-if not f[1] then return {'missing'} end
-local function audit(outcome, audited, sig)
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
-             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited,
-             'ts', now, 'sig', sig)
-end
-if f[1] ~= 'awaiting_approval' then return {'conflict', f[1]} end
-local deadline = tonumber(f[2])
-if deadline and deadline > 0 and tonumber(now) > deadline then
-  redis.call('HSET', KEYS[1], 'status', 'expired', 'result', expired_result, 'updated_at', now,
-             'finished_at', now)
-  redis.call('ZREM', KEYS[3], call_id)
-  redis.call('EXPIRE', KEYS[1], ttl)
-  emit(KEYS[2], channel, maxlen, 'call.expired', call_id, '{"status":"expired"}', now)
-  audit('expired', shown, expired_sig)
-  return {'expired'}
-end
-if envelope_read ~= '' and envelope_read ~= redis.call('HGET', KEYS[1], 'envelope') then
-  return {'digest'}
-end
-if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry'} end
-if decision == 'deny' then
-  redis.call('HSET', KEYS[1], 'status', 'denied', 'result', result, 'decided_by', by,
-             'approval', approval, 'updated_at', now, 'finished_at', now)
-  redis.call('ZREM', KEYS[3], call_id)
-  redis.call('EXPIRE', KEYS[1], ttl)
-  audit('denied', digest, audit_sig)
-  return {'ok', emit(KEYS[2], channel, maxlen, 'call.denied', call_id, data, now)}
-end
-redis.call('HSET', KEYS[1], 'approvers', approvals_new, 'updated_at', now)
-if new_envelope ~= '' then redis.call('HSET', KEYS[1], 'envelope', new_envelope) end
-if new_digest ~= '' then redis.call('HSET', KEYS[1], 'digest', new_digest) end
-if final ~= '1' then
-  audit('approved:partial', digest, audit_sig)
-  return {'partial', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
-end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'decided_by', by, 'approval', approval)
-redis.call('ZREM', KEYS[3], call_id)
-if message ~= '' then push(KEYS[6], KEYS[8], KEYS[7], KEYS[1], call_id, message, now)
-else redis.call('ZADD', KEYS[4], now, call_id) end
-audit('approved', digest, audit_sig)
-return {'ok', emit(KEYS[2], channel, maxlen, 'call.approved', call_id, data, now)}
-"""
-)
-
-# Expire a parked call whose deadline passed (the sweeper's compare-and-set).
-# KEYS: call, stream, pending_approvals, audit
-# ARGV: call_id, now, channel, maxlen, ttl, result, audit_maxlen
-EXPIRE = (
-    _EMIT
-    + """
-local f = redis.call('HMGET', KEYS[1], 'status', 'deadline', 'run_id', 'name', 'digest')
-if f[1] ~= 'awaiting_approval' then redis.call('ZREM', KEYS[3], ARGV[1]); return 'gone' end
-if tonumber(f[2]) > tonumber(ARGV[2]) then return 'early' end
-redis.call('HSET', KEYS[1], 'status', 'expired', 'result', ARGV[6], 'updated_at', ARGV[2],
-           'finished_at', ARGV[2])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-emit(KEYS[2], ARGV[3], ARGV[4], 'call.expired', ARGV[1], '{"status":"expired"}', ARGV[2])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'call_id', ARGV[1], 'run_id', f[3],
-           'tool', f[4], 'by', 'sweeper', 'outcome', 'expired', 'digest', f[5] or '', 'ts', ARGV[2],
-           'system', '1')
-return 'expired'
-"""
-)
-
-# The sweeper's re-send of a call that is still queued: its message pushed with the same
-# bookkeeping as CREATE, and the call out of the unsent set, in one step.
-# KEYS: call, queue, pushes, queued, unsent, suspect
-# ARGV: call_id, message, now
-RESEND = (
-    _PUSH
-    + """
-if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZREM', KEYS[5], ARGV[1])
-  return 0
-end
-push(KEYS[2], KEYS[3], KEYS[4], KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('DEL', KEYS[6])
-return 1
-"""
-)
-
-# An undo moves through ``undo_state`` on the call's record: requested (its message pushed,
-# here, with the claim) → undoing (a worker holds the undo lease) → undone | failed. A
-# failed undo may be requested again; an undone one never.
-# KEYS: call, undo, queue, pushes, undo_queued
-# ARGV: call_id, now, message
-UNDO_CLAIM = (
-    _PUSH
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'missing' end
-local state = redis.call('HGET', KEYS[1], 'undo_state')
-if state == 'requested' or state == 'undoing' then return 'in_progress' end
-if state == 'undone' then return 'undone' end
-if redis.call('EXISTS', KEYS[2]) == 0 then return 'nothing' end
-redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_requested_at', ARGV[2],
-           'undo_token', '')
-push_undo(KEYS[3], KEYS[4], KEYS[5], KEYS[1], ARGV[1], ARGV[3], ARGV[2])
-return 'ok'
-"""
-)
-
-# A worker's claim on a requested undo: the undo lease and requested → undoing, so a second
-# delivery of the message finds it no longer requested and does nothing. A retry of the
-# same claim (same token) gets the same answer.
-# KEYS: call, undo_lease, undoing, undo_queued
-# ARGV: call_id, token, lease_ms, now, now_ms
-UNDO_START = """
-local f = redis.call('HMGET', KEYS[1], 'undo_state', 'undo_token')
-if f[1] == 'undoing' and f[2] == ARGV[2] then return {'ok'} end
-if f[1] ~= 'requested' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  return {'skip', f[1] or ''}
-end
-if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {'leased'} end
-redis.call('HSET', KEYS[1], 'undo_state', 'undoing', 'undo_token', ARGV[2],
-           'undo_started_at', ARGV[4])
-redis.call('ZADD', KEYS[3], tonumber(ARGV[5]) + tonumber(ARGV[3]), ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-return {'ok'}
-"""
-
-# The end of an undo (undone | failed) with its event; the undo data goes once undone.
-# KEYS: call, stream, undo_lease, undoing, undo
-# ARGV: call_id, token, state, etype, data, channel, maxlen, now
-UNDO_FINISH = (
-    _EMIT
-    + """
-local f = redis.call('HMGET', KEYS[1], 'undo_state', 'undo_token')
-if f[2] ~= ARGV[2] then return {'stale'} end
-if f[1] == ARGV[3] then return {'ok', ''} end
-if f[1] ~= 'undoing' then return {'stale'} end
-redis.call('HSET', KEYS[1], 'undo_state', ARGV[3], 'undo_finished_at', ARGV[8])
-if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
-redis.call('ZREM', KEYS[4], ARGV[1])
-if ARGV[3] == 'undone' then redis.call('DEL', KEYS[5]) end
-return {'ok', emit(KEYS[2], ARGV[6], ARGV[7], ARGV[4], ARGV[1], ARGV[5], ARGV[8])}
-"""
-)
-
-# An undo whose worker died (its undo lease expired while undoing): failed ``worker_lost``,
-# or, for an idempotent tool, requested again with a fresh message (``message``).
-# KEYS: call, undo_lease, undoing, stream, queue, pushes, undo_queued
-# ARGV: call_id, now, channel, maxlen, max_recoveries, lost_data, message
-UNDO_RECOVER = (
-    _EMIT
-    + _PUSH
-    + """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 'alive' end
-redis.call('ZREM', KEYS[3], ARGV[1])
-local f = redis.call('HMGET', KEYS[1], 'undo_state', 'idempotent', 'undo_recoveries')
-if f[1] ~= 'undoing' then return 'gone' end
-if f[2] == '1' and tonumber(f[3] or '0') < tonumber(ARGV[5]) and ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[1], 'undo_state', 'requested', 'undo_token', '')
-  redis.call('HINCRBY', KEYS[1], 'undo_recoveries', 1)
-  push_undo(KEYS[5], KEYS[6], KEYS[7], KEYS[1], ARGV[1], ARGV[7], ARGV[2])
-  return 'requeue'
-end
-redis.call('HSET', KEYS[1], 'undo_state', 'failed', 'undo_token', '', 'undo_finished_at', ARGV[2])
-emit(KEYS[4], ARGV[3], ARGV[4], 'call.undo_failed', ARGV[1], ARGV[6], ARGV[2])
-return 'failed'
-"""
-)
-
-# The sweeper's re-send of an undo still requested (its message lost or stranded).
-# KEYS: call, queue, pushes, undo_queued, suspect
-# ARGV: call_id, message, now
-UNDO_RESEND = (
-    _PUSH
-    + """
-if redis.call('HGET', KEYS[1], 'undo_state') ~= 'requested' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  return 0
-end
-push_undo(KEYS[2], KEYS[3], KEYS[4], KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-redis.call('DEL', KEYS[5])
-return 1
-"""
-)
+"""Every script, one per ``.lua`` file outside ``lib/``."""
