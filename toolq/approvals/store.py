@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import (
@@ -537,7 +537,7 @@ class ApprovalStore:
     def _run_decide(
         self,
         parked: Parked,
-        decision: Literal["approve", "deny"],
+        decision: scripts.Decision,
         by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
@@ -585,7 +585,7 @@ class ApprovalStore:
                     ts=ts,
                 )
                 approval = dumps(signed)
-        outcome_name = (
+        outcome_name: scripts.AuditOutcome = (
             "denied" if decision == "deny" else "approved" if final else "approved:partial"
         )
         queue, message = "", ""

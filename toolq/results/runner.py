@@ -45,6 +45,8 @@ class Script(Generic[R]):
 
     file: ClassVar[str]
     includes: ClassVar[tuple[str, ...]] = ()
+    outcomes: ClassVar[tuple[str, ...]] = ()
+    """The outcome words the script returns (its ``Literal``'s values), if it returns words."""
 
     def __init__(self) -> None:
         parts = [lua_source(f"lib/{name}.lua") for name in self.includes]

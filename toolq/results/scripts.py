@@ -44,6 +44,7 @@ class Create(Script[CreateReply]):
     """A new call's record, first event and, when runnable, its message (``create.lua``)."""
 
     file = "create.lua"
+    outcomes = get_args(CreateOutcome)
     includes = ("emit", "push")
 
     def __call__(
@@ -134,6 +135,7 @@ class Start(Script[StartReply]):
     """A worker's lease on a queued call, queued → running (``start.lua``)."""
 
     file = "start.lua"
+    outcomes = get_args(StartOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -188,6 +190,7 @@ class Finish(Script[FinishOutcome]):
     """A running call's final state and event (``finish.lua``); ``stale``: it was lost."""
 
     file = "finish.lua"
+    outcomes = get_args(FinishOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -246,6 +249,7 @@ class Progress(Script[ProgressOutcome]):
     """A non-final event of a running call (``progress.lua``)."""
 
     file = "progress.lua"
+    outcomes = get_args(ProgressOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -302,6 +306,7 @@ class Transition(Script[TransitionReply]):
     """The generic compare-and-set of a call's status with its event (``transition.lua``)."""
 
     file = "transition.lua"
+    outcomes = get_args(TransitionOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -359,6 +364,7 @@ class Recover(Script[RecoverOutcome]):
     """A running call whose lease expired: requeued or failed (``recover.lua``)."""
 
     file = "recover.lua"
+    outcomes = get_args(RecoverOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -432,6 +438,9 @@ class Resend(Script[bool]):
 # -- approvals ----------------------------------------------------------------------------------
 
 DecideOutcome = Literal["ok", "partial", "expired", "digest", "retry", "missing", "conflict"]
+Decision = Literal["approve", "deny"]
+AuditOutcome = Literal["approved", "approved:partial", "denied", "expired"]
+"""What DECIDE and EXPIRE write as an audit entry's ``outcome`` (refusals are Python's)."""
 
 
 @dataclass(frozen=True)
@@ -446,6 +455,7 @@ class Decide(Script[DecideReply]):
     """A human's decision on a parked call, one compare-and-set (``decide.lua``)."""
 
     file = "decide.lua"
+    outcomes = get_args(DecideOutcome)
     includes = ("emit", "push")
 
     def __call__(
@@ -454,7 +464,7 @@ class Decide(Script[DecideReply]):
         keys: Keys,
         call_id: str,
         run_id: str,
-        decision: Literal["approve", "deny"],
+        decision: Decision,
         by: str,
         now: str,
         envelope_read: str,
@@ -535,6 +545,7 @@ class Expire(Script[ExpireOutcome]):
     """The sweeper's expiry of a parked call past its deadline (``expire.lua``)."""
 
     file = "expire.lua"
+    outcomes = get_args(ExpireOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -575,6 +586,7 @@ class UndoClaim(Script[UndoClaimOutcome]):
     """An undo requested with its message pushed (``undo_claim.lua``)."""
 
     file = "undo_claim.lua"
+    outcomes = get_args(UndoClaimOutcome)
     includes = ("push",)
 
     def __call__(
@@ -604,6 +616,7 @@ class UndoStart(Script[tuple[UndoStartOutcome, str]]):
     """A worker's lease on a requested undo (``undo_start.lua``): outcome and state seen."""
 
     file = "undo_start.lua"
+    outcomes = get_args(UndoStartOutcome)
 
     def __call__(
         self, *, keys: Keys, call_id: str, token: str, lease_ms: int, now: str, now_ms: int
@@ -627,6 +640,7 @@ class UndoFinish(Script[UndoFinishOutcome]):
     """The end of an undo, undone or failed, with its event (``undo_finish.lua``)."""
 
     file = "undo_finish.lua"
+    outcomes = get_args(UndoFinishOutcome)
     includes = ("emit",)
 
     def __call__(
@@ -667,6 +681,7 @@ class UndoRecover(Script[UndoRecoverOutcome]):
     """An undo whose worker died: requested again or failed (``undo_recover.lua``)."""
 
     file = "undo_recover.lua"
+    outcomes = get_args(UndoRecoverOutcome)
     includes = ("emit", "push")
 
     def __call__(
