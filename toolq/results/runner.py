@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 import redis
 from redis.exceptions import NoScriptError
 
+from toolq.keys import Keys
 from toolq.results.direct import DirectScripts
 
 R = TypeVar("R")
@@ -127,6 +128,19 @@ class Scripts:
     def close(self) -> None:
         """Close this thread's own connection."""
         self.direct_scripts.close()
+
+
+def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
+    """``raw`` as one of the ``Literal`` ``kind``'s values; a script replying otherwise is a bug."""
+    value = text(raw)
+    if value not in get_args(kind):
+        raise ValueError(f"{script.name}.lua replied {value!r}, not one of {get_args(kind)}")
+    return value
+
+
+def emit_keys(keys: Keys) -> list[str]:
+    """The KEYS every emitting script takes after its own (``lib/emit.lua``)."""
+    return [keys.webhook_events, keys.webhook_outbox]
 
 
 def _no_script(reply: Any) -> bool:
