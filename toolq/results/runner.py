@@ -99,7 +99,7 @@ class Scripts:
         """Run invocations in one round trip, then the commands ``then`` adds; their outcomes.
 
         An invocation that found its script missing is run again after loading it; the
-        others, which ran, are not.
+        others, which ran, are not, nor are the ``then`` commands (they ran already).
         """
         pipe = self.redis.pipeline(transaction=False)
         for invocation in invocations:
