@@ -32,10 +32,6 @@ class ApprovalRequest(BaseModel):
     decided_by: str | None = None
 
 
-DecisionKind = Literal["approve", "deny"]
-"""What an approver decided; also the ``decision`` a signed approval carries."""
-
-
 class Approve(BaseModel):
     """Approve a call, optionally with edited arguments (re-validated before use).
 
