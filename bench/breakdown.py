@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import pkgutil
 import threading
 import time
 import uuid
@@ -34,22 +33,31 @@ def script_names() -> dict[str, str]:
 
     names: dict[str, str] = {}
     root = Path(toolq.__file__).parent
-    for info in pkgutil.walk_packages([str(root)], "toolq."):
-        if info.name.endswith("__main__"):  # importing it would run the CLI
+    # Every module file: some subpackages are namespace packages, which pkgutil does not walk.
+    for path in sorted(root.rglob("*.py")):
+        name = ".".join(("toolq", *path.relative_to(root).with_suffix("").parts))
+        name = name.removesuffix(".__init__")
+        if name.endswith("__main__"):  # importing it would run the CLI
             continue
         try:
-            module = importlib.import_module(info.name)
+            module = importlib.import_module(name)
         except Exception:  # optional extras (api, mcp...) may be missing: their scripts too
             continue
         for attr, value in vars(module).items():
             if isinstance(value, str) and "redis.call(" in value:
                 digest = hashlib.sha1(value.encode()).hexdigest()
-                names.setdefault(digest, f"{attr.strip('_')} ({info.name.split('.')[-1]})")
+                names.setdefault(digest, f"{attr.strip('_')} ({name.split('.')[-1]})")
             script = getattr(value, "script", None)  # redis-py Script objects
             if isinstance(script, str | bytes) and b"redis.call(" in _b(script):
                 names.setdefault(hashlib.sha1(_b(script)).hexdigest(), attr.strip("_"))
     for path in root.rglob("*.lua"):
         names.setdefault(hashlib.sha1(path.read_bytes()).hexdigest(), path.stem)
+    # kombu's Redis transport has Lua of its own (restoring unacked messages).
+    import kombu.transport.redis as transport
+
+    for attr, value in vars(transport).items():
+        if isinstance(value, str) and "redis.call(" in value:
+            names.setdefault(hashlib.sha1(value.encode()).hexdigest(), f"kombu {attr.strip('_')}")
     return names
 
 
@@ -171,13 +179,13 @@ def breakdown(run: Any) -> dict[str, Any]:
         def calls(n: int) -> Any:
             payload = [{"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}}
                        for _ in range(n)]  # fmt: skip
+            start = time.time()
             batch = client.dispatch(payload)
             mark = time.time()
             batch.wait(timeout=a.batch_timeout)
-            return mark
+            return start, mark
 
-        lines: list[dict[str, Any]] = []
-        marks: list[float] = []
+        marks: list[tuple[float, float]] = []
         with Capture(a.redis_url) as cap:
             for _ in range(SINGLE_CALLS):
                 marks.append(calls(1))
@@ -185,7 +193,7 @@ def breakdown(run: Any) -> dict[str, Any]:
         single = _split(cap.lines, marks, roles, scripts)
         out["single"] = {"calls": SINGLE_CALLS, "rows": _table(single, SINGLE_CALLS)}
         with Capture(a.redis_url) as cap:
-            mark = calls(a.breakdown_batch)
+            _, mark = calls(a.breakdown_batch)
         roles.update(port_roles(pid))
         out["batch"] = {
             "calls": a.breakdown_batch,
@@ -194,24 +202,26 @@ def breakdown(run: Any) -> dict[str, Any]:
         with Capture(a.redis_url) as cap:
             time.sleep(IDLE_S)
         roles.update(port_roles(pid))
-        lines = cap.lines
         out["idle"] = {"seconds": IDLE_S,
-                       "rows": _table(attribute(lines, roles, scripts, 0.0), IDLE_S)}  # fmt: skip
+                       "rows": _table(attribute(cap.lines, roles, scripts, 0.0), IDLE_S)}  # fmt: skip
     return out
 
 
 def _split(
-    lines: list[dict[str, Any]], marks: list[float], roles: dict[str, str], scripts: dict[str, str]
+    lines: list[dict[str, Any]],
+    marks: list[tuple[float, float]],
+    roles: dict[str, str],
+    scripts: dict[str, str],
 ) -> dict[str, Any]:
-    """Attribute sequential calls: each line's client phase by the mark of its own call."""
+    """Attribute sequential calls: (dispatch start, dispatch returned) of each splits the lines."""
     ops: Counter[tuple[str, str]] = Counter()
     inner: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     start = 0
-    for i, mark in enumerate(marks):
-        # A call's lines run until the next call's dispatch, i.e. just after its mark.
-        end_time = marks[i + 1] if i + 1 < len(marks) else float("inf")
+    for i, (_, mark) in enumerate(marks):
+        # A call's lines run until the next call's dispatch starts.
+        end_time = marks[i + 1][0] if i + 1 < len(marks) else float("inf")
         chunk = []
-        while start < len(lines) and lines[start]["time"] < end_time - 0.0005:
+        while start < len(lines) and lines[start]["time"] < end_time:
             chunk.append(lines[start])
             start += 1
         got = attribute(chunk, roles, scripts, mark)

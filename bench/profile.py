@@ -1,9 +1,10 @@
 """Where a toolq worker's CPU goes per call: py-spy samples of every worker process in a batch.
 
 A default ``toolq worker`` (prefork, one process per core) takes no-op batches back to back
-while ``py-spy record --subprocesses --nonblocking --format raw`` samples it (idle threads
-left out). The worker's CPU per call comes from the process tree's CPU times; each part's
-share of the samples splits it. Needs ``py-spy`` (``pip install py-spy``) and ptrace rights.
+while ``py-spy record --subprocesses --gil --nonblocking --format raw`` samples it: only
+threads holding the GIL, i.e. running Python, not waiting for Redis's replies. The worker's
+CPU per call comes from the process tree's CPU times; each part's share of the samples
+splits it. Needs ``py-spy`` (``pip install py-spy``) and ptrace rights.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from bench.redis_cost import tree_cpu_s
 
-RATE = 200
+RATE = 400
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
 
 
@@ -32,13 +33,13 @@ def _py_spy() -> str:
 
 def _where(path: str) -> str:
     """The package a frame's file belongs to (toolq modules by name)."""
-    m = re.search(r"/toolq/(.+)\.py$", path)
-    if m and "site-packages" not in path:
+    m = re.search(r"(?:^|/)toolq/(.+)\.py$", path)
+    if m:
         return "toolq." + m.group(1).replace("/", ".")
     for pkg in ("celery", "kombu", "billiard", "redis", "pydantic", "pydantic_core", "vine",
                 "amqp", "opentelemetry", "json", "logging", "threading", "socket", "selectors",
                 "asyncio", "uuid", "ssl"):  # fmt: skip
-        if f"/{pkg}/" in path or path.endswith(f"/{pkg}.py") or path == f"{pkg}.py":
+        if path.startswith(f"{pkg}/") or f"/{pkg}/" in path or path == f"{pkg}.py":
             return pkg
     return Path(path).name
 
@@ -46,6 +47,7 @@ def _where(path: str) -> str:
 def parse(raw: str) -> dict[str, Any]:
     """Leaf package, inclusive toolq function and process shares of py-spy's raw samples."""
     leaf: Counter[str] = Counter()
+    leaf_func: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     process: Counter[str] = Counter()
     total = 0
@@ -56,18 +58,21 @@ def parse(raw: str) -> dict[str, Any]:
         n = int(count)
         total += n
         frames = stack.split(";")
-        process["pool" if "pool" in frames[0].lower() or "billiard" in stack else "main"] += n
+        # py-spy names each process in the chain: two "process" frames = a pool child.
+        process["pool" if sum(f.startswith("process ") for f in frames) > 1 else "main"] += n
         parsed = [m for f in frames if (m := _FRAME.match(f))]
         if parsed:
             leaf[_where(parsed[-1]["file"])] += n
+            leaf_func[f"{parsed[-1]['func']} ({parsed[-1]['file']})"] += n
         seen = set()
         for m in parsed:
             where = _where(m["file"])
-            if where.startswith("toolq."):
+            if where.startswith("toolq.") and not where.startswith(("toolq.cli", "toolq.__")):
                 seen.add(f"{where}.{m['func']}")
         for name in seen:
             inclusive[name] += n
-    return {"samples": total, "leaf": leaf, "inclusive": inclusive, "process": process}
+    return {"samples": total, "leaf": leaf, "leaf_func": leaf_func, "inclusive": inclusive,
+            "process": process}  # fmt: skip
 
 
 def profile(run: Any) -> dict[str, Any]:
@@ -84,7 +89,7 @@ def profile(run: Any) -> dict[str, Any]:
         for _ in range(20):
             side.round_trip()
         side.batch(min(a.batch, 500), a.batch_timeout)  # pool processes warm
-        argv = [spy, "record", "--pid", str(side.proc.pid), "--subprocesses", "--nonblocking",
+        argv = [spy, "record", "--pid", str(side.proc.pid), "--subprocesses", "--gil", "--nonblocking",
                 "--rate", str(RATE), "--format", "raw", "--output", str(out_file),
                 "--duration", str(int(a.profile_seconds))]  # fmt: skip
         spy_proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -117,6 +122,9 @@ def print_profile(report: dict[str, Any]) -> None:
     print("innermost frame in (self):")
     for name, n in Counter(report["leaf"]).most_common(14):
         print(f"  {name:<44}{n / total:>6.1%}{n / total * per:>8.0f} µs/call")
+    print("innermost function (self):")
+    for name, n in Counter(report["leaf_func"]).most_common(12):
+        print(f"  {name[:70]:<72}{n / total:>6.1%}{n / total * per:>8.0f} µs/call")
     print("inclusive, toolq functions:")
     for name, n in Counter(report["inclusive"]).most_common(18):
         print(f"  {name[:70]:<72}{n / total:>6.1%}{n / total * per:>8.0f} µs/call")
