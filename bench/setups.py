@@ -108,7 +108,8 @@ def roundtrip_setups(tuned_dramatiq_threads: int, arq_poll_delay: float) -> list
             "dramatiq",
             f"dramatiq, -p {dp} -t {tuned_dramatiq_threads}",
             "tuned",
-            "fewer threads per process: less GIL contention for no-op calls on few cores",
+            "more threads per process: the best of -t 1, 2, 8, 16 and -p 4 -t 8 in a probe "
+            "of 2,000-call batches on this machine",
             dramatiq(dp, tuned_dramatiq_threads),
         ),
         Setup(

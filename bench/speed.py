@@ -3,7 +3,7 @@
     python -m bench.speed [--calls 300] [--batch 2000] [--io-calls 1000] [--io-sleep 0.1]
                           [--sections roundtrip,io,async,scaling,breakdown,profile]
                           [--systems celery,dramatiq,arq,toolq] [--scaling 1,2,4]
-                          [--dramatiq-tuned-threads 2] [--arq-poll-delay 0.002]
+                          [--dramatiq-tuned-threads 16] [--arq-poll-delay 0.002]
                           [--async-processes 2] [--async-threads 50] [--tiny]
                           [--json PATH] [--logs DIR]
 
@@ -350,7 +350,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--io-calls", type=int, help="I/O-bound calls (default 1000)")
     p.add_argument("--io-sleep", type=float, default=0.1, help="seconds each I/O call sleeps")
     p.add_argument("--scaling", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
-    p.add_argument("--dramatiq-tuned-threads", type=int, default=2)
+    p.add_argument("--dramatiq-tuned-threads", type=int, default=16)
     p.add_argument("--arq-poll-delay", type=float, default=0.002, help="tuned arq, seconds")
     p.add_argument("--arq-slow-calls", type=int, default=40,
                    help="round trips of arq at its 0.5 s poll default")  # fmt: skip
