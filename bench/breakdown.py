@@ -22,9 +22,13 @@ from typing import Any
 
 import redis
 
+from bench.memory import shape
+
 IDLE_S = 10.0
 SINGLE_CALLS = 20
 SENTINEL = "bench-breakdown-stop"
+_KEYLESS = {"MULTI", "EXEC", "HELLO", "SCRIPT", "CLIENT", "PING", "TIME", "EVALSHA", "EVAL",
+            "PUBLISH", "SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE", "INFO", "SELECT"}  # fmt: skip
 
 
 def script_names() -> dict[str, str]:
@@ -128,9 +132,11 @@ def attribute(
     for line in lines:
         words = line["command"].split(" ", 2)
         name = words[0].upper()
+        # The command and the shape of its first key: "ZADD toolq:calls:recent".
+        keyed = f"{name} {shape(words[1])}" if len(words) > 1 and name not in _KEYLESS else name
         if line["client_type"] == "lua":
             if current is not None:
-                inner[current][name] += 1
+                inner[current][keyed] += 1
             continue
         role = roles.get(str(line["client_port"]), "other")
         if role == "client":
@@ -139,7 +145,7 @@ def attribute(
             sha = words[1] if name == "EVALSHA" else hashlib.sha1(words[1].encode()).hexdigest()
             op = "script " + scripts.get(sha.lower(), sha[:10])
         else:
-            op = name
+            op = keyed
         current = (role, op)
         ops[current] += 1
     return {"ops": ops, "inner": inner}
@@ -242,11 +248,11 @@ def print_breakdown(report: dict[str, Any]) -> None:
         rows = got["rows"]
         total = sum(r["total_per_call"] for r in rows)
         print(f"\n{phase}: {n} {unit}s; {total:.1f} commands per {unit}")
-        print(f"{'where':<16}{'operation':<34}{'per ' + unit:>9}{'+inner':>8}  inner commands")
+        print(f"{'where':<16}{'operation':<42}{'per ' + unit:>9}{'+inner':>8}  inner commands")
         for r in rows:
             if r["total_per_call"] < 0.05:
                 continue
             inner_n = r["total_per_call"] - r["per_call"]
-            inner = " ".join(f"{k}:{v:g}" for k, v in r["inner_per_call"].items())
-            print(f"{r['where']:<16}{r['op'][:33]:<34}{r['per_call']:>9.2f}"
+            inner = ", ".join(f"{k} {v:g}" for k, v in r["inner_per_call"].items())
+            print(f"{r['where']:<16}{r['op'][:41]:<42}{r['per_call']:>9.2f}"
                   f"{inner_n:>8.2f}  {inner}")  # fmt: skip

@@ -156,3 +156,11 @@ def own_cpu_s() -> float:
     """User + system CPU seconds of this process (the benchmark's client)."""
     t = os.times()
     return t.user + t.system
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of every core since boot, from ``/proc/stat`` (Linux)."""
+    with open("/proc/stat") as f:
+        fields = [float(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)

@@ -44,6 +44,7 @@ from bench.compare import Run, _hiredis  # noqa: E402
 from bench.figures import WARMUP, percentile, sequential  # noqa: E402
 from bench.procs import exit_on_signal  # noqa: E402
 from bench.redis_cost import (  # noqa: E402
+    machine_busy,
     measured,
     own_cpu_s,
     private_redis,
@@ -212,16 +213,18 @@ def scaling(run: Run, processes: int) -> dict[str, Any]:
             run.procs, a.redis_url, run.log(f"scaling-{processes}")
         ) as side:
             sequential(side.round_trip, 0)
-            workers0, client0 = tree_cpu_s(side.proc.pid), own_cpu_s()
+            workers0, client0, busy0 = tree_cpu_s(side.proc.pid), own_cpu_s(), machine_busy()
             with measured(run.redis) as cost:
                 _, total_s = side.batch(a.batch, a.batch_timeout)
             workers_s, client_s = tree_cpu_s(side.proc.pid) - workers0, own_cpu_s() - client0
+            busy1 = machine_busy()
     finally:
         os.sched_setaffinity(0, everything)
         os.sched_setaffinity(a.redis_pid, everything)
     return {"processes": processes, "calls": a.batch, "seconds": total_s,
             "calls_per_s": a.batch / total_s, "redis_cpu_util": cost[0].utilisation,
             "workers_cpu_util": workers_s / total_s, "client_cpu_util": client_s / total_s,
+            "machine_busy": (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
             "pinning": {k: sorted(v) for k, v in pins.items()}}  # fmt: skip
 
 

@@ -22,7 +22,7 @@ def main_table(rows: list[dict[str, Any]], io: list[dict[str, Any]]) -> None:
     head = (
         f"{'system':<30}{'':<8}{'p50 ms':>8}{'p99 ms':>8}{'batch/s':>9}"
         f"{'CPU µs/call':>12}{'cmd/call':>9}{'1-call CPU':>11}{'1-call cmd':>11}"
-        f"{'I/O s':>7}"
+        f"{'I/O s':>7}{'wrk CPU':>9}{'cli CPU':>9}"
     )
     print(head)
     print("-" * len(head))
@@ -39,12 +39,16 @@ def main_table(rows: list[dict[str, Any]], io: list[dict[str, Any]]) -> None:
             f"{r['batched']['commands_per_call']:>9.1f}"
             f"{r['single']['redis_cpu_us_per_call']:>11.0f}"
             f"{r['single']['commands_per_call']:>11.1f}{_f(io_s, '.2f'):>7}"
+            f"{_f(r.get('workers_cpu_us_per_call'), '.0f'):>9}"
+            f"{_f(r.get('client_cpu_us_per_call'), '.0f'):>9}"
         )
     print(
         "(batch/s: one batch of no-op calls, first send to last result; CPU µs/call and "
         "cmd/call: Redis CPU and INFO commandstats over that batch / calls, scripts' inner "
         "commands included; 1-call: the same over the sequential round trips; I/O s: the "
-        "I/O-bound case below, on the system's first row)"
+        "I/O-bound case below, on the system's first row; wrk/cli CPU: µs of CPU per call of "
+        "the worker processes and of this client over the batch, not measured for arq, whose "
+        "client runs in its own venv)"
     )
 
 
@@ -60,7 +64,7 @@ def best_peer_ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not peers:
         return out
-    head = f"{'toolq / best peer':<30}" + "".join(f"{name:>24}" for name in figures)
+    head = f"{'toolq / best peer':<30}" + "".join(f"{name:>30}" for name in figures)
     print()
     print(head)
     print("-" * len(head))
@@ -73,7 +77,7 @@ def best_peer_ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
             x = ratio(get(r), get(best))
             out[r["key"]][name] = {"ratio": x, "best_peer": best["label"]}
             cell = f"{x:.2f}x ({best['key']})"
-            line += f"{cell:>24}"
+            line += f"{cell:>30}"
         print(line)
     return out
 
@@ -130,15 +134,18 @@ def scaling_table(points: list[dict[str, Any]], batch: int) -> None:
     where = ", ".join(f"{k} on core {','.join(map(str, v))}" for k, v in pins.items())
     heading(f"Scaling: {batch} no-op calls by toolq worker processes ({where or 'no pinning'})")
     print(f"{'processes':>9}{'calls/s':>9}{'x 1st':>7}{'Redis CPU':>11}{'workers CPU':>13}"
-          f"{'client CPU':>12}")  # fmt: skip
+          f"{'client CPU':>12}{'machine busy':>14}")  # fmt: skip
     for p in points:
         print(
             f"{p['processes']:>9}{p['calls_per_s']:>9.0f}"
             f"{p['calls_per_s'] / points[0]['calls_per_s']:>7.2f}"
             f"{p['redis_cpu_util']:>10.0%} {p['workers_cpu_util']:>12.0%}"
-            f"{p['client_cpu_util']:>11.0%}"
+            f"{p['client_cpu_util']:>11.0%}{p['machine_busy']:>13.0%}"
         )
-    print("(CPU: busy fraction of one core over the batch; workers = every process of the worker)")
+    print(
+        "(CPU: busy fraction of one core over the batch; workers = every process of the "
+        "worker; machine busy: all cores, every process on the host, from /proc/stat)"
+    )
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
