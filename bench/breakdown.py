@@ -70,7 +70,11 @@ def _b(text: str | bytes) -> bytes:
 
 
 def port_roles(worker_pid: int) -> dict[str, str]:
-    """Local TCP port -> "client" / "worker main" / "worker pool" for connections to Redis."""
+    """Local TCP port -> "client" / "worker main" / "worker pool" for connections to Redis.
+
+    A pool process inherits the sockets its parent opened before the fork, so a port
+    keeps the first owner found: the client, then the main process, then the pool.
+    """
     import os
 
     import psutil
@@ -85,7 +89,7 @@ def port_roles(worker_pid: int) -> dict[str, str]:
         try:
             for conn in proc.net_connections(kind="tcp"):
                 if conn.laddr:
-                    roles[str(conn.laddr.port)] = role
+                    roles.setdefault(str(conn.laddr.port), role)
         except psutil.Error:
             continue
     return roles

@@ -197,12 +197,12 @@ def pinning() -> dict[str, Any]:
     return {}
 
 
-def scaling(run: Run, processes: int) -> dict[str, Any]:
-    """One ``--batch`` batch on one toolq worker with ``processes`` prefork processes, pinned."""
+def scaling(run: Run, processes: int, pinned: bool) -> dict[str, Any]:
+    """One ``--batch`` batch on one toolq worker with ``processes`` prefork processes."""
     from bench.setups import toolq
 
     a = run.args
-    pins = pinning()
+    pins = pinning() if pinned else {}
     wrap = ["taskset", "-c", ",".join(map(str, sorted(pins["workers"])))] if pins else None
     everything = os.sched_getaffinity(0)
     if pins:
@@ -210,7 +210,7 @@ def scaling(run: Run, processes: int) -> dict[str, Any]:
         os.sched_setaffinity(0, pins["client"])
     try:
         with toolq("prefork", processes, wrap)(
-            run.procs, a.redis_url, run.log(f"scaling-{processes}")
+            run.procs, a.redis_url, run.log(f"scaling-{processes}-{'pinned' if pins else 'free'}")
         ) as side:
             sequential(side.round_trip, 0)
             workers0, client0, busy0 = tree_cpu_s(side.proc.pid), own_cpu_s(), machine_busy()
@@ -221,7 +221,7 @@ def scaling(run: Run, processes: int) -> dict[str, Any]:
     finally:
         os.sched_setaffinity(0, everything)
         os.sched_setaffinity(a.redis_pid, everything)
-    return {"processes": processes, "calls": a.batch, "seconds": total_s,
+    return {"processes": processes, "pinned": bool(pins), "calls": a.batch, "seconds": total_s,
             "calls_per_s": a.batch / total_s, "redis_cpu_util": cost[0].utilisation,
             "workers_cpu_util": workers_s / total_s, "client_cpu_util": client_s / total_s,
             "machine_busy": (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
@@ -265,8 +265,15 @@ def speed(args: argparse.Namespace) -> int:
         if "scaling" in args.sections:
             run.report["scaling"] = [
                 got
+                for pinned in ((True, False) if pinning() else (False,))
                 for k in args.scaling
-                if (got := run.attempt(f"scaling {k}", lambda k=k: scaling(run, k))) is not None
+                if (
+                    got := run.attempt(
+                        f"scaling {k}{' pinned' if pinned else ''}",
+                        lambda k=k, p=pinned: scaling(run, k, p),
+                    )
+                )
+                is not None
             ]
         if "breakdown" in args.sections:
             from bench.breakdown import breakdown

@@ -130,15 +130,20 @@ def scaling_table(points: list[dict[str, Any]], batch: int) -> None:
     """Batch throughput by toolq prefork processes, pinned, with CPU use of each part."""
     if not points:
         return
-    pins = points[0]["pinning"]
+    pins = next((p["pinning"] for p in points if p["pinning"]), {})
     where = ", ".join(f"{k} on core {','.join(map(str, v))}" for k, v in pins.items())
-    heading(f"Scaling: {batch} no-op calls by toolq worker processes ({where or 'no pinning'})")
-    print(f"{'processes':>9}{'calls/s':>9}{'x 1st':>7}{'Redis CPU':>11}{'workers CPU':>13}"
-          f"{'client CPU':>12}{'machine busy':>14}")  # fmt: skip
+    heading(
+        f"Scaling: {batch} no-op calls by toolq prefork processes (pinned: {where or 'no'}; "
+        "free: no pinning)"
+    )
+    print(f"{'processes':>9}{'':>8}{'calls/s':>9}{'x 1st':>7}{'Redis CPU':>11}"
+          f"{'workers CPU':>13}{'client CPU':>12}{'machine busy':>14}")  # fmt: skip
+    first: dict[bool, float] = {}
     for p in points:
+        base = first.setdefault(p["pinned"], p["calls_per_s"])
         print(
-            f"{p['processes']:>9}{p['calls_per_s']:>9.0f}"
-            f"{p['calls_per_s'] / points[0]['calls_per_s']:>7.2f}"
+            f"{p['processes']:>9}{'pinned' if p['pinned'] else 'free':>8}"
+            f"{p['calls_per_s']:>9.0f}{p['calls_per_s'] / base:>7.2f}"
             f"{p['redis_cpu_util']:>10.0%} {p['workers_cpu_util']:>12.0%}"
             f"{p['client_cpu_util']:>11.0%}{p['machine_busy']:>13.0%}"
         )
@@ -192,7 +197,8 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     if report.get("scaling"):
         pts = report["scaling"]
         add("scaling with 1, 2, 4 processes measured", None,
-            ", ".join(f"{p['processes']}: {p['calls_per_s']:.0f}/s" for p in pts))  # fmt: skip
+            ", ".join(f"{p['processes']}{' pinned' if p['pinned'] else ''}: "
+                      f"{p['calls_per_s']:.0f}/s" for p in pts))  # fmt: skip
     return out
 
 
