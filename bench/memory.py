@@ -67,3 +67,21 @@ def run_keys(client: redis.Redis, run_id: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def call_hash(client: redis.Redis, key: str) -> dict[str, Any]:
+    """One call record: its encoding, size, and the length of each field's value."""
+    fields = client.hgetall(key)
+    enc = client.object("encoding", key)
+    return {
+        "key": shape(key),
+        "encoding": enc.decode() if isinstance(enc, bytes) else str(enc),
+        "bytes": int(client.memory_usage(key, samples=0) or 0),
+        "fields": {
+            (k.decode() if isinstance(k, bytes) else str(k)): len(v) for k, v in fields.items()
+        },
+        "listpack_limits": {
+            k: v
+            for k, v in client.config_get("hash-max-listpack-*").items()  # type: ignore[union-attr]
+        },
+    }

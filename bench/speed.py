@@ -1,6 +1,7 @@
 """Issue 14's speed benchmark: toolq against raw Celery, dramatiq and arq on one private Redis.
 
-    python -m bench.speed [--calls 300] [--batch 2000] [--io-calls 1000] [--io-sleep 0.1]
+    python -m bench.speed [--calls 300] [--batch 2000] [--repeat 3] [--io-calls 1000]
+                          [--io-sleep 0.1]
                           [--sections roundtrip,io,async,scaling,breakdown,profile]
                           [--systems celery,dramatiq,arq,toolq] [--scaling 1,2,4]
                           [--dramatiq-tuned-threads 16] [--arq-poll-delay 0.002]
@@ -10,7 +11,8 @@
 Every system runs alone (one at a time) on the same private ``redis-server`` (Redis 7 when
 ``/usr/bin/redis-server`` exists; never the system instance), each at its own defaults first,
 then tuned (``bench/setups.py`` says which and why). For each: p50/p99 of ``--calls``
-sequential no-op round trips (after 20 warm-up), then one batch of ``--batch`` no-op calls;
+sequential no-op round trips (after 20 warm-up), then ``--repeat`` batches of ``--batch`` no-op
+calls (the median batch counts);
 Redis CPU (``used_cpu_user+used_cpu_sys``) and commands (``INFO commandstats``, which counts
 the commands Lua scripts issue: checked and printed) per call over each phase; Redis memory
 per finished call and its keys for toolq. Then the I/O-bound case, async tools, scaling with
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,14 +73,19 @@ def roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
             latencies = sequential(side.round_trip, a.calls, warmup=0)
         workers0, client0 = tree_cpu_s(side.proc.pid), own_cpu_s()
         with measured(run.redis) as batch:
-            send_s, total_s = side.batch(a.batch, a.batch_timeout)
+            times = [side.batch(a.batch, a.batch_timeout) for _ in range(a.repeat)]
         workers_s, client_s = tree_cpu_s(side.proc.pid) - workers0, own_cpu_s() - client0
         keys: dict[str, Any] = {}
         if setup.system == "toolq":
-            from bench.memory import key_kinds, run_keys
+            from bench.memory import call_hash, key_kinds, run_keys
+            from toolq.keys import Keys
 
             keys = {"kinds": key_kinds(run.redis), "batch_run": run_keys(run.redis, side.last_run_id)}
-    return _row(setup, latencies, a.batch, send_s, total_s, single[0], batch[0],
+            k = Keys(side.settings.key_prefix)
+            last = run.redis.lindex(k.run_calls(side.last_run_id), -1)
+            if last:
+                keys["sample_call"] = call_hash(run.redis, k.call(last.decode()))
+    return _row(setup, latencies, a.batch, times, single[0], batch[0],
                 workers_s, client_s, keys)  # fmt: skip
 
 
@@ -95,18 +103,21 @@ def arq_roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
         with measured(run.redis) as single:
             seq = arq_client(bin_dir, env, a.redis_url, calls, 0, poll, a.batch_timeout, 0)
         with measured(run.redis) as batch:
-            got = arq_client(bin_dir, env, a.redis_url, 0, a.batch, poll, a.batch_timeout, 0)
-    run.report.setdefault("versions", {}).update(versions_of(got))
-    return _row(setup, seq["latencies_ms"], a.batch, got["batch_send_s"], got["batch_total_s"],
-                single[0], batch[0], None, None, {})  # fmt: skip
+            runs = [
+                arq_client(bin_dir, env, a.redis_url, 0, a.batch, poll, a.batch_timeout, 0)
+                for _ in range(a.repeat)
+            ]
+    run.report.setdefault("versions", {}).update(versions_of(runs[0]))
+    times = [(r["batch_send_s"], r["batch_total_s"]) for r in runs]
+    return _row(setup, seq["latencies_ms"], a.batch, times, single[0], batch[0], None, None,
+                {})  # fmt: skip
 
 
 def _row(
     setup: Setup,
     latencies: list[float],
     batch: int,
-    send_s: float,
-    total_s: float,
+    times: list[tuple[float, float]],
     single: Any,
     batched: Any,
     workers_cpu_s: float | None,
@@ -123,15 +134,18 @@ def _row(
         "p50_ms": percentile(latencies, 50),
         "p99_ms": percentile(latencies, 99),
         "batch": batch,
-        "batch_send_s": send_s,
-        "batch_total_s": total_s,
-        "batch_calls_per_s": batch / total_s,
+        "batches": len(times),
+        # The median batch: the host is shared, one batch can land on a busy moment.
+        "batch_send_s": statistics.median(t[0] for t in times),
+        "batch_total_s": statistics.median(t[1] for t in times),
+        "batch_calls_per_s": statistics.median(batch / t[1] for t in times),
+        "batch_calls_per_s_each": [batch / t[1] for t in times],
         "single": single.per_call(len(latencies)),
-        "batched": batched.per_call(batch),
+        "batched": batched.per_call(batch * len(times)),
     }
     if workers_cpu_s is not None and client_cpu_s is not None:
-        row["workers_cpu_us_per_call"] = workers_cpu_s * 1e6 / batch
-        row["client_cpu_us_per_call"] = client_cpu_s * 1e6 / batch
+        row["workers_cpu_us_per_call"] = workers_cpu_s * 1e6 / (batch * len(times))
+        row["client_cpu_us_per_call"] = client_cpu_s * 1e6 / (batch * len(times))
     if keys:
         row["keys"] = keys
     return row
@@ -357,6 +371,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--systems", type=_list(SYSTEMS), default=list(SYSTEMS))
     p.add_argument("--calls", type=int, help="sequential round trips (default 300)")
     p.add_argument("--batch", type=int, help="no-op calls in one batch (default 2000)")
+    p.add_argument("--repeat", type=int, help="batches per system, median counts (default 3)")
     p.add_argument("--io-calls", type=int, help="I/O-bound calls (default 1000)")
     p.add_argument("--io-sleep", type=float, default=0.1, help="seconds each I/O call sleeps")
     p.add_argument("--scaling", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4])
@@ -373,7 +388,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--logs", metavar="DIR")
     args = p.parse_args(argv)
-    sizes = {"calls": (300, 10), "batch": (2000, 50), "io_calls": (1000, 40),
+    sizes = {"calls": (300, 10), "batch": (2000, 50), "io_calls": (1000, 40), "repeat": (3, 1),
              "breakdown_batch": (200, 10)}  # fmt: skip
     for key, (full, tiny) in sizes.items():
         if getattr(args, key) is None:

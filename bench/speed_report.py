@@ -43,8 +43,8 @@ def main_table(rows: list[dict[str, Any]], io: list[dict[str, Any]]) -> None:
             f"{_f(r.get('client_cpu_us_per_call'), '.0f'):>9}"
         )
     print(
-        "(batch/s: one batch of no-op calls, first send to last result; CPU µs/call and "
-        "cmd/call: Redis CPU and INFO commandstats over that batch / calls, scripts' inner "
+        "(batch/s: the median batch of no-op calls, first send to last result; CPU µs/call and "
+        "cmd/call: Redis CPU and INFO commandstats over the batches / calls, scripts' inner "
         "commands included; 1-call: the same over the sequential round trips; I/O s: the "
         "I/O-bound case below, on the system's first row; wrk/cli CPU: µs of CPU per call of "
         "the worker processes and of this client over the batch, not measured for arq, whose "
@@ -87,7 +87,10 @@ def memory_table(rows: list[dict[str, Any]]) -> None:
     for r in (r for r in rows if r.get("keys")):
         heading(f"Redis memory of finished calls: {r['label']} (TTLs as shipped)")
         per = r["batched"]["memory_bytes_per_call"]
-        print(f"INFO used_memory delta over the {r['batch']}-call batch / calls: {per:,.0f} B")
+        print(
+            f"INFO used_memory delta over the {r['batches']} batches of {r['batch']} calls / "
+            f"calls: {per:,.0f} B"
+        )
         runs = r["keys"]["batch_run"]
         total = sum(k["bytes"] for k in runs)
         print(
@@ -95,6 +98,15 @@ def memory_table(rows: list[dict[str, Any]]) -> None:
             + ", ".join(f"{k['key']} ({k['type']}) {k['bytes']:,} B" for k in runs)
             + f" = {total / r['batch']:,.0f} B per call"
         )
+        sample = r["keys"].get("sample_call")
+        if sample:
+            fields = ", ".join(f"{k} {v}" for k, v in sorted(sample["fields"].items(),
+                                                             key=lambda kv: -kv[1]))  # fmt: skip
+            print(
+                f"a finished call's record ({sample['key']}): {sample['bytes']:,} B, "
+                f"{sample['encoding']} encoding (server limits {sample['listpack_limits']}); "
+                f"{len(sample['fields'])} fields, value lengths: {fields}"
+            )
         print(f"{'key (ids as {id})':<44}{'type':>8}{'keys':>7}{'B/key':>9}{'total KB':>10}")
         for k in r["keys"]["kinds"][:14]:
             print(
@@ -207,8 +219,9 @@ def print_all(report: dict[str, Any], args: argparse.Namespace) -> list[dict[str
     rows, io = report.get("roundtrip", []), report.get("io", [])
     if rows:
         heading(
-            f"No-op calls: {args.calls} sequential round trips (after 20 warm-up), one "
-            f"{args.batch}-call batch; same private Redis, one system at a time"
+            f"No-op calls: {args.calls} sequential round trips (after 20 warm-up), "
+            f"{args.repeat} batches of {args.batch} calls (median); same private Redis, one "
+            "system at a time"
         )
         main_table(rows, io)
         report["toolq_over_best_peer"] = best_peer_ratios(rows)
