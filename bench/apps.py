@@ -3,9 +3,9 @@
 ``registry``: a toolq registry (``toolq worker --app bench.apps:registry``) with a no-op tool,
 a no-op that needs approval (``gated``), a progress emitter (``ticker``) and two sleepers for
 the I/O-bound case (``nap``, blocking; ``anap``, ``async def``).
-``raw_celery``: a minimal plain Celery app with a no-op task and a sleeping one (``nap``), configured like toolq's
-(JSON only, late acks) plus a Redis result backend; its broker/backend URL comes from
-``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
+``raw_celery``: a minimal plain Celery app with a no-op task and a sleeping one (``nap``),
+configured like toolq's (JSON only, late acks) plus a Redis result backend; its broker/backend
+URL comes from ``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
 """
 
 from __future__ import annotations

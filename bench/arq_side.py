@@ -105,9 +105,10 @@ def run_arq(
     log: Path | None = None,
 ) -> ArqRun:
     """Start ``processes`` arq workers, run the client once, stop the workers."""
-    with arq_workers(
-        procs, redis_url, processes=processes, poll_delay=poll_delay, log=log
-    ) as (bin_dir, env):
+    with arq_workers(procs, redis_url, processes=processes, poll_delay=poll_delay, log=log) as (
+        bin_dir,
+        env,
+    ):
         data = arq_client(bin_dir, env, redis_url, calls, batch, poll_delay, timeout)
     return ArqRun(figures_of(data), versions_of(data), poll_delay)
 

@@ -32,7 +32,7 @@ def dramatiq_defaults() -> dict[str, int]:
     """The processes and threads dramatiq's CLI uses when given neither (this install)."""
     from dramatiq.cli import make_argument_parser
 
-    parsed = make_argument_parser().parse_args(["bench.dramatiq_app:setup"])
+    parsed = make_argument_parser().parse_args(["bench.dramatiq_app:setup"])  # type: ignore[no-untyped-call]
     return {"processes": int(parsed.processes), "threads": int(parsed.threads)}
 
 

@@ -80,8 +80,5 @@ def call_hash(client: redis.Redis, key: str) -> dict[str, Any]:
         "fields": {
             (k.decode() if isinstance(k, bytes) else str(k)): len(v) for k, v in fields.items()
         },
-        "listpack_limits": {
-            k: v
-            for k, v in client.config_get("hash-max-listpack-*").items()  # type: ignore[union-attr]
-        },
+        "listpack_limits": {k: v for k, v in client.config_get("hash-max-listpack-*").items()},
     }

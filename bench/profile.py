@@ -89,8 +89,8 @@ def profile(run: Any) -> dict[str, Any]:
         for _ in range(20):
             side.round_trip()
         side.batch(min(a.batch, 500), a.batch_timeout)  # pool processes warm
-        argv = [spy, "record", "--pid", str(side.proc.pid), "--subprocesses", "--gil", "--nonblocking",
-                "--rate", str(RATE), "--format", "raw", "--output", str(out_file),
+        argv = [spy, "record", "--pid", str(side.proc.pid), "--subprocesses", "--gil",
+                "--nonblocking", "--rate", str(RATE), "--format", "raw", "--output", str(out_file),
                 "--duration", str(int(a.profile_seconds))]  # fmt: skip
         spy_proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # py-spy attaches

@@ -138,7 +138,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its live descendants."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     total = 0.0
     try:

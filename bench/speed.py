@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,12 @@ def roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
             from bench.memory import call_hash, key_kinds, run_keys
             from toolq.keys import Keys
 
-            keys = {"kinds": key_kinds(run.redis), "batch_run": run_keys(run.redis, side.last_run_id)}
+            keys = {
+                "kinds": key_kinds(run.redis),
+                "batch_run": run_keys(run.redis, side.last_run_id),
+            }
             k = Keys(side.settings.key_prefix)
-            last = run.redis.lindex(k.run_calls(side.last_run_id), -1)
+            last: Any = run.redis.lindex(k.run_calls(side.last_run_id), -1)
             if last:
                 keys["sample_call"] = call_hash(run.redis, k.call(last.decode()))
     return _row(setup, latencies, a.batch, times, single[0], batch[0],
@@ -182,8 +186,13 @@ def async_tools(run: Run) -> dict[str, Any]:
     with ExitStack() as stack:
         sides = [
             stack.enter_context(
-                ToolqWorker(run.procs, a.redis_url, pool="threads", concurrency=a.async_threads,
-                            log=run.log(f"async-{i}"))  # fmt: skip
+                ToolqWorker(
+                    run.procs,
+                    a.redis_url,
+                    pool="threads",
+                    concurrency=a.async_threads,
+                    log=run.log(f"async-{i}"),
+                )
             )
             for i in range(a.async_processes)
         ]
@@ -262,7 +271,7 @@ def speed(args: argparse.Namespace) -> int:
             for setup in roundtrip_setups(args.dramatiq_tuned_threads, args.arq_poll_delay):
                 if setup.system in args.systems:
                     measure = arq_roundtrip if setup.system == "arq" else roundtrip
-                    got = run.attempt(setup.label, lambda s=setup, m=measure: m(run, s))
+                    got = run.attempt(setup.label, partial(measure, run, setup))
                     if got is not None:
                         rows.append(got)
         run.report["roundtrip"] = rows
@@ -270,7 +279,7 @@ def speed(args: argparse.Namespace) -> int:
         if "io" in args.sections:
             for setup in io_setups():
                 if setup.system in args.systems:
-                    got = run.attempt(f"I/O-bound: {setup.label}", lambda s=setup: io_bound(run, s))
+                    got = run.attempt(f"I/O-bound: {setup.label}", partial(io_bound, run, setup))
                     if got is not None:
                         io.append(got)
         run.report["io"] = io
@@ -284,7 +293,7 @@ def speed(args: argparse.Namespace) -> int:
                 if (
                     got := run.attempt(
                         f"scaling {k}{' pinned' if pinned else ''}",
-                        lambda k=k, p=pinned: scaling(run, k, p),
+                        partial(scaling, run, k, pinned),
                     )
                 )
                 is not None

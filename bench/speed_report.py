@@ -94,7 +94,7 @@ def memory_table(rows: list[dict[str, Any]]) -> None:
         runs = r["keys"]["batch_run"]
         total = sum(k["bytes"] for k in runs)
         print(
-            f"keys of the batch's run: "
+            "keys of the batch's run: "
             + ", ".join(f"{k['key']} ({k['type']}) {k['bytes']:,} B" for k in runs)
             + f" = {total / r['batch']:,.0f} B per call"
         )
@@ -142,7 +142,7 @@ def scaling_table(points: list[dict[str, Any]], batch: int) -> None:
     """Batch throughput by toolq prefork processes, pinned, with CPU use of each part."""
     if not points:
         return
-    pins = next((p["pinning"] for p in points if p["pinning"]), {})
+    pins: dict[str, list[int]] = next((p["pinning"] for p in points if p["pinning"]), {})
     where = ", ".join(f"{k} on core {','.join(map(str, v))}" for k, v in pins.items())
     heading(
         f"Scaling: {batch} no-op calls by toolq prefork processes (pinned: {where or 'no'}; "
