@@ -48,6 +48,9 @@ def script_names() -> dict[str, str]:
         except Exception:  # optional extras (api, mcp...) may be missing: their scripts too
             continue
         for attr, value in vars(module).items():
+            sha = getattr(value, "sha", None)  # toolq's own Script wrappers carry their SHA-1
+            if isinstance(sha, str) and len(sha) == 40 and not isinstance(value, type):
+                names.setdefault(sha, f"{attr.strip('_')} ({name.split('.')[-1]})")
             if isinstance(value, str) and "redis.call(" in value:
                 digest = hashlib.sha1(value.encode()).hexdigest()
                 names.setdefault(digest, f"{attr.strip('_')} ({name.split('.')[-1]})")
