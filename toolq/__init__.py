@@ -16,6 +16,7 @@ from toolq.dispatch import (
     to_messages,
 )
 from toolq.errors import ToolqError
+from toolq.execution import AfterHook, BeforeHook, Executor, Middleware
 from toolq.models import (
     AudioContent,
     CallEnvelope,
@@ -32,7 +33,6 @@ from toolq.models import (
 )
 from toolq.registry import FunctionTool, Tool, ToolContext, ToolRegistry
 from toolq.settings import Settings
-from toolq.workers import AfterHook, BeforeHook, Executor, Middleware
 from toolq.workers.app import create_celery
 
 __version__ = "0.1.0"

@@ -24,8 +24,9 @@ from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
 from toolq.diff import diff_json, diff_text
 from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
+from toolq.execution.context import ToolContext
+from toolq.execution.executor import Executor, error_message, error_type, jsonable
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
-from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
@@ -34,7 +35,6 @@ from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.telemetry import CallSpan, call_span
-from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
