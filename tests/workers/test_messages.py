@@ -9,7 +9,7 @@ import redis
 
 from tests.apps import registry
 from toolq import Client, RiskLevel, Settings
-from toolq.keys import TASK_NAME
+from toolq.broker import TASK_NAME
 from toolq.workers.app import HARD_LIMIT_GRACE, Publisher, create_celery
 
 # Different for every message: task ids, delivery tags, the sender's process.
