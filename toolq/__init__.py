@@ -5,6 +5,7 @@ each to the queue of its risk level, park the ones that need a human, run them o
 workers, stream every step, and render the results as the provider's own messages.
 """
 
+from toolq.backend import Backend
 from toolq.chains import ChainResult, ChainStep, ToolChain
 from toolq.dispatch import (
     AsyncBatch,
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncBatch",
     "AsyncClient",
     "AudioContent",
+    "Backend",
     "Batch",
     "BeforeHook",
     "CallEnvelope",
