@@ -162,7 +162,7 @@ class Keys:
     def webhook_events(self) -> str:
         """Set of event types the webhook outbox takes (TTL, refreshed by workers with webhooks).
 
-        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        Passed to every script that emits an event (``lib/emit.lua``).
         """
         return f"{self.prefix}:webhooks:events"
 
@@ -170,7 +170,7 @@ class Keys:
     def webhook_outbox(self) -> str:
         """Stream of events waiting to be fanned out to webhooks (group ``WEBHOOK_GROUP``).
 
-        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        Passed to every script that emits an event (``lib/emit.lua``).
         """
         return f"{self.prefix}:webhooks:outbox"
 
