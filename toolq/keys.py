@@ -8,12 +8,8 @@ from dataclasses import dataclass
 
 from toolq.models import RiskLevel
 
-TASK_NAME = "toolq.execute"
-UNDO_TASK_NAME = "toolq.undo"
-PREVIEW_TASK_NAME = "toolq.preview"
-
 KOMBU_UNACKED = "unacked"
-"""kombu's Redis transport: taken, unacknowledged messages (read by the sweeper)."""
+"""kombu's Redis transport: taken, unacknowledged messages (``toolq.broker.unacked``)."""
 KOMBU_UNACKED_INDEX = "unacked_index"
 """kombu's Redis transport: when each unacknowledged message was taken."""
 

@@ -15,12 +15,12 @@ from typing import Any
 import redis
 from pydantic import BaseModel, Field
 
-from toolq.approvals.signing import VERSION, Verifier
 from toolq.errors import ApprovalUnverifiedError, NotRunOwnerError
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.results.connection import as_text
 from toolq.settings import Settings
+from toolq.signing import VERSION, Verifier
 
 SYSTEM_OUTCOMES = frozenset(
     {

@@ -21,7 +21,6 @@ from toolq.approvals.policy import (
     digest_arguments,
     rule_key,
 )
-from toolq.approvals.signing import signer_for
 from toolq.errors import (
     ApprovalDeniedError,
     ApprovalExpiredError,
@@ -47,10 +46,11 @@ from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
+from toolq.signing import signer_for
 
 if TYPE_CHECKING:
+    from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
-    from toolq.workers.app import Publisher
 
 EXPIRED_RESULT = {
     "error": "approval expired: nobody approved this call before its deadline, so it did not run",

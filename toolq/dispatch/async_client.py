@@ -17,6 +17,7 @@ import redis
 from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import ApprovalMode, RunRules
 from toolq.approvals.store import ApprovalStore
+from toolq.backend import Backend
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.errors import ToolqError
@@ -36,8 +37,14 @@ class AsyncClient:
         settings: Settings | None = None,
         *,
         redis_client: redis.Redis | None = None,
+        backend: Backend | None = None,
     ) -> None:
-        self.sync = Client(registry, settings, redis_client=redis_client)
+        """Build over ``backend`` (made for ``registry``), or a new ``Backend(settings, registry)``.
+
+        ``redis_client`` replaces the Redis client a new backend would connect; ``close``
+        closes the backend either way.
+        """
+        self.sync = Client(registry, settings, redis_client=redis_client, backend=backend)
         """The blocking ``Client`` every method runs in a thread."""
         self.approvals = AsyncApprovals(self.sync.approvals)
 

@@ -7,13 +7,14 @@ or a typed ``execute`` signature) or let ``@registry.tool`` wrap a function.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
+from toolq.execution.context import ToolContext
+from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
-from toolq.registry.context import ToolContext
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -24,9 +25,6 @@ from toolq.registry.schema import (
     signature_model,
 )
 from toolq.registry.secrets import SecretPaths, mask_arguments
-
-if TYPE_CHECKING:
-    from toolq.workers.middleware import Middleware
 
 ApprovalPredicate = Callable[[dict[str, Any]], bool]
 
