@@ -26,8 +26,10 @@ import redis
 
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
+from toolq.cli.common import load_registry
 from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
+from toolq.testing import TestWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = ""
@@ -178,6 +180,47 @@ def workers(settings: Settings) -> Iterator[Workers]:
     manager = Workers(settings)
     yield manager
     manager.stop_all()
+
+
+class InProcess:
+    """``toolq.testing.TestWorker``s for a test, closed at teardown (the in-process twin of
+    ``Workers``: the same ``start`` for tests that do not need a process boundary)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.made: list[TestWorker] = []
+
+    def worker(
+        self, risk: str = "safe,moderate,dangerous", *, app: str = "tests.apps:registry",
+        **overrides: object,
+    ) -> TestWorker:
+        """A worker (not started) for ``risk``, with ``Settings`` fields overridden."""
+        settings = self.settings.model_copy(update=overrides) if overrides else self.settings
+        worker = TestWorker(
+            settings, load_registry(app), levels=[RiskLevel.parse(x) for x in risk.split(",")]
+        )
+        self.made.append(worker)
+        return worker
+
+    def start(
+        self, risk: str = "safe,moderate,dangerous", *, concurrency: int = 2,
+        app: str = "tests.apps:registry", **overrides: object,
+    ) -> TestWorker:
+        """A worker draining in ``concurrency`` threads, with maintenance, until teardown."""
+        worker = self.worker(risk, app=app, **overrides)
+        worker.start(concurrency)
+        return worker
+
+    def close_all(self) -> None:
+        for worker in self.made:
+            worker.close()
+
+
+@pytest.fixture
+def inproc(settings: Settings) -> Iterator[InProcess]:
+    manager = InProcess(settings)
+    yield manager
+    manager.close_all()
 
 
 @pytest.fixture

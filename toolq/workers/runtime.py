@@ -56,6 +56,12 @@ class LeaseKeeper(threading.Thread):
         self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the thread after its current round (in-process test workers close runtimes)."""
+        self._stopping = True
+        self._wake.set()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
         """Watch a call that just started."""
@@ -80,7 +86,7 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
-        while True:
+        while not self._stopping:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
@@ -127,6 +133,12 @@ class WorkerRuntime:
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
+
+    def close(self) -> None:
+        """Stop the lease keeper and close the Redis client (a worker process just exits)."""
+        self.keeper.stop()
+        self.keeper.join(5)
+        self.redis.close()
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
