@@ -211,6 +211,11 @@ class InProcess:
         worker.start(concurrency)
         return worker
 
+    def stop_all(self) -> None:
+        """Stop every started worker (as ``Workers.stop_all``: running calls finish first)."""
+        for worker in self.made:
+            worker.stop()
+
     def close_all(self) -> None:
         for worker in self.made:
             worker.close()
