@@ -143,9 +143,11 @@ class Workers:
             loglevel,
             *(["--prefetch", str(prefetch)] if prefetch else []),
         ]
-        out = open(log, "ab") if log is not None else None  # noqa: SIM115 - child keeps it
+        out = open(log, "ab") if log is not None else None  # noqa: SIM115
         proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,
                                 stdout=out, stderr=subprocess.STDOUT if out else None)
+        if out is not None:
+            out.close()  # the child has its own copy
         self.procs.append(proc)
         if wait:
             self.wait_ready([RiskLevel.parse(x) for x in risk.split(",")], proc)
@@ -184,7 +186,14 @@ def workers(settings: Settings) -> Iterator[Workers]:
 
 class InProcess:
     """``toolq.testing.TestWorker``s for a test, closed at teardown (the in-process twin of
-    ``Workers``: the same ``start`` for tests that do not need a process boundary)."""
+    ``Workers``: the same ``start`` for tests that do not need a process boundary).
+
+    Tests using it import other test modules at module level, never inside the test:
+    CPython 3.11.7's ``ast`` module keeps one process-wide recursion counter, and pytest's
+    assertion rewriting (parsing an imported test module) racing a worker thread that
+    formats a traceback (``ast.parse`` for its caret lines) fails with "AST constructor
+    recursion depth mismatch".
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

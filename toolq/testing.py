@@ -85,7 +85,7 @@ class TestWorker:
         """
         deadline = time.monotonic() + timeout
         ran = 0
-        with self.app.connection_for_read() as connection:
+        with self.app.connection_for_read() as connection, self._thread_loop():
             channel = connection.default_channel
             quiet_since = time.monotonic()
             while True:
@@ -98,6 +98,18 @@ class TestWorker:
                     time.sleep(IDLE_POLL)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"queues {self.queues} not drained in {timeout} s")
+
+    @contextmanager
+    def _thread_loop(self) -> Iterator[None]:
+        """Close the event loop the runtime made for this thread once it stops draining.
+
+        A worker's threads live as long as their process; a test's do not, and a loop
+        left to the garbage collector warns (an error under ``filterwarnings = error``).
+        """
+        try:
+            yield
+        finally:
+            self.app.toolq_runtimes.get().release_thread()
 
     def _run_one(self, connection: Any, channel: Any) -> bool:
         """Take one message from the first non-empty queue and run it; False if all empty."""
@@ -157,7 +169,7 @@ class TestWorker:
             self._threads.append(thread)
 
     def _consume(self) -> None:
-        with self.app.connection_for_read() as connection:
+        with self.app.connection_for_read() as connection, self._thread_loop():
             channel = connection.default_channel
             while not self._stopping.is_set():
                 try:

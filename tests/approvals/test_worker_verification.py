@@ -20,6 +20,7 @@ from tests.approvals.conftest import (
     forge_queued,
     start_verifying,
 )
+from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from toolq import CallStatus, EventType
 
 pytestmark = pytest.mark.e2e
@@ -145,7 +146,6 @@ def test_rotation_accepts_either_key_and_refuses_a_retired_one(workers, r):
 def test_worker_without_verify_keys_warns_and_check_reports_it(
     approver, workers, r, tmp_path, wait_for
 ):
-    from tests.cli.test_cli import toolq
 
     log = tmp_path / "worker.log"
     workers.start("safe", log=log)

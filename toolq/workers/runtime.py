@@ -140,6 +140,13 @@ class WorkerRuntime:
         self.keeper.join(5)
         self.redis.close()
 
+    def release_thread(self) -> None:
+        """Close the calling thread's event loop (a thread that stops running calls)."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+        self._loops.loop = None
+
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
         if loop is None or loop.is_closed():
