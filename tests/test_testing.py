@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import time
 
@@ -161,3 +162,37 @@ def test_drain_times_out_when_the_queue_keeps_filling(client, settings):
         finally:
             stop.set()
             feeder.join()
+
+
+class Exploit:
+    """Unpickling this writes a file: proof that a pickle message was decoded."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (open, (self.path, "w"))
+
+
+def test_pickle_messages_are_refused_and_never_unpickled(client, settings, r, tmp_path):
+    marker = tmp_path / "pwned"
+    batch = client.dispatch(call("echo", "e1", text="hi"))
+    r.delete(Keys().queue_for(RiskLevel.SAFE))  # only the forged messages are queued
+    with client.celery.connection_for_write() as conn:
+        producer = conn.Producer()
+        bodies = (pickle.dumps(((batch.call_ids[0],), {}, {})), pickle.dumps(Exploit(str(marker))))
+        for body in bodies:
+            producer.publish(
+                body,
+                routing_key="toolq.safe",
+                exchange="",  # straight to the queue: no worker declared the exchange yet
+                content_type="application/x-python-serialize",
+                content_encoding="binary",
+                headers={"task": "toolq.execute", "id": "forged", "lang": "py"},
+            )
+    with TestWorker(settings, registry) as worker:
+        assert worker.drain() == 2
+        assert worker.processed == 0
+    assert not marker.exists()
+    assert client.result(batch.call_ids[0]).status is CallStatus.QUEUED
+    assert r.hlen(KOMBU_UNACKED) == 0

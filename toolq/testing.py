@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery.worker.request import Request
+from kombu.serialization import prepare_accept_content
 
 from toolq.keys import Keys
 from toolq.models import RiskLevel
@@ -63,6 +64,7 @@ class TestWorker:
         self.settings = settings
         self.registry = registry
         self.app = create_celery(settings, registry)
+        self._accept = prepare_accept_content(self.app.conf.accept_content)
         keys = Keys(settings.key_prefix)
         self.levels = list(levels) if levels is not None else list(RiskLevel)
         self.queues = [keys.queue_for(level) for level in self.levels]
@@ -123,8 +125,16 @@ class TestWorker:
     def _execute(self, connection: Any, message: Any) -> None:
         """Run one message as the worker's consumer would, then acknowledge it."""
         task = self.app.tasks.get(message.headers.get("task"))
+        # As Celery's consumer does: only accepted content types are decoded (JSON: a
+        # pickle message is never unpickled), and a message it cannot run is dropped.
+        message.accept = self._accept
+        try:
+            message.payload  # noqa: B018 - decodes, refusing what is not accepted
+        except Exception as exc:
+            log.error("message refused (%s, %s): %s", message.content_type, task, exc)
+            message.reject_log_error(log, connection.connection_errors)
+            return
         if task is None:
-            # As Celery's consumer does with a task it does not know: drop it, logged.
             log.error("message for unknown task %r dropped", message.headers.get("task"))
             message.reject_log_error(log, connection.connection_errors)
             return
