@@ -184,6 +184,22 @@ def workers(settings: Settings) -> Iterator[Workers]:
     manager.stop_all()
 
 
+def settings_with_env(base: Settings, env: dict[str, str]) -> Settings:
+    """``base`` with the fields ``env`` names read from it as ``TOOLQ_*`` variables."""
+    named = {key.removeprefix("TOOLQ_").lower() for key in env}
+    kept = {k: v for k, v in base.model_dump().items() if k not in named}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        return Settings(**kept)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class InProcess:
     """``toolq.testing.TestWorker``s for a test, closed at teardown (the in-process twin of
     ``Workers``: the same ``start`` for tests that do not need a process boundary).
@@ -201,10 +217,13 @@ class InProcess:
 
     def worker(
         self, risk: str = "safe,moderate,dangerous", *, app: str = "tests.apps:registry",
-        **overrides: object,
+        env: dict[str, str] | None = None, **overrides: object,
     ) -> TestWorker:
-        """A worker (not started) for ``risk``, with ``Settings`` fields overridden."""
-        settings = self.settings.model_copy(update=overrides) if overrides else self.settings
+        """A worker (not started) for ``risk``; ``Settings`` fields overridden by ``overrides``
+        and by ``env`` (``TOOLQ_*`` strings, parsed as a worker process parses them)."""
+        settings = settings_with_env(self.settings, env) if env else self.settings
+        if overrides:
+            settings = settings.model_copy(update=overrides)
         worker = TestWorker(
             settings, load_registry(app), levels=[RiskLevel.parse(x) for x in risk.split(",")]
         )
@@ -213,10 +232,11 @@ class InProcess:
 
     def start(
         self, risk: str = "safe,moderate,dangerous", *, concurrency: int = 2,
-        app: str = "tests.apps:registry", **overrides: object,
+        app: str = "tests.apps:registry", env: dict[str, str] | None = None,
+        **overrides: object,
     ) -> TestWorker:
         """A worker draining in ``concurrency`` threads, with maintenance, until teardown."""
-        worker = self.worker(risk, app=app, **overrides)
+        worker = self.worker(risk, app=app, env=env, **overrides)
         worker.start(concurrency)
         return worker
 
