@@ -172,6 +172,7 @@ class TestWorker:
         self._stopping.clear()
         if maintenance:
             self._maintenance = self._new_maintenance(concurrency)
+            self._maintenance.heartbeat()  # seen alive when start returns, as a worker is
             self._maintenance.start()
         for n in range(concurrency):
             thread = threading.Thread(target=self._consume, name=f"toolq-testing-{n}", daemon=True)
