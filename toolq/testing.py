@@ -11,9 +11,9 @@ sweeper never takes a message it ran for a lost one. No eager mode, nothing mock
         batch = client.dispatch(response, run_id="r1")
         worker.drain()            # run every queued call, here, now
         worker.sweep()            # one sweeper pass: expire approvals, re-send, recover
-        with worker.run_in_thread():
+        with worker.run_in_thread():  # drains in background threads meanwhile
             client.approvals.approve(call_id, by="alice")
-            client.wait(batch, timeout=5)
+            batch.wait(timeout=5)
 
 What it does not do: hard time limits (Celery kills a pool process; here a call runs to
 its own timeout), pools, process death. Test those with ``toolq worker`` processes.
@@ -131,7 +131,8 @@ class TestWorker:
         try:
             message.payload  # noqa: B018 - decodes, refusing what is not accepted
         except Exception as exc:
-            log.error("message refused (%s, %s): %s", message.content_type, task, exc)
+            name = message.headers.get("task")
+            log.error("message refused (%s, %s): %s", message.content_type, name, exc)
             message.reject_log_error(log, connection.connection_errors)
             return
         if task is None:
