@@ -13,7 +13,7 @@ import redis
 from tests.conftest import InProcess, make_settings
 from toolq import Client
 from toolq.approvals.policy import digest_arguments
-from toolq.approvals.signing import generate_pair
+from toolq.signing import generate_pair
 from toolq.models import RiskLevel
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolq import CallEnvelope, CallStatus, EventType, RiskLevel
-from toolq.keys import TASK_NAME
+from toolq.broker import TASK_NAME
 from toolq.results.store import NewCall
 
 pytestmark = pytest.mark.e2e

@@ -12,12 +12,14 @@ PROGRESS may append its event twice, as it could through the pooled client).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.commands.core import Script
 from redis.exceptions import NoScriptError
+
+if TYPE_CHECKING:
+    from toolq.results.runner import Invocation
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the C packer redis-py itself uses when hiredis is installed
@@ -27,7 +29,7 @@ except ImportError:  # pragma: no cover - hiredis is a dependency
 
 
 class DirectScripts:
-    """Runs registered scripts with ``EVALSHA`` on one connection per thread."""
+    """Runs script invocations with ``EVALSHA`` on one connection per thread."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.pool = client.connection_pool
@@ -40,10 +42,10 @@ class DirectScripts:
             self._local.conn = conn
         return conn
 
-    def __call__(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """``script(keys, args)``; loads the script first if Redis lost it (a restart)."""
+    def __call__(self, invocation: Invocation[Any]) -> Any:
+        """The raw reply; loads the script and runs it again if Redis lost it (a restart)."""
         conn = self._connection()
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        command = invocation.command
         packed = [_pack(command)] if _pack is not None else conn.pack_command(*command)
 
         def attempt() -> Any:
@@ -51,7 +53,7 @@ class DirectScripts:
             try:
                 return conn.read_response()
             except NoScriptError:
-                conn.send_command("SCRIPT", "LOAD", script.script)
+                conn.send_command("SCRIPT", "LOAD", invocation.script.source)
                 conn.read_response()
                 conn.send_packed_command(packed)
                 return conn.read_response()
