@@ -33,11 +33,12 @@ from typing import Any
 from celery.worker.request import Request
 from kombu.serialization import prepare_accept_content
 
+from toolq.backend import Backend
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
-from toolq.workers.app import Publisher, create_celery
+from toolq.workers.app import create_celery
 from toolq.workers.maintenance import Maintenance
 
 __all__ = ["TestWorker"]
@@ -213,10 +214,10 @@ class TestWorker:
             self.stop()
 
     def _new_maintenance(self, concurrency: int) -> Maintenance:
+        # A backend over this worker's app (as MaintenanceStep builds one); its Redis client
+        # is closed with the maintenance, the app by ``close``.
         return Maintenance(
-            self.settings,
-            self.registry,
-            Publisher(self.app, self.settings),
+            Backend(self.settings, self.registry, celery=self.app),
             hostname=self.hostname,
             queues=self.queues,
             pool="in-process",
