@@ -69,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
             client.close()
         REDIS_URL = given
         return
+    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # pytest-xdist's controller runs no tests; each of its workers starts its own
     server = EmbeddedRedis(password=secrets.token_urlsafe(16))
     server.start()
     config.add_cleanup(server.stop)
