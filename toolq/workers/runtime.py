@@ -71,6 +71,12 @@ class LeaseKeeper(threading.Thread):
         self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the thread after its current round (in-process test workers close runtimes)."""
+        self._stopping = True
+        self._wake.set()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
         """Watch a call that just started."""
@@ -95,7 +101,7 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
-        while True:
+        while not self._stopping:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
@@ -146,6 +152,19 @@ class WorkerRuntime:
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
+
+    def close(self) -> None:
+        """Stop the lease keeper and close the Redis client (a worker process just exits)."""
+        self.keeper.stop()
+        self.keeper.join(5)
+        self.redis.close()
+
+    def release_thread(self) -> None:
+        """Close the calling thread's event loop (a thread that stops running calls)."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+        self._loops.loop = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
