@@ -215,11 +215,22 @@ def test_start_skip_missing_leased_and_run_mismatch(r: redis.Redis, lua: Scripts
 
 
 def test_start_cancels_a_call_whose_cancel_flag_is_set(r: redis.Redis, lua: Scripts):
-    create(lua)
+    # The flag is set while the call runs; its worker died and the call was requeued.
+    create(lua, idempotent=True)
+    start(lua, token="first")
     r.set(KEYS.cancel("c1"), "1")
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "requeue"
     assert start(lua).outcome == "cancelled"
     assert record(r)["status"] == "cancelled" and not r.exists(KEYS.lease("c1"))
-    assert events(r) == ["call.queued", "call.cancelled"]
+    assert events(r) == ["call.queued", "call.started", "call.retrying", "call.cancelled"]
+
+
+def test_a_first_start_does_not_look_for_a_cancel_flag(r: redis.Redis, lua: Scripts):
+    # Only a running call gets a flag; a flag on a call never started is not looked up.
+    create(lua)
+    r.set(KEYS.cancel("c1"), "1")
+    assert start(lua).outcome == "ok"
 
 
 # -- FINISH / PROGRESS / RENEW ------------------------------------------------------------------

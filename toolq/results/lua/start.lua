@@ -31,7 +31,9 @@ if not status then return {'missing'} end
 if f[2] ~= run_id then return {'skip', 'run_mismatch'} end
 if status == 'running' and f[3] == token then return {'ok', envelope, f[4], ''} end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
-if status == 'queued' and redis.call('EXISTS', cancel) == 1 then
+-- Only a running call gets a cancel flag (Client.cancel), so a call never started before
+-- (attempt 0) has none: its first start skips the lookup.
+if status == 'queued' and f[4] ~= '0' and redis.call('EXISTS', cancel) == 1 then
   redis.call('HSET', call, 'status', 'cancelled', 'result', cancel_result,
              'updated_at', now, 'finished_at', now)
   redis.call('ZREM', queued, call_id)
