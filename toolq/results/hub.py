@@ -35,6 +35,12 @@ QUEUE_SIZE = 1000
 """Events buffered per listener; a listener that falls further behind re-reads the stream."""
 READ_CONNECTIONS = 4
 """Pooled connections for backlog reads (the hub's blocking ``XREAD`` has one more)."""
+PAUSE_PER_STREAM_SECONDS = 5e-6
+"""After a read that returned events, the hub waits this long per followed run before the
+next read. One ``XREAD`` costs Redis about 0.75 µs per stream it names (750 µs for 1,000
+streams, measured on Redis 7.0), so under steady traffic the hub's reads stay below ~15% of a
+Redis core however many runs it follows, at up to 5 ms of added latency for 1,000 runs
+(50 µs for 10)."""
 RETRY_AFTER_SECONDS = 5
 """``Retry-After`` suggested to a client refused because every stream slot is taken."""
 
@@ -200,11 +206,17 @@ class EventHub:
         joined = asyncio.ensure_future(self._joined.wait())
         try:
             await asyncio.wait({read, joined}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            read.cancel()
+            raise
         finally:
             joined.cancel()
-            if not read.done():
-                read.cancel()
-        if read.cancelled():
+        if not read.done():
+            # A run joined: read again with it. A reply that raced the cancel is dropped
+            # too; the cursors did not move, so the next read returns it.
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read
             return
         reply: Any = read.result()
         for raw_stream, entries in reply or []:
@@ -218,6 +230,8 @@ class EventHub:
             for listener in list(run.listeners):
                 for event in events:
                     listener.offer(event)
+        if reply:
+            await asyncio.sleep(len(streams) * PAUSE_PER_STREAM_SECONDS)
 
     async def close(self) -> None:
         """Stop the reader and close the connections."""
