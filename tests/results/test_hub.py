@@ -23,9 +23,9 @@ def add(r: redis.Redis, run_id: str, call_id: str) -> str:
 
 
 def test_a_run_joining_interrupts_the_blocked_read(r: redis.Redis, monkeypatch: pytest.MonkeyPatch):
-    # With a 30 s block, an event of the joining run arrives in time only if the read that
-    # was blocked on the first run alone is interrupted and started again with both.
-    monkeypatch.setattr(hub_module, "POLL_SECONDS", 30.0)
+    # With a 4 s block, an event of the joining run arrives within 2 s only if the read
+    # that was blocked on the first run alone is interrupted and started again with both.
+    monkeypatch.setattr(hub_module, "POLL_SECONDS", 4.0)
 
     async def scenario() -> None:
         hub = EventHub(REDIS_URL, KEYS, max_streams=10)
@@ -39,7 +39,7 @@ def test_a_run_joining_interrupts_the_blocked_read(r: redis.Redis, monkeypatch: 
             started = time.monotonic()
             add(r, "run-b", "b1")
             got = await asyncio.wait_for(second.queue.get(), 5)
-            assert got.call_id == "b1" and time.monotonic() - started < 5
+            assert got.call_id == "b1" and time.monotonic() - started < 2
             add(r, "run-a", "a1")
             assert (await asyncio.wait_for(first.queue.get(), 5)).call_id == "a1"
             assert second.queue.empty() and first.queue.empty()
@@ -104,3 +104,17 @@ def test_json_of_the_events_is_parsed(r: redis.Redis):
             await hub.close()
 
     asyncio.run(scenario())
+
+
+def test_follow_returns_at_its_timeout_on_an_idle_stream(r: redis.Redis):
+    # toolq's client (retries on TimeoutError, redis-py's 5 s socket timeout): a reader's
+    # blocking reads must end before the socket times out, or the retries outlive the timeout.
+    from toolq.results.connection import redis_client
+    from toolq.results.events import EventLog
+
+    add(r, "run-a", "c0")
+    log = EventLog(redis_client(REDIS_URL), KEYS)
+    started = time.monotonic()
+    events = list(log.follow("run-a", timeout=5.5))
+    assert [e.call_id for e in events] == ["c0"]
+    assert 5.4 < time.monotonic() - started < 7.5

@@ -21,8 +21,10 @@ from toolq.models import FINAL_STATUSES, Event, EventType
 
 POLL_SECONDS = 1.0
 """Longest single ``XREAD BLOCK`` of the API's hub, so a run nobody follows is dropped."""
-BLOCK_SECONDS = 5.0
-"""Longest single ``XREAD BLOCK`` of a waiter, so its deadline is checked now and then."""
+BLOCK_SECONDS = 2.0
+"""Longest single ``XREAD BLOCK`` of a reader, so its deadline is checked now and then; well
+under redis-py's default 5 s socket timeout, which a longer block would hit (a
+``TimeoutError``, retried by the client without looking at the reader's deadline)."""
 BATCH = 1000
 COALESCE_PENDING = 32
 COALESCE_SECONDS = 0.005
