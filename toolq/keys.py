@@ -8,12 +8,8 @@ from dataclasses import dataclass
 
 from toolq.models import RiskLevel
 
-TASK_NAME = "toolq.execute"
-UNDO_TASK_NAME = "toolq.undo"
-PREVIEW_TASK_NAME = "toolq.preview"
-
 KOMBU_UNACKED = "unacked"
-"""kombu's Redis transport: taken, unacknowledged messages (read by the sweeper)."""
+"""kombu's Redis transport: taken, unacknowledged messages (``toolq.broker.unacked``)."""
 KOMBU_UNACKED_INDEX = "unacked_index"
 """kombu's Redis transport: when each unacknowledged message was taken."""
 
@@ -98,11 +94,6 @@ class Keys:
     def recent_calls(self) -> str:
         """Sorted set of recently created calls scored by creation time."""
         return f"{self.prefix}:calls:recent"
-
-    @property
-    def events_channel(self) -> str:
-        """Pub/sub channel announcing any run's activity (dashboard)."""
-        return f"{self.prefix}:events"
 
     def worker(self, hostname: str) -> str:
         """Heartbeat of one worker: its queues, with a TTL."""
@@ -190,8 +181,3 @@ class Keys:
 
 WEBHOOK_GROUP = "toolq-webhooks"
 """Consumer group of the webhook outbox stream."""
-
-
-def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
-    """Celery queue name of a risk level."""
-    return Keys(prefix).queue_for(risk)

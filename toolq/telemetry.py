@@ -15,16 +15,33 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from toolq.models import CallStatus
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from toolq.dispatch.dispatcher import CallRef
-    from toolq.models import CallEnvelope, CallResult
+    from toolq.models import CallEnvelope, CallResult, CallStatus
 
 TRACER_NAME = "toolq"
-CARRIER_FIELDS = ("traceparent", "tracestate")
+
+
+class DispatchedCall(Protocol):
+    """What a dispatch span records of each call (``toolq.dispatch.CallRef`` has it)."""
+
+    @property
+    def call_id(self) -> str: ...  # noqa: D102
+
+    @property
+    def name(self) -> str: ...  # noqa: D102
+
+    @property
+    def status(self) -> CallStatus: ...  # noqa: D102
+
+    @property
+    def duplicate(self) -> bool: ...  # noqa: D102
+
 
 _api: Any = None
 """``(trace, propagate)`` once imported, ``False`` when not installed, ``None`` before."""
@@ -78,7 +95,7 @@ class DispatchSpan:
         """W3C ``tracestate`` of the dispatch span, if any."""
         return self.carrier.get("tracestate")
 
-    def dispatched(self, run_id: str, calls: Sequence[CallRef]) -> None:
+    def dispatched(self, run_id: str, calls: Sequence[DispatchedCall]) -> None:
         """Record the run and one event per call (id, tool, status) on the dispatch span."""
         if self.span is None:
             return
@@ -158,7 +175,7 @@ class CallSpan:
         self.span.set_attribute("toolq.attempts", result.attempts)
         if result.error_type:
             self.span.set_attribute("toolq.error_type", result.error_type)
-        if result.status.value != "succeeded":
+        if result.status is not CallStatus.SUCCEEDED:
             from opentelemetry.trace import Status, StatusCode
 
             self.span.set_status(Status(StatusCode.ERROR, result.error or result.status.value))

@@ -6,9 +6,6 @@ the exit code: they name a weaker configuration, not an unhealthy one.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import redis
 import typer
 from redis.exceptions import NoPermissionError
@@ -20,10 +17,10 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
-from toolq.keys import Keys
-from toolq.models import RiskLevel
 from toolq.results.connection import redacted
-from toolq.settings import Settings
+from toolq.workers.heartbeat import live_workers, missing_queues
+
+__all__ = ["accepts_unauthenticated", "check", "live_workers", "missing_queues"]
 
 
 def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
@@ -46,26 +43,6 @@ def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
     finally:
         anonymous.close()
         pool.disconnect()
-
-
-def live_workers(settings: Settings) -> list[dict[str, Any]]:
-    """Heartbeats of the workers alive now."""
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
-    try:
-        keys = list(client.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
-        values = client.mget(keys) if keys else []
-        return [json.loads(v) for v in values if v]
-    finally:
-        client.close()
-
-
-def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
-    """Queues among ``levels`` that no live worker consumes."""
-    keys = Keys(settings.key_prefix)
-    consumed: set[str] = set()
-    for worker in live_workers(settings):
-        consumed.update(worker.get("queues", []))
-    return [keys.queue_for(level) for level in levels if keys.queue_for(level) not in consumed]
 
 
 def check(

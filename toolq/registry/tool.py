@@ -6,15 +6,15 @@ or a typed ``execute`` signature) or let ``@registry.tool`` wrap a function.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
+from toolq.execution.context import ToolContext
+from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
-from toolq.registry.context import ToolContext
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -25,9 +25,6 @@ from toolq.registry.schema import (
     signature_model,
 )
 from toolq.registry.secrets import SecretPaths, mask_arguments
-
-if TYPE_CHECKING:
-    from toolq.workers.middleware import Middleware
 
 ApprovalPredicate = Callable[[dict[str, Any]], bool]
 
@@ -308,8 +305,3 @@ class FunctionTool(Tool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function itself, as if it were not decorated."""
         return self.func(*args, **kwargs)
-
-
-def is_async_callable(func: Callable[..., Any]) -> bool:
-    """Tell whether ``func`` is a coroutine function or an async generator function."""
-    return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)

@@ -26,7 +26,7 @@ import redis.asyncio
 from toolq.errors import OverloadedError
 from toolq.keys import Keys
 from toolq.models import Event
-from toolq.results.connection import async_redis_client
+from toolq.results.connection import as_text, async_redis_client
 from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
 
 log = logging.getLogger("toolq.hub")
@@ -43,10 +43,6 @@ Redis core however many runs it follows, at up to 5 ms of added latency for 1,00
 (50 µs for 10)."""
 RETRY_AFTER_SECONDS = 5
 """``Retry-After`` suggested to a client refused because every stream slot is taken."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Listener:
@@ -130,7 +126,7 @@ class EventHub:
             if run.cursor is None:
                 newest: Any = await self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
                 if run.cursor is None:  # another joiner may have set it meanwhile
-                    run.cursor = _text(newest[0][0]) if newest else "0-0"
+                    run.cursor = as_text(newest[0][0]) if newest else "0-0"
                     self._joined.set()
             backlog = await self.read(run_id, after)
         except BaseException:
@@ -159,7 +155,7 @@ class EventHub:
             out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
             if len(entries) < BATCH:
                 return out
-            start = f"({_text(entries[-1][0])}"
+            start = f"({as_text(entries[-1][0])}"
 
     async def _loop(self) -> None:
         try:
@@ -220,7 +216,7 @@ class EventHub:
             return
         reply: Any = read.result()
         for raw_stream, entries in reply or []:
-            stream = _text(raw_stream)
+            stream = as_text(raw_stream)
             run_id = self._by_stream.get(stream)
             run = self._runs.get(run_id) if run_id is not None else None
             if run is None or not entries or run.cursor != streams.get(stream):

@@ -9,9 +9,7 @@ doing the same work twice.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -22,16 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from toolq.approvals.policy import ApprovalPolicy
 from toolq.approvals.store import ApprovalStore
-from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, TASK_NAME, UNDO_TASK_NAME, Keys
+from toolq.backend import Backend
+from toolq.broker import TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
-from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import redis_client
+from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
-from toolq.settings import Settings
-from toolq.workers.app import Publisher
+from toolq.workers.heartbeat import beat
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -49,25 +45,6 @@ between kombu's ``BRPOP`` and its ``unacked`` write, so a message in that step i
 mistaken for a lost one."""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _message_of(raw: bytes | None) -> tuple[str, str] | None:
-    """``(task name, call id)`` of one of kombu's ``unacked`` entries, if it is toolq's."""
-    if raw is None:
-        return None
-    try:
-        message = json.loads(raw)[0]
-        task = message["headers"].get("task")
-        if task not in (TASK_NAME, UNDO_TASK_NAME):
-            return None
-        body = message["body"]
-        if message["properties"].get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        return str(task), str(json.loads(body)[0][0])
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -115,7 +92,7 @@ class Sweeper:
         )
         requeued = []
         for raw in overdue:
-            call_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            call_id = as_text(raw)
             outcome = self.store.recover(call_id, MAX_RECOVERIES)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome != "alive":
@@ -126,7 +103,7 @@ class Sweeper:
         unsent: Any = self.redis.zrangebyscore(
             self.keys.unsent, 0, now - UNSENT_GRACE, start=0, num=SWEEP_BATCH
         )
-        ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
+        ids = [as_text(c) for c in unsent]
         counts["resent"] = self.resend(ids)
         counts["stranded"] = self.resend_stranded(now)
         counts["lost"] = self.resend_lost(now)
@@ -146,16 +123,10 @@ class Sweeper:
         and any other finds it no longer queued (requested).
         """
         cutoff = now - self.store.settings.redeliver_after
-        tags: Any = self.redis.zrangebyscore(
-            KOMBU_UNACKED_INDEX, 0, cutoff, start=0, num=SWEEP_BATCH
-        )
-        if not tags:
-            return 0
-        messages: Any = self.redis.hmget(KOMBU_UNACKED, tags)
         taken = [
-            (tag, found)
-            for tag, found in zip(tags, (_message_of(m) for m in messages), strict=True)
-            if found is not None
+            (tag, (d.task, d.call_id))
+            for tag, d in unacked.taken_before(self.redis, cutoff, SWEEP_BATCH)
+            if d.task in (TASK_NAME, UNDO_TASK_NAME)
         ]
         if not taken:
             return 0
@@ -168,7 +139,7 @@ class Sweeper:
             for (tag, (task, call_id)), (status, undo_state) in zip(
                 taken, pipe.execute(), strict=True
             )
-            if _text((status if task == TASK_NAME else undo_state) or b"")
+            if as_text((status if task == TASK_NAME else undo_state) or b"")
             == (CallStatus.QUEUED.value if task == TASK_NAME else UndoState.REQUESTED.value)
         ]
         if not stranded:
@@ -176,7 +147,7 @@ class Sweeper:
         ttl = int(self.store.settings.max_time_limit + 3600)
         pipe = self.redis.pipeline(transaction=False)
         for tag, _, _ in stranded:
-            pipe.set(self.keys.resent(_text(tag)), "1", nx=True, ex=ttl)
+            pipe.set(self.keys.resent(tag), "1", nx=True, ex=ttl)
         fresh = [(t, c) for (_, t, c), first in zip(stranded, pipe.execute(), strict=True) if first]
         if fresh:
             log.warning("re-sending %d messages taken by a worker that never started them",
@@ -197,7 +168,7 @@ class Sweeper:
         )
         if not overdue:
             return 0
-        ids = [_text(c) for c in overdue]
+        ids = [as_text(c) for c in overdue]
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
             pipe.hmget(self.keys.call(call_id), "run_id", "risk")
@@ -206,8 +177,8 @@ class Sweeper:
             if run is None or risk is None:
                 self.redis.zrem(self.keys.undoing, call_id)
                 continue
-            queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
-            outcome = self.undos.recover(call_id, _text(run), queue, message, MAX_RECOVERIES)
+            queue, message = self.publisher.undo_message(call_id, RiskLevel(as_text(risk)))
+            outcome = self.undos.recover(call_id, as_text(run), queue, message, MAX_RECOVERIES)
             if outcome in ("failed", "requeue"):
                 log.warning("undo of call %s lost its worker: %s", call_id, outcome)
                 settled += 1
@@ -223,7 +194,7 @@ class Sweeper:
         messages = []
         for call_id, risk in zip(call_ids, pipe.execute(), strict=True):
             if risk is not None:
-                queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
+                queue, message = self.publisher.undo_message(call_id, RiskLevel(as_text(risk)))
                 messages.append((call_id, queue, message))
         return self.undos.resend(messages)
 
@@ -276,7 +247,7 @@ class Sweeper:
         )
         if not raw:
             return []
-        pushed_at = {_text(c): float(score) for c, score in raw}
+        pushed_at = {as_text(c): float(score) for c, score in raw}
         ids = list(pushed_at)
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
@@ -284,10 +255,10 @@ class Sweeper:
         waiting: list[tuple[str, str, int, str]] = []
         done: list[str] = []
         for call_id, (state, risk, seq, tag) in zip(ids, pipe.execute(), strict=True):
-            if state is None or _text(state) != pushes.waiting or seq is None:
+            if state is None or as_text(state) != pushes.waiting or seq is None:
                 done.append(call_id)
             else:
-                waiting.append((call_id, k.queue_for(_text(risk)), int(seq), _text(tag or b"")))
+                waiting.append((call_id, k.queue_for(as_text(risk)), int(seq), as_text(tag or b"")))
         if done:
             self.redis.zrem(index, *done)
         if not waiting:
@@ -301,7 +272,7 @@ class Sweeper:
             pipe.get(k.queue_pushes(queue))
             pipe.llen(queue)
         for call_id, _, _, tag in waiting:
-            pipe.hexists(KOMBU_UNACKED, tag or "-")
+            unacked.queue_holds(pipe, tag)
             pipe.get(suspect_key(call_id))
         replies = pipe.execute()
         taken_below = {
@@ -313,8 +284,8 @@ class Sweeper:
         pipe = self.redis.pipeline(transaction=False)
         ttl = max(60, int(self.store.settings.redeliver_after * 10))
         for n, (call_id, queue, seq, _) in enumerate(waiting):
-            unacked, suspect = rest[2 * n], rest[2 * n + 1]
-            if seq > taken_below[queue] or unacked:
+            held, suspect = rest[2 * n], rest[2 * n + 1]
+            if seq > taken_below[queue] or held:
                 pipe.delete(suspect_key(call_id))  # queued, or held by a worker
             elif suspect is None:
                 pipe.set(suspect_key(call_id), repr(now), nx=True, ex=ttl)
@@ -343,31 +314,12 @@ class Sweeper:
         return sent
 
 
-def activity() -> dict[str, Any]:
-    """Calls this worker process finished and runs now, from Celery's in-memory state.
-
-    Read in the main process, where Celery counts every call a pool slot accepts: the
-    heartbeat carries them, so nothing is written on the path of a call.
-    """
-    from celery.worker import state
-
-    try:
-        active = [r for r in list(state.active_requests) if r.name == TASK_NAME]
-    except RuntimeError:  # the set changed while it was copied; the next beat has it
-        active = []
-    current = sorted(str(r.args[0]) for r in active if r.args)
-    accepted = int(state.total_count.get(TASK_NAME, 0))
-    return {"processed": max(0, accepted - len(active)), "current": current}
-
-
 class Maintenance(threading.Thread):
     """Background thread of a worker's main process."""
 
     def __init__(
         self,
-        settings: Settings,
-        registry: ToolRegistry,
-        publisher: Publisher,
+        backend: Backend,
         *,
         hostname: str,
         queues: list[str],
@@ -375,13 +327,12 @@ class Maintenance(threading.Thread):
         concurrency: int = 1,
     ) -> None:
         super().__init__(name="toolq-maintenance", daemon=True)
+        settings = backend.settings
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self.redis = redis_client(settings.redis_url)
-        self.store = CallStore(self.redis, settings)
-        policy = ApprovalPolicy(self.redis, self.keys, settings)
-        approvals = ApprovalStore(self.store, publisher, registry, policy)
-        self.sweeper = Sweeper(self.store, publisher, approvals)
+        self.keys = backend.keys
+        self.redis = backend.redis
+        self.store = backend.store
+        self.sweeper = Sweeper(self.store, backend.publisher, backend.approvals)
         self.hostname = hostname
         self.info: dict[str, Any] = {
             "hostname": hostname,
@@ -420,12 +371,10 @@ class Maintenance(threading.Thread):
 
     def heartbeat(self) -> None:
         """Announce this worker and its queues for a few heartbeat periods."""
-        ttl = max(1, int(self.settings.heartbeat_seconds * 3))
         if self.webhooks is not None:
             # Before the heartbeat: a worker seen alive already has the outbox filling.
             self.webhooks.announce()
-        beat = {**self.info, **activity()}
-        self.redis.set(self.keys.worker(self.hostname), json.dumps(beat), ex=ttl)
+        beat(self.redis, self.keys, self.settings, self.info)
 
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""

@@ -20,21 +20,36 @@ import redis
 
 from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
-from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
+from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
-from toolq.registry.context import ToolContext
+from toolq.errors import (
+    ApprovalUnverifiedError,
+    CallCancelledError,
+    InternalError,
+    SecretsError,
+    UndoError,
+)
+from toolq.execution.context import ToolContext
+from toolq.execution.executor import Executor, error_message, error_type
+from toolq.models import (
+    AuditOutcome,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    EventType,
+    PreviewState,
+    UndoState,
+    jsonable,
+)
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
-from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
+from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
-from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
@@ -56,6 +71,12 @@ class LeaseKeeper(threading.Thread):
         self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the thread after its current round (in-process test workers close runtimes)."""
+        self._stopping = True
+        self._wake.set()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
         """Watch a call that just started."""
@@ -80,7 +101,7 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
-        while True:
+        while not self._stopping:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
@@ -109,11 +130,15 @@ class LeaseKeeper(threading.Thread):
 class WorkerRuntime:
     """Runs calls by id in one worker process."""
 
-    def __init__(self, settings: Settings, registry: ToolRegistry) -> None:
+    def __init__(
+        self, settings: Settings, registry: ToolRegistry, *, backend: Backend | None = None
+    ) -> None:
+        """Run ``registry``'s calls over ``backend``, or a new ``Backend(settings, registry)``."""
+        backend = backend or Backend(settings, registry)
         self.settings = settings
         self.registry = registry
-        self.redis = redis_client(settings.redis_url)
-        self.store = CallStore(self.redis, settings)
+        self.redis = backend.redis
+        self.store = backend.store
         self.executor = Executor(
             registry,
             default_timeout=settings.default_timeout,
@@ -123,10 +148,23 @@ class WorkerRuntime:
         verifier = verifier_for(settings)
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
-        self.undos = UndoStore(self.store)
+        self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
+
+    def close(self) -> None:
+        """Stop the lease keeper and close the Redis client (a worker process just exits)."""
+        self.keeper.stop()
+        self.keeper.join(5)
+        self.redis.close()
+
+    def release_thread(self) -> None:
+        """Close the calling thread's event loop (a thread that stops running calls)."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+        self._loops.loop = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
@@ -138,7 +176,7 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
-        cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
+        cancelled = {"error": "cancelled before it started", "error_type": CallCancelledError.code}
         started = self.store.start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
@@ -178,11 +216,12 @@ class WorkerRuntime:
                 return
 
         def progress(data: Any) -> None:
-            self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
+            running = CallStatus.RUNNING.value
+            self.store.progress(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
-                "status": "running",
+                "status": CallStatus.RUNNING.value,
                 "attempt": attempt,
                 "delay": round(delay, 3),
                 "error": error_message(exc),
@@ -204,7 +243,7 @@ class WorkerRuntime:
                 name=env.name,
                 status=CallStatus.FAILED,
                 error=error_message(exc),
-                error_type="internal_error",
+                error_type=InternalError.code,
             )
         finally:
             self.keeper.remove(call_id)
@@ -224,7 +263,7 @@ class WorkerRuntime:
                 "run_id": env.run_id,
                 "tool": env.name,
                 "by": "worker",
-                "outcome": f"refused:{exc.code}",
+                "outcome": AuditOutcome.refused(exc.code),
                 "digest": digest_arguments(env.arguments),
                 "ts": repr(time.time()),
                 "system": "1",
@@ -282,15 +321,23 @@ class WorkerRuntime:
         try:
             arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
-            fields = {"preview_state": "ready", "preview": dumps(shown)}
+            fields = {"preview_state": PreviewState.READY.value, "preview": dumps(shown)}
             diff = diff_of(shown)
             if diff is not None:
                 fields["diff"] = dumps(diff)
-            data: dict[str, Any] = {"status": "awaiting_approval", "preview": "ready"}
+            parked = CallStatus.AWAITING_APPROVAL.value
+            data: dict[str, Any] = {"status": parked, "preview": PreviewState.READY.value}
         except Exception as exc:
             log.warning("preview of call %s failed: %s", call_id, exc)
-            fields = {"preview_state": "failed", "preview_error": error_message(exc)}
-            data = {"status": "awaiting_approval", "preview": "failed", "error": error_message(exc)}
+            fields = {
+                "preview_state": PreviewState.FAILED.value,
+                "preview_error": error_message(exc),
+            }
+            data = {
+                "status": CallStatus.AWAITING_APPROVAL.value,
+                "preview": PreviewState.FAILED.value,
+                "error": error_message(exc),
+            }
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
 
     def undo(self, call_id: str) -> None:

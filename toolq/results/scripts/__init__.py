@@ -15,7 +15,6 @@ from toolq.results.runner import Script
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
-    AuditOutcome,
     Decide,
     DecideOutcome,
     DecideReply,
@@ -106,7 +105,6 @@ __all__ = [
     "UNDO_RESEND",
     "UNDO_START",
     "WEBHOOK_CLAIM",
-    "AuditOutcome",
     "Create",
     "CreateOutcome",
     "CreateReply",
