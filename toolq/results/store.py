@@ -448,4 +448,3 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         rpc_id=envelope.rpc_id,
         **payload,
     )
-
