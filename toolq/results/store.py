@@ -123,13 +123,18 @@ class CallStore:
         """
         k = self.keys
         now = repr(time.time())
+        # The last call of each run sets the run's TTLs, once for the whole dispatch.
+        last = {call.envelope.run_id: i for i, call in enumerate(calls)}
         replies = self.scripts.pipelined(
-            [self._create(call, now) for call in calls],
+            [
+                self._create(call, now, last[call.envelope.run_id] == i)
+                for i, call in enumerate(calls)
+            ],
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
         return [(reply.outcome, reply.value) for reply in replies]
 
-    def _create(self, call: NewCall, now: str) -> Invocation[scripts.CreateReply]:
+    def _create(self, call: NewCall, now: str, refresh: bool) -> Invocation[scripts.CreateReply]:
         env = call.envelope
         return scripts.CREATE(
             keys=self.keys,
@@ -154,6 +159,7 @@ class CallStore:
             message=call.message,
             owner=RunOwner(env.principal).encode(),
             admin=call.admin,
+            refresh=refresh,
             fields=call.fields,
         )
 
@@ -306,9 +312,7 @@ class CallStore:
             approximate=True,
         )
         replies = pipe.execute()
-        event_id = as_text(replies[-1])
-        self.redis.publish(k.run_channel(run_id), event_id)
-        return event_id
+        return as_text(replies[-1])
 
     # -- state changes from outside the worker ------------------------------------------------
 
@@ -444,4 +448,3 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         rpc_id=envelope.rpc_id,
         **payload,
     )
-
