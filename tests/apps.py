@@ -9,7 +9,6 @@ import time
 from collections.abc import AsyncIterator
 
 import redis
-
 from pydantic import BaseModel, SecretStr
 
 from toolq import RiskLevel, ToolContext, ToolOutput, ToolRegistry

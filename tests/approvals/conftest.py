@@ -13,8 +13,8 @@ import redis
 from tests.conftest import InProcess, make_settings
 from toolq import Client
 from toolq.approvals.policy import digest_arguments
-from toolq.signing import generate_pair
 from toolq.models import RiskLevel
+from toolq.signing import generate_pair
 
 
 class Pair:

@@ -10,6 +10,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.cli.test_cli import toolq
+from toolq.errors import ConfigurationError
+from toolq.settings import Settings
 from toolq.signing import (
     Signer,
     Verifier,
@@ -20,8 +22,6 @@ from toolq.signing import (
     signer_for,
     verifier_for,
 )
-from toolq.errors import ConfigurationError
-from toolq.settings import Settings
 
 
 def pem_pair() -> tuple[str, str]:

@@ -626,9 +626,8 @@ def test_round_trip_mcp() -> None:
 def test_openai_calls_without_type_field_are_read() -> None:
     from toolq import parse_tool_calls
 
-    calls = parse_tool_calls(
-        [{"id": "call_123", "function": {"name": "store_memory", "arguments": '{"content": "hello"}'}}]
-    )
+    function = {"name": "store_memory", "arguments": '{"content": "hello"}'}
+    calls = parse_tool_calls([{"id": "call_123", "function": function}])
     assert [(c.id, c.name, c.arguments, c.format.value) for c in calls] == [
         ("call_123", "store_memory", {"content": "hello"}, "openai")
     ]

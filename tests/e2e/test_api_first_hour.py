@@ -67,6 +67,24 @@ def test_docs_work_offline_with_a_bearer_scheme_and_their_own_csp(settings):
         assert schema["paths"]["/metrics"]["get"]["security"] == [{"bearer": []}]
 
 
+def _watch(page, url: str) -> tuple[list[str], list[str]]:
+    """Collect the page's errors (incl. CSP refusals) and its requests outside ``url``."""
+    problems: list[str] = []
+    outside: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: problems.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    page.on(
+        "request",
+        lambda request: outside.append(request.url)
+        if not request.url.startswith((url, "data:"))
+        else None,
+    )
+    return problems, outside
+
+
 def test_docs_render_offline_in_chromium_with_the_authorize_button(settings):
     from pathlib import Path
 
@@ -82,21 +100,7 @@ def test_docs_render_offline_in_chromium_with_the_authorize_button(settings):
                 executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
             )
             page = browser.new_page()
-            problems: list[str] = []
-            page.on("pageerror", lambda exc: problems.append(str(exc)))
-            page.on(
-                "console",
-                lambda msg: problems.append(msg.text)
-                if "Content Security Policy" in msg.text
-                else None,
-            )
-            outside: list[str] = []
-            page.on(
-                "request",
-                lambda request: outside.append(request.url)
-                if not request.url.startswith((url, "data:"))
-                else None,
-            )
+            problems, outside = _watch(page, url)
             page.goto(url + "/docs")
             page.wait_for_selector("button.authorize", timeout=20_000)
             page.wait_for_selector("[data-path=\"/v1/tools\"]", timeout=20_000)

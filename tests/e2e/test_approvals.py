@@ -49,7 +49,13 @@ def test_racing_approvers_give_exactly_one_execution(client, inproc, r):
         wins: list[str] = []
         losses: list[Exception] = []
 
-        def race(who: str, call_id: str = call_id, barrier: threading.Barrier = barrier) -> None:
+        def race(
+            who: str,
+            call_id: str = call_id,
+            barrier: threading.Barrier = barrier,
+            wins: list[str] = wins,
+            losses: list[Exception] = losses,
+        ) -> None:
             barrier.wait()
             try:
                 client.approvals.approve(call_id, by=who)
@@ -320,9 +326,8 @@ def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, inpro
     call_id = batch.call_ids[0]
     assert r.llen("toolq.dangerous") == 0  # parked: no message yet
     store = client.approval_store
-    store._run_decide(
-        store._read(call_id), "approve", "alice", {"status": "queued", "by": "alice"}, None, "", None
-    )
+    decision = {"status": "queued", "by": "alice"}
+    store._run_decide(store._read(call_id), "approve", "alice", decision, None, "", None)
     # The decision and the message are one script: no window where an approved call has
     # no message, and nothing left for the sweeper to re-send.
     assert client.result(call_id).status is CallStatus.QUEUED

@@ -151,7 +151,11 @@ def test_viewer_reads_never_parked_and_failed_calls_masked(api, workers, r, tmp_
         f"{api}/v1/runs/f2/calls",
         headers=h("agent-t"),
         json=[
-            {"id": "ok1", "name": "fetch_with_token", "arguments": {"url": "u", "token": secrets[0]}},
+            {
+                "id": "ok1",
+                "name": "fetch_with_token",
+                "arguments": {"url": "u", "token": secrets[0]},
+            },
             {
                 "id": "ok2",
                 "name": "vault_login",
@@ -303,7 +307,8 @@ def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, inproc
     )
     stolen = json.loads(r.hget(f"toolq:call:{victim.call_ids[0]}", "envelope"))
     assert set(stolen["arguments"]["token"]) == {"$toolq_secret"}
-    for call_id, token in zip(thief.call_ids, [stolen["arguments"]["token"], "plain-pw"]):
+    tokens = [stolen["arguments"]["token"], "plain-pw"]
+    for call_id, token in zip(thief.call_ids, tokens, strict=True):
         envelope = json.loads(r.hget(f"toolq:call:{call_id}", "envelope"))
         envelope["arguments"]["token"] = token
         r.hset(f"toolq:call:{call_id}", "envelope", json.dumps(envelope))

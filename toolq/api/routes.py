@@ -205,9 +205,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
     def cancel(call_id: str, caller: Caller) -> dict[str, Any]:
         """Cancel: at once when queued or parked, cooperatively when running (run owner only)."""
         caller.require("submitter")
-        return _call_json(
-            client.cancel(call_id, principal=caller.name, admin=caller.has("admin"))
-        )
+        return _call_json(client.cancel(call_id, principal=caller.name, admin=caller.has("admin")))
 
     @router.post("/calls/{call_id}/undo")
     def undo(call_id: str, caller: Caller, timeout: float = Query(30, gt=0, le=300)) -> Any:

@@ -72,9 +72,11 @@ class ApprovalGuard:
         if payload.get("decision") != "approve":
             return "the signed decision is not an approval"
         approvers = payload.get("approvers")
-        names = {a for a in approvers if isinstance(a, str) and a} if isinstance(
-            approvers, list
-        ) else set()
+        names = (
+            {a for a in approvers if isinstance(a, str) and a}
+            if isinstance(approvers, list)
+            else set()
+        )
         tool = self.registry.require(envelope.name)
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         if len(names) < required:

@@ -501,8 +501,9 @@ class ApprovalStore:
     def _sign_rule(self, run_id: str, rule: str, tool: str, by: str) -> dict[str, Any] | None:
         if self.signer is None:
             return None
-        return self.signer.sign("rule", run_id=run_id, rule=rule, tool=tool, by=by,
-                                ts=repr(time.time()))
+        return self.signer.sign(
+            "rule", run_id=run_id, rule=rule, tool=tool, by=by, ts=repr(time.time())
+        )
 
     def _set_rule(self, run_id: str, rule: str, tool: str, by: str) -> None:
         """Add a sticky approval (already authorized by the decision it came with), signed."""

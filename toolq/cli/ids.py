@@ -23,10 +23,7 @@ def resolve_call_id(client: redis.Redis, keys: Keys, given: str) -> str:
         return given  # a short unknown id is reported as unknown by the command itself
     stem = len(keys.call(""))
     found = sorted(
-        {
-            as_text(key)[stem:]
-            for key in client.scan_iter(match=keys.call_match(given), count=1000)
-        }
+        {as_text(key)[stem:] for key in client.scan_iter(match=keys.call_match(given), count=1000)}
     )
     if not found:
         raise CallNotFoundError(f"no call id is or starts with {given!r}", call_id=given)

@@ -139,9 +139,7 @@ class AsyncClient:
 
         Only the run's owner (or ``admin``) may; others get ``NotRunOwnerError``.
         """
-        return await asyncio.to_thread(
-            self.sync.cancel, call_id, principal=principal, admin=admin
-        )
+        return await asyncio.to_thread(self.sync.cancel, call_id, principal=principal, admin=admin)
 
     async def undo(
         self,
@@ -285,9 +283,7 @@ class AsyncApprovals:
         deny: Mapping[str, str] | None = None,
     ) -> dict[str, CallResult | ToolqError]:
         """Decide several parallel calls of a run; each gets its result or its error."""
-        return await asyncio.to_thread(
-            self.sync.decide_run, run_id, by, approve=approve, deny=deny
-        )
+        return await asyncio.to_thread(self.sync.decide_run, run_id, by, approve=approve, deny=deny)
 
     async def rules(self, run_id: str) -> RunRules:
         """A run's approval rules."""

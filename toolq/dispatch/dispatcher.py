@@ -156,8 +156,7 @@ class Dispatcher:
         if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
-                f"{principal!r} may not dispatch into run {run!r}: it belongs to another "
-                "principal",
+                f"{principal!r} may not dispatch into run {run!r}: it belongs to another principal",
                 run_id=run,
                 by=principal,
             )
@@ -261,9 +260,7 @@ class Dispatcher:
             tool.validate(call.arguments)
             # The predicate sees the plaintext (in memory only); the store gets it sealed.
             route = self.policy.route(tool, call.arguments, run_rules)
-            envelope.arguments = seal_arguments(
-                self.box, tool, envelope.call_id, call.arguments
-            )
+            envelope.arguments = seal_arguments(self.box, tool, envelope.call_id, call.arguments)
         except ToolqError as exc:
             status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
             # A call that will never run keeps its secrets masked, not encrypted.

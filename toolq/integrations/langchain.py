@@ -169,9 +169,7 @@ def resume_command(
     if missing:
         raise KeyError(f"no pending toolq approval for tool call ids {sorted(missing)}")
     return Command(
-        resume={
-            pending[call_id].id: _wire(decision) for call_id, decision in decisions.items()
-        }
+        resume={pending[call_id].id: _wire(decision) for call_id, decision in decisions.items()}
     )
 
 

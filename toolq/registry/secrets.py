@@ -72,9 +72,7 @@ class SecretPaths:
         self._solve()
         self.any = self._root.reaches
         """True when some argument can hold a secret (most tools: False, nothing to walk)."""
-        self.top_level = frozenset(
-            name for name, node in self._root.props.items() if node.secret
-        )
+        self.top_level = frozenset(name for name, node in self._root.props.items() if node.secret)
         """Top-level argument names that are secret as a whole."""
 
     # -- compiling ---------------------------------------------------------------------------

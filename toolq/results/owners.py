@@ -103,7 +103,12 @@ class RunOwners:
         run = as_text(run_id)
         owner = RunOwner.decode(raw) if raw else self.get(run)
         self._enforce(
-            owner, run, principal, admin=admin, action=action, call_id=call_id,
+            owner,
+            run,
+            principal,
+            admin=admin,
+            action=action,
+            call_id=call_id,
             tool=as_text(tool or ""),
         )
         return run
@@ -153,4 +158,3 @@ class RunOwners:
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
-

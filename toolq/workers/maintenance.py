@@ -45,8 +45,6 @@ between kombu's ``BRPOP`` and its ``unacked`` write, so a message in that step i
 mistaken for a lost one."""
 
 
-
-
 @dataclass(frozen=True)
 class _Pushes:
     """Where one kind of message (a call's, an undo's) keeps its push bookkeeping."""
