@@ -8,6 +8,8 @@ import redis
 from tests.apps import registry
 from toolq import Backend, Client, Settings, ToolRegistry
 from toolq.errors import ConfigurationError
+from toolq.settings import Webhook
+from toolq.workers.maintenance import Maintenance
 
 
 def test_stores_are_made_once_and_on_first_use(r: redis.Redis, settings: Settings) -> None:
@@ -21,6 +23,7 @@ def test_stores_are_made_once_and_on_first_use(r: redis.Redis, settings: Setting
         assert backend.approvals.publisher is backend.publisher
         assert backend.publisher.app is backend.celery
         assert backend.store.redis is backend.redis
+        assert backend.approvals.owners is backend.owners
     finally:
         backend.close()
 
@@ -31,6 +34,8 @@ def test_clients_share_a_backend(r: redis.Redis, settings: Settings) -> None:
     try:
         batch = first.dispatch([{"id": "a", "name": "wipe", "arguments": {"target": "t"}}])
         assert second.store is first.store and second.redis is first.redis
+        assert first.dispatcher.owners is second.dispatcher.owners is backend.owners
+        assert first.approvals.owners is backend.owners
         # Parked (dangerous), so it needs no worker: seen through the other client.
         [pending] = second.approvals.pending(run_id=batch.run_id)
         assert pending.call_id == batch.call_ids[0]
@@ -43,5 +48,17 @@ def test_a_client_refuses_a_backend_of_another_registry(settings: Settings) -> N
     try:
         with pytest.raises(ConfigurationError):
             Client(registry, backend=backend)
+    finally:
+        backend.close()
+
+
+def test_a_workers_webhook_deliverer_uses_its_backends_redis(settings: Settings) -> None:
+    hook = Webhook(url="http://127.0.0.1:9/hook", secret="s", events=["call.failed"])
+    backend = Backend(settings.model_copy(update={"webhooks": [hook]}), registry)
+    try:
+        maintenance = Maintenance(backend, hostname="w1", queues=["toolq.safe"])
+        assert maintenance.webhooks is not None
+        assert maintenance.webhooks.outbox.redis is backend.redis
+        assert maintenance.webhooks.outbox.keys is backend.keys
     finally:
         backend.close()

@@ -1,8 +1,9 @@
 """``Backend``: the connections and stores of one process, wired once from settings.
 
-``Client`` (and ``AsyncClient`` through it), ``WorkerRuntime``, ``Maintenance``, the API
-and the CLI take what they use from a ``Backend`` instead of each building a Redis client,
-``Keys`` and the stores over it. Stores are made on first use, so a command that only reads
+``Client`` (and ``AsyncClient`` through it), ``WorkerRuntime``, ``Maintenance`` (its webhook
+deliverer too), the API and the CLI take what they use from a ``Backend`` instead of each
+building a Redis client, ``Keys`` and the stores over it; the dispatcher and the approval
+store share its ``RunOwners``. Stores are made on first use, so a command that only reads
 events builds no Celery app and registers no approval scripts.
 """
 
@@ -87,7 +88,9 @@ class Backend:
     @cached_property
     def approvals(self) -> ApprovalStore:
         """Parked calls and their decisions."""
-        return ApprovalStore(self.store, self.publisher, self.registry, self.policy)
+        return ApprovalStore(
+            self.store, self.publisher, self.registry, self.policy, owners=self.owners
+        )
 
     def close(self) -> None:
         """Release the Redis connections and the Celery app's, if one was made."""

@@ -143,7 +143,11 @@ def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> Appr
 
 
 class ApprovalStore:
-    """Lists, approves, denies and expires calls that are ``awaiting_approval``."""
+    """Lists, approves, denies and expires calls that are ``awaiting_approval``.
+
+    ``owners`` is the process's ``RunOwners`` (its ``Backend``'s); without it the store
+    makes one over ``store``'s Redis client.
+    """
 
     def __init__(
         self,
@@ -151,6 +155,8 @@ class ApprovalStore:
         publisher: Publisher,
         registry: ToolRegistry,
         policy: ApprovalPolicy,
+        *,
+        owners: RunOwners | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -163,7 +169,7 @@ class ApprovalStore:
         self.scripts = store.scripts
         self.signer = signer_for(self.settings)
         self._warned = False
-        self.owners = RunOwners(self.redis, self.keys, self.settings)
+        self.owners = owners or RunOwners(self.redis, self.keys, self.settings)
 
     # -- reading -----------------------------------------------------------------------------
 

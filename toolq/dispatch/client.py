@@ -154,11 +154,11 @@ class Client:
         self.celery = self.backend.celery
         self.publisher = self.backend.publisher
         self.policy = self.backend.policy
+        self.owners = self.backend.owners
         self.dispatcher = Dispatcher(
-            registry, self.store, self.publisher, self.settings, self.policy
+            registry, self.store, self.publisher, self.settings, self.policy, owners=self.owners
         )
         self.undos = self.backend.undos
-        self.owners = self.backend.owners
         self.approval_store = self.backend.approvals
         self.approvals = self.approval_store
 

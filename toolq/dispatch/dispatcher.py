@@ -81,7 +81,11 @@ class Dispatched:
 
 
 class Dispatcher:
-    """Parses, validates, gates and stores calls, then publishes the runnable ones."""
+    """Parses, validates, gates and stores calls, then publishes the runnable ones.
+
+    ``owners`` is the process's ``RunOwners`` (its ``Backend``'s); without it the
+    dispatcher makes one over ``store``'s Redis client.
+    """
 
     def __init__(
         self,
@@ -90,13 +94,15 @@ class Dispatcher:
         publisher: Publisher,
         settings: Settings,
         policy: ApprovalPolicy,
+        *,
+        owners: RunOwners | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
         self.publisher = publisher
         self.settings = settings
         self.policy = policy
-        self.owners = RunOwners(store.redis, store.keys, settings)
+        self.owners = owners or RunOwners(store.redis, store.keys, settings)
         self.box = SecretBox.from_settings(settings)
 
     def dispatch(

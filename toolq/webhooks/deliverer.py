@@ -16,7 +16,6 @@ import httpx
 import redis
 
 from toolq.keys import Keys
-from toolq.results.connection import redis_client
 from toolq.settings import Settings, Webhook
 from toolq.webhooks import payload
 from toolq.webhooks.outbox import Claimed, Outbox
@@ -30,13 +29,19 @@ DUE_BATCH = 20
 
 
 class WebhookDeliverer(threading.Thread):
-    """Delivers the notifications of ``settings.webhooks``; one per worker main process."""
+    """Delivers the notifications of ``settings.webhooks``; one per worker main process.
 
-    def __init__(self, settings: Settings, consumer: str) -> None:
+    It works over the worker's own Redis client and key names (its ``Backend``'s), as the
+    outbox group's ``consumer``.
+    """
+
+    def __init__(
+        self, redis_client: redis.Redis, keys: Keys, settings: Settings, consumer: str
+    ) -> None:
         super().__init__(name="toolq-webhooks", daemon=True)
         self.settings = settings
         self.hooks = {hook.id: hook for hook in settings.webhooks}
-        self.outbox = Outbox(redis_client(settings.redis_url), Keys(settings.key_prefix), consumer)
+        self.outbox = Outbox(redis_client, keys, consumer)
         self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
         self._stopping = threading.Event()
 

@@ -346,7 +346,7 @@ class Maintenance(threading.Thread):
         if settings.webhooks:
             from toolq.webhooks.deliverer import WebhookDeliverer
 
-            self.webhooks = WebhookDeliverer(settings, hostname)
+            self.webhooks = WebhookDeliverer(backend.redis, backend.keys, settings, hostname)
 
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
