@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import serve
 from toolq.api.app import create_app
+from toolq.models import FINAL_STATUSES
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
@@ -135,6 +136,7 @@ def test_overview_endpoint(api, inproc):
     assert data["workers"] == {"safe": 1, "moderate": 1, "dangerous": 1}
     assert data["queues"] == {"safe": 0, "moderate": 0, "dangerous": 0}
     assert data["pending_approvals"] == 1
+    assert data["final_states"] == sorted(status.value for status in FINAL_STATUSES)
     assert states[wipe] == "awaiting_approval"
     row = next(c for c in data["calls"] if c["call_id"] == echo)
     assert row["run_id"] == "ov" and row["risk"] == "safe" and row["duration_ms"] >= 0

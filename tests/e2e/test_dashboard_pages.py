@@ -16,6 +16,7 @@ import pytest
 from tests.e2e import test_dashboard as base
 from tests.e2e.test_dashboard import SLOW, card, dispatch, expect, h, screenshot, sign_in, state_of
 from toolq.api.charts import charts, percentile
+from toolq.models import FINAL_STATUSES
 from toolq.webhooks.payload import Notice
 
 pytestmark = pytest.mark.e2e
@@ -25,6 +26,7 @@ page = base.page
 
 LONG_RUN = "run-" + "x" * 52 + "-end"  # 60 characters, no place to break
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
+FINAL_STATES = {status.value for status in FINAL_STATUSES}
 
 
 def overview(api: str, **params: Any) -> dict[str, Any]:
@@ -35,10 +37,9 @@ def overview(api: str, **params: Any) -> dict[str, Any]:
 
 def wait_final(api: str, ids: list[str]) -> None:
     deadline = time.monotonic() + 30
-    final = {"succeeded", "failed", "denied", "expired", "cancelled"}
     while True:
         states = {c["call_id"]: c["status"] for c in overview(api, limit=1000)["calls"]}
-        if all(states.get(i) in final for i in ids):
+        if all(states.get(i) in FINAL_STATES for i in ids):
             return
         assert time.monotonic() < deadline, states
         time.sleep(0.1)

@@ -3,7 +3,7 @@
 const REFRESH_MS = 2000;
 const CHARTS_MS = 10000;
 const PAGE_SIZE = 50;
-const FINAL = new Set(["succeeded", "failed", "denied", "expired", "cancelled"]);
+let FINAL = new Set();  // the states a call never leaves: /v1/overview's final_states
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
   "retrying", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
@@ -117,7 +117,7 @@ function showLogin(message) {
 }
 async function start() {
   try {
-    await api("v1/overview?limit=1");
+    FINAL = new Set((await api("v1/overview?limit=1")).final_states);
   } catch (e) {
     showLogin(e.status === 401 ? "That token was not accepted." : e.message);
     return;

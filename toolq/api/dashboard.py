@@ -3,7 +3,8 @@
 Queue depth and live workers per risk, each worker's heartbeat, the pending-approval
 count, and a page of the newest calls (state, duration, error) from the recent-calls
 index, filtered by run, tool, risk, state and a search text. Only small record fields are
-read: never envelopes, so never arguments or outputs.
+read: never envelopes, so never arguments or outputs. The overview also names the final
+call states (``FINAL_STATUSES``), so the page keeps no list of its own.
 """
 
 import json
@@ -17,7 +18,7 @@ from toolq.api.auth import Principal
 from toolq.api.charts import charts
 from toolq.dispatch.client import Client
 from toolq.errors import CallNotFoundError
-from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.models import FINAL_STATUSES, CallStatus, RiskLevel, UndoState
 from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
 
@@ -134,7 +135,8 @@ def worker_rows(workers: list[dict[str, Any]], now: float) -> list[dict[str, Any
 def overview(client: Client, **filters: Any) -> dict[str, Any]:
     """Queues, workers, pending count and a page of recent calls, as the dashboard shows them.
 
-    ``has_more`` says whether a next page exists (one more call was looked for).
+    ``has_more`` says whether a next page exists (one more call was looked for);
+    ``final_states`` are the states a call never leaves.
     """
     r = client.redis
     keys = client.keys
@@ -152,6 +154,7 @@ def overview(client: Client, **filters: Any) -> dict[str, Any]:
         "calls": calls[:limit],
         "offset": filters.get("offset", 0),
         "has_more": len(calls) > limit,
+        "final_states": sorted(status.value for status in FINAL_STATUSES),
     }
 
 
