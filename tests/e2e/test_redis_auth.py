@@ -145,6 +145,18 @@ def test_check_flags_an_open_redis(settings):
 ACL_EXAMPLE = ROOT / "redis-users.conf.example"
 
 
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    """Warm shutdown of a worker started in its own session; SIGKILL if it hangs."""
+    if worker.poll() is not None:
+        return
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(5)
+
+
 def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
     """The README's ACL users (redis-users.conf.example) are enough, and nothing is denied."""
     import json
@@ -258,30 +270,35 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
                 assert httpx.get(f"{base}{path}", headers=auth).status_code == 200, path
             assert next(e.type.value for e in client.events("acl")) == "call.queued"
             client.approvals.pending(run_id="acl")
+        # A warm shutdown too: kombu unsubscribes from the pidbox and drops its binding.
+        _stop(worker)
+        assert worker.returncode == 0
         denied = admin.acl_log()
         assert denied == [], json.dumps(denied, default=str, indent=1)
-        # and each user is held to its job
+        # and each user is held to its job: events wake readers through XREAD, so only
+        # the worker (Celery's remote control and worker events) may use pub/sub
         as_worker = redis.Redis.from_url(worker_url)
+        as_api = redis.Redis.from_url(api_url)
         as_client = redis.Redis.from_url(client_url)
         for attempt in (
             lambda: as_worker.flushall(),
             lambda: as_worker.config_get("*"),
             lambda: as_worker.get("other-app:secret"),
+            lambda: as_worker.publish("toolq:run:acl:wake", "1"),
             lambda: as_client.keys("*"),
             lambda: as_client.hgetall("unacked"),
             lambda: as_client.brpop(["toolq.safe"], 1),
+            lambda: as_client.publish("toolq:run:acl:wake", "1"),
+            lambda: as_client.execute_command("SUBSCRIBE", "toolq:run:acl:wake"),
+            lambda: as_api.publish("/0.celery.pidbox", "1"),
+            lambda: as_api.execute_command("PSUBSCRIBE", "toolq:run:*:wake"),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 attempt()
-        as_worker.close()
-        as_client.close()
+        for user in (as_worker, as_api, as_client):
+            user.close()
     finally:
         client.close()
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(5)
+        _stop(worker)
         admin.close()
         server.stop()
