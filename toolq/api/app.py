@@ -20,6 +20,7 @@ from toolq.api.tickets import TicketStore
 from toolq.dispatch.client import Client
 from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import RedisTarget
 from toolq.results.hub import EventHub
 from toolq.settings import ApiToken, Settings
 
@@ -44,9 +45,10 @@ def create_app(
     client = client or Client(registry, settings)
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
-    hub = EventHub(settings.redis_url, client.keys, settings.max_event_streams)
+    target = RedisTarget.of(settings)
+    hub = EventHub(target, client.keys, settings.max_event_streams)
     tickets = TicketStore(client.redis, client.keys, settings.event_ticket_seconds)
-    probe = RedisProbe(settings.redis_url)
+    probe = RedisProbe(target)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -33,8 +33,8 @@ def tail(
 ) -> None:
     """Print events as JSON lines."""
     settings = settings_for(redis_url=redis_url)
-    require_redis(settings.redis_url)
-    log = EventLog(redis_client(settings.redis_url), Keys(settings.key_prefix))
+    require_redis(settings)
+    log = EventLog(redis_client(settings), Keys(settings.key_prefix))
     events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
     try:
         for event in events:

@@ -133,7 +133,7 @@ class Client:
         self.registry = registry
         self.settings = settings or Settings()
         self.keys = Keys(self.settings.key_prefix)
-        self.redis = redis_client or connect(self.settings.redis_url)
+        self.redis = redis_client or connect(self.settings)
         self.store = CallStore(self.redis, self.settings)
         self.log = EventLog(self.redis, self.keys)
         self.celery = create_celery(self.settings, registry)

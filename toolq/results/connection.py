@@ -1,44 +1,252 @@
-"""Redis clients that ride out a short outage (a restart, a failover) instead of failing."""
+"""Redis clients that ride out a short outage (a restart, a failover) instead of failing.
+
+Every Redis client toolq makes comes from here, for one ``RedisTarget``: a URL, or a master
+found through Redis Sentinel (``TOOLQ_SENTINELS``), which the clients follow to the new
+master after a failover (redis-py's ``Sentinel.master_for``: each new connection asks the
+Sentinels where the master is, and a write answered ``READONLY`` by a demoted master drops
+the connection, so the retry below reconnects to the promoted one).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
-from redis.backoff import ExponentialBackoff
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.retry import Retry
 
+from toolq.errors import ConfigurationError
+from toolq.settings import Settings, sentinel_addresses
+
 RETRIES = 20
-"""With the backoff below, about ten seconds of retrying before an error reaches the caller."""
+"""With the backoff below, about ten seconds of retrying before an error reaches the caller
+(long enough for Sentinel to notice a dead master and promote a replica)."""
+SENTINEL_TIMEOUT = 1.0
+"""Seconds one Sentinel may take to answer; a dead one is skipped for the next."""
 
 
-def redis_client(url: str) -> redis.Redis:
+def _backoff() -> ExponentialBackoff:
+    return ExponentialBackoff(cap=1.0, base=0.05)
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where toolq's Redis is: ``url`` alone, or the Sentinel master ``master``.
+
+    With Sentinels, ``url`` still gives the username, password and database of the master.
+    """
+
+    url: str
+    sentinels: tuple[tuple[str, int], ...] = ()
+    master: str | None = None
+    sentinel_password: str | None = None
+
+    @classmethod
+    def of(cls, where: Settings | RedisTarget | str) -> RedisTarget:
+        """The target of ``where``: settings (Sentinels when set), a target, or a plain URL."""
+        if isinstance(where, RedisTarget):
+            return where
+        if isinstance(where, str):
+            return cls(where)
+        if not where.sentinels:
+            return cls(where.redis_url)
+        password = where.sentinel_password
+        return cls(
+            where.redis_url,
+            tuple(sentinel_addresses(where.sentinels)),
+            where.sentinel_master,
+            password.get_secret_value() if password else None,
+        )
+
+    @property
+    def is_sentinel(self) -> bool:
+        """True when the master is found through Sentinels."""
+        return bool(self.sentinels)
+
+    def describe(self) -> str:
+        """For messages and logs: the URL without its password, or the Sentinel master."""
+        if not self.is_sentinel:
+            return redacted(self.url)
+        listed = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"Sentinel master {self.master!r} (sentinels {listed})"
+
+    def master_kwargs(self) -> dict[str, Any]:
+        """Connection options of the master from ``url`` (credentials, db), without its address."""
+        kwargs: dict[str, Any] = parse_url(self.url)  # type: ignore[no-untyped-call]
+        for name in ("host", "port"):
+            kwargs.pop(name, None)
+        connection_class = kwargs.pop("connection_class", None)
+        if connection_class is UnixDomainSocketConnection:
+            raise ConfigurationError("TOOLQ_SENTINELS cannot go with a unix:// TOOLQ_REDIS_URL")
+        if connection_class is SSLConnection:
+            raise ConfigurationError(
+                "TOOLQ_SENTINELS with a rediss:// (TLS) TOOLQ_REDIS_URL is not supported"
+            )
+        return kwargs
+
+    def sentinel_kwargs(self, timeout: float = SENTINEL_TIMEOUT) -> dict[str, Any]:
+        """How to talk to the Sentinels themselves: short timeouts, no retries of their own."""
+        kwargs: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if self.sentinel_password:
+            kwargs["password"] = self.sentinel_password
+        return kwargs
+
+    def sentinel(self, timeout: float = SENTINEL_TIMEOUT) -> redis.sentinel.Sentinel:
+        """A redis-py ``Sentinel`` over the listed Sentinels."""
+        return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(self.sentinels),
+            sentinel_kwargs=self.sentinel_kwargs(timeout),
+            **self.master_kwargs(),
+        )
+
+    def broker_url(self) -> str:
+        """The Celery broker URL: ``url``, or kombu's ``sentinel://...;sentinel://...``."""
+        if not self.is_sentinel:
+            return self.url
+        parts = urlsplit(self.url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        auth = f"{userinfo}@" if userinfo else ""
+        db = self.master_kwargs().get("db", 0)
+        return ";".join(
+            f"sentinel://{auth}{_netloc_host(host)}:{port}/{db}" for host, port in self.sentinels
+        )
+
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Options of kombu's ``SentinelChannel``: the service name, how to reach the Sentinels.
+
+        Kombu takes the master's password and database from the broker URL.
+        """
+        if not self.is_sentinel:
+            return {}
+        return {"master_name": self.master, "sentinel_kwargs": self.sentinel_kwargs()}
+
+
+def _netloc_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
     """A client that retries commands on connection errors with exponential backoff.
 
     Every write toolq retries is a compare-and-set or an idempotent claim, so a command
     that reached Redis before the connection dropped cannot take effect twice.
     """
-    return redis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        health_check_interval=30,
-    )
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "retry": Retry(_backoff(), RETRIES),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "health_check_interval": 30,
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.Redis = target.sentinel().master_for(target.master, **options)  # type: ignore[no-untyped-call]
+        return client
+    return redis.Redis.from_url(target.url, **options)
 
 
-def async_redis_client(url: str, max_connections: int) -> redis.asyncio.Redis:
+class _BlockingSentinelPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """A Sentinel master's pool whose callers wait for a free connection, as elsewhere."""
+
+
+def async_redis_client(
+    where: Settings | RedisTarget | str, max_connections: int
+) -> redis.asyncio.Redis:
     """An asyncio client over at most ``max_connections``; callers wait for a free one."""
     from redis.asyncio.retry import Retry as AsyncRetry
 
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "timeout": 30,
+        "health_check_interval": 30,
+        "retry": AsyncRetry(_backoff(), RETRIES),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.asyncio.Redis = _async_sentinel(target, SENTINEL_TIMEOUT).master_for(
+            target.master, connection_pool_class=_BlockingSentinelPool, **options
+        )
+        return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=30, health_check_interval=30
+        target.url,
+        max_connections=max_connections,
+        timeout=30,
+        health_check_interval=30,
     )
     return redis.asyncio.Redis(
         connection_pool=pool,
-        retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
+        retry=AsyncRetry(_backoff(), RETRIES),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
+
+
+def _async_sentinel(target: RedisTarget, timeout: float) -> redis.asyncio.sentinel.Sentinel:
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    return redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs={**target.sentinel_kwargs(timeout), "retry": AsyncRetry(NoBackoff(), 0)},
+        **target.master_kwargs(),
+    )
+
+
+def probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.Redis:
+    """A client that answers or fails within about ``timeout``: no retries (health checks)."""
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.Redis = target.sentinel(timeout).master_for(target.master, **options)  # type: ignore[no-untyped-call]
+        return client
+    return redis.Redis.from_url(target.url, **options)
+
+
+def async_probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.asyncio.Redis:
+    """The asyncio ``probe_client``."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": AsyncRetry(NoBackoff(), 0),
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.asyncio.Redis = _async_sentinel(target, timeout).master_for(
+            target.master, **options
+        )
+        return client
+    return redis.asyncio.Redis.from_url(target.url, **options)
+
+
+def master_address(where: Settings | RedisTarget | str, timeout: float = 1.0) -> tuple[str, int]:
+    """Where the Sentinels say the master is now (``MasterNotFoundError`` when none)."""
+    target = RedisTarget.of(where)
+    assert target.master is not None
+    sentinel = target.sentinel(timeout)
+    try:
+        host, port = sentinel.discover_master(target.master)  # type: ignore[no-untyped-call]
+        return str(host), int(port)
+    finally:
+        sentinel.close()
 
 
 def redacted(url: str) -> str:

@@ -20,6 +20,7 @@ from redis import exceptions as redis_errors
 from toolq.keys import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Keys
 from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import RedisTarget
 from toolq.settings import Settings
 
 HARD_LIMIT_GRACE = 10.0
@@ -221,10 +222,13 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     """A Celery app for ``registry``: JSON only, late acks, one queue per risk level.
 
     Library code never imports a global app: every process builds its own from settings.
+    With ``TOOLQ_SENTINELS`` the broker is kombu's Sentinel transport, following the same
+    master as toolq's own clients (dispatch pushes the messages workers read).
     """
     keys = Keys(settings.key_prefix)
     patch_kombu()
-    app = Celery("toolq", broker=settings.redis_url, set_as_current=False)
+    target = RedisTarget.of(settings)
+    app = Celery("toolq", broker=target.broker_url(), set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -246,6 +250,7 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
             # Above the longest hard limit, so a running call is never redelivered early;
             # toolq's own lease recovers dead workers' calls long before this.
             "visibility_timeout": int(settings.max_time_limit + HARD_LIMIT_GRACE + 60),
+            **target.broker_transport_options(),
         },
         worker_hijack_root_logger=False,
         worker_send_task_events=False,

@@ -377,7 +377,7 @@ class Maintenance(threading.Thread):
         super().__init__(name="toolq-maintenance", daemon=True)
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self.redis = redis_client(settings.redis_url)
+        self.redis = redis_client(settings)
         self.store = CallStore(self.redis, settings)
         policy = ApprovalPolicy(self.redis, self.keys, settings)
         approvals = ApprovalStore(self.store, publisher, registry, policy)

@@ -112,7 +112,7 @@ class WorkerRuntime:
     def __init__(self, settings: Settings, registry: ToolRegistry) -> None:
         self.settings = settings
         self.registry = registry
-        self.redis = redis_client(settings.redis_url)
+        self.redis = redis_client(settings)
         self.store = CallStore(self.redis, settings)
         self.executor = Executor(
             registry,
