@@ -606,7 +606,10 @@ class ApprovalStore:
                 CallStatus.QUEUED.value if final else CallStatus.AWAITING_APPROVAL.value
             )
             event["approvals"] = len(names)
+        acks = self.store.acks
+        pipe = self.redis.pipeline(transaction=False) if acks.enabled else None
         reply = self._decide(
+            client=pipe,
             keys=[
                 k.call(call_id),
                 k.run_stream(run_id),
@@ -646,6 +649,12 @@ class ApprovalStore:
                 shown,
             ],
         )
+        if pipe is not None:
+            # WAIT on the connection that ran the decision, in the same round trip.
+            acks.add(pipe)
+            reply, *_, acked = pipe.execute()
+            if _text(reply[0]) in ("ok", "partial"):
+                acks.check(acked, f"decision on call {call_id}")
         outcome = _text(reply[0])
         if outcome in ("ok", "partial", "retry"):
             return outcome

@@ -42,21 +42,41 @@ class DirectScripts:
 
     def __call__(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """``script(keys, args)``; loads the script first if Redis lost it (a restart)."""
-        conn = self._connection()
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        packed = [_pack(command)] if _pack is not None else conn.pack_command(*command)
+        return self.then(script, keys, args, ())[0]
 
-        def attempt() -> Any:
+    def then(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        after: Sequence[tuple[Any, ...]],
+    ) -> list[Any]:
+        """The script's reply and those of the ``after`` commands, sent with it in one write.
+
+        ``after`` rides on the same connection (``ReplicaAcks``: ``WAIT`` must follow the
+        write it waits for there).
+        """
+        conn = self._connection()
+        commands = [("EVALSHA", script.sha, len(keys), *keys, *args), *after]
+        packed: list[bytes] = []
+        for command in commands:
+            packed.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
+
+        def attempt() -> list[Any]:
             conn.send_packed_command(packed)
             try:
-                return conn.read_response()
+                first = conn.read_response()
             except NoScriptError:
+                for _ in after:
+                    conn.read_response()
                 conn.send_command("SCRIPT", "LOAD", script.script)
                 conn.read_response()
                 conn.send_packed_command(packed)
-                return conn.read_response()
+                first = conn.read_response()
+            return [first, *(conn.read_response() for _ in after)]
 
-        return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        return replies
 
     def close(self) -> None:
         """Close this thread's connection."""

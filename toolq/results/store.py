@@ -17,6 +17,7 @@ from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
 from toolq.results.direct import DirectScripts
 from toolq.results.owners import RunOwner
+from toolq.results.replication import ReplicaAcks
 from toolq.settings import Settings
 
 RECENT_CALLS = 10_000
@@ -113,6 +114,7 @@ class CallStore:
         self._resend = client.register_script(scripts.RESEND)
         self._scripts = (self._create, self._renew, self._resend)
         self._direct = DirectScripts(client)
+        self.acks = ReplicaAcks(settings, self.keys)
 
     @property
     def _maxlen(self) -> int:
@@ -131,7 +133,8 @@ class CallStore:
         run belongs to another principal: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
-        a second call.
+        a second call. With ``min_replicas_ack`` the same round trip waits for the replicas
+        (``ReplicationError`` when too few confirm).
         """
         k = self.keys
         now = repr(time.time())
@@ -140,8 +143,12 @@ class CallStore:
             for call in calls:
                 self._queue_create(pipe, call, now)
             pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
+            self.acks.add(pipe)
 
-        return [(_text(r[0]), _text(r[1])) for r in self._execute(build)[:-1]]
+        replies = self._execute(build)
+        if self.acks.enabled:
+            self.acks.check(replies[-1], f"dispatch of {len(calls)} call(s)")
+        return [(_text(r[0]), _text(r[1])) for r in replies[: len(calls)]]
 
     def _queue_create(self, pipe: Any, call: NewCall, now: str) -> None:
         """Add one CREATE to a pipeline."""
@@ -261,7 +268,7 @@ class CallStore:
         if run_id is None:
             return Started("missing")
         now = time.time()
-        reply = self._direct(
+        reply, *acked = self._direct.then(
             self._start,
             [
                 k.call(call_id),
@@ -282,8 +289,11 @@ class CallStore:
                 int(now * 1000),
                 run_id,
             ],
+            self.acks.commands(),
         )
         outcome = _text(reply[0])
+        if outcome == "ok" and acked:
+            self.acks.check(acked[-1], f"start of call {call_id}")
         if outcome == "ok":
             envelope = CallEnvelope.model_validate_json(reply[1])
             return Started("ok", envelope, int(reply[2]))
@@ -310,11 +320,14 @@ class CallStore:
         return _text(reply[0]) == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
-        """Write the final state and its event; False if this runner lost the call."""
+        """Write the final state and its event; False if this runner lost the call.
+
+        Repeating it with the same token answers as the first time did (safe to retry).
+        """
         k = self.keys
         payload = result_payload(result)
         etype = _FINAL_EVENTS[result.status]
-        reply = self._direct(
+        reply, *acked = self._direct.then(
             self._finish,
             [
                 k.call(envelope.call_id),
@@ -337,8 +350,12 @@ class CallStore:
                 dumps(result.undo) if result.undo else "",
                 self.settings.undo_ttl,
             ],
+            self.acks.commands(),
         )
-        return _text(reply[0]) == "ok"
+        ok = _text(reply[0]) == "ok"
+        if ok and acked:
+            self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
+        return ok
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""

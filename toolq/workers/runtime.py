@@ -23,7 +23,7 @@ from toolq.approvals.policy import digest_arguments
 from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
+from toolq.errors import ApprovalUnverifiedError, ReplicationError, SecretsError, UndoError
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
 from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
@@ -139,7 +139,10 @@ class WorkerRuntime:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
         cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
-        started = self.store.start(call_id, token, cancelled, run_id)
+        # Half a lease at most: a start confirmed later could overlap the lease's recovery.
+        started = self._within_lease(
+            lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
+        )
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -251,18 +254,21 @@ class WorkerRuntime:
                 dumps(result.status),
             )
 
-    def _within_lease(self, write: Callable[[], T]) -> T:
-        """``write()``, retried while Redis is unreachable for about a lease.
+    def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
+        """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
 
-        Redis may be restarting; after a lease the call (or its undo) belongs to recovery.
+        Redis may be restarting or failing over; after a lease the call (or its undo)
+        belongs to recovery. Every write retried here answers a repeat with the same
+        token as it answered the first.
         """
-        deadline = time.monotonic() + self.settings.lease_seconds
+        deadline = time.monotonic() + self.settings.lease_seconds * share
         while True:
             try:
                 return write()
-            except redis.ConnectionError:
+            except (redis.ConnectionError, ReplicationError) as exc:
                 if time.monotonic() > deadline:
                     raise
+                log.info("retrying a write: %s", exc)
                 time.sleep(0.5)
 
     # -- approvals and undo ------------------------------------------------------------------
