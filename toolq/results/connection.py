@@ -35,6 +35,66 @@ def _backoff() -> ExponentialBackoff:
     return ExponentialBackoff(cap=1.0, base=0.05)
 
 
+class FollowingConnection(redis.sentinel.SentinelManagedConnection):
+    """A master connection that asks the Sentinels where the master is on every connect.
+
+    redis-py's own looks the master up only in ``connect()``; a command that reconnects a
+    dropped connection (``send_packed_command``) calls ``connect_check_health`` and retries
+    the old address until its retries run out (redis/redis-py#3874), so a failover would
+    outlast them. Here each connection attempt starts with the lookup.
+    """
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Connect to the master the Sentinels name now, retrying lookup and connect as one."""
+        if self._sock or not self.connection_pool.is_master:
+            super().connect_check_health(check_health, retry_socket_connect)
+            return
+
+        def attempt() -> None:
+            self.host, self.port = self.connection_pool.get_master_address()
+            super(FollowingConnection, self).connect_check_health(check_health, False)
+
+        if retry_socket_connect:
+            self.retry.call_with_retry(attempt, lambda error: self.disconnect(error))  # type: ignore[no-untyped-call]
+        else:
+            attempt()
+
+    def _connect_retry(self) -> None:
+        if self._sock or not self.connection_pool.is_master:
+            super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        self.connect_check_health(self.connection_pool.check_connection, False)
+
+
+class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """``FollowingConnection`` for asyncio clients."""
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Connect to the master the Sentinels name now, retrying lookup and connect as one."""
+        if self.is_connected or not self.connection_pool.is_master:
+            await super().connect_check_health(check_health, retry_socket_connect)
+            return
+
+        async def attempt() -> None:
+            self.host, self.port = await self.connection_pool.get_master_address()
+            await super(AsyncFollowingConnection, self).connect_check_health(check_health, False)
+
+        if retry_socket_connect:
+            await self.retry.call_with_retry(attempt, lambda error: self.disconnect(error=error))
+        else:
+            await attempt()
+
+    async def _connect_retry(self) -> None:
+        if self.is_connected or not self.connection_pool.is_master:
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        await self.connect_check_health(self.connection_pool.check_connection, False)
+
+
 @dataclass(frozen=True)
 class RedisTarget:
     """Where toolq's Redis is: ``url`` alone, or the Sentinel master ``master``.
@@ -149,7 +209,9 @@ def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
     }
     if target.is_sentinel:
         assert target.master is not None
-        client: redis.Redis = target.sentinel().master_for(target.master, **options)  # type: ignore[no-untyped-call]
+        client: redis.Redis = target.sentinel().master_for(
+            target.master, connection_class=FollowingConnection, **options
+        )  # type: ignore[no-untyped-call]
         return client
     return redis.Redis.from_url(target.url, **options)
 
@@ -177,7 +239,10 @@ def async_redis_client(
     if target.is_sentinel:
         assert target.master is not None
         client: redis.asyncio.Redis = _async_sentinel(target, SENTINEL_TIMEOUT).master_for(
-            target.master, connection_pool_class=_BlockingSentinelPool, **options
+            target.master,
+            connection_pool_class=_BlockingSentinelPool,
+            connection_class=AsyncFollowingConnection,
+            **options,
         )
         return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
