@@ -43,10 +43,7 @@ class Node:
         if not conf.exists():  # a restart keeps what Sentinel rewrote there
             fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(
-                    f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
-                    f"{self.config}"
-                )
+                f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n{self.config}")
         argv = [_binary(), str(conf), *(["--sentinel"] if self.sentinel else [])]
         log = open(self.dir / "log", "ab")  # noqa: SIM115 - the child keeps it
         self.process = subprocess.Popen(
@@ -83,7 +80,7 @@ class SentinelGroup:
         self.password = secrets.token_urlsafe(12)
         self.sentinel_password = secrets.token_urlsafe(12)
         auth = f"requirepass {self.password}\nmasterauth {self.password}\n"
-        data = f"{auth}save \"\"\nappendonly no\nrepl-diskless-sync yes\nrepl-diskless-sync-delay 0\n"
+        data = f'{auth}save ""\nappendonly no\nrepl-diskless-sync yes\nrepl-diskless-sync-delay 0\n'
         self.master = Node(directory, "master", data)
         self.replicas = [
             Node(directory, f"replica{i}", data + f"replicaof 127.0.0.1 {self.master.port}\n")
@@ -189,9 +186,10 @@ class SentinelGroup:
         while True:
             try:
                 port = self.master_port()
-                if port != old_port and self.direct(self.node_at(port)).info("replication")[
-                    "role"
-                ] == "master":
+                if (
+                    port != old_port
+                    and self.direct(self.node_at(port)).info("replication")["role"] == "master"
+                ):
                     return port
             except (redis.RedisError, OSError):
                 pass
@@ -205,7 +203,8 @@ class SentinelGroup:
             try:
                 info = self.direct(self.node_at(port)).info("replication")
                 online = [
-                    v for k, v in info.items()
+                    v
+                    for k, v in info.items()
                     if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
                 ]
                 if len(online) >= count:

@@ -6,6 +6,7 @@ points at a closed port, so only the Sentinels can lead toolq to the data.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -19,9 +20,10 @@ from tests.conftest import Workers, make_settings
 from tests.sentinel.app import executions, registry
 from tests.sentinel.group import SentinelGroup
 from toolq import CallStatus, Client, Settings
+from toolq.cli.check import live_workers
 from toolq.errors import NotAwaitingApprovalError, ReplicationError
 from toolq.keys import Keys
-from toolq.results.connection import master_address
+from toolq.results.connection import async_redis_client, master_address, redis_client
 
 pytestmark = pytest.mark.e2e
 
@@ -57,10 +59,15 @@ def test_workers_follow_the_master_through_a_failover(
     try:
         for _ in range(2):
             workers.start("safe", concurrency=4, log=tmp_path / "workers.log", **env)
+        deadline = time.monotonic() + 30
+        while len(live_workers(settings)) < 2:
+            assert time.monotonic() < deadline, "the second worker did not come up"
+            time.sleep(0.1)
         before = client.dispatch(charges("a", 24, 0.3), run_id="before")
         time.sleep(0.5)  # some calls are running, some queued
         old = group.master_port()
         group.node_at(old).kill()
+        in_flight = len(executions(str(log)))
         # Dispatching while the Sentinel promotes a replica: the client retries with backoff.
         after = client.dispatch(charges("b", 8, 0.1), run_id="after")
         new = group.wait_failover(old)
@@ -68,6 +75,7 @@ def test_workers_follow_the_master_through_a_failover(
         results = before.wait(timeout=60) + after.wait(timeout=60)
         assert {r.status for r in results} <= FINAL
         assert len(results) == 32
+        assert 0 < in_flight < 24, "the master died with no call running, or after all ran"
         ran = Counter(executions(str(log)))
         assert max(ran.values()) == 1, [c for c, n in ran.items() if n > 1]
         succeeded = {r.call_id for r in results if r.status is CallStatus.SUCCEEDED}
@@ -194,3 +202,39 @@ def test_the_api_answers_503_not_replicated(
         assert refused.json()["error"]["code"] == "not_replicated"
         healthy = http.get("/healthz")
         assert healthy.status_code == 200, healthy.text
+
+
+def test_connected_clients_reach_the_promoted_replica(
+    make_group: Callable[..., SentinelGroup],
+) -> None:
+    """Sync and asyncio clients connected to the old master retry onto the new one."""
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group)
+
+    async def scenario() -> tuple[int, int, int, int]:
+        sync = redis_client(settings)
+        aio = async_redis_client(settings, 4)
+        try:
+            before = (
+                int(sync.info("server")["tcp_port"]),
+                int((await aio.info("server"))["tcp_port"]),
+            )
+            old = group.master_port()
+            group.node_at(old).kill()
+            # Commands sent during the failover wait (retry with backoff) for the new master.
+            sync.set("toolq:test:after", "1")
+            await aio.set("toolq:test:after-async", "1")
+            after = (
+                int(sync.info("server")["tcp_port"]),
+                int((await aio.info("server"))["tcp_port"]),
+            )
+            return (*before, *after)
+        finally:
+            sync.close()
+            await aio.aclose()
+
+    old_sync, old_async, new_sync, new_async = asyncio.run(scenario())
+    new = group.master_port()
+    assert old_sync == old_async != new
+    assert new_sync == new_async == new
+    assert group.direct(group.node_at(new)).get("toolq:test:after-async") == b"1"
