@@ -238,3 +238,36 @@ def test_connected_clients_reach_the_promoted_replica(
     assert old_sync == old_async != new
     assert new_sync == new_async == new
     assert group.direct(group.node_at(new)).get("toolq:test:after-async") == b"1"
+
+
+def test_check_names_the_master_it_found(make_group: Callable[..., SentinelGroup]) -> None:
+    """``toolq check`` asks the Sentinels, then checks the master they name."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    group = make_group(replicas=1)
+    env = {**os.environ, **group.env(), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolq", "check", "--risk", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"master: 127.0.0.1:{group.master.port} (Sentinel master 'toolq-test'" in done.stderr
+    assert done.stdout.strip() == "ok"
+    for node in [group.master, *group.replicas]:  # nothing left to promote
+        node.kill()
+    down = subprocess.run(
+        [sys.executable, "-m", "toolq", "check", "--risk", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 1
+    assert "Sentinel master 'toolq-test'" in down.stderr, down.stderr
