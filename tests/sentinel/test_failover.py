@@ -148,9 +148,13 @@ def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
     keys = Keys()
     try:
         parked = client.dispatch(
-            [{"id": "t1", "name": "transfer", "arguments": {"amount": 5}}], run_id="run-c"
+            [
+                {"id": "t1", "name": "transfer", "arguments": {"amount": 5}},
+                {"id": "t2", "name": "transfer", "arguments": {"amount": 6}},
+            ],
+            run_id="run-c",
         )
-        [parked_id] = parked.call_ids
+        parked_id, later_id = parked.call_ids
         group.replicas[0].stop()
         payload = charges("d", 3, 0)
         with pytest.raises(ReplicationError) as refused:
@@ -166,7 +170,7 @@ def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
         again = client.dispatch(payload, run_id="run-c")
         assert retried.call_ids == again.call_ids
         run_calls = [c.decode() for c in master.lrange(keys.run_calls("run-c"), 0, -1)]
-        assert sorted(run_calls) == sorted([parked_id, *retried.call_ids])
+        assert sorted(run_calls) == sorted([parked_id, later_id, *retried.call_ids])
         queue = keys.queue_for("safe")
         assert master.llen(queue) == 3  # one message per call, none from the retries
         # The refused approval had taken effect on the master: a retry finds it decided,
@@ -175,6 +179,9 @@ def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
             client.approvals.approve(parked_id, by="alice")
         assert client.result(parked_id).status is CallStatus.QUEUED
         assert master.llen(keys.queue_for("moderate")) == 1
+        # With the replica back, a decision is confirmed and acknowledged at once.
+        assert client.approvals.deny(later_id, by="alice").status is CallStatus.DENIED
+        assert group.direct(group.replicas[0]).hget(keys.call(later_id), "status") == b"denied"
     finally:
         client.close()
 
