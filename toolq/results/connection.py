@@ -41,7 +41,8 @@ class FollowingConnection(redis.sentinel.SentinelManagedConnection):
     redis-py's own looks the master up only in ``connect()``; a command that reconnects a
     dropped connection (``send_packed_command``) calls ``connect_check_health`` and retries
     the old address until its retries run out (redis/redis-py#3874), so a failover would
-    outlast them. Here each connection attempt starts with the lookup.
+    outlast them. Here each connection attempt starts with the lookup, and a failure names
+    the Sentinel master it was trying to reach.
     """
 
     def connect_check_health(
@@ -54,7 +55,10 @@ class FollowingConnection(redis.sentinel.SentinelManagedConnection):
 
         def attempt() -> None:
             self.host, self.port = self.connection_pool.get_master_address()
-            super(FollowingConnection, self).connect_check_health(check_health, False)
+            try:
+                super(FollowingConnection, self).connect_check_health(check_health, False)
+            except redis.ConnectionError as exc:
+                raise redis.ConnectionError(_unreachable(self, exc)) from exc
 
         if retry_socket_connect:
             self.retry.call_with_retry(attempt, lambda error: self.disconnect(error))  # type: ignore[no-untyped-call]
@@ -66,6 +70,11 @@ class FollowingConnection(redis.sentinel.SentinelManagedConnection):
             super()._connect_retry()  # type: ignore[no-untyped-call]
             return
         self.connect_check_health(self.connection_pool.check_connection, False)
+
+
+def _unreachable(conn: Any, exc: Exception) -> str:
+    service = conn.connection_pool.service_name
+    return f"Sentinel master {service!r} at {conn.host}:{conn.port}: {exc}"
 
 
 class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection):
@@ -81,7 +90,12 @@ class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection)
 
         async def attempt() -> None:
             self.host, self.port = await self.connection_pool.get_master_address()
-            await super(AsyncFollowingConnection, self).connect_check_health(check_health, False)
+            try:
+                await super(AsyncFollowingConnection, self).connect_check_health(
+                    check_health, False
+                )
+            except redis.ConnectionError as exc:
+                raise redis.ConnectionError(_unreachable(self, exc)) from exc
 
         if retry_socket_connect:
             await self.retry.call_with_retry(attempt, lambda error: self.disconnect(error=error))
@@ -278,7 +292,9 @@ def probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.R
     }
     if target.is_sentinel:
         assert target.master is not None
-        client: redis.Redis = target.sentinel(timeout).master_for(target.master, **options)  # type: ignore[no-untyped-call]
+        client: redis.Redis = target.sentinel(timeout).master_for(  # type: ignore[no-untyped-call]
+            target.master, connection_class=FollowingConnection, **options
+        )
         return client
     return redis.Redis.from_url(target.url, **options)
 
@@ -296,7 +312,7 @@ def async_probe_client(where: Settings | RedisTarget | str, timeout: float) -> r
     if target.is_sentinel:
         assert target.master is not None
         client: redis.asyncio.Redis = _async_sentinel(target, timeout).master_for(
-            target.master, **options
+            target.master, connection_class=AsyncFollowingConnection, **options
         )
         return client
     return redis.asyncio.Redis.from_url(target.url, **options)
