@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the C packer redis-py itself uses when hiredis is installed
@@ -62,18 +62,28 @@ class DirectScripts:
         for command in commands:
             packed.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
 
+        def read_all() -> list[Any]:
+            # Every reply is read before any error is raised: the connection stays in step.
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
         def attempt() -> list[Any]:
             conn.send_packed_command(packed)
-            try:
-                first = conn.read_response()
-            except NoScriptError:
-                for _ in after:
-                    conn.read_response()
+            replies = read_all()
+            if isinstance(replies[0], NoScriptError):
                 conn.send_command("SCRIPT", "LOAD", script.script)
                 conn.read_response()
                 conn.send_packed_command(packed)
-                first = conn.read_response()
-            return [first, *(conn.read_response() for _ in after)]
+                replies = read_all()
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            return replies
 
         replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
         return replies
