@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sentinel.group import SentinelGroup
+from bench.chaos.sentinel import SentinelGroup
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Redis Sentinel: clients and real workers follow the master through a SIGKILL failover.
 
-Each test starts its own master, replicas and Sentinel (``group.py``); ``TOOLQ_REDIS_URL``
+Each test starts its own master, replicas and Sentinel (``bench/chaos/sentinel.py``); ``TOOLQ_REDIS_URL``
 points at a closed port, so only the Sentinels can lead toolq to the data.
 """
 
@@ -18,7 +18,7 @@ import redis
 
 from tests.conftest import Workers, make_settings
 from tests.sentinel.app import executions, registry
-from tests.sentinel.group import SentinelGroup
+from bench.chaos.sentinel import SentinelGroup
 from toolq import CallStatus, Client, Settings
 from toolq.cli.check import live_workers
 from toolq.errors import NotAwaitingApprovalError, ReplicationError

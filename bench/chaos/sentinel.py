@@ -1,6 +1,7 @@
 """A Redis master, its replicas and Sentinels as real processes on free ports.
 
-Every process is started here and stopped by its PID (``stop``); nothing else is touched.
+Used by ``tests/sentinel`` and the ``failover`` scenario. Every process is started here and
+stopped by its PID (``stop``); nothing else is touched.
 """
 
 from __future__ import annotations
