@@ -77,7 +77,13 @@ class Node:
 class SentinelGroup:
     """A master with ``replicas`` replicas, watched by ``sentinels`` Sentinels (quorum 1)."""
 
-    def __init__(self, directory: Path, replicas: int = 1, sentinels: int = 1) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        replicas: int = 1,
+        sentinels: int = 1,
+        down_after_ms: int = DOWN_AFTER_MS,
+    ) -> None:
         self.password = secrets.token_urlsafe(12)
         self.sentinel_password = secrets.token_urlsafe(12)
         auth = f"requirepass {self.password}\nmasterauth {self.password}\n"
@@ -91,7 +97,7 @@ class SentinelGroup:
             f"requirepass {self.sentinel_password}\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 1\n"
             f"sentinel auth-pass {MASTER_NAME} {self.password}\n"
-            f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
+            f"sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n"
             f"sentinel failover-timeout {MASTER_NAME} 4000\n"
             f"sentinel parallel-syncs {MASTER_NAME} 2\n"
         )
@@ -214,6 +220,18 @@ class SentinelGroup:
                 pass
             assert time.monotonic() < deadline, f"master {port} has no {count} replicas in sync"
             time.sleep(0.1)
+
+    def rejoin(self, node: Node, master_port: int) -> None:
+        """Start a killed data node again as a replica of the master at ``master_port``.
+
+        Without persistence it comes back empty: started as a master, the Sentinel could
+        promote it (an empty master would wipe the replicas) before turning it into a
+        replica, so it starts as one, as an operator or orchestrator would start it.
+        """
+        conf = node.dir / "redis.conf"
+        lines = [ln for ln in conf.read_text().splitlines() if not ln.startswith("replicaof ")]
+        conf.write_text("\n".join([*lines, f"replicaof 127.0.0.1 {master_port}", ""]))
+        node.start()
 
     def stop(self) -> None:
         for node in reversed(self.nodes):

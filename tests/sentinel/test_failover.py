@@ -1,7 +1,7 @@
 """Redis Sentinel: clients and real workers follow the master through a SIGKILL failover.
 
-Each test starts its own master, replicas and Sentinel (``bench/chaos/sentinel.py``); ``TOOLQ_REDIS_URL``
-points at a closed port, so only the Sentinels can lead toolq to the data.
+Each test starts its own master, replicas and Sentinel (``bench/chaos/sentinel.py``);
+``TOOLQ_REDIS_URL`` points at a closed port, so only the Sentinels can lead toolq to the data.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.chaos.sentinel import SentinelGroup
 from tests.conftest import Workers, make_settings
 from tests.sentinel.app import executions, registry
-from bench.chaos.sentinel import SentinelGroup
 from toolq import CallStatus, Client, Settings
 from toolq.cli.check import live_workers
 from toolq.errors import NotAwaitingApprovalError, ReplicationError

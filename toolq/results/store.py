@@ -59,7 +59,7 @@ class NewCall:
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
-    outcome: str  # ok | skip | leased | cancelled | missing
+    outcome: str  # ok | skip | leased | cancelled | missing | unconfirmed
     envelope: CallEnvelope | None = None
     attempt: int = 0
     status: str | None = None

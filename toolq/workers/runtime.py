@@ -29,7 +29,7 @@ from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.connection import redis_client
-from toolq.results.store import CallStore, dumps
+from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
@@ -139,10 +139,7 @@ class WorkerRuntime:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
         cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
-        # Half a lease at most: a start confirmed later could overlap the lease's recovery.
-        started = self._within_lease(
-            lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
-        )
+        started = self._start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -151,6 +148,27 @@ class WorkerRuntime:
             if span.recording:
                 self._trace_approval(env, span)
             self._execute(env, token, started.attempt, span)
+
+    def _start(
+        self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None
+    ) -> Started:
+        """``START``, repeated with the same token until Redis and its replicas confirm it.
+
+        The replicas count under ``TOOLQ_MIN_REPLICAS_ACK``; the handler runs only once its
+        start would survive a failover. While they are missing the lease is renewed
+        (recovery leaves the call alone); a lease found taken meanwhile ends the wait, and
+        the call is not run here.
+        """
+        while True:
+            try:
+                # Half a lease per round: the lease set by the first attempt must not lapse.
+                return self._within_lease(
+                    lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
+                )
+            except ReplicationError as exc:
+                if not self.store.renew({call_id: token}).get(call_id, False):
+                    log.warning("call %s not run: its start was not confirmed (%s)", call_id, exc)
+                    return Started("unconfirmed")
 
     def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
         """Add the approval wait of a call that was parked (only paid for when traced)."""
