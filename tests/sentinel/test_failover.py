@@ -142,7 +142,7 @@ def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
 ) -> None:
     """(c) A replica down: dispatch and approval fail; the same ids succeed once it is back."""
     group = make_group(replicas=1)
-    settings = sentinel_settings(group, min_replicas_ack=1, replica_ack_timeout_ms=300)
+    settings = sentinel_settings(group, min_replicas_ack=1)
     client = Client(registry, settings)
     master = group.direct(group.master)
     keys = Keys()
@@ -196,7 +196,7 @@ def test_the_api_answers_503_not_replicated(
     from toolq.settings import ApiToken
 
     group = make_group(replicas=1)
-    settings = sentinel_settings(group, min_replicas_ack=1, replica_ack_timeout_ms=300)
+    settings = sentinel_settings(group, min_replicas_ack=1)
     tokens = {"tok": ApiToken(principal="bot", roles=["submitter", "viewer"])}
     headers = {"Authorization": "Bearer tok"}
     with TestClient(create_app(settings, registry, tokens=tokens)) as http:
