@@ -1,10 +1,11 @@
 """Apps the benchmark workers load.
 
 ``registry``: a toolq registry (``toolq worker --app bench.apps:registry``) with a no-op tool,
-a no-op that needs approval (``gated``) and a progress emitter (``ticker``).
-``raw_celery``: a minimal plain Celery app with a no-op task, configured like toolq's
-(JSON only, late acks) plus a Redis result backend; its broker/backend URL comes from
-``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
+a no-op that needs approval (``gated``), a progress emitter (``ticker``) and two sleepers for
+the I/O-bound case (``nap``, blocking; ``anap``, ``async def``).
+``raw_celery``: a minimal plain Celery app with a no-op task and a sleeping one (``nap``),
+configured like toolq's (JSON only, late acks) plus a Redis result backend; its broker/backend
+URL comes from ``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from toolq import ToolRegistry
 
 RAW_QUEUE = "bench.raw"
 RAW_TASK = "bench.raw.noop"
+RAW_NAP = "bench.raw.nap"
 
 registry = ToolRegistry()
 
@@ -32,6 +34,18 @@ def noop() -> None:
 @registry.tool(requires_approval=True)
 def gated() -> None:
     """Do nothing, once approved."""
+
+
+@registry.tool()
+def nap(seconds: float) -> None:
+    """Sleep ``seconds`` (an I/O-bound call that holds its execution slot)."""
+    time.sleep(seconds)
+
+
+@registry.tool()
+async def anap(seconds: float) -> None:
+    """Sleep ``seconds`` on the event loop (an I/O-bound async call)."""
+    await asyncio.sleep(seconds)
 
 
 @registry.tool()
@@ -63,6 +77,10 @@ def make_raw_celery(redis_url: str) -> Celery:
     @app.task(name=RAW_TASK, shared=False)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None
+
+    @app.task(name=RAW_NAP, shared=False)  # type: ignore[untyped-decorator]
+    def nap(seconds: float) -> None:
+        time.sleep(seconds)
 
     return app
 

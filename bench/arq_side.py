@@ -12,9 +12,11 @@ client's result polls wait ``poll_delay`` seconds (arq's defaults: 0.5 s each).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,18 +68,11 @@ def ensure_venv(venv: Path = VENV) -> Path:
     return bin_dir
 
 
-def run_arq(
-    procs: Procs,
-    redis_url: str,
-    *,
-    processes: int,
-    calls: int,
-    batch: int,
-    poll_delay: float,
-    timeout: float,
-    log: Path | None = None,
-) -> ArqRun:
-    """Start ``processes`` arq workers, run the client once, stop the workers."""
+@contextlib.contextmanager
+def arq_workers(
+    procs: Procs, redis_url: str, *, processes: int, poll_delay: float, log: Path | None = None
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """``processes`` ready arq workers; yields arq's ``bin`` directory and the client's env."""
     bin_dir = ensure_venv()
     env = {**worker_env(redis_url), "BENCH_ARQ_POLL_DELAY": repr(poll_delay)}
     worker = [
@@ -92,11 +87,35 @@ def run_arq(
             wait_for_keys(redis_url, READY_PREFIX, processes, workers, READY_TIMEOUT)
         except RuntimeError as exc:
             raise Unavailable(f"arq workers did not start: {exc}\n{tail(log)}") from exc
-        data = _client(bin_dir, env, redis_url, calls, batch, poll_delay, timeout)
+        yield bin_dir, env
     finally:
         for proc in workers:
             procs.stop(proc)
-    figures = Figures(
+
+
+def run_arq(
+    procs: Procs,
+    redis_url: str,
+    *,
+    processes: int,
+    calls: int,
+    batch: int,
+    poll_delay: float,
+    timeout: float,
+    log: Path | None = None,
+) -> ArqRun:
+    """Start ``processes`` arq workers, run the client once, stop the workers."""
+    with arq_workers(procs, redis_url, processes=processes, poll_delay=poll_delay, log=log) as (
+        bin_dir,
+        env,
+    ):
+        data = arq_client(bin_dir, env, redis_url, calls, batch, poll_delay, timeout)
+    return ArqRun(figures_of(data), versions_of(data), poll_delay)
+
+
+def figures_of(data: dict[str, Any]) -> Figures:
+    """The ``Figures`` of one client run's JSON."""
+    return Figures(
         "arq",
         latencies_ms=data["latencies_ms"],
         batch_size=data["batch"],
@@ -104,11 +123,14 @@ def run_arq(
         batch_total_s=data["batch_total_s"],
         batch_how=BATCH_HOW,
     )
-    versions = {"arq": data["arq"], "arq redis-py": data["redis-py"]}
-    return ArqRun(figures, versions, poll_delay)
 
 
-def _client(
+def versions_of(data: dict[str, Any]) -> dict[str, str]:
+    """arq's and its redis-py's versions, from one client run's JSON."""
+    return {"arq": data["arq"], "arq redis-py": data["redis-py"]}
+
+
+def arq_client(
     bin_dir: Path,
     env: dict[str, str],
     redis_url: str,
@@ -116,6 +138,7 @@ def _client(
     batch: int,
     poll_delay: float,
     timeout: float,
+    warmup: int = WARMUP,
 ) -> dict[str, Any]:
     """Run ``bench.arq_client`` in arq's venv; its JSON figures."""
     argv = [
@@ -129,7 +152,7 @@ def _client(
         "--batch",
         str(batch),
         "--warmup",
-        str(WARMUP),
+        str(warmup),
         "--poll-delay",
         repr(poll_delay),
         "--timeout",

@@ -209,8 +209,8 @@ def _how(system: str, batch_how: str) -> str:
     rt = {
         "celery": "apply_async().get() (Redis result backend)",
         "toolq": 'client.call("noop", {})',
-        "dramatiq": "send() + get_result(block=True) (--threads 1; an idle consumer polls "
-        "with a backoff of 5 ms doubling up to 1 s)",
+        "dramatiq": "send() + get_result(block=True) (threads at dramatiq's default; an idle "
+        "consumer polls with a backoff of 5 ms doubling up to 1 s)",
     }[system]
     return f"round trip {rt}; batch {batch_how}"
 

@@ -1,6 +1,7 @@
-"""The dramatiq app of the comparison: a no-op actor on a Redis broker, results in Redis.
+"""The dramatiq app of the comparison: a no-op and a sleeping actor on a Redis broker,
+results in Redis.
 
-``dramatiq bench.dramatiq_app:setup --processes 2 --threads 1`` runs its worker: each worker
+``dramatiq bench.dramatiq_app:setup [--processes P --threads T]`` runs its worker: each worker
 process calls ``setup``, which builds the broker on ``BENCH_REDIS_URL`` and marks the process
 ready in Redis (``READY_PREFIX`` + pid) so the benchmark knows when all of them are up.
 """
@@ -8,6 +9,7 @@ ready in Redis (``READY_PREFIX`` + pid) so the benchmark knows when all of them 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,29 +27,37 @@ def _noop() -> None:
     return None
 
 
+def _nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 @dataclass
 class DramatiqApp:
-    """A broker, its result backend and the no-op actor declared on it."""
+    """A broker, its result backend and the actors declared on it."""
 
     broker: RedisBroker
     backend: RedisBackend
     noop: Any
+    nap: Any
 
 
 def make_dramatiq(redis_url: str) -> DramatiqApp:
-    """A Redis broker with the Results middleware (Redis backend) and the no-op actor on it."""
+    """A Redis broker with the Results middleware (Redis backend) and the actors on it."""
     broker = RedisBroker(url=redis_url)
     backend = RedisBackend(url=redis_url)
     broker.add_middleware(Results(backend=backend))
-    actor = dramatiq.actor(
-        _noop,
-        actor_name="noop",
-        queue_name=QUEUE,
-        broker=broker,
-        store_results=True,
-        max_retries=0,
-    )
-    return DramatiqApp(broker, backend, actor)
+    actors = [
+        dramatiq.actor(
+            fn,
+            actor_name=name,
+            queue_name=QUEUE,
+            broker=broker,
+            store_results=True,
+            max_retries=0,
+        )
+        for fn, name in ((_noop, "noop"), (_nap, "nap"))
+    ]
+    return DramatiqApp(broker, backend, *actors)
 
 
 def setup() -> None:

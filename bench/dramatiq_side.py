@@ -1,4 +1,7 @@
-"""dramatiq as a ``Side``: ``dramatiq --processes N --threads 1`` and a client in this process.
+"""dramatiq as a ``Side``: ``dramatiq [--processes P] [--threads T]`` and a client in this process.
+
+``processes`` / ``threads`` left ``None`` are not passed, so dramatiq's own defaults apply
+(``DEFAULTS`` reads them from its command-line parser: CPU count and 8 in dramatiq 2.2).
 
 Round trip: ``actor.send()`` + ``message.get_result(block=True)`` (the Redis result backend
 blocks on ``BRPOPLPUSH``, so the wait itself does not poll). Batch: M ``send()`` calls, then
@@ -25,19 +28,37 @@ from bench.procs import READY_TIMEOUT, Procs, wait_for_keys, worker_env
 RESULT_TIMEOUT_MS = 30_000
 
 
+def dramatiq_defaults() -> dict[str, int]:
+    """The processes and threads dramatiq's CLI uses when given neither (this install)."""
+    from dramatiq.cli import make_argument_parser
+
+    parsed = make_argument_parser().parse_args(["bench.dramatiq_app:setup"])  # type: ignore[no-untyped-call]
+    return {"processes": int(parsed.processes), "threads": int(parsed.threads)}
+
+
 class DramatiqWorker:
-    """A dramatiq worker (``processes`` processes, one thread each) and its client."""
+    """A dramatiq worker (``processes`` processes of ``threads`` threads) and its client."""
 
     name = "dramatiq"
     batch_how = "actor.send() x M, then message.get_result(block=True) for each"
 
     def __init__(
-        self, procs: Procs, redis_url: str, *, processes: int = 2, log: Path | None = None
+        self,
+        procs: Procs,
+        redis_url: str,
+        *,
+        processes: int | None = None,
+        threads: int | None = None,
+        log: Path | None = None,
     ) -> None:
         self.version = dramatiq.__version__
         self.procs = procs
         self.redis_url = redis_url
-        self.processes = processes
+        defaults = dramatiq_defaults()
+        self.processes_arg = processes
+        self.threads_arg = threads
+        self.processes = defaults["processes"] if processes is None else processes
+        self.threads = defaults["threads"] if threads is None else threads
         self.log = log
         self.app = make_dramatiq(redis_url)
         self.proc: Any = None
@@ -45,16 +66,12 @@ class DramatiqWorker:
     @property
     def argv(self) -> list[str]:
         """The worker's command line."""
-        return [
-            sys.executable,
-            "-m",
-            "dramatiq",
-            "bench.dramatiq_app:setup",
-            "--processes",
-            str(self.processes),
-            "--threads",
-            "1",
-        ]
+        argv = [sys.executable, "-m", "dramatiq", "bench.dramatiq_app:setup"]
+        if self.processes_arg is not None:
+            argv += ["--processes", str(self.processes_arg)]
+        if self.threads_arg is not None:
+            argv += ["--threads", str(self.threads_arg)]
+        return argv
 
     def __enter__(self) -> DramatiqWorker:
         self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)

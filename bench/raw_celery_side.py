@@ -68,10 +68,12 @@ class RawCeleryWorker:
         pool: str = "prefork",
         concurrency: int = 2,
         log: Path | None = None,
+        wrap: list[str] | None = None,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
-        self.argv = raw_argv(pool, concurrency)
+        # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
+        self.argv = [*(wrap or []), *raw_argv(pool, concurrency)]
         self.log = log
         self.app = make_raw_celery(redis_url)
         self.task = self.app.tasks[RAW_TASK]

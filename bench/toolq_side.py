@@ -54,14 +54,18 @@ class ToolqWorker:
         pool: str = "prefork",
         concurrency: int = 2,
         log: Path | None = None,
+        wrap: list[str] | None = None,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
-        self.argv = toolq_argv(pool, concurrency)
+        # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
+        self.argv = [*(wrap or []), *toolq_argv(pool, concurrency)]
         self.log = log
         self.settings = Settings(redis_url=redis_url)
         self.client = Client(registry, self.settings)
         self.proc: Any = None
+        self.last_run_id = ""
+        """The run of the last ``batch`` (to look at its keys afterwards)."""
 
     def __enter__(self) -> ToolqWorker:
         self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
@@ -107,6 +111,7 @@ class ToolqWorker:
         t0 = time.perf_counter()
         batch = self.client.dispatch(payload)
         t1 = time.perf_counter()
+        self.last_run_id = batch.run_id
         results = batch.wait(timeout=timeout)
         t2 = time.perf_counter()
         bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]

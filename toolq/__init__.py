@@ -5,6 +5,7 @@ each to the queue of its risk level, park the ones that need a human, run them o
 workers, stream every step, and render the results as the provider's own messages.
 """
 
+from toolq.backend import Backend
 from toolq.chains import ChainResult, ChainStep, ToolChain
 from toolq.dispatch import (
     AsyncBatch,
@@ -16,6 +17,7 @@ from toolq.dispatch import (
     to_messages,
 )
 from toolq.errors import ToolqError
+from toolq.execution import AfterHook, BeforeHook, Executor, Middleware
 from toolq.models import (
     AudioContent,
     CallEnvelope,
@@ -32,7 +34,6 @@ from toolq.models import (
 )
 from toolq.registry import FunctionTool, Tool, ToolContext, ToolRegistry
 from toolq.settings import Settings
-from toolq.workers import AfterHook, BeforeHook, Executor, Middleware
 from toolq.workers.app import create_celery
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncBatch",
     "AsyncClient",
     "AudioContent",
+    "Backend",
     "Batch",
     "BeforeHook",
     "CallEnvelope",

@@ -8,12 +8,8 @@ from dataclasses import dataclass
 
 from toolq.models import RiskLevel
 
-TASK_NAME = "toolq.execute"
-UNDO_TASK_NAME = "toolq.undo"
-PREVIEW_TASK_NAME = "toolq.preview"
-
 KOMBU_UNACKED = "unacked"
-"""kombu's Redis transport: taken, unacknowledged messages (read by the sweeper)."""
+"""kombu's Redis transport: taken, unacknowledged messages (``toolq.broker.unacked``)."""
 KOMBU_UNACKED_INDEX = "unacked_index"
 """kombu's Redis transport: when each unacknowledged message was taken."""
 
@@ -175,7 +171,7 @@ class Keys:
     def webhook_events(self) -> str:
         """Set of event types the webhook outbox takes (TTL, refreshed by workers with webhooks).
 
-        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        Passed to every script that emits an event (``lib/emit.lua``).
         """
         return f"{self.prefix}:webhooks:events"
 
@@ -183,7 +179,7 @@ class Keys:
     def webhook_outbox(self) -> str:
         """Stream of events waiting to be fanned out to webhooks (group ``WEBHOOK_GROUP``).
 
-        ``emit`` in ``toolq.results.scripts`` builds this name from the run stream's.
+        Passed to every script that emits an event (``lib/emit.lua``).
         """
         return f"{self.prefix}:webhooks:outbox"
 

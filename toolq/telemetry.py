@@ -15,16 +15,32 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from toolq.dispatch.dispatcher import CallRef
-    from toolq.models import CallEnvelope, CallResult
+    from toolq.models import CallEnvelope, CallResult, CallStatus
 
 TRACER_NAME = "toolq"
 CARRIER_FIELDS = ("traceparent", "tracestate")
+
+
+class DispatchedCall(Protocol):
+    """What a dispatch span records of each call (``toolq.dispatch.CallRef`` has it)."""
+
+    @property
+    def call_id(self) -> str: ...  # noqa: D102
+
+    @property
+    def name(self) -> str: ...  # noqa: D102
+
+    @property
+    def status(self) -> CallStatus: ...  # noqa: D102
+
+    @property
+    def duplicate(self) -> bool: ...  # noqa: D102
+
 
 _api: Any = None
 """``(trace, propagate)`` once imported, ``False`` when not installed, ``None`` before."""
@@ -78,7 +94,7 @@ class DispatchSpan:
         """W3C ``tracestate`` of the dispatch span, if any."""
         return self.carrier.get("tracestate")
 
-    def dispatched(self, run_id: str, calls: Sequence[CallRef]) -> None:
+    def dispatched(self, run_id: str, calls: Sequence[DispatchedCall]) -> None:
         """Record the run and one event per call (id, tool, status) on the dispatch span."""
         if self.span is None:
             return

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.cli.test_cli import toolq
-from toolq.approvals.signing import (
+from toolq.signing import (
     Signer,
     Verifier,
     generate_pair,

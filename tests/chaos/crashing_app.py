@@ -2,7 +2,7 @@
 
 For the test that ``toolq worker`` exits non-zero with a one-line reason when the consumer
 dies anyway: the connection-error handler raises, as kombu's ``_connparams`` did before
-toolq's patch (``toolq.workers.app.patch_kombu``).
+toolq's patch (``toolq.broker.patch_kombu``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Measured before the fix (``python -m bench.chaos.restarts``): workers exited with status 0
 after Redis restarts, on ``AttributeError: 'NoneType' object has no attribute 'hostname'``
 (or ``'client'``) from kombu's ``_connparams`` on a channel whose connection Celery's
-consumer had already closed. ``toolq.workers.app.patch_kombu`` turns that into a
+consumer had already closed. ``toolq.broker.patch_kombu`` turns that into a
 connection error (Celery reconnects), and ``toolq worker`` passes Celery's exit status on.
 """
 
@@ -23,11 +23,12 @@ from kombu import Connection
 
 from tests.conftest import ROOT, make_settings
 from toolq import CallStatus, Client
+from toolq.broker import Publisher
 from toolq.cli.check import missing_queues
 from toolq.cli.stack import EmbeddedRedis
 from toolq.keys import KOMBU_UNACKED
 from toolq.models import RiskLevel
-from toolq.workers.app import Publisher, create_celery
+from toolq.workers.app import create_celery
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -1,4 +1,4 @@
-"""The scripts name the webhook outbox from the run stream's key exactly as keys.py does."""
+"""The scripts write the webhook outbox that keys.py names for the settings' key prefix."""
 
 from __future__ import annotations
 

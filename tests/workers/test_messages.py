@@ -9,8 +9,8 @@ import redis
 
 from tests.apps import registry
 from toolq import Client, RiskLevel, Settings
-from toolq.keys import TASK_NAME
-from toolq.workers.app import HARD_LIMIT_GRACE, Publisher, create_celery
+from toolq.broker import HARD_LIMIT_GRACE, TASK_NAME, Publisher
+from toolq.workers.app import create_celery
 
 # Different for every message: task ids, delivery tags, the sender's process.
 PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag", "origin"}

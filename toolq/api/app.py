@@ -17,6 +17,7 @@ from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
 from toolq.api.tickets import TicketStore
+from toolq.backend import Backend
 from toolq.dispatch.client import Client
 from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
@@ -40,14 +41,20 @@ def create_app(
     *,
     tokens: dict[str, ApiToken] | None = None,
     client: Client | None = None,
+    backend: Backend | None = None,
 ) -> FastAPI:
-    """The API over one registry; ``tokens`` adds to those from settings."""
-    client = client or Client(registry, settings)
+    """The API over one registry; ``tokens`` adds to those from settings.
+
+    Built over ``client``'s backend, else ``backend``, else a new ``Backend``; the app
+    closes it on shutdown.
+    """
+    client = client or Client(registry, settings, backend=backend)
+    backend = client.backend
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
     target = RedisTarget.of(settings)
-    hub = EventHub(target, client.keys, settings.max_event_streams)
-    tickets = TicketStore(client.redis, client.keys, settings.event_ticket_seconds)
+    hub = EventHub(target, backend.keys, settings.max_event_streams)
+    tickets = TicketStore(backend.redis, backend.keys, settings.event_ticket_seconds)
     probe = RedisProbe(target)
 
     @asynccontextmanager

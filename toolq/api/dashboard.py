@@ -15,10 +15,10 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
 from toolq.api.charts import charts
-from toolq.cli.check import live_workers
 from toolq.dispatch.client import Client
 from toolq.errors import CallNotFoundError
 from toolq.models import CallStatus, RiskLevel
+from toolq.workers.heartbeat import live_workers
 
 SCAN_CHUNK = 500
 """Recent-call ids read per round trip while filtering."""

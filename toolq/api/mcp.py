@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any
 
 import anyio
@@ -41,11 +42,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-import toolq
 from toolq.api.auth import AuthenticationError, Authenticator
 from toolq.api.errors import error_body
 from toolq.dispatch.client import Client
-from toolq.errors import WaitTimeoutError
+from toolq.dispatch.providers import to_messages
+from toolq.errors import ToolqError, WaitTimeoutError
 from toolq.models import CallResult, CallStatus, ProviderFormat
 
 SESSION_HEADER = "mcp-session-id"
@@ -135,7 +136,7 @@ def render(result: CallResult) -> dict[str, Any]:
         "toolq": {"call_id": result.call_id, "run_id": result.run_id, "status": result.status.value}
     }
     if result.is_final:
-        return {**toolq.to_messages([result], ProviderFormat.MCP)[0], "_meta": meta}
+        return {**to_messages([result], ProviderFormat.MCP)[0], "_meta": meta}
     if result.status is CallStatus.AWAITING_APPROVAL:
         text = (
             f"call {result.call_id} ({result.name}) is awaiting approval; a human can approve "
@@ -180,7 +181,7 @@ def create_mcp_server(client: Client, options: McpOptions | None = None) -> Serv
 
     return Server(
         "toolq",
-        version=toolq.__version__,
+        version=version("toolq"),
         instructions=client.registry.instructions() or None,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
@@ -215,7 +216,7 @@ class RequireSubmitter:
                 )
                 await refusal(scope, receive, send)
                 return
-            except toolq.ToolqError as exc:
+            except ToolqError as exc:
                 await JSONResponse(error_body(exc.code, exc.message), status_code=403)(
                     scope, receive, send
                 )

@@ -11,9 +11,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from toolq.cli.check import live_workers
 from toolq.dispatch.client import Client
 from toolq.models import RiskLevel
+from toolq.workers.heartbeat import live_workers
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 

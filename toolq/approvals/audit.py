@@ -15,9 +15,9 @@ from typing import Any
 import redis
 from pydantic import BaseModel, Field
 
-from toolq.approvals.signing import VERSION, Verifier
 from toolq.keys import Keys
 from toolq.settings import Settings
+from toolq.signing import VERSION, Verifier
 
 SYSTEM_OUTCOMES = frozenset({("sweeper", "expired"), ("worker", "refused:approval_unverified")})
 """(by, outcome) of the entries workers and the sweeper write without a signature."""

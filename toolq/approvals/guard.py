@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from toolq.approvals.policy import ApprovalMode, RunRules, digest_arguments, route
-from toolq.approvals.signing import Verifier
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
+from toolq.signing import Verifier
 
 
 class ApprovalGuard:

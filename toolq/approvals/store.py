@@ -21,7 +21,6 @@ from toolq.approvals.policy import (
     digest_arguments,
     rule_key,
 )
-from toolq.approvals.signing import signer_for
 from toolq.errors import (
     ApprovalExpiredError,
     CallNotFoundError,
@@ -37,10 +36,11 @@ from toolq.results import scripts
 from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
+from toolq.signing import signer_for
 
 if TYPE_CHECKING:
+    from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
-    from toolq.workers.app import Publisher
 
 EXPIRED_RESULT = {
     "error": "approval expired: nobody approved this call before its deadline, so it did not run",
@@ -154,8 +154,7 @@ class ApprovalStore:
         self.keys = store.keys
         self.redis = store.redis
         self.box = SecretBox.from_settings(self.settings)
-        self._decide = self.redis.register_script(scripts.DECIDE)
-        self._expire = self.redis.register_script(scripts.EXPIRE)
+        self.scripts = store.scripts
         self.signer = signer_for(self.settings)
         self._warned = False
         self.owners = RunOwners(self.redis, self.keys, self.settings)
@@ -344,24 +343,19 @@ class ApprovalStore:
             if run_id is None:
                 self.redis.zrem(self.keys.pending_approvals, call_id)
                 continue
-            outcome = self._expire(
-                keys=[
-                    self.keys.call(call_id),
-                    self.keys.run_stream(run_id),
-                    self.keys.pending_approvals,
-                    self.keys.audit_stream,
-                ],
-                args=[
-                    call_id,
-                    repr(moment),
-                    self.keys.run_channel(run_id),
-                    self.settings.stream_maxlen,
-                    self.settings.result_ttl,
-                    dumps(EXPIRED_RESULT),
-                    self.settings.audit_maxlen,
-                ],
+            outcome = self.scripts.run(
+                scripts.EXPIRE(
+                    keys=self.keys,
+                    call_id=call_id,
+                    run_id=run_id,
+                    now=repr(moment),
+                    maxlen=self.settings.stream_maxlen,
+                    ttl=self.settings.result_ttl,
+                    result=dumps(EXPIRED_RESULT),
+                    audit_maxlen=self.settings.audit_maxlen,
+                )
             )
-            expired += _text(outcome) == "expired"
+            expired += outcome == "expired"
         return expired
 
     # -- per-run rules ------------------------------------------------------------------------
@@ -500,8 +494,9 @@ class ApprovalStore:
     def _sign_rule(self, run_id: str, rule: str, tool: str, by: str) -> dict[str, Any] | None:
         if self.signer is None:
             return None
-        return self.signer.sign("rule", run_id=run_id, rule=rule, tool=tool, by=by,
-                                ts=repr(time.time()))
+        return self.signer.sign(
+            "rule", run_id=run_id, rule=rule, tool=tool, by=by, ts=repr(time.time())
+        )
 
     def _set_rule(self, run_id: str, rule: str, tool: str, by: str) -> None:
         """Add a sticky approval (already authorized by the decision it came with), signed."""
@@ -543,7 +538,7 @@ class ApprovalStore:
     def _run_decide(
         self,
         parked: Parked,
-        decision: str,
+        decision: scripts.Decision,
         by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
@@ -551,7 +546,6 @@ class ApprovalStore:
         new_digest: str | None,
     ) -> str:
         """Sign the outcome, then commit it with one compare-and-set; ``retry`` if it moved."""
-        k = self.keys
         env = parked.envelope
         call_id, run_id, shown = env.call_id, env.run_id, parked.digest
         now = time.time()
@@ -592,7 +586,7 @@ class ApprovalStore:
                     ts=ts,
                 )
                 approval = dumps(signed)
-        outcome_name = (
+        outcome_name: scripts.AuditOutcome = (
             "denied" if decision == "deny" else "approved" if final else "approved:partial"
         )
         queue, message = "", ""
@@ -607,55 +601,47 @@ class ApprovalStore:
             )
             event["approvals"] = len(names)
         acks = self.store.acks
-        pipe = self.redis.pipeline(transaction=False) if acks.enabled else None
-        reply = self._decide(
-            client=pipe,
-            keys=[
-                k.call(call_id),
-                k.run_stream(run_id),
-                k.pending_approvals,
-                k.unsent,
-                k.audit_stream,
-                queue or k.unsent,
-                k.queued,
-                k.queue_pushes(queue) if queue else k.unsent,
+        # WAIT on the connection that ran the decision, in the same round trip.
+        (reply,), acked = self.scripts.pipelined_after(
+            [
+                scripts.DECIDE(
+                    keys=self.keys,
+                    call_id=call_id,
+                    run_id=run_id,
+                    decision=decision,
+                    by=by,
+                    now=ts,
+                    envelope_read=parked.record["envelope"] if decision == "approve" else "",
+                    check_approvals=decision == "approve",
+                    maxlen=self.settings.stream_maxlen,
+                    ttl=self.settings.result_ttl,
+                    event_data=dumps(event),
+                    result=dumps(result) if result is not None else "",
+                    envelope=envelope,
+                    audit_maxlen=self.settings.audit_maxlen,
+                    expired_result=dumps(EXPIRED_RESULT),
+                    message=(queue, message) if queue else None,
+                    approvals_read=parked.record.get("approvers", ""),
+                    approvals_new=dumps([*prior, own]),
+                    final=final,
+                    new_digest=new_digest or "",
+                    approval=approval,
+                    tool=env.name,
+                    audit_sig=self._audit_sig(
+                        call_id, run_id, env.name, by, outcome_name, digest, ts
+                    ),
+                    expired_sig=self._audit_sig(
+                        call_id, run_id, env.name, by, "expired", shown, ts
+                    ),
+                    digest=digest,
+                    shown=shown,
+                )
             ],
-            args=[
-                call_id,
-                decision,
-                by,
-                ts,
-                parked.record["envelope"] if decision == "approve" else "",
-                "1" if decision == "approve" else "0",
-                k.run_channel(run_id),
-                self.settings.stream_maxlen,
-                self.settings.result_ttl,
-                dumps(event),
-                dumps(result) if result is not None else "",
-                envelope,
-                self.settings.audit_maxlen,
-                dumps(EXPIRED_RESULT),
-                message,
-                parked.record.get("approvers", ""),
-                dumps([*prior, own]),
-                "1" if final else "0",
-                new_digest or "",
-                approval,
-                run_id,
-                env.name,
-                self._audit_sig(call_id, run_id, env.name, by, outcome_name, digest, ts),
-                self._audit_sig(call_id, run_id, env.name, by, "expired", shown, ts),
-                digest,
-                shown,
-            ],
+            acks.commands(),
         )
-        if pipe is not None:
-            # WAIT on the connection that ran the decision, in the same round trip.
-            acks.add(pipe)
-            reply, *_, acked = pipe.execute()
-            if _text(reply[0]) in ("ok", "partial"):
-                acks.check(acked, f"decision on call {call_id}")
-        outcome = _text(reply[0])
+        outcome = reply.outcome
+        if outcome in ("ok", "partial") and acked:
+            acks.check(acked[-1], f"decision on call {call_id}")
         if outcome in ("ok", "partial", "retry"):
             return outcome
         request = self._request(parked.record)
@@ -673,7 +659,7 @@ class ApprovalStore:
                 call_id=call_id,
                 digest=shown,
             )
-        status = _text(reply[1])
+        status = reply.value
         self._audit(request, by, f"refused:{status}")
         raise NotAwaitingApprovalError(
             f"call {call_id} is {status}, not awaiting approval",

@@ -27,7 +27,7 @@ from toolq.builtins.sandbox import (
 )
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError
-from toolq.registry.context import ToolContext
+from toolq.execution.context import ToolContext
 from toolq.registry.tool import Tool
 
 MAX_CODE_CHARS = 1_000_000

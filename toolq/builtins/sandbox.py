@@ -77,8 +77,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from toolq.builtins._supervisor import PRIVATE_DIRS
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutionError
+from toolq.execution.context import ToolContext
 from toolq.models import RiskLevel
-from toolq.registry.context import ToolContext
 from toolq.registry.tool import Tool
 
 SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))

@@ -18,7 +18,7 @@ from pydantic import Field
 from toolq.builtins.sandbox import Isolation, Sandbox, SandboxLimits, SandboxTool, Timeout
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ToolDeniedError
-from toolq.registry.context import ToolContext
+from toolq.execution.context import ToolContext
 from toolq.registry.tool import Tool
 
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from toolq.approvals.audit import verify_audit
 from toolq.approvals.models import ApprovalRequest
-from toolq.approvals.signing import verifier_for
+from toolq.backend import Backend
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
@@ -28,7 +28,7 @@ from toolq.cli.ids import resolve_call_id
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import redis_client
+from toolq.signing import verifier_for
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
 console = Console(soft_wrap=True)
@@ -218,11 +218,11 @@ def verify_audit_(
     if verifier is None:
         raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
     require_redis(settings)
-    client = redis_client(settings)
+    backend = Backend(settings)
     try:
-        report = verify_audit(client, settings, verifier)
+        report = verify_audit(backend.redis, settings, verifier)
     finally:
-        client.close()
+        backend.close()
     if json_:
         print_json(report.model_dump())
     else:

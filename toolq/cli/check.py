@@ -8,8 +8,6 @@ the exit code: they name a weaker configuration, not an unhealthy one.
 
 from __future__ import annotations
 
-import json
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -23,10 +21,10 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
-from toolq.keys import Keys
-from toolq.models import RiskLevel
-from toolq.results.connection import RedisTarget, master_address, probe_client
-from toolq.settings import Settings
+from toolq.results.connection import RedisTarget, master_address
+from toolq.workers.heartbeat import live_workers, missing_queues
+
+__all__ = ["accepts_unauthenticated", "at_address", "check", "live_workers", "missing_queues"]
 
 
 def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
@@ -58,26 +56,6 @@ def at_address(url: str, host: str, port: int) -> str:
     netloc = f"{userinfo}@" if userinfo else ""
     netloc += f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-def live_workers(settings: Settings) -> list[dict[str, Any]]:
-    """Heartbeats of the workers alive now."""
-    client = probe_client(settings, 2)
-    try:
-        keys = list(client.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
-        values = client.mget(keys) if keys else []
-        return [json.loads(v) for v in values if v]
-    finally:
-        client.close()
-
-
-def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
-    """Queues among ``levels`` that no live worker consumes."""
-    keys = Keys(settings.key_prefix)
-    consumed: set[str] = set()
-    for worker in live_workers(settings):
-        consumed.update(worker.get("queues", []))
-    return [keys.queue_for(level) for level in levels if keys.queue_for(level) not in consumed]
 
 
 def check(

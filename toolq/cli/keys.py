@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 from cryptography.fernet import Fernet
 
-from toolq.approvals.signing import generate_pair
 from toolq.cli.common import print_json
+from toolq.signing import generate_pair
 
 keys = typer.Typer(help="Keys for signed approvals and encrypted secrets.", no_args_is_help=True)
 

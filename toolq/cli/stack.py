@@ -152,7 +152,7 @@ def approval_keys() -> tuple[str, str]:
 
     Taken from the environment when both are set there, else a fresh pair for this stack.
     """
-    from toolq.approvals.signing import generate_pair
+    from toolq.signing import generate_pair
 
     given = (
         os.environ.get("TOOLQ_APPROVAL_SIGNING_KEY", ""),
@@ -256,8 +256,8 @@ class Stack:
 
     def wait_ready(self, timeout: float = 30) -> None:
         """Block until a worker heartbeat covers every risk queue."""
-        from toolq.cli.check import missing_queues
         from toolq.settings import Settings
+        from toolq.workers.heartbeat import missing_queues
 
         settings = Settings(redis_url=self.redis_url)
         deadline = time.monotonic() + timeout

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from toolq.backend import Backend
 from toolq.cli.common import REDIS_HELP, require_redis, settings_for
 from toolq.errors import PayloadError
-from toolq.keys import Keys
-from toolq.results.connection import redis_client
-from toolq.results.events import EventLog, check_stream_id
+from toolq.results.events import check_stream_id
 
 
 def _stream_id(value: str | None) -> str | None:
@@ -34,10 +33,13 @@ def tail(
     """Print events as JSON lines."""
     settings = settings_for(redis_url=redis_url)
     require_redis(settings)
-    log = EventLog(redis_client(settings), Keys(settings.key_prefix))
+    backend = Backend(settings)
+    log = backend.log
     events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
     try:
         for event in events:
             typer.echo(event.model_dump_json())
     except KeyboardInterrupt:
         pass
+    finally:
+        backend.close()

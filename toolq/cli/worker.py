@@ -10,7 +10,6 @@ from typing import Any
 import typer
 from celery.signals import worker_init
 
-from toolq.approvals.signing import verifier_for
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
@@ -24,6 +23,7 @@ from toolq.cli.common import (
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
+from toolq.signing import verifier_for
 from toolq.workers.app import create_celery
 
 POOLS = ("prefork", "threads", "solo")

@@ -11,21 +11,21 @@ from typing import Any, TypeVar
 import redis
 
 from toolq.approvals.models import ApprovalRequest
-from toolq.approvals.policy import ApprovalPolicy, RunRules
+from toolq.approvals.policy import RunRules
 from toolq.approvals.store import ApprovalStore
+from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
-from toolq.errors import ApprovalPredicateError, CallNotFoundError, UndoError, WaitTimeoutError
-from toolq.keys import Keys
+from toolq.errors import (
+    ApprovalPredicateError,
+    CallNotFoundError,
+    ConfigurationError,
+    UndoError,
+    WaitTimeoutError,
+)
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import redis_client as connect
-from toolq.results.events import EventLog
-from toolq.results.owners import RunOwners
-from toolq.results.store import CallStore
-from toolq.results.undos import UndoStore
 from toolq.settings import Settings
-from toolq.workers.app import Publisher, create_celery
 
 T = TypeVar("T")
 
@@ -129,22 +129,31 @@ class Client:
         settings: Settings | None = None,
         *,
         redis_client: redis.Redis | None = None,
+        backend: Backend | None = None,
     ) -> None:
+        """Build over ``backend`` (made for ``registry``), or a new ``Backend(settings, registry)``.
+
+        ``redis_client`` replaces the Redis client a new backend would connect; ``close``
+        closes the backend either way.
+        """
+        if backend is not None and backend.registry is not registry:
+            raise ConfigurationError("the client's backend was built for another registry")
+        self.backend = backend or Backend(settings, registry, redis_client=redis_client)
         self.registry = registry
-        self.settings = settings or Settings()
-        self.keys = Keys(self.settings.key_prefix)
-        self.redis = redis_client or connect(self.settings)
-        self.store = CallStore(self.redis, self.settings)
-        self.log = EventLog(self.redis, self.keys)
-        self.celery = create_celery(self.settings, registry)
-        self.publisher = Publisher(self.celery, self.settings)
-        self.policy = ApprovalPolicy(self.redis, self.keys, self.settings)
+        self.settings = self.backend.settings
+        self.keys = self.backend.keys
+        self.redis = self.backend.redis
+        self.store = self.backend.store
+        self.log = self.backend.log
+        self.celery = self.backend.celery
+        self.publisher = self.backend.publisher
+        self.policy = self.backend.policy
         self.dispatcher = Dispatcher(
             registry, self.store, self.publisher, self.settings, self.policy
         )
-        self.undos = UndoStore(self.store)
-        self.owners = RunOwners(self.redis, self.keys, self.settings)
-        self.approval_store = ApprovalStore(self.store, self.publisher, registry, self.policy)
+        self.undos = self.backend.undos
+        self.owners = self.backend.owners
+        self.approval_store = self.backend.approvals
         self.approvals = self.approval_store
 
     def dispatch(
@@ -320,8 +329,7 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
-        self.redis.close()
-        self.celery.close()
+        self.backend.close()
 
     def __enter__(self) -> Client:
         return self

@@ -35,10 +35,10 @@ from toolq.telemetry import DispatchSpan, dispatch_span
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
+    from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
     from toolq.registry.tool import Tool
     from toolq.settings import Settings
-    from toolq.workers.app import Publisher
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Tools, the registry that holds them, their schemas and provider formats."""
 
-from toolq.registry.context import ToolContext
+from toolq.execution.context import ToolContext
 from toolq.registry.registry import Category, ToolRegistry
 from toolq.registry.tool import FunctionTool, Tool
 

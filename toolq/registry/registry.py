@@ -19,11 +19,12 @@ from toolq.errors import (
     ToolDeniedError,
     ToolNotFoundError,
 )
+from toolq.execution.context import ToolContext
+from toolq.execution.executor import Executor
+from toolq.execution.middleware import AfterHook, BeforeHook, Middleware
 from toolq.models import CallResult, ProviderFormat, RiskLevel
-from toolq.registry.context import ToolContext
 from toolq.registry.formats import tool_schemas
 from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
-from toolq.workers.middleware import AfterHook, BeforeHook, Middleware
 
 
 @dataclass
@@ -316,8 +317,6 @@ class ToolRegistry:
         executor: Any = None,
     ) -> CallResult:
         """Run a tool in this process through the shared ``Executor``."""
-        from toolq.workers.executor import Executor
-
         ctx = context or ToolContext()
         ctx.call_id = call_id or ctx.call_id or uuid.uuid4().hex
         ctx.tool_call_id = ctx.tool_call_id or ctx.call_id

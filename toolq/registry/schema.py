@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
 from toolq.errors import ConfigurationError, InvalidArgumentsError, InvalidOutputError
-from toolq.registry.context import ToolContext
+from toolq.execution.context import ToolContext
 from toolq.registry.secrets import SecretPaths, get_path
 
 

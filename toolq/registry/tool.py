@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
+from toolq.execution.context import ToolContext
+from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
-from toolq.registry.context import ToolContext
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -25,9 +26,6 @@ from toolq.registry.schema import (
     signature_model,
 )
 from toolq.registry.secrets import SecretPaths, mask_arguments
-
-if TYPE_CHECKING:
-    from toolq.workers.middleware import Middleware
 
 ApprovalPredicate = Callable[[dict[str, Any]], bool]
 

@@ -9,26 +9,31 @@ the connection, so the retry below reconnects to the promoted one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.retry import Retry
 
-from toolq.errors import ConfigurationError
-from toolq.settings import Settings, sentinel_addresses
+from toolq.redis_target import SENTINEL_TIMEOUT, RedisTarget, redacted
+from toolq.settings import Settings
+
+__all__ = [
+    "RedisTarget",
+    "async_probe_client",
+    "async_redis_client",
+    "master_address",
+    "probe_client",
+    "redacted",
+    "redis_client",
+]
 
 RETRIES = 20
 """With the backoff below, about ten seconds of retrying before an error reaches the caller
 (long enough for Sentinel to notice a dead master and promote a replica)."""
-SENTINEL_TIMEOUT = 1.0
-"""Seconds one Sentinel may take to answer; a dead one is skipped for the next."""
 
 
 def _backoff() -> ExponentialBackoff:
@@ -109,104 +114,13 @@ class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection)
         await self.connect_check_health(self.connection_pool.check_connection, False)
 
 
-@dataclass(frozen=True)
-class RedisTarget:
-    """Where toolq's Redis is: ``url`` alone, or the Sentinel master ``master``.
-
-    With Sentinels, ``url`` still gives the username, password and database of the master.
-    """
-
-    url: str
-    sentinels: tuple[tuple[str, int], ...] = ()
-    master: str | None = None
-    sentinel_password: str | None = None
-
-    @classmethod
-    def of(cls, where: Settings | RedisTarget | str) -> RedisTarget:
-        """The target of ``where``: settings (Sentinels when set), a target, or a plain URL."""
-        if isinstance(where, RedisTarget):
-            return where
-        if isinstance(where, str):
-            return cls(where)
-        if not where.sentinels:
-            return cls(where.redis_url)
-        password = where.sentinel_password
-        return cls(
-            where.redis_url,
-            tuple(sentinel_addresses(where.sentinels)),
-            where.sentinel_master,
-            password.get_secret_value() if password else None,
-        )
-
-    @property
-    def is_sentinel(self) -> bool:
-        """True when the master is found through Sentinels."""
-        return bool(self.sentinels)
-
-    def describe(self) -> str:
-        """For messages and logs: the URL without its password, or the Sentinel master."""
-        if not self.is_sentinel:
-            return redacted(self.url)
-        listed = ",".join(f"{host}:{port}" for host, port in self.sentinels)
-        return f"Sentinel master {self.master!r} (sentinels {listed})"
-
-    def master_kwargs(self) -> dict[str, Any]:
-        """Connection options of the master from ``url`` (credentials, db), without its address."""
-        kwargs: dict[str, Any] = parse_url(self.url)  # type: ignore[no-untyped-call]
-        for name in ("host", "port"):
-            kwargs.pop(name, None)
-        connection_class = kwargs.pop("connection_class", None)
-        if connection_class is UnixDomainSocketConnection:
-            raise ConfigurationError("TOOLQ_SENTINELS cannot go with a unix:// TOOLQ_REDIS_URL")
-        if connection_class is SSLConnection:
-            raise ConfigurationError(
-                "TOOLQ_SENTINELS with a rediss:// (TLS) TOOLQ_REDIS_URL is not supported"
-            )
-        return kwargs
-
-    def sentinel_kwargs(self, timeout: float = SENTINEL_TIMEOUT) -> dict[str, Any]:
-        """How to talk to the Sentinels themselves: short timeouts, no retries of their own."""
-        kwargs: dict[str, Any] = {
-            "socket_timeout": timeout,
-            "socket_connect_timeout": timeout,
-            "retry": Retry(NoBackoff(), 0),
-        }
-        if self.sentinel_password:
-            kwargs["password"] = self.sentinel_password
-        return kwargs
-
-    def sentinel(self, timeout: float = SENTINEL_TIMEOUT) -> redis.sentinel.Sentinel:
-        """A redis-py ``Sentinel`` over the listed Sentinels."""
-        return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(self.sentinels),
-            sentinel_kwargs=self.sentinel_kwargs(timeout),
-            **self.master_kwargs(),
-        )
-
-    def broker_url(self) -> str:
-        """The Celery broker URL: ``url``, or kombu's ``sentinel://...;sentinel://...``."""
-        if not self.is_sentinel:
-            return self.url
-        parts = urlsplit(self.url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        auth = f"{userinfo}@" if userinfo else ""
-        db = self.master_kwargs().get("db", 0)
-        return ";".join(
-            f"sentinel://{auth}{_netloc_host(host)}:{port}/{db}" for host, port in self.sentinels
-        )
-
-    def broker_transport_options(self) -> dict[str, Any]:
-        """Options of kombu's ``SentinelChannel``: the service name, how to reach the Sentinels.
-
-        Kombu takes the master's password and database from the broker URL.
-        """
-        if not self.is_sentinel:
-            return {}
-        return {"master_name": self.master, "sentinel_kwargs": self.sentinel_kwargs()}
-
-
-def _netloc_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+def _sentinel(target: RedisTarget, timeout: float = SENTINEL_TIMEOUT) -> redis.sentinel.Sentinel:
+    """A redis-py ``Sentinel`` over the target's Sentinels."""
+    return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs=target.sentinel_kwargs(timeout),
+        **target.master_kwargs(),
+    )
 
 
 def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
@@ -223,7 +137,7 @@ def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
     }
     if target.is_sentinel:
         assert target.master is not None
-        client: redis.Redis = target.sentinel().master_for(
+        client: redis.Redis = _sentinel(target).master_for(
             target.master, connection_class=FollowingConnection, **options
         )  # type: ignore[no-untyped-call]
         return client
@@ -292,7 +206,7 @@ def probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.R
     }
     if target.is_sentinel:
         assert target.master is not None
-        client: redis.Redis = target.sentinel(timeout).master_for(  # type: ignore[no-untyped-call]
+        client: redis.Redis = _sentinel(target, timeout).master_for(  # type: ignore[no-untyped-call]
             target.master, connection_class=FollowingConnection, **options
         )
         return client
@@ -322,20 +236,9 @@ def master_address(where: Settings | RedisTarget | str, timeout: float = 1.0) ->
     """Where the Sentinels say the master is now (``MasterNotFoundError`` when none)."""
     target = RedisTarget.of(where)
     assert target.master is not None
-    sentinel = target.sentinel(timeout)
+    sentinel = _sentinel(target, timeout)
     try:
         host, port = sentinel.discover_master(target.master)  # type: ignore[no-untyped-call]
         return str(host), int(port)
     finally:
         sentinel.close()
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

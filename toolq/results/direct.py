@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
+
+if TYPE_CHECKING:
+    from toolq.results.runner import Invocation
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the C packer redis-py itself uses when hiredis is installed
@@ -27,7 +29,7 @@ except ImportError:  # pragma: no cover - hiredis is a dependency
 
 
 class DirectScripts:
-    """Runs registered scripts with ``EVALSHA`` on one connection per thread."""
+    """Runs script invocations with ``EVALSHA`` on one connection per thread."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.pool = client.connection_pool
@@ -40,24 +42,18 @@ class DirectScripts:
             self._local.conn = conn
         return conn
 
-    def __call__(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """``script(keys, args)``; loads the script first if Redis lost it (a restart)."""
-        return self.then(script, keys, args, ())[0]
+    def __call__(self, invocation: Invocation[Any]) -> Any:
+        """The raw reply; loads the script and runs it again if Redis lost it (a restart)."""
+        return self.then(invocation, ())[0]
 
-    def then(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        after: Sequence[tuple[Any, ...]],
-    ) -> list[Any]:
-        """The script's reply and those of the ``after`` commands, sent with it in one write.
+    def then(self, invocation: Invocation[Any], after: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The script's raw reply and those of the ``after`` commands, sent with it in one write.
 
         ``after`` rides on the same connection (``ReplicaAcks``: ``WAIT`` must follow the
-        write it waits for there).
+        write it waits for there); after a ``NOSCRIPT`` it is sent again with the script.
         """
         conn = self._connection()
-        commands = [("EVALSHA", script.sha, len(keys), *keys, *args), *after]
+        commands = [invocation.command, *after]
         packed: list[bytes] = []
         for command in commands:
             packed.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
@@ -76,7 +72,7 @@ class DirectScripts:
             conn.send_packed_command(packed)
             replies = read_all()
             if isinstance(replies[0], NoScriptError):
-                conn.send_command("SCRIPT", "LOAD", script.script)
+                conn.send_command("SCRIPT", "LOAD", invocation.script.source)
                 conn.read_response()
                 conn.send_packed_command(packed)
                 replies = read_all()

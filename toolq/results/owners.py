@@ -17,10 +17,10 @@ from typing import Any
 
 import redis
 
-from toolq.approvals.signing import signer_for
 from toolq.errors import NotRunOwnerError
 from toolq.keys import Keys
 from toolq.settings import Settings
+from toolq.signing import signer_for
 
 
 @dataclass(frozen=True)

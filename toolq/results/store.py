@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
-from redis.exceptions import NoScriptError
 
 from toolq.errors import CallNotFoundError
 from toolq.keys import Keys
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
-from toolq.results.direct import DirectScripts
 from toolq.results.owners import RunOwner
 from toolq.results.replication import ReplicaAcks
+from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
 
 RECENT_CALLS = 10_000
@@ -59,7 +58,7 @@ class NewCall:
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
-    outcome: str  # ok | skip | leased | cancelled | missing | unconfirmed
+    outcome: scripts.StartOutcome | Literal["unconfirmed"]
     envelope: CallEnvelope | None = None
     attempt: int = 0
     status: str | None = None
@@ -104,17 +103,10 @@ class CallStore:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self._create = client.register_script(scripts.CREATE)
-        self._start = client.register_script(scripts.START)
-        self._finish = client.register_script(scripts.FINISH)
-        self._progress = client.register_script(scripts.PROGRESS)
-        self._renew = client.register_script(scripts.RENEW)
-        self._transition = client.register_script(scripts.TRANSITION)
-        self._recover = client.register_script(scripts.RECOVER)
-        self._resend = client.register_script(scripts.RESEND)
-        self._scripts = (self._create, self._renew, self._resend)
-        self._direct = DirectScripts(client)
+        self.scripts = Scripts(client)
+        """Runs the Lua scripts for this store and the ones built on it (undo, approvals)."""
         self.acks = ReplicaAcks(settings, self.keys)
+        """The ``WAIT`` behind each write that accepts, decides, starts or finishes a call."""
 
     @property
     def _maxlen(self) -> int:
@@ -138,86 +130,42 @@ class CallStore:
         """
         k = self.keys
         now = repr(time.time())
-
-        def build(pipe: Any) -> None:
-            for call in calls:
-                self._queue_create(pipe, call, now)
-            pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1)
-            self.acks.add(pipe)
-
-        replies = self._execute(build)
-        if self.acks.enabled:
-            self.acks.check(replies[-1], f"dispatch of {len(calls)} call(s)")
-        return [(_text(r[0]), _text(r[1])) for r in replies[: len(calls)]]
-
-    def _queue_create(self, pipe: Any, call: NewCall, now: str) -> None:
-        """Add one CREATE to a pipeline."""
-        k = self.keys
-        env = call.envelope
-        self._eval(
-            pipe,
-            self._create,
-            [
-                k.idempotency(env.principal, env.run_id, call.idempotency_key or env.call_id),
-                k.call(env.call_id),
-                k.run_stream(env.run_id),
-                k.run_calls(env.run_id),
-                k.recent_calls,
-                k.unsent,
-                k.pending_approvals,
-                call.message[0] if call.message else k.unsent,
-                k.run_owner(env.run_id),
-                k.queued,
-                k.queue_pushes(call.message[0]) if call.message else k.unsent,
-            ],
-            [
-                env.call_id,
-                call.status.value,
-                env.model_dump_json(),
-                call.event.value,
-                dumps(call.event_data),
-                k.run_channel(env.run_id),
-                self._maxlen,
-                self._ttl,
-                now,
-                repr(call.deadline or 0),
-                env.run_id,
-                env.name,
-                env.risk.value,
-                "1" if call.idempotent else "0",
-                "" if call.timeout is None else repr(call.timeout),
-                dumps(call.result) if call.result is not None else "",
-                call.message[1] if call.message else "",
-                RunOwner(env.principal).encode(),
-                "1" if call.admin else "0",
-                *[item for pair in (call.fields or {}).items() for item in pair],
-            ],
+        replies, acked = self.scripts.pipelined_after(
+            [self._create(call, now) for call in calls],
+            self.acks.commands(),
+            then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
+        if acked:
+            self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
+        return [(reply.outcome, reply.value) for reply in replies]
 
-    @staticmethod
-    def _eval(pipe: Any, script: Any, keys: list[str], args: list[Any]) -> None:
-        # EVALSHA straight into the pipeline: redis-py's Script objects would add a
-        # SCRIPT EXISTS round trip to every execute.
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-
-    def _execute(self, build: Callable[[Any], None]) -> list[Any]:
-        """Build and run a pipeline of EVALSHAs.
-
-        After a Redis restart lost the scripts, load them and run it again (a script that
-        is missing ran nowhere).
-        """
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            build(pipe)
-            try:
-                result: list[Any] = pipe.execute()
-                return result
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                for script in self._scripts:
-                    self.redis.script_load(script.script)
-        raise AssertionError("unreachable")
+    def _create(self, call: NewCall, now: str) -> Invocation[scripts.CreateReply]:
+        env = call.envelope
+        return scripts.CREATE(
+            keys=self.keys,
+            idempotency=self.keys.idempotency(
+                env.principal, env.run_id, call.idempotency_key or env.call_id
+            ),
+            call_id=env.call_id,
+            run_id=env.run_id,
+            status=call.status.value,
+            envelope=env.model_dump_json(),
+            etype=call.event.value,
+            data=dumps(call.event_data),
+            maxlen=self._maxlen,
+            ttl=self._ttl,
+            now=now,
+            deadline=repr(call.deadline or 0),
+            name=env.name,
+            risk=env.risk.value,
+            idempotent=call.idempotent,
+            timeout="" if call.timeout is None else repr(call.timeout),
+            result=dumps(call.result) if call.result is not None else "",
+            message=call.message,
+            owner=RunOwner(env.principal).encode(),
+            admin=call.admin,
+            fields=call.fields,
+        )
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:
         """Forget calls that reached the broker (the sweeper re-sends the others)."""
@@ -229,30 +177,18 @@ class CallStore:
         """Push ``(call_id, queue, message)`` for the calls still queued; how many were pushed.
 
         The status check and the push are one script, so a call that started meanwhile is
-        not sent again; the push is recorded as at creation (see ``scripts.RESEND``).
+        not sent again; the push is recorded as at creation (``resend.lua``).
         """
         if not messages:
             return 0
-        k = self.keys
         now = repr(time.time())
-
-        def build(pipe: Any) -> None:
-            for call_id, queue, message in messages:
-                self._eval(
-                    pipe,
-                    self._resend,
-                    [
-                        k.call(call_id),
-                        queue,
-                        k.queue_pushes(queue),
-                        k.queued,
-                        k.unsent,
-                        k.lost_suspect(call_id),
-                    ],
-                    [call_id, message, now],
-                )
-
-        return sum(int(n) for n in self._execute(build))
+        pushed = self.scripts.pipelined(
+            [
+                scripts.RESEND(keys=self.keys, call_id=c, queue=queue, message=message, now=now)
+                for c, queue, message in messages
+            ]
+        )
+        return sum(pushed)
 
     # -- worker side -------------------------------------------------------------------------
 
@@ -263,99 +199,76 @@ class CallStore:
 
         ``run_id`` comes with the message (saving a lookup) and must match the record.
         """
-        k = self.keys
         run_id = run_id or self.run_id(call_id)
         if run_id is None:
             return Started("missing")
         now = time.time()
-        reply, *acked = self._direct.then(
-            self._start,
-            [
-                k.call(call_id),
-                k.run_stream(run_id),
-                k.lease(call_id),
-                k.cancel(call_id),
-                k.running,
-                k.queued,
-            ],
-            [
-                call_id,
-                token,
-                int(self.settings.lease_seconds * 1000),
-                repr(now),
-                k.run_channel(run_id),
-                self._maxlen,
-                dumps(cancelled),
-                int(now * 1000),
-                run_id,
-            ],
+        reply, acked = self.scripts.direct_after(
+            scripts.START(
+                keys=self.keys,
+                call_id=call_id,
+                run_id=run_id,
+                token=token,
+                lease_ms=int(self.settings.lease_seconds * 1000),
+                now=repr(now),
+                maxlen=self._maxlen,
+                cancel_result=dumps(cancelled),
+                now_ms=int(now * 1000),
+            ),
             self.acks.commands(),
         )
-        outcome = _text(reply[0])
-        if outcome == "ok" and acked:
+        if reply.outcome == "ok" and acked:
             self.acks.check(acked[-1], f"start of call {call_id}")
-        if outcome == "ok":
-            envelope = CallEnvelope.model_validate_json(reply[1])
-            return Started("ok", envelope, int(reply[2]))
-        return Started(outcome, status=_text(reply[1]) if len(reply) > 1 else None)
+        if reply.outcome == "ok" and reply.envelope is not None:
+            envelope = CallEnvelope.model_validate_json(reply.envelope)
+            return Started("ok", envelope, reply.attempt)
+        return Started(reply.outcome, status=reply.status)
 
     def progress(
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
     ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
-        k = self.keys
-        reply = self._direct(
-            self._progress,
-            [k.call(envelope.call_id), k.run_stream(envelope.run_id)],
-            [
-                envelope.call_id,
-                token,
-                etype.value,
-                dumps(data),
-                k.run_channel(envelope.run_id),
-                self._maxlen,
-                repr(time.time()),
-            ],
+        outcome = self.scripts.direct(
+            scripts.PROGRESS(
+                keys=self.keys,
+                call_id=envelope.call_id,
+                run_id=envelope.run_id,
+                token=token,
+                etype=etype.value,
+                data=dumps(data),
+                maxlen=self._maxlen,
+                now=repr(time.time()),
+            )
         )
-        return _text(reply[0]) == "ok"
+        return outcome == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
         """Write the final state and its event; False if this runner lost the call.
 
         Repeating it with the same token answers as the first time did (safe to retry).
         """
-        k = self.keys
         payload = result_payload(result)
-        etype = _FINAL_EVENTS[result.status]
-        reply, *acked = self._direct.then(
-            self._finish,
-            [
-                k.call(envelope.call_id),
-                k.run_stream(envelope.run_id),
-                k.lease(envelope.call_id),
-                k.running,
-                k.undo(envelope.call_id),
-            ],
-            [
-                envelope.call_id,
-                token,
-                result.status.value,
-                dumps(payload),
-                etype.value,
-                dumps(final_event_data(result.status, payload)),
-                k.run_channel(envelope.run_id),
-                self._maxlen,
-                repr(time.time()),
-                self._ttl,
-                dumps(result.undo) if result.undo else "",
-                self.settings.undo_ttl,
-            ],
+        outcome, acked = self.scripts.direct_after(
+            scripts.FINISH(
+                keys=self.keys,
+                call_id=envelope.call_id,
+                run_id=envelope.run_id,
+                token=token,
+                status=result.status.value,
+                result=dumps(payload),
+                etype=_FINAL_EVENTS[result.status].value,
+                data=dumps(final_event_data(result.status, payload)),
+                maxlen=self._maxlen,
+                now=repr(time.time()),
+                ttl=self._ttl,
+                undo=dumps(result.undo) if result.undo else "",
+                undo_ttl=self.settings.undo_ttl,
+            ),
             self.acks.commands(),
         )
-        ok = _text(reply[0]) == "ok"
-        if ok and acked:
+        if outcome == "ok" and acked:
             self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
-        return ok
+        return outcome == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""
@@ -363,18 +276,20 @@ class CallStore:
         now_ms = int(time.time() * 1000)
         lease_ms = int(self.settings.lease_seconds * 1000)
         ids = list(leases)
-
-        def build(pipe: Any) -> None:
-            for call_id in ids:
-                self._eval(
-                    pipe,
-                    self._renew,
-                    [k.lease(call_id), k.running],
-                    [call_id, leases[call_id], lease_ms, now_ms],
+        renewed = self.scripts.pipelined(
+            [
+                scripts.RENEW(
+                    lease=k.lease(call_id),
+                    running=k.running,
+                    call_id=call_id,
+                    token=leases[call_id],
+                    lease_ms=lease_ms,
+                    now_ms=now_ms,
                 )
-
-        replies = self._execute(build)
-        return {call_id: bool(ok) for call_id, ok in zip(ids, replies, strict=True)}
+                for call_id in ids
+            ]
+        )
+        return dict(zip(ids, renewed, strict=True))
 
     def cancel_requested(self, call_ids: Sequence[str]) -> list[str]:
         """The calls among ``call_ids`` whose durable cancel flag is set."""
@@ -431,35 +346,30 @@ class CallStore:
         run_id = self.run_id(call_id)
         if run_id is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        k = self.keys
         allowed = (
             from_states if isinstance(from_states, str) else ",".join(s.value for s in from_states)
         )
-        extra: list[str] = []
-        for name, value in (fields or {}).items():
-            extra += [name, value]
-        reply = self._transition(
-            keys=[k.call(call_id), k.run_stream(run_id), k.pending_approvals, k.unsent, k.running],
-            args=[
-                call_id,
-                allowed,
-                to.value,
-                event.value,
-                dumps(data),
-                k.run_channel(run_id),
-                self._maxlen,
-                repr(time.time()),
-                self._ttl,
-                dumps(result) if result is not None else "",
-                *extra,
-            ],
+        reply = self.scripts.run(
+            scripts.TRANSITION(
+                keys=self.keys,
+                call_id=call_id,
+                run_id=run_id,
+                from_states=allowed,
+                to_status=to.value,
+                etype=event.value,
+                data=dumps(data),
+                maxlen=self._maxlen,
+                now=repr(time.time()),
+                ttl=self._ttl,
+                result=dumps(result) if result is not None else "",
+                fields=fields,
+            )
         )
-        outcome = _text(reply[0])
-        if outcome == "missing":
+        if reply.outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        return outcome == "ok", _text(reply[1])
+        return reply.outcome == "ok", reply.value
 
-    def recover(self, call_id: str, max_recoveries: int) -> str:
+    def recover(self, call_id: str, max_recoveries: int) -> scripts.RecoverOutcome:
         """Handle a running call whose lease expired: ``requeue``, ``failed``, ``timeout``, ..."""
         run_id = self.run_id(call_id)
         k = self.keys
@@ -475,20 +385,19 @@ class CallStore:
             "error": "the tool exceeded its time limit and its worker process was killed",
             "error_type": "timeout",
         }
-        reply = self._recover(
-            keys=[k.call(call_id), k.lease(call_id), k.running, k.run_stream(run_id), k.unsent],
-            args=[
-                call_id,
-                repr(time.time()),
-                k.run_channel(run_id),
-                self._maxlen,
-                self._ttl,
-                max_recoveries,
-                dumps(lost),
-                dumps(timed_out),
-            ],
+        return self.scripts.run(
+            scripts.RECOVER(
+                keys=k,
+                call_id=call_id,
+                run_id=run_id,
+                now=repr(time.time()),
+                maxlen=self._maxlen,
+                ttl=self._ttl,
+                max_recoveries=max_recoveries,
+                lost_result=dumps(lost),
+                timeout_result=dumps(timed_out),
+            )
         )
-        return _text(reply[0])
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -12,12 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
-
 from toolq.models import EventType, UndoState
 from toolq.results import scripts
-from toolq.results.direct import DirectScripts
 from toolq.results.store import CallStore, dumps
 
 WORKER_LOST = {
@@ -28,10 +24,6 @@ WORKER_LOST = {
 """``call.undo_failed`` data of an undo whose worker died."""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class UndoStore:
     """Requests, claims, finishes and recovers undos of finished calls."""
 
@@ -40,150 +32,104 @@ class UndoStore:
         self.redis = store.redis
         self.keys = store.keys
         self.settings = store.settings
-        client = store.redis
-        self._claim = client.register_script(scripts.UNDO_CLAIM)
-        self._start = client.register_script(scripts.UNDO_START)
-        self._finish = client.register_script(scripts.UNDO_FINISH)
-        self._recover = client.register_script(scripts.UNDO_RECOVER)
-        self._resend = client.register_script(scripts.UNDO_RESEND)
-        self._renew = client.register_script(scripts.RENEW)
-        self._direct = DirectScripts(client)
+        self.scripts = store.scripts
 
-    def request(self, call_id: str, queue: str, message: str) -> str:
+    def request(self, call_id: str, queue: str, message: str) -> scripts.UndoClaimOutcome:
         """Mark the undo requested and push its message: ``ok``, or why not.
 
         ``missing``, ``nothing`` (no undo data), ``undone`` (already), ``in_progress``.
         """
-        k = self.keys
-        reply = self._claim(
-            keys=[k.call(call_id), k.undo(call_id), queue, k.queue_pushes(queue), k.undo_queued],
-            args=[call_id, repr(time.time()), message],
+        return self.scripts.run(
+            scripts.UNDO_CLAIM(
+                keys=self.keys, call_id=call_id, queue=queue, message=message, now=repr(time.time())
+            )
         )
-        return _text(reply)
 
-    def start(self, call_id: str, token: str) -> tuple[str, str]:
+    def start(self, call_id: str, token: str) -> tuple[scripts.UndoStartOutcome, str]:
         """Take the undo lease, requested → undoing: ``(ok|skip|leased, state seen)``."""
-        k = self.keys
         now = time.time()
-        reply = self._direct(
-            self._start,
-            [k.call(call_id), k.undo_lease(call_id), k.undoing, k.undo_queued],
-            [
-                call_id,
-                token,
-                int(self.settings.lease_seconds * 1000),
-                repr(now),
-                int(now * 1000),
-            ],
+        return self.scripts.direct(
+            scripts.UNDO_START(
+                keys=self.keys,
+                call_id=call_id,
+                token=token,
+                lease_ms=int(self.settings.lease_seconds * 1000),
+                now=repr(now),
+                now_ms=int(now * 1000),
+            )
         )
-        return _text(reply[0]), _text(reply[1]) if len(reply) > 1 else ""
 
     def finish(
         self, call_id: str, run_id: str, token: str, state: UndoState, data: dict[str, Any]
     ) -> bool:
         """Move undoing → ``state`` with its event; False if this worker lost the undo."""
-        k = self.keys
         etype = EventType.UNDONE if state is UndoState.UNDONE else EventType.UNDO_FAILED
-        reply = self._direct(
-            self._finish,
-            [
-                k.call(call_id),
-                k.run_stream(run_id),
-                k.undo_lease(call_id),
-                k.undoing,
-                k.undo(call_id),
-            ],
-            [
-                call_id,
-                token,
-                state.value,
-                etype.value,
-                dumps(data),
-                k.run_channel(run_id),
-                self.settings.stream_maxlen,
-                repr(time.time()),
-            ],
+        outcome = self.scripts.direct(
+            scripts.UNDO_FINISH(
+                keys=self.keys,
+                call_id=call_id,
+                run_id=run_id,
+                token=token,
+                state=state.value,
+                etype=etype.value,
+                data=dumps(data),
+                maxlen=self.settings.stream_maxlen,
+                now=repr(time.time()),
+            )
         )
-        return _text(reply[0]) == "ok"
+        return outcome == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the undo leases held (call id → token); which ones are still ours."""
         k = self.keys
         now_ms = int(time.time() * 1000)
         lease_ms = int(self.settings.lease_seconds * 1000)
-        replies = self._pipelined(
-            self._renew,
+        renewed = self.scripts.pipelined(
             [
-                ([k.undo_lease(call_id), k.undoing], [call_id, token, lease_ms, now_ms])
+                scripts.RENEW(
+                    lease=k.undo_lease(call_id),
+                    running=k.undoing,
+                    call_id=call_id,
+                    token=token,
+                    lease_ms=lease_ms,
+                    now_ms=now_ms,
+                )
                 for call_id, token in leases.items()
-            ],
+            ]
         )
-        return {c: bool(ok) for c, ok in zip(leases, replies, strict=True)}
+        return dict(zip(leases, renewed, strict=True))
 
     def recover(
         self, call_id: str, run_id: str, queue: str, message: str, max_recoveries: int
-    ) -> str:
+    ) -> scripts.UndoRecoverOutcome:
         """An undo whose lease expired: ``failed``, ``requeue``, ``alive`` or ``gone``.
 
         ``failed`` emits ``call.undo_failed`` (``worker_lost``); ``requeue`` (an idempotent
         tool, recovered fewer than ``max_recoveries`` times) pushes ``message`` again.
         """
-        k = self.keys
-        reply = self._recover(
-            keys=[
-                k.call(call_id),
-                k.undo_lease(call_id),
-                k.undoing,
-                k.run_stream(run_id),
-                queue,
-                k.queue_pushes(queue),
-                k.undo_queued,
-            ],
-            args=[
-                call_id,
-                repr(time.time()),
-                k.run_channel(run_id),
-                self.settings.stream_maxlen,
-                max_recoveries,
-                dumps(WORKER_LOST),
-                message,
-            ],
+        return self.scripts.run(
+            scripts.UNDO_RECOVER(
+                keys=self.keys,
+                call_id=call_id,
+                run_id=run_id,
+                queue=queue,
+                message=message,
+                now=repr(time.time()),
+                maxlen=self.settings.stream_maxlen,
+                max_recoveries=max_recoveries,
+                lost_data=dumps(WORKER_LOST),
+            )
         )
-        return _text(reply)
 
     def resend(self, messages: Sequence[tuple[str, str, str]]) -> int:
         """Push ``(call_id, queue, message)`` for the undos still requested; how many."""
         if not messages:
             return 0
-        k = self.keys
         now = repr(time.time())
-        replies = self._pipelined(
-            self._resend,
+        pushed = self.scripts.pipelined(
             [
-                (
-                    [k.call(c), q, k.queue_pushes(q), k.undo_queued, k.lost_undo_suspect(c)],
-                    [c, message, now],
-                )
+                scripts.UNDO_RESEND(keys=self.keys, call_id=c, queue=q, message=message, now=now)
                 for c, q, message in messages
-            ],
+            ]
         )
-        return sum(int(n) for n in replies)
-
-    def _pipelined(self, script: Script, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run ``script`` once per ``(keys, args)`` in one round trip.
-
-        After a Redis restart lost the script, load it and run them again (a script that is
-        missing ran nowhere).
-        """
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            try:
-                replies: list[Any] = pipe.execute()
-                return replies
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                self.redis.script_load(script.script)
-        raise AssertionError("unreachable")
+        return sum(pushed)

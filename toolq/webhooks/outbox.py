@@ -1,6 +1,6 @@
 """``Outbox``: the Redis side of webhook delivery, from outbox stream to delivered.
 
-Events enter the outbox stream in the script that writes them (``scripts._EMIT``), only for
+Events enter the outbox stream in the script that writes them (``lib/emit.lua``), only for
 the event types in ``Keys.webhook_events``, which workers with webhooks keep announcing. A
 worker reads the stream in a consumer group and fans each entry out, in one MULTI with its
 acknowledgement, into one delivery record per endpoint, scheduled in ``Keys.webhook_due``.
@@ -21,6 +21,8 @@ from typing import Any
 import redis
 
 from toolq.keys import WEBHOOK_GROUP, Keys
+from toolq.results.runner import Scripts
+from toolq.results.scripts import WEBHOOK_CLAIM
 from toolq.settings import Webhook
 from toolq.webhooks.payload import Notice
 
@@ -31,21 +33,6 @@ STALE_ENTRY_MS = 60_000
 BATCH = 100
 DEAD_KEPT = 1000
 """Given-up deliveries kept for inspection (``Keys.webhook_dead``)."""
-
-# Claim one delivery for one attempt, if it is due: its due time moves past the attempt.
-# KEYS: due, delivery
-# ARGV: delivery_id, now, claimed_until
-CLAIM = """
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  return false
-end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'attempts', 1)
-return redis.call('HGETALL', KEYS[2])
-"""
 
 
 def _text(value: Any) -> str:
@@ -68,7 +55,7 @@ class Outbox:
         self.redis = client
         self.keys = keys
         self.consumer = consumer
-        self._claim = client.register_script(CLAIM)
+        self.scripts = Scripts(client)
 
     def announce(self, events: Iterable[str], hold_seconds: int) -> None:
         """Have the state-change scripts put these event types in the outbox (for a while)."""
@@ -163,13 +150,11 @@ class Outbox:
 
     def claim(self, delivery_id: str, now: float, until: float) -> Claimed | None:
         """Take a due delivery for one attempt ending by ``until``; None if it is not due."""
-        raw: Any = self._claim(
-            keys=[self.keys.webhook_due, self.keys.webhook_delivery(delivery_id)],
-            args=[delivery_id, repr(now), repr(until)],
+        f = self.scripts.run(
+            WEBHOOK_CLAIM(keys=self.keys, delivery_id=delivery_id, now=repr(now), until=repr(until))
         )
-        if not raw:
+        if f is None:
             return None
-        f = {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw), 2)}
         try:
             data = json.loads(f.get("data") or "{}")
         except ValueError:

@@ -1,6 +1,9 @@
-"""Execution: the in-process ``Executor``, middleware, and the Celery app that runs it."""
+"""Workers: the Celery app and its one task, ``WorkerRuntime``, ``Maintenance``.
 
-from toolq.workers.executor import Executor
-from toolq.workers.middleware import AfterHook, BeforeHook, Middleware
+``Executor`` and ``Middleware`` live in ``toolq.execution``; they are re-exported here,
+where they were first published.
+"""
+
+from toolq.execution import AfterHook, BeforeHook, Executor, Middleware
 
 __all__ = ["AfterHook", "BeforeHook", "Executor", "Middleware"]

@@ -9,9 +9,7 @@ doing the same work twice.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -22,16 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from toolq.approvals.policy import ApprovalPolicy
 from toolq.approvals.store import ApprovalStore
-from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, TASK_NAME, UNDO_TASK_NAME, Keys
+from toolq.backend import Backend
+from toolq.broker import TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
-from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import redis_client
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
-from toolq.settings import Settings
-from toolq.workers.app import Publisher
+from toolq.workers.heartbeat import beat
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -51,23 +46,6 @@ mistaken for a lost one."""
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _message_of(raw: bytes | None) -> tuple[str, str] | None:
-    """``(task name, call id)`` of one of kombu's ``unacked`` entries, if it is toolq's."""
-    if raw is None:
-        return None
-    try:
-        message = json.loads(raw)[0]
-        task = message["headers"].get("task")
-        if task not in (TASK_NAME, UNDO_TASK_NAME):
-            return None
-        body = message["body"]
-        if message["properties"].get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        return str(task), str(json.loads(body)[0][0])
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -146,16 +124,10 @@ class Sweeper:
         and any other finds it no longer queued (requested).
         """
         cutoff = now - self.store.settings.redeliver_after
-        tags: Any = self.redis.zrangebyscore(
-            KOMBU_UNACKED_INDEX, 0, cutoff, start=0, num=SWEEP_BATCH
-        )
-        if not tags:
-            return 0
-        messages: Any = self.redis.hmget(KOMBU_UNACKED, tags)
         taken = [
-            (tag, found)
-            for tag, found in zip(tags, (_message_of(m) for m in messages), strict=True)
-            if found is not None
+            (tag, (d.task, d.call_id))
+            for tag, d in unacked.taken_before(self.redis, cutoff, SWEEP_BATCH)
+            if d.task in (TASK_NAME, UNDO_TASK_NAME)
         ]
         if not taken:
             return 0
@@ -176,7 +148,7 @@ class Sweeper:
         ttl = int(self.store.settings.max_time_limit + 3600)
         pipe = self.redis.pipeline(transaction=False)
         for tag, _, _ in stranded:
-            pipe.set(self.keys.resent(_text(tag)), "1", nx=True, ex=ttl)
+            pipe.set(self.keys.resent(tag), "1", nx=True, ex=ttl)
         fresh = [(t, c) for (_, t, c), first in zip(stranded, pipe.execute(), strict=True) if first]
         if fresh:
             log.warning("re-sending %d messages taken by a worker that never started them",
@@ -301,7 +273,7 @@ class Sweeper:
             pipe.get(k.queue_pushes(queue))
             pipe.llen(queue)
         for call_id, _, _, tag in waiting:
-            pipe.hexists(KOMBU_UNACKED, tag or "-")
+            unacked.queue_holds(pipe, tag)
             pipe.get(suspect_key(call_id))
         replies = pipe.execute()
         taken_below = {
@@ -313,8 +285,8 @@ class Sweeper:
         pipe = self.redis.pipeline(transaction=False)
         ttl = max(60, int(self.store.settings.redeliver_after * 10))
         for n, (call_id, queue, seq, _) in enumerate(waiting):
-            unacked, suspect = rest[2 * n], rest[2 * n + 1]
-            if seq > taken_below[queue] or unacked:
+            held, suspect = rest[2 * n], rest[2 * n + 1]
+            if seq > taken_below[queue] or held:
                 pipe.delete(suspect_key(call_id))  # queued, or held by a worker
             elif suspect is None:
                 pipe.set(suspect_key(call_id), repr(now), nx=True, ex=ttl)
@@ -343,31 +315,12 @@ class Sweeper:
         return sent
 
 
-def activity() -> dict[str, Any]:
-    """Calls this worker process finished and runs now, from Celery's in-memory state.
-
-    Read in the main process, where Celery counts every call a pool slot accepts: the
-    heartbeat carries them, so nothing is written on the path of a call.
-    """
-    from celery.worker import state
-
-    try:
-        active = [r for r in list(state.active_requests) if r.name == TASK_NAME]
-    except RuntimeError:  # the set changed while it was copied; the next beat has it
-        active = []
-    current = sorted(str(r.args[0]) for r in active if r.args)
-    accepted = int(state.total_count.get(TASK_NAME, 0))
-    return {"processed": max(0, accepted - len(active)), "current": current}
-
-
 class Maintenance(threading.Thread):
     """Background thread of a worker's main process."""
 
     def __init__(
         self,
-        settings: Settings,
-        registry: ToolRegistry,
-        publisher: Publisher,
+        backend: Backend,
         *,
         hostname: str,
         queues: list[str],
@@ -375,13 +328,12 @@ class Maintenance(threading.Thread):
         concurrency: int = 1,
     ) -> None:
         super().__init__(name="toolq-maintenance", daemon=True)
+        settings = backend.settings
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self.redis = redis_client(settings)
-        self.store = CallStore(self.redis, settings)
-        policy = ApprovalPolicy(self.redis, self.keys, settings)
-        approvals = ApprovalStore(self.store, publisher, registry, policy)
-        self.sweeper = Sweeper(self.store, publisher, approvals)
+        self.keys = backend.keys
+        self.redis = backend.redis
+        self.store = backend.store
+        self.sweeper = Sweeper(self.store, backend.publisher, backend.approvals)
         self.hostname = hostname
         self.info: dict[str, Any] = {
             "hostname": hostname,
@@ -420,12 +372,10 @@ class Maintenance(threading.Thread):
 
     def heartbeat(self) -> None:
         """Announce this worker and its queues for a few heartbeat periods."""
-        ttl = max(1, int(self.settings.heartbeat_seconds * 3))
         if self.webhooks is not None:
             # Before the heartbeat: a worker seen alive already has the outbox filling.
             self.webhooks.announce()
-        beat = {**self.info, **activity()}
-        self.redis.set(self.keys.worker(self.hostname), json.dumps(beat), ex=ttl)
+        beat(self.redis, self.keys, self.settings, self.info)
 
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""

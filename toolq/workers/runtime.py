@@ -20,21 +20,21 @@ import redis
 
 from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
-from toolq.approvals.signing import verifier_for
 from toolq.approvals.store import approvals_of
+from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
 from toolq.errors import ApprovalUnverifiedError, ReplicationError, SecretsError, UndoError
+from toolq.execution.context import ToolContext
+from toolq.execution.executor import Executor, error_message, error_type, jsonable
 from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
-from toolq.registry.context import ToolContext
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
-from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
+from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
-from toolq.workers.executor import Executor, error_message, error_type, jsonable
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
@@ -56,6 +56,12 @@ class LeaseKeeper(threading.Thread):
         self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the thread after its current round (in-process test workers close runtimes)."""
+        self._stopping = True
+        self._wake.set()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
         """Watch a call that just started."""
@@ -80,7 +86,7 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
-        while True:
+        while not self._stopping:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
@@ -109,11 +115,15 @@ class LeaseKeeper(threading.Thread):
 class WorkerRuntime:
     """Runs calls by id in one worker process."""
 
-    def __init__(self, settings: Settings, registry: ToolRegistry) -> None:
+    def __init__(
+        self, settings: Settings, registry: ToolRegistry, *, backend: Backend | None = None
+    ) -> None:
+        """Run ``registry``'s calls over ``backend``, or a new ``Backend(settings, registry)``."""
+        backend = backend or Backend(settings, registry)
         self.settings = settings
         self.registry = registry
-        self.redis = redis_client(settings)
-        self.store = CallStore(self.redis, settings)
+        self.redis = backend.redis
+        self.store = backend.store
         self.executor = Executor(
             registry,
             default_timeout=settings.default_timeout,
@@ -123,10 +133,23 @@ class WorkerRuntime:
         verifier = verifier_for(settings)
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
-        self.undos = UndoStore(self.store)
+        self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
+
+    def close(self) -> None:
+        """Stop the lease keeper and close the Redis client (a worker process just exits)."""
+        self.keeper.stop()
+        self.keeper.join(5)
+        self.redis.close()
+
+    def release_thread(self) -> None:
+        """Close the calling thread's event loop (a thread that stops running calls)."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+        self._loops.loop = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)

@@ -1,6 +1,7 @@
 """``Executor``: runs one call in process: validate, hooks, handler, retries, time limit.
 
-No Celery in here: workers wrap it in one task, and ``registry.invoke`` uses it directly.
+No Redis and no Celery in here: workers wrap it in one task, and ``registry.invoke`` uses
+it directly.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from toolq.errors import (
     ToolqError,
     ToolTimeoutError,
 )
+from toolq.execution.context import ToolContext
+from toolq.execution.middleware import resolve
 from toolq.models import (
     AudioContent,
     CallResult,
@@ -33,8 +36,6 @@ from toolq.models import (
     TextContent,
     ToolOutput,
 )
-from toolq.registry.context import ToolContext
-from toolq.workers.middleware import resolve
 
 if TYPE_CHECKING:
     from toolq.registry.registry import ToolRegistry

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from toolq.registry.context import ToolContext
+    from toolq.execution.context import ToolContext
     from toolq.registry.tool import Tool
 
 Outcome = Any  # a handler's value, or the BaseException it raised

@@ -1,0 +1,296 @@
+"""CREATE, START, FINISH, PROGRESS, RENEW, TRANSITION, RECOVER, RESEND: every outcome."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from tests.results.conftest import KEYS, MESSAGE, QUEUE, create, events, now, record, start
+from toolq.results import scripts
+from toolq.results.runner import Scripts
+
+
+def finish(lua: Scripts, token: str = "tok", status: str = "succeeded", undo: str = ""):
+    return lua.direct(
+        scripts.FINISH(
+            keys=KEYS,
+            call_id="c1",
+            run_id="run1",
+            token=token,
+            status=status,
+            result='{"output": 1}',
+            etype=f"call.{status}",
+            data=f'{{"status": "{status}"}}',
+            maxlen=1000,
+            now=now(),
+            ttl=3600,
+            undo=undo,
+            undo_ttl=60,
+        )
+    )
+
+
+def transition(lua: Scripts, from_states: str, to: str, call_id: str = "c1"):
+    return lua.run(
+        scripts.TRANSITION(
+            keys=KEYS,
+            call_id=call_id,
+            run_id="run1",
+            from_states=from_states,
+            to_status=to,
+            etype=f"call.{to}",
+            data="{}",
+            maxlen=1000,
+            now=now(),
+            ttl=3600,
+            result='{"error_type": "cancelled"}' if to == "cancelled" else "",
+            fields={"note": "n"},
+        )
+    )
+
+
+def recover(lua: Scripts, max_recoveries: int = 1):
+    return lua.run(
+        scripts.RECOVER(
+            keys=KEYS,
+            call_id="c1",
+            run_id="run1",
+            now=now(),
+            maxlen=1000,
+            ttl=3600,
+            max_recoveries=max_recoveries,
+            lost_result='{"error_type": "worker_lost"}',
+            timeout_result='{"error_type": "timeout"}',
+        )
+    )
+
+
+# -- CREATE -------------------------------------------------------------------------------------
+
+
+def test_create_new_queued_pushes_the_message_with_the_record(r: redis.Redis, lua: Scripts):
+    reply = create(lua)
+    assert reply.outcome == "new" and reply.value
+    rec = record(r)
+    assert (rec["status"], rec["owner"], rec["push_seq"], rec["push_tag"]) == (
+        "queued",
+        "alice",
+        "1",
+        "tag-1",
+    )
+    assert r.lrange(QUEUE, 0, -1) == [MESSAGE.encode()]
+    assert r.zscore(KEYS.queued, "c1") is not None and r.zscore(KEYS.unsent, "c1") is None
+    assert r.lrange(KEYS.run_calls("run1"), 0, -1) == [b"c1"]
+    assert events(r) == ["call.queued"]
+
+
+def test_create_without_a_message_leaves_the_call_to_the_sweeper(r: redis.Redis, lua: Scripts):
+    assert create(lua, message=None).outcome == "new"
+    assert r.zscore(KEYS.unsent, "c1") is not None and not r.exists(QUEUE)
+
+
+def test_create_parks_a_gated_call_and_keeps_extra_fields(r: redis.Redis, lua: Scripts):
+    reply = create(lua, status="awaiting_approval", deadline=123.0, fields={"digest": "d1"})
+    assert reply.outcome == "new"
+    assert r.zscore(KEYS.pending_approvals, "c1") == 123.0
+    assert record(r)["digest"] == "d1" and not r.exists(QUEUE)
+
+
+def test_create_dup_returns_the_existing_call(r: redis.Redis, lua: Scripts):
+    create(lua, key="k")
+    reply = create(lua, "c2", key="k")
+    assert (reply.outcome, reply.value) == ("dup", "c1")
+    assert not r.exists(KEYS.call("c2")) and r.llen(QUEUE) == 1
+
+
+def test_create_not_owner_writes_nothing_but_an_admin_may(r: redis.Redis, lua: Scripts):
+    create(lua)
+    reply = create(lua, "c2", owner="mallory")
+    assert (reply.outcome, reply.value) == ("not_owner", "alice")
+    assert not r.exists(KEYS.call("c2"))
+    assert create(lua, "c3", owner="root", admin=True).outcome == "new"
+    assert record(r, "c3")["owner"] == "alice"  # the run's owner, not the admin
+
+
+def test_events_of_announced_types_enter_the_webhook_outbox(r: redis.Redis, lua: Scripts):
+    r.sadd(KEYS.webhook_events, "call.queued")
+    reply = create(lua, run_id="run:with:colons")
+    ((_, fields),) = r.xrange(KEYS.webhook_outbox)
+    assert fields[b"run_id"] == b"run:with:colons" and fields[b"event_id"].decode() == reply.value
+    start(lua, run_id="run:with:colons")  # call.started is not announced
+    assert r.xlen(KEYS.webhook_outbox) == 1
+
+
+# -- START --------------------------------------------------------------------------------------
+
+
+def test_start_ok_and_a_repeat_with_the_same_token(r: redis.Redis, lua: Scripts):
+    create(lua)
+    first = start(lua)
+    assert (first.outcome, first.attempt, first.envelope) == ("ok", 1, '{"call_id": "c1"}')
+    assert r.get(KEYS.lease("c1")) == b"tok" and r.zscore(KEYS.queued, "c1") is None
+    again = start(lua)
+    assert (again.outcome, again.attempt) == ("ok", 1)
+    assert events(r) == ["call.queued", "call.started"]
+
+
+def test_start_skip_missing_leased_and_run_mismatch(r: redis.Redis, lua: Scripts):
+    assert start(lua).outcome == "missing"
+    create(lua)
+    mismatch = start(lua, run_id="other")
+    assert (mismatch.outcome, mismatch.status) == ("skip", "run_mismatch")
+    r.set(KEYS.lease("c1"), "someone")
+    assert start(lua).outcome == "leased"
+    r.delete(KEYS.lease("c1"))
+    start(lua, token="first")
+    skipped = start(lua, token="second")
+    assert (skipped.outcome, skipped.status) == ("skip", "running")
+
+
+def test_start_cancels_a_call_whose_cancel_flag_is_set(r: redis.Redis, lua: Scripts):
+    create(lua)
+    r.set(KEYS.cancel("c1"), "1")
+    assert start(lua).outcome == "cancelled"
+    assert record(r)["status"] == "cancelled" and not r.exists(KEYS.lease("c1"))
+    assert events(r) == ["call.queued", "call.cancelled"]
+
+
+# -- FINISH / PROGRESS / RENEW ------------------------------------------------------------------
+
+
+def test_finish_ok_repeat_and_stale(r: redis.Redis, lua: Scripts):
+    create(lua)
+    start(lua)
+    assert (
+        lua.direct(
+            scripts.PROGRESS(
+                keys=KEYS,
+                call_id="c1",
+                run_id="run1",
+                token="tok",
+                etype="call.progress",
+                data="{}",
+                maxlen=1000,
+                now=now(),
+            )
+        )
+        == "ok"
+    )
+    assert finish(lua, token="other") == "stale"
+    assert finish(lua, undo='{"path": "x"}') == "ok"
+    assert record(r)["status"] == "succeeded" and r.get(KEYS.undo("c1")) == b'{"path": "x"}'
+    assert not r.exists(KEYS.lease("c1")) and r.zscore(KEYS.running, "c1") is None
+    assert finish(lua) == "ok"  # the same finish again: nothing changes
+    assert finish(lua, status="failed") == "stale"  # finished, and not as this
+    assert events(r) == ["call.queued", "call.started", "call.progress", "call.succeeded"]
+
+
+def test_progress_of_a_call_not_running_under_the_token_is_stale(r: redis.Redis, lua: Scripts):
+    create(lua)
+    progress = scripts.PROGRESS(
+        keys=KEYS,
+        call_id="c1",
+        run_id="run1",
+        token="tok",
+        etype="call.progress",
+        data="{}",
+        maxlen=1000,
+        now=now(),
+    )
+    assert lua.direct(progress) == "stale"
+    start(lua, token="other")
+    assert lua.direct(progress) == "stale"
+
+
+def test_renew_extends_only_a_lease_this_token_holds(r: redis.Redis, lua: Scripts):
+    create(lua)
+    start(lua, lease_ms=1000)
+    now_ms = int(time.time() * 1000)
+
+    def renew(token: str):
+        return scripts.RENEW(
+            lease=KEYS.lease("c1"),
+            running=KEYS.running,
+            call_id="c1",
+            token=token,
+            lease_ms=60_000,
+            now_ms=now_ms,
+        )
+
+    assert lua.pipelined([renew("tok"), renew("other")]) == [True, False]
+    assert r.pttl(KEYS.lease("c1")) > 1000
+    assert r.zscore(KEYS.running, "c1") == now_ms + 60_000
+
+
+# -- TRANSITION ---------------------------------------------------------------------------------
+
+
+def test_transition_ok_conflict_and_missing(r: redis.Redis, lua: Scripts):
+    assert transition(lua, "queued", "cancelled").outcome == "missing"
+    create(lua, message=None)
+    ok = transition(lua, "awaiting_approval,queued", "cancelled")
+    assert ok.outcome == "ok" and ok.value
+    rec = record(r)
+    assert (rec["status"], rec["note"]) == ("cancelled", "n") and "finished_at" in rec
+    assert r.zscore(KEYS.unsent, "c1") is None
+    conflict = transition(lua, "queued", "failed")
+    assert (conflict.outcome, conflict.value) == ("conflict", "cancelled")
+    assert transition(lua, "*", "queued").outcome == "ok"
+    assert r.zscore(KEYS.unsent, "c1") is not None
+
+
+# -- RECOVER ------------------------------------------------------------------------------------
+
+
+def test_recover_alive_and_gone(r: redis.Redis, lua: Scripts):
+    create(lua)
+    start(lua)
+    assert recover(lua) == "alive"
+    r.delete(KEYS.lease("c1"))
+    r.hset(KEYS.call("c1"), "status", "succeeded")
+    assert recover(lua) == "gone" and r.zscore(KEYS.running, "c1") is None
+
+
+def test_recover_requeues_an_idempotent_call_then_fails_it(r: redis.Redis, lua: Scripts):
+    create(lua, idempotent=True)
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua, max_recoveries=1) == "requeue"
+    rec = record(r)
+    assert (rec["status"], rec["recoveries"], rec["token"]) == ("queued", "1", "")
+    assert r.zscore(KEYS.unsent, "c1") is not None
+    start(lua, token="t2")
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua, max_recoveries=1) == "failed"
+    assert '"worker_lost"' in record(r)["result"]
+    assert events(r)[-1] == "call.failed" and "call.retrying" in events(r)
+
+
+def test_recover_a_call_past_its_time_limit_is_a_timeout(r: redis.Redis, lua: Scripts):
+    create(lua, idempotent=True, timeout="0.001")
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    time.sleep(0.01)
+    assert recover(lua) == "timeout"
+    assert record(r)["status"] == "failed" and '"timeout"' in record(r)["result"]
+
+
+# -- RESEND -------------------------------------------------------------------------------------
+
+
+def test_resend_pushes_only_a_call_still_queued(r: redis.Redis, lua: Scripts):
+    create(lua, message=None)
+    create(lua, "c2", message=None)
+    r.hset(KEYS.call("c2"), "status", "running")
+    r.set(KEYS.lost_suspect("c1"), "1")
+    pushed = lua.pipelined(
+        [
+            scripts.RESEND(keys=KEYS, call_id=c, queue=QUEUE, message=MESSAGE, now=now())
+            for c in ("c1", "c2")
+        ]
+    )
+    assert pushed == [True, False]
+    assert r.llen(QUEUE) == 1 and record(r)["push_seq"] == "1"
+    assert not r.exists(KEYS.lost_suspect("c1"))
+    assert r.zrange(KEYS.unsent, 0, -1) == [] and r.zrange(KEYS.queued, 0, -1) == [b"c1"]

@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app, routes, auth, event tickets, limits, metrics, dashboard, MCP."""

@@ -1,0 +1,1 @@
+"""Approvals: ApprovalStore (decisions), ApprovalPolicy (per-run rules), ApprovalGuard, audit."""

@@ -1,0 +1,96 @@
+"""``Backend``: the connections and stores of one process, wired once from settings.
+
+``Client`` (and ``AsyncClient`` through it), ``WorkerRuntime``, ``Maintenance``, the API
+and the CLI take what they use from a ``Backend`` instead of each building a Redis client,
+``Keys`` and the stores over it. Stores are made on first use, so a command that only reads
+events builds no Celery app and registers no approval scripts.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import redis
+from celery import Celery
+
+from toolq.approvals.policy import ApprovalPolicy
+from toolq.approvals.store import ApprovalStore
+from toolq.broker import Publisher, celery_app
+from toolq.keys import Keys
+from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import redis_client as connect
+from toolq.results.events import EventLog
+from toolq.results.owners import RunOwners
+from toolq.results.store import CallStore
+from toolq.results.undos import UndoStore
+from toolq.settings import Settings
+
+
+class Backend:
+    """One process's Redis connection, key names, stores and publisher.
+
+    ``redis_client`` replaces the retrying client built from ``settings`` (its Sentinels or URL);
+    ``celery`` the app messages are encoded and sent with (default: ``celery_app``; a
+    worker passes its own). ``close`` closes the Redis client and the Celery app.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        registry: ToolRegistry | None = None,
+        *,
+        redis_client: redis.Redis | None = None,
+        celery: Celery | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.registry = registry if registry is not None else ToolRegistry()
+        self.keys = Keys(self.settings.key_prefix)
+        self.redis = redis_client or connect(self.settings)
+        if celery is not None:
+            self.celery = celery
+
+    @cached_property
+    def store(self) -> CallStore:
+        """Call records and their scripts."""
+        return CallStore(self.redis, self.settings)
+
+    @cached_property
+    def log(self) -> EventLog:
+        """Runs' event streams."""
+        return EventLog(self.redis, self.keys)
+
+    @cached_property
+    def undos(self) -> UndoStore:
+        """Calls' undos."""
+        return UndoStore(self.store)
+
+    @cached_property
+    def owners(self) -> RunOwners:
+        """Who owns each run."""
+        return RunOwners(self.redis, self.keys, self.settings)
+
+    @cached_property
+    def policy(self) -> ApprovalPolicy:
+        """Per-run approval rules."""
+        return ApprovalPolicy(self.redis, self.keys, self.settings)
+
+    @cached_property
+    def celery(self) -> Celery:
+        """The Celery app that encodes and sends messages (no tasks in it)."""
+        return celery_app(self.settings)
+
+    @cached_property
+    def publisher(self) -> Publisher:
+        """Encodes and sends call, undo and preview messages."""
+        return Publisher(self.celery, self.settings)
+
+    @cached_property
+    def approvals(self) -> ApprovalStore:
+        """Parked calls and their decisions."""
+        return ApprovalStore(self.store, self.publisher, self.registry, self.policy)
+
+    def close(self) -> None:
+        """Release the Redis connections and the Celery app's, if one was made."""
+        self.redis.close()
+        if "celery" in self.__dict__:
+            self.celery.close()

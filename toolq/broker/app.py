@@ -1,0 +1,90 @@
+"""``celery_app(settings)``: the Celery app that speaks to the broker, with no tasks in it.
+
+Clients publish through it; ``toolq.workers.create_celery`` adds the tasks and the
+maintenance step to the same configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu.entity import Exchange, Queue
+from kombu.transport import redis as kombu_redis
+from redis import exceptions as redis_errors
+
+from toolq.keys import Keys
+from toolq.models import RiskLevel
+from toolq.redis_target import RedisTarget
+from toolq.settings import Settings
+
+HARD_LIMIT_GRACE = 10.0
+"""Seconds past a tool's own time limit before Celery kills the worker process."""
+
+
+def _connparams_unless_closed(self: Any, asynchronous: bool = False) -> Any:
+    """Connection parameters as kombu's Redis ``Channel._connparams``; once closed, an error.
+
+    After a broker connection loss Celery's consumer closes the connection (``collect``
+    then ``close``) while the channel still has work: restoring its unacknowledged
+    messages, or acknowledging a task that finished meanwhile (threads pool). Both need
+    a new Redis client, and with the transport already closed kombu reads ``hostname``
+    or ``client`` of ``None``: an ``AttributeError``, which Celery treats as
+    unrecoverable, and the worker exits. A connection error is what it is: Celery then
+    reconnects as for any other, and the messages stay in kombu's ``unacked`` hash,
+    where kombu's visibility timeout and toolq's sweeper (``resend_stranded``) find them.
+    """
+    transport = self.connection
+    if transport is None or transport.client is None:
+        raise redis_errors.ConnectionError("kombu channel used after its connection closed")
+    return _KOMBU_CONNPARAMS(self, asynchronous=asynchronous)
+
+
+_KOMBU_CONNPARAMS = kombu_redis.Channel._connparams
+
+
+def patch_kombu() -> None:
+    """Install ``_connparams_unless_closed`` once (see celery/kombu#970 and #582)."""
+    if kombu_redis.Channel._connparams is not _connparams_unless_closed:
+        kombu_redis.Channel._connparams = _connparams_unless_closed
+
+
+def celery_app(settings: Settings) -> Celery:
+    """A Celery app for toolq's broker: JSON only, late acks, one queue per risk level.
+
+    Library code never imports a global app: every process builds its own from settings.
+    With ``TOOLQ_SENTINELS`` the broker is kombu's Sentinel transport, following the same
+    master as toolq's own clients (dispatch pushes the messages workers read).
+    """
+    keys = Keys(settings.key_prefix)
+    patch_kombu()
+    target = RedisTarget.of(settings)
+    app = Celery("toolq", broker=target.broker_url(), set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        event_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[
+            Queue(name, Exchange(name, type="direct"), routing_key=name)
+            for name in (keys.queue_for(level) for level in RiskLevel)
+        ],
+        task_default_queue=keys.queue_for(RiskLevel.SAFE),
+        task_create_missing_queues=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            # Above the longest hard limit, so a running call is never redelivered early;
+            # toolq's own lease recovers dead workers' calls long before this.
+            "visibility_timeout": int(settings.max_time_limit + HARD_LIMIT_GRACE + 60),
+            **target.broker_transport_options(),
+        },
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        worker_enable_remote_control=True,
+    )
+    return app

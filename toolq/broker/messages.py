@@ -1,0 +1,167 @@
+"""Task names, the encoder (``Publisher``) and the decoder (``decode``) of toolq's messages.
+
+A toolq message is Celery's task message (protocol 2: ``create_task_message``) in the
+envelope kombu's Redis transport pushes onto a queue: JSON, base64 body, persistent
+delivery. Dispatch, approval and undo scripts push it themselves, in the same script that
+writes the record, so the encoder must produce exactly what kombu would;
+``tests/broker/test_wire.py`` holds it to that.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+from kombu import serialization
+from kombu.utils.json import dumps as kombu_dumps
+
+from toolq.broker.app import HARD_LIMIT_GRACE
+from toolq.keys import Keys
+from toolq.models import RiskLevel
+from toolq.settings import Settings
+
+TASK_NAME = "toolq.execute"
+"""Run a call; arguments ``[call_id, run_id]``."""
+UNDO_TASK_NAME = "toolq.undo"
+"""Run a finished call's undo handler; arguments ``[call_id]``."""
+PREVIEW_TASK_NAME = "toolq.preview"
+"""Compute a parked call's preview; arguments ``[call_id]``."""
+
+
+class Publisher:
+    """Encodes toolq's messages and sends them to the queue of their risk level."""
+
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app = app
+        self.keys = Keys(settings.key_prefix)
+
+    def send_many(self, calls: Sequence[tuple[str, RiskLevel, float | None, str | None]]) -> None:
+        """Publish ``(call_id, risk, timeout, run_id)`` over one producer connection.
+
+        The run id rides along so the worker needs no lookup before it starts the call;
+        the worker checks it against the record.
+        """
+        with self.app.producer_or_acquire() as producer:
+            for call_id, risk, timeout, run_id in calls:
+                self.app.send_task(
+                    TASK_NAME,
+                    args=[call_id, run_id] if run_id else [call_id],
+                    queue=self.keys.queue_for(risk),
+                    producer=producer,
+                    ignore_result=True,
+                    **_limits(timeout),
+                )
+
+    def send(
+        self,
+        call_id: str,
+        risk: RiskLevel,
+        timeout: float | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Publish one call."""
+        self.send_many([(call_id, risk, timeout, run_id)])
+
+    def send_preview(self, call_id: str, risk: RiskLevel) -> None:
+        """Ask a worker of the call's risk level to compute its preview."""
+        self.app.send_task(
+            PREVIEW_TASK_NAME, args=[call_id], queue=self.keys.queue_for(risk), ignore_result=True
+        )
+
+    def message(
+        self, call_id: str, risk: RiskLevel, timeout: float | None, run_id: str
+    ) -> tuple[str, str]:
+        """The queue and the message kombu's Redis transport would push for this call.
+
+        Dispatch pushes it in the same script that creates the call, so a queued call and
+        its message appear together (one round trip, and nothing to re-send if the client
+        dies in between). The task message is Celery's own (``create_task_message``); only
+        the transport envelope is built here, as kombu's virtual channel does it for the
+        default exchange: JSON body, base64 body encoding, persistent delivery.
+        """
+        queue = self.keys.queue_for(risk)
+        return queue, self._envelope(queue, TASK_NAME, [call_id, run_id], _limits(timeout))
+
+    def undo_message(self, call_id: str, risk: RiskLevel) -> tuple[str, str]:
+        """The queue and message of a call's undo, pushed by the script that requests it."""
+        queue = self.keys.queue_for(risk)
+        return queue, self._envelope(queue, UNDO_TASK_NAME, [call_id], {})
+
+    def _envelope(self, queue: str, task_name: str, args: list[str], options: Any) -> str:
+        """Celery's task message in kombu's Redis transport envelope (see ``message``)."""
+        task = self.app.amqp.create_task_message(
+            str(uuid.uuid4()),
+            task_name,
+            args,
+            {},
+            reply_to=self.app.thread_oid,
+            ignore_result=True,
+            **options,
+        )
+        content_type, encoding, body = serialization.dumps(task.body, serializer="json")
+        raw = body.encode(encoding) if isinstance(body, str) else body
+        properties = {
+            **task.properties,
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": str(uuid.uuid4()),
+        }
+        envelope = {
+            "body": base64.b64encode(raw).decode("ascii"),
+            "content-encoding": encoding,
+            "content-type": content_type,
+            "headers": task.headers,
+            "properties": properties,
+        }
+        return str(kombu_dumps(envelope))
+
+
+def _limits(timeout: float | None) -> dict[str, Any]:
+    """Celery's ``time_limit`` option for a call's own timeout (its hard kill, with grace)."""
+    return {} if timeout is None else {"time_limit": timeout + HARD_LIMIT_GRACE}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One decoded toolq message: its task, its arguments and kombu's delivery tag."""
+
+    task: str
+    args: tuple[Any, ...]
+    delivery_tag: str
+
+    @property
+    def call_id(self) -> str:
+        """The call the message is about (every toolq task's first argument)."""
+        return str(self.args[0])
+
+
+def decode(raw: bytes | str | dict[str, Any] | None) -> Delivery | None:
+    """The ``Delivery`` of a message as kombu's Redis transport stores it, if it is toolq's.
+
+    ``raw`` is a queue entry (the envelope ``Publisher`` builds) or its parsed JSON; any
+    other task, or anything that is not such a message, gives ``None``.
+    """
+    if raw is None:
+        return None
+    try:
+        message = json.loads(raw) if isinstance(raw, bytes | str) else raw
+        task = message["headers"].get("task")
+        if task not in (TASK_NAME, UNDO_TASK_NAME, PREVIEW_TASK_NAME):
+            return None
+        properties = message["properties"]
+        body = message["body"]
+        if properties.get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        if not isinstance(args, list) or not args:
+            return None
+        return Delivery(str(task), tuple(args), str(properties.get("delivery_tag", "")))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None

@@ -1,0 +1,1 @@
+"""Redis-backed state: CallStore (records + scripts), EventLog, EventHub, RunOwners, UndoStore."""

@@ -1,0 +1,71 @@
+-- CREATE: a new call's record, its first event and, if it is runnable now, its message.
+-- Includes lib/emit.lua and lib/push.lua.
+--
+-- The idempotency key is claimed with the record, so a retried dispatch never creates a
+-- second call. A queued call's Celery message is pushed here, with the record: a call is
+-- queued exactly when its message is in the queue. Without a message ('') the call goes to
+-- the unsent set and the sweeper sends it. The run's first call records its owner; a call
+-- by anyone else (unless admin is '1') is refused before anything is written.
+--
+-- KEYS
+--   1  idempotency        the claimed idempotency key (Keys.idempotency)
+--   2  call               the call's record (Keys.call)
+--   3  stream             the run's event stream (Keys.run_stream)
+--   4  run_calls          the run's call ids in dispatch order (Keys.run_calls)
+--   5  recent             recent-calls index (Keys.recent_calls)
+--   6  unsent             calls whose message is not sent yet (Keys.unsent)
+--   7  pending_approvals  parked calls by deadline (Keys.pending_approvals)
+--   8  queue              the queue the message goes to (Keys.unsent when there is none)
+--   9  run_owner          the run's owner (Keys.run_owner)
+--   10 queued             calls pushed, by push time (Keys.queued)
+--   11 pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
+--   12 hook_types         event types webhooks want (Keys.webhook_events)
+--   13 outbox             webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1  call_id            2  status (queued | awaiting_approval | a final status)
+--   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
+--   6  channel            7  maxlen                  8  ttl (s)
+--   9  now (s)            10 deadline (s, 0 = none)  11 run_id
+--   12 name               13 risk                    14 idempotent ('1' | '0')
+--   15 timeout (s, '' = none)                        16 result (JSON, '' = not final)
+--   17 message ('' = leave it to the sweeper)        18 owner (RunOwner.encode)
+--   19 admin ('1' | '0')  20.. extra record field/value pairs
+-- Returns {'new', event_id} | {'dup', existing_call_id} | {'not_owner', owner}.
+local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
+local hook_types, outbox = KEYS[12], KEYS[13]
+local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local channel, maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local run_id, name, risk, idempotent, timeout = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
+local result, message, submitter, admin = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local FIRST_EXTRA = 20
+
+local owner = redis.call('GET', run_owner)
+if owner and owner ~= submitter and admin ~= '1' then return {'not_owner', owner} end
+local existing = redis.call('GET', idempotency)
+if existing then return {'dup', existing} end
+owner = owner or submitter
+redis.call('SET', run_owner, owner, 'EX', ttl)
+redis.call('SET', idempotency, call_id, 'EX', ttl)
+redis.call('HSET', call, 'status', status, 'envelope', envelope, 'run_id', run_id,
+           'name', name, 'risk', risk, 'idempotent', idempotent, 'timeout', timeout,
+           'created_at', now, 'updated_at', now, 'attempt', 0, 'recoveries', 0,
+           'owner', owner)
+for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
+if result ~= '' then
+  redis.call('HSET', call, 'result', result, 'finished_at', now)
+  redis.call('EXPIRE', call, ttl)
+end
+redis.call('RPUSH', run_calls, call_id)
+redis.call('EXPIRE', run_calls, ttl)
+redis.call('ZADD', recent, now, call_id)
+if status == 'queued' then
+  if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
+  else redis.call('ZADD', unsent, now, call_id) end
+end
+if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, deadline, call_id) end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local id = emit(etype, data)
+redis.call('EXPIRE', stream, ttl)
+return {'new', id}

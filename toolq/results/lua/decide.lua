@@ -1,0 +1,92 @@
+-- DECIDE: a human's decision on a parked call, one compare-and-set, so exactly one of any
+-- number of racing approvers wins. Includes lib/emit.lua and lib/push.lua.
+--
+-- Past the deadline the call is expired here and then, not decided. The deciding process
+-- reads the record, computes the digest of the stored arguments itself, signs the outcome it
+-- will commit and passes the envelope and approvals it read: if the envelope changed since,
+-- the decision is refused ('digest'); if the approvals did, nothing is written and the
+-- caller reads again ('retry'). So the stored signature always matches what was committed.
+-- An edit replaces the envelope and digest and resets the earlier approvals (they approved
+-- other arguments). Refusals are returned for the caller to audit; the audit entries written
+-- here carry signatures made by the caller (entry fields come from ARGV, so the signed bytes
+-- are exactly the stored ones). The final approval pushes the call's message (as CREATE).
+--
+-- KEYS
+--   1  call               the call's record (Keys.call)
+--   2  stream             the run's event stream (Keys.run_stream)
+--   3  pending_approvals  parked calls by deadline (Keys.pending_approvals)
+--   4  unsent             calls whose message is not sent yet (Keys.unsent)
+--   5  audit              the approval audit stream (Keys.audit_stream)
+--   6  queue              the queue the message goes to (Keys.unsent when there is none)
+--   7  queued             calls pushed, by push time (Keys.queued)
+--   8  pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
+--   9  hook_types         event types webhooks want (Keys.webhook_events)
+--   10 outbox             webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1  call_id          2  decision (approve | deny)       3  by       4  now (s)
+--   5  envelope_read ('' = unchecked)   6  check_approvals ('1' = compare approvals)
+--   7  channel          8  maxlen           9  ttl (s)     10 event_data (JSON)
+--   11 result (JSON of a denial)            12 envelope (edited, '' = unchanged)
+--   13 audit_maxlen     14 expired_result (JSON)
+--   15 message ('' = leave it to the sweeper)               16 approvals_read
+--   17 approvals_new    18 final ('1' | '0')                19 new_digest ('' = unchanged)
+--   20 approval (the signed decision)   21 run_id   22 tool
+--   23 audit_sig        24 expired_sig      25 digest (of the decided arguments)
+--   26 shown (digest of the arguments as read)
+-- Returns {'ok', event_id} | {'partial', event_id} (approved, quorum not reached) |
+--   {'expired'} | {'digest'} | {'retry'} | {'missing'} | {'conflict', status}.
+local call, stream, pending_approvals, unsent, audit_stream =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local queue, queued, pushes, hook_types, outbox = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local envelope_read, check_approvals = ARGV[5], ARGV[6]
+local channel, maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local new_envelope, audit_maxlen, expired_result, message = ARGV[12], ARGV[13], ARGV[14], ARGV[15]
+local approvals_read, approvals_new, final, new_digest = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local approval, run_id, tool = ARGV[20], ARGV[21], ARGV[22]
+local audit_sig, expired_sig, digest, shown = ARGV[23], ARGV[24], ARGV[25], ARGV[26]
+
+local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers')
+if not f[1] then return {'missing'} end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local function audit(outcome, audited, sig)
+  redis.call('XADD', audit_stream, 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
+             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited,
+             'ts', now, 'sig', sig)
+end
+if f[1] ~= 'awaiting_approval' then return {'conflict', f[1]} end
+local deadline = tonumber(f[2])
+if deadline and deadline > 0 and tonumber(now) > deadline then
+  redis.call('HSET', call, 'status', 'expired', 'result', expired_result, 'updated_at', now,
+             'finished_at', now)
+  redis.call('ZREM', pending_approvals, call_id)
+  redis.call('EXPIRE', call, ttl)
+  emit('call.expired', '{"status":"expired"}')
+  audit('expired', shown, expired_sig)
+  return {'expired'}
+end
+if envelope_read ~= '' and envelope_read ~= redis.call('HGET', call, 'envelope') then
+  return {'digest'}
+end
+if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry'} end
+if decision == 'deny' then
+  redis.call('HSET', call, 'status', 'denied', 'result', result, 'decided_by', by,
+             'approval', approval, 'updated_at', now, 'finished_at', now)
+  redis.call('ZREM', pending_approvals, call_id)
+  redis.call('EXPIRE', call, ttl)
+  audit('denied', digest, audit_sig)
+  return {'ok', emit('call.denied', data)}
+end
+redis.call('HSET', call, 'approvers', approvals_new, 'updated_at', now)
+if new_envelope ~= '' then redis.call('HSET', call, 'envelope', new_envelope) end
+if new_digest ~= '' then redis.call('HSET', call, 'digest', new_digest) end
+if final ~= '1' then
+  audit('approved:partial', digest, audit_sig)
+  return {'partial', emit('call.approved', data)}
+end
+redis.call('HSET', call, 'status', 'queued', 'decided_by', by, 'approval', approval)
+redis.call('ZREM', pending_approvals, call_id)
+if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
+else redis.call('ZADD', unsent, now, call_id) end
+audit('approved', digest, audit_sig)
+return {'ok', emit('call.approved', data)}

@@ -1,0 +1,37 @@
+-- FINISH: a running call's final state and its event; the undo data kept, if any.
+-- Includes lib/emit.lua. Runs once per call on the worker's hot path (DirectScripts).
+--
+-- A retry of the same finish (same token: the reply was lost) finds it done and changes
+-- nothing. A runner that lost the call (another token, or no longer running) is stale.
+--
+-- KEYS
+--   1 call        the call's record (Keys.call)
+--   2 stream      the run's event stream (Keys.run_stream)
+--   3 lease       the execution lease (Keys.lease)
+--   4 running     running calls by lease end (Keys.running)
+--   5 undo        the call's undo data (Keys.undo)
+--   6 hook_types  event types webhooks want (Keys.webhook_events)
+--   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1 call_id   2 token   3 status (final)   4 result (JSON)   5 etype (final event)
+--   6 data (event JSON)   7 channel   8 maxlen   9 now (s)   10 ttl (s)
+--   11 undo (JSON, '' = none)   12 undo_ttl (s)   13 run_id
+-- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
+local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local hook_types, outbox = KEYS[6], KEYS[7]
+local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local data, channel, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local undo_data, undo_ttl, run_id = ARGV[11], ARGV[12], ARGV[13]
+
+local f = redis.call('HMGET', call, 'status', 'token')
+if f[2] ~= token then return {'stale'} end
+if f[1] == status then return {'ok', ''} end
+if f[1] ~= 'running' then return {'stale'} end
+redis.call('HSET', call, 'status', status, 'result', result,
+           'updated_at', now, 'finished_at', now)
+redis.call('EXPIRE', call, ttl)
+if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+redis.call('ZREM', running, call_id)
+if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+return {'ok', emit(etype, data)}

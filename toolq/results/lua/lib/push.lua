@@ -1,0 +1,26 @@
+-- lib/push.lua: a Celery message pushed onto its queue and noted for the sweeper's
+-- lost-message check (Sweeper.resend_lost).
+--
+-- push_as(queue, pushes, index, call, call_id, message, now, seq_field, tag_field):
+--   queue   KEYS: the risk queue the message goes to (Publisher.message names it)
+--   pushes  KEYS: the queue's push counter (Keys.queue_pushes)
+--   index   KEYS: the queued (or undo_queued) index, scored by push time
+--   call    KEYS: the call's record (Keys.call)
+-- The push's sequence number on its queue and the message's delivery tag go on the record
+-- (seq_field, tag_field), the call into the index. START (UNDO_START) takes it out again.
+local function push_as(queue, pushes, index, call, call_id, message, now, seq_field, tag_field)
+  redis.call('LPUSH', queue, message)
+  local seq = redis.call('INCR', pushes)
+  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
+  redis.call('HSET', call, seq_field, seq, tag_field, tag)
+  redis.call('ZADD', index, now, call_id)
+end
+-- A call's message: push_seq / push_tag.
+local function push(queue, pushes, queued, call, call_id, message, now)
+  push_as(queue, pushes, queued, call, call_id, message, now, 'push_seq', 'push_tag')
+end
+-- An undo's message: undo_push_seq / undo_push_tag.
+local function push_undo(queue, pushes, undo_queued, call, call_id, message, now)
+  push_as(queue, pushes, undo_queued, call, call_id, message, now,
+          'undo_push_seq', 'undo_push_tag')
+end

@@ -1,0 +1,48 @@
+-- RECOVER: a running call whose lease expired (its worker died). Includes lib/emit.lua.
+--
+-- Past its time limit the call failed with a timeout; an idempotent call recovered fewer
+-- than max_recoveries times is queued again (into the unsent set: the sweeper sends it);
+-- any other failed as worker_lost.
+--
+-- KEYS
+--   1 call        the call's record (Keys.call)
+--   2 lease       the execution lease (Keys.lease)
+--   3 running     running calls by lease end (Keys.running)
+--   4 stream      the run's event stream (Keys.run_stream)
+--   5 unsent      calls whose message is not sent yet (Keys.unsent)
+--   6 hook_types  event types webhooks want (Keys.webhook_events)
+--   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1 call_id   2 now (s)   3 channel   4 maxlen   5 ttl (s)   6 max_recoveries
+--   7 lost_result (JSON, error_type worker_lost)   8 timeout_result (JSON, error_type timeout)
+--   9 run_id
+-- Returns {'requeue'} | {'failed'} | {'timeout'} | {'alive'} (lease held) | {'gone'}.
+local call, lease, running, stream, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local hook_types, outbox = KEYS[6], KEYS[7]
+local call_id, now, channel, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local max_recoveries, lost_result, timeout_result, run_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+
+if redis.call('EXISTS', lease) == 1 then return {'alive'} end
+local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
+                    'started_at')
+redis.call('ZREM', running, call_id)
+if f[1] ~= 'running' then return {'gone'} end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local t = tonumber(now)
+local timeout, started = tonumber(f[4]), tonumber(f[5])
+local outcome, result = 'failed', lost_result
+if timeout and started and t - started >= timeout then
+  outcome, result = 'timeout', timeout_result
+elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
+  redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now)
+  redis.call('HINCRBY', call, 'recoveries', 1)
+  redis.call('ZADD', unsent, now, call_id)
+  emit('call.retrying',
+       '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}')
+  return {'requeue'}
+end
+redis.call('HSET', call, 'status', 'failed', 'result', result, 'token', '',
+           'updated_at', now, 'finished_at', now)
+redis.call('EXPIRE', call, ttl)
+emit('call.failed', '{"status":"failed"}')
+return {outcome}

@@ -1,0 +1,50 @@
+-- START: a worker takes the execution lease of a queued call: queued -> running + event.
+-- Includes lib/emit.lua. Runs once per call on the worker's hot path (DirectScripts).
+--
+-- A retry of the same start (same token: the reply was lost) gets the same answer. A call
+-- whose durable cancel flag is set is cancelled here instead of started.
+--
+-- KEYS
+--   1 call        the call's record (Keys.call)
+--   2 stream      the run's event stream (Keys.run_stream)
+--   3 lease       the execution lease (Keys.lease)
+--   4 cancel      the durable cancel flag (Keys.cancel)
+--   5 running     running calls by lease end (Keys.running)
+--   6 queued      calls pushed, by push time (Keys.queued)
+--   7 hook_types  event types webhooks want (Keys.webhook_events)
+--   8 outbox      webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1 call_id   2 token (the worker's)   3 lease_ms   4 now (s)   5 channel   6 maxlen
+--   7 cancel_result (JSON result of a call cancelled here)   8 now_ms
+--   9 run_id (from the message; must match the record's)
+-- Returns {'ok', envelope, attempt, event_id ('' for a repeat)} | {'cancelled'} |
+--   {'leased'} | {'missing'} | {'skip', status} | {'skip', 'run_mismatch'}.
+local call, stream, lease, cancel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local running, queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local call_id, token, lease_ms, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel, maxlen, cancel_result, now_ms, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+
+local f = redis.call('HMGET', call, 'status', 'run_id', 'token')
+local status = f[1]
+if not status then return {'missing'} end
+if f[2] ~= run_id then return {'skip', 'run_mismatch'} end
+if status == 'running' and f[3] == token then
+  return {'ok', redis.call('HGET', call, 'envelope'), redis.call('HGET', call, 'attempt'), ''}
+end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+if status == 'queued' and redis.call('EXISTS', cancel) == 1 then
+  redis.call('HSET', call, 'status', 'cancelled', 'result', cancel_result,
+             'updated_at', now, 'finished_at', now)
+  redis.call('ZREM', queued, call_id)
+  emit('call.cancelled', '{"status":"cancelled"}')
+  return {'cancelled'}
+end
+if status ~= 'queued' then return {'skip', status} end
+if not redis.call('SET', lease, token, 'NX', 'PX', lease_ms) then return {'leased'} end
+local attempt = redis.call('HINCRBY', call, 'attempt', 1)
+redis.call('HSET', call, 'status', 'running', 'token', token,
+           'started_at', now, 'updated_at', now)
+redis.call('ZADD', running, tonumber(now_ms) + tonumber(lease_ms), call_id)
+redis.call('ZREM', queued, call_id)
+local id = emit('call.started', '{"status":"running","attempt":' .. attempt .. '}')
+return {'ok', redis.call('HGET', call, 'envelope'), attempt, id}

@@ -1,0 +1,47 @@
+-- TRANSITION: the generic compare-and-set of a call's status with its event, used by
+-- cancel, approvals bookkeeping and the sweeper. Includes lib/emit.lua.
+--
+-- KEYS
+--   1 call               the call's record (Keys.call)
+--   2 stream             the run's event stream (Keys.run_stream)
+--   3 pending_approvals  parked calls by deadline (Keys.pending_approvals)
+--   4 unsent             calls whose message is not sent yet (Keys.unsent)
+--   5 running            running calls by lease end (Keys.running)
+--   6 hook_types         event types webhooks want (Keys.webhook_events)
+--   7 outbox             webhook outbox stream (Keys.webhook_outbox)
+-- ARGV
+--   1 call_id   2 from_states (comma-separated, or '*' for any)   3 to_status
+--   4 etype   5 data (JSON)   6 channel   7 maxlen   8 now (s)   9 ttl (s)
+--   10 result (JSON, '' keeps the stored one)   11 run_id
+--   12.. extra record field/value pairs
+-- Returns {'ok', event_id, previous_status} | {'conflict', status} | {'missing'}.
+local call, stream, pending_approvals, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local running, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7]
+local call_id, from_states, to_status, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local data, channel, maxlen, now, ttl = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local result, run_id = ARGV[10], ARGV[11]
+local FIRST_EXTRA = 12
+
+local function allowed(list, value)
+  if list == '*' then return true end
+  for item in string.gmatch(list, '[^,]+') do
+    if item == value then return true end
+  end
+  return false
+end
+
+local status = redis.call('HGET', call, 'status')
+if not status then return {'missing'} end
+if not allowed(from_states, status) then return {'conflict', status} end
+redis.call('HSET', call, 'status', to_status, 'updated_at', now)
+if result ~= '' then
+  redis.call('HSET', call, 'result', result, 'finished_at', now)
+  redis.call('EXPIRE', call, ttl)
+end
+for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
+redis.call('ZREM', pending_approvals, call_id)
+redis.call('ZREM', running, call_id)
+if to_status == 'queued' then redis.call('ZADD', unsent, now, call_id)
+else redis.call('ZREM', unsent, call_id) end
+local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+return {'ok', emit(etype, data), status}

@@ -1,0 +1,424 @@
+"""A call's life: CREATE, START, FINISH, PROGRESS, RENEW, TRANSITION, RECOVER, RESEND."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+from toolq.keys import Keys
+from toolq.results.runner import Invocation, Script, emit_keys, outcome, text
+
+CreateOutcome = Literal["new", "dup", "not_owner"]
+
+
+@dataclass(frozen=True)
+class CreateReply:
+    """``new`` (value: the event id), ``dup`` (the existing call id) or ``not_owner`` (owner)."""
+
+    outcome: CreateOutcome
+    value: str
+
+
+class Create(Script[CreateReply]):
+    """A new call's record, first event and, when runnable, its message (``create.lua``)."""
+
+    file = "create.lua"
+    outcomes = get_args(CreateOutcome)
+    includes = ("emit", "push")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        idempotency: str,
+        call_id: str,
+        run_id: str,
+        status: str,
+        envelope: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        ttl: int,
+        now: str,
+        deadline: str,
+        name: str,
+        risk: str,
+        idempotent: bool,
+        timeout: str,
+        result: str,
+        message: tuple[str, str] | None,
+        owner: str,
+        admin: bool,
+        fields: dict[str, str] | None = None,
+    ) -> Invocation[CreateReply]:
+        """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them."""
+        queue = message[0] if message else keys.unsent  # an unused key still fills its slot
+        return self.invoke(
+            [
+                idempotency,
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.run_calls(run_id),
+                keys.recent_calls,
+                keys.unsent,
+                keys.pending_approvals,
+                queue,
+                keys.run_owner(run_id),
+                keys.queued,
+                keys.queue_pushes(queue) if message else keys.unsent,
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                status,
+                envelope,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                ttl,
+                now,
+                deadline,
+                run_id,
+                name,
+                risk,
+                "1" if idempotent else "0",
+                timeout,
+                result,
+                message[1] if message else "",
+                owner,
+                "1" if admin else "0",
+                *[item for pair in (fields or {}).items() for item in pair],
+            ],
+        )
+
+    def parse(self, reply: Any) -> CreateReply:
+        """The typed outcome of a reply."""
+        return CreateReply(outcome(CreateOutcome, reply[0], self), text(reply[1]))
+
+
+StartOutcome = Literal["ok", "cancelled", "leased", "missing", "skip"]
+
+
+@dataclass(frozen=True)
+class StartReply:
+    """``ok`` with the envelope and attempt, or why not (``skip`` with the status seen)."""
+
+    outcome: StartOutcome
+    envelope: str | None = None
+    attempt: int = 0
+    status: str | None = None
+
+
+class Start(Script[StartReply]):
+    """A worker's lease on a queued call, queued → running (``start.lua``)."""
+
+    file = "start.lua"
+    outcomes = get_args(StartOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        lease_ms: int,
+        now: str,
+        maxlen: int,
+        cancel_result: str,
+        now_ms: int,
+    ) -> Invocation[StartReply]:
+        """An invocation: KEYS and ARGV as the header of ``start.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.lease(call_id),
+                keys.cancel(call_id),
+                keys.running,
+                keys.queued,
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                token,
+                lease_ms,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                cancel_result,
+                now_ms,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> StartReply:
+        """The typed outcome of a reply."""
+        kind: StartOutcome = outcome(StartOutcome, reply[0], self)
+        if kind == "ok":
+            return StartReply(kind, text(reply[1]), int(reply[2]))
+        return StartReply(kind, status=text(reply[1]) if len(reply) > 1 else None)
+
+
+FinishOutcome = Literal["ok", "stale"]
+
+
+class Finish(Script[FinishOutcome]):
+    """A running call's final state and event (``finish.lua``); ``stale``: it was lost."""
+
+    file = "finish.lua"
+    outcomes = get_args(FinishOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        status: str,
+        result: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+        ttl: int,
+        undo: str,
+        undo_ttl: int,
+    ) -> Invocation[FinishOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``finish.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.lease(call_id),
+                keys.running,
+                keys.undo(call_id),
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                token,
+                status,
+                result,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                now,
+                ttl,
+                undo,
+                undo_ttl,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> FinishOutcome:
+        """The typed outcome of a reply."""
+        return cast(FinishOutcome, outcome(FinishOutcome, reply[0], self))
+
+
+ProgressOutcome = Literal["ok", "stale"]
+
+
+class Progress(Script[ProgressOutcome]):
+    """A non-final event of a running call (``progress.lua``)."""
+
+    file = "progress.lua"
+    outcomes = get_args(ProgressOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+    ) -> Invocation[ProgressOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``progress.lua`` lists them."""
+        return self.invoke(
+            [keys.call(call_id), keys.run_stream(run_id), *emit_keys(keys)],
+            [call_id, token, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+        )
+
+    def parse(self, reply: Any) -> ProgressOutcome:
+        """The typed outcome of a reply."""
+        return cast(ProgressOutcome, outcome(ProgressOutcome, reply[0], self))
+
+
+class Renew(Script[bool]):
+    """A lease extended if this token still holds it (``renew.lua``): call or undo lease."""
+
+    file = "renew.lua"
+
+    def __call__(
+        self, *, lease: str, running: str, call_id: str, token: str, lease_ms: int, now_ms: int
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them."""
+        return self.invoke([lease, running], [call_id, token, lease_ms, now_ms])
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(reply)
+
+
+TransitionOutcome = Literal["ok", "conflict", "missing"]
+
+
+@dataclass(frozen=True)
+class TransitionReply:
+    """``ok`` (value: the event id), ``conflict`` (the status found) or ``missing``."""
+
+    outcome: TransitionOutcome
+    value: str = ""
+
+
+class Transition(Script[TransitionReply]):
+    """The generic compare-and-set of a call's status with its event (``transition.lua``)."""
+
+    file = "transition.lua"
+    outcomes = get_args(TransitionOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        from_states: str,
+        to_status: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+        ttl: int,
+        result: str,
+        fields: dict[str, str] | None = None,
+    ) -> Invocation[TransitionReply]:
+        """An invocation: KEYS and ARGV as the header of ``transition.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.pending_approvals,
+                keys.unsent,
+                keys.running,
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                from_states,
+                to_status,
+                etype,
+                data,
+                keys.run_channel(run_id),
+                maxlen,
+                now,
+                ttl,
+                result,
+                run_id,
+                *[item for pair in (fields or {}).items() for item in pair],
+            ],
+        )
+
+    def parse(self, reply: Any) -> TransitionReply:
+        """The typed outcome of a reply."""
+        kind: TransitionOutcome = outcome(TransitionOutcome, reply[0], self)
+        return TransitionReply(kind, text(reply[1]) if len(reply) > 1 else "")
+
+
+RecoverOutcome = Literal["requeue", "failed", "timeout", "alive", "gone"]
+
+
+class Recover(Script[RecoverOutcome]):
+    """A running call whose lease expired: requeued or failed (``recover.lua``)."""
+
+    file = "recover.lua"
+    outcomes = get_args(RecoverOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        now: str,
+        maxlen: int,
+        ttl: int,
+        max_recoveries: int,
+        lost_result: str,
+        timeout_result: str,
+    ) -> Invocation[RecoverOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``recover.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.lease(call_id),
+                keys.running,
+                keys.run_stream(run_id),
+                keys.unsent,
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                ttl,
+                max_recoveries,
+                lost_result,
+                timeout_result,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> RecoverOutcome:
+        """The typed outcome of a reply."""
+        return cast(RecoverOutcome, outcome(RecoverOutcome, reply[0], self))
+
+
+class Resend(Script[bool]):
+    """The sweeper's re-send of a call still queued (``resend.lua``); True if pushed."""
+
+    file = "resend.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``resend.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.queued,
+                keys.unsent,
+                keys.lost_suspect(call_id),
+            ],
+            [call_id, message, now],
+        )
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(int(reply))
+
+
+CREATE = Create()
+START = Start()
+FINISH = Finish()
+PROGRESS = Progress()
+RENEW = Renew()
+TRANSITION = Transition()
+RECOVER = Recover()
+RESEND = Resend()

@@ -1,0 +1,187 @@
+"""A call's undo: UNDO_CLAIM, UNDO_START, UNDO_FINISH, UNDO_RECOVER, UNDO_RESEND."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast, get_args
+
+from toolq.keys import Keys
+from toolq.results.runner import Invocation, Script, emit_keys, outcome, text
+
+UndoClaimOutcome = Literal["ok", "missing", "in_progress", "undone", "nothing"]
+
+
+class UndoClaim(Script[UndoClaimOutcome]):
+    """An undo requested with its message pushed (``undo_claim.lua``)."""
+
+    file = "undo_claim.lua"
+    outcomes = get_args(UndoClaimOutcome)
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[UndoClaimOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_claim.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.undo(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+            ],
+            [call_id, now, message],
+        )
+
+    def parse(self, reply: Any) -> UndoClaimOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoClaimOutcome, outcome(UndoClaimOutcome, reply, self))
+
+
+UndoStartOutcome = Literal["ok", "leased", "skip"]
+
+
+class UndoStart(Script[tuple[UndoStartOutcome, str]]):
+    """A worker's lease on a requested undo (``undo_start.lua``): outcome and state seen."""
+
+    file = "undo_start.lua"
+    outcomes = get_args(UndoStartOutcome)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, token: str, lease_ms: int, now: str, now_ms: int
+    ) -> Invocation[tuple[UndoStartOutcome, str]]:
+        """An invocation: KEYS and ARGV as the header of ``undo_start.lua`` lists them."""
+        return self.invoke(
+            [keys.call(call_id), keys.undo_lease(call_id), keys.undoing, keys.undo_queued],
+            [call_id, token, lease_ms, now, now_ms],
+        )
+
+    def parse(self, reply: Any) -> tuple[UndoStartOutcome, str]:
+        """The typed outcome of a reply."""
+        kind: UndoStartOutcome = outcome(UndoStartOutcome, reply[0], self)
+        return kind, text(reply[1]) if len(reply) > 1 else ""
+
+
+UndoFinishOutcome = Literal["ok", "stale"]
+
+
+class UndoFinish(Script[UndoFinishOutcome]):
+    """The end of an undo, undone or failed, with its event (``undo_finish.lua``)."""
+
+    file = "undo_finish.lua"
+    outcomes = get_args(UndoFinishOutcome)
+    includes = ("emit",)
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        token: str,
+        state: str,
+        etype: str,
+        data: str,
+        maxlen: int,
+        now: str,
+    ) -> Invocation[UndoFinishOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_finish.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.run_stream(run_id),
+                keys.undo_lease(call_id),
+                keys.undoing,
+                keys.undo(call_id),
+                *emit_keys(keys),
+            ],
+            [call_id, token, state, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+        )
+
+    def parse(self, reply: Any) -> UndoFinishOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoFinishOutcome, outcome(UndoFinishOutcome, reply[0], self))
+
+
+UndoRecoverOutcome = Literal["requeue", "failed", "alive", "gone"]
+
+
+class UndoRecover(Script[UndoRecoverOutcome]):
+    """An undo whose worker died: requested again or failed (``undo_recover.lua``)."""
+
+    file = "undo_recover.lua"
+    outcomes = get_args(UndoRecoverOutcome)
+    includes = ("emit", "push")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        queue: str,
+        message: str,
+        now: str,
+        maxlen: int,
+        max_recoveries: int,
+        lost_data: str,
+    ) -> Invocation[UndoRecoverOutcome]:
+        """An invocation: KEYS and ARGV as the header of ``undo_recover.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                keys.undo_lease(call_id),
+                keys.undoing,
+                keys.run_stream(run_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+                *emit_keys(keys),
+            ],
+            [
+                call_id,
+                now,
+                keys.run_channel(run_id),
+                maxlen,
+                max_recoveries,
+                lost_data,
+                message,
+                run_id,
+            ],
+        )
+
+    def parse(self, reply: Any) -> UndoRecoverOutcome:
+        """The typed outcome of a reply."""
+        return cast(UndoRecoverOutcome, outcome(UndoRecoverOutcome, reply, self))
+
+
+class UndoResend(Script[bool]):
+    """The sweeper's re-send of an undo still requested (``undo_resend.lua``)."""
+
+    file = "undo_resend.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+    ) -> Invocation[bool]:
+        """An invocation: KEYS and ARGV as the header of ``undo_resend.lua`` lists them."""
+        return self.invoke(
+            [
+                keys.call(call_id),
+                queue,
+                keys.queue_pushes(queue),
+                keys.undo_queued,
+                keys.lost_undo_suspect(call_id),
+            ],
+            [call_id, message, now],
+        )
+
+    def parse(self, reply: Any) -> bool:
+        """The typed outcome of a reply."""
+        return bool(int(reply))
+
+
+UNDO_CLAIM = UndoClaim()
+UNDO_START = UndoStart()
+UNDO_FINISH = UndoFinish()
+UNDO_RECOVER = UndoRecover()
+UNDO_RESEND = UndoResend()
