@@ -23,6 +23,7 @@ from toolq.settings import Settings
 
 __all__ = [
     "RedisTarget",
+    "as_text",
     "async_probe_client",
     "async_redis_client",
     "master_address",
@@ -121,6 +122,11 @@ def _sentinel(target: RedisTarget, timeout: float = SENTINEL_TIMEOUT) -> redis.s
         sentinel_kwargs=target.sentinel_kwargs(timeout),
         **target.master_kwargs(),
     )
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply value as ``str``: ``bytes`` decoded as UTF-8, anything else by ``str``."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:

@@ -23,10 +23,26 @@ from toolq.approvals.policy import digest_arguments
 from toolq.approvals.store import approvals_of
 from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, ReplicationError, SecretsError, UndoError
+from toolq.errors import (
+    ApprovalUnverifiedError,
+    CallCancelledError,
+    InternalError,
+    ReplicationError,
+    SecretsError,
+    UndoError,
+)
 from toolq.execution.context import ToolContext
-from toolq.execution.executor import Executor, error_message, error_type, jsonable
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
+from toolq.execution.executor import Executor, error_message, error_type
+from toolq.models import (
+    AuditOutcome,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    EventType,
+    PreviewState,
+    UndoState,
+    jsonable,
+)
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.store import CallStore, Started, dumps
@@ -161,7 +177,7 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
-        cancelled = {"error": "cancelled before it started", "error_type": "cancelled"}
+        cancelled = {"error": "cancelled before it started", "error_type": CallCancelledError.code}
         started = self._start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
@@ -222,11 +238,12 @@ class WorkerRuntime:
                 return
 
         def progress(data: Any) -> None:
-            self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
+            running = CallStatus.RUNNING.value
+            self.store.progress(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
-                "status": "running",
+                "status": CallStatus.RUNNING.value,
                 "attempt": attempt,
                 "delay": round(delay, 3),
                 "error": error_message(exc),
@@ -248,7 +265,7 @@ class WorkerRuntime:
                 name=env.name,
                 status=CallStatus.FAILED,
                 error=error_message(exc),
-                error_type="internal_error",
+                error_type=InternalError.code,
             )
         finally:
             self.keeper.remove(call_id)
@@ -268,7 +285,7 @@ class WorkerRuntime:
                 "run_id": env.run_id,
                 "tool": env.name,
                 "by": "worker",
-                "outcome": f"refused:{exc.code}",
+                "outcome": AuditOutcome.refused(exc.code),
                 "digest": digest_arguments(env.arguments),
                 "ts": repr(time.time()),
                 "system": "1",
@@ -329,15 +346,23 @@ class WorkerRuntime:
         try:
             arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
-            fields = {"preview_state": "ready", "preview": dumps(shown)}
+            fields = {"preview_state": PreviewState.READY.value, "preview": dumps(shown)}
             diff = diff_of(shown)
             if diff is not None:
                 fields["diff"] = dumps(diff)
-            data: dict[str, Any] = {"status": "awaiting_approval", "preview": "ready"}
+            parked = CallStatus.AWAITING_APPROVAL.value
+            data: dict[str, Any] = {"status": parked, "preview": PreviewState.READY.value}
         except Exception as exc:
             log.warning("preview of call %s failed: %s", call_id, exc)
-            fields = {"preview_state": "failed", "preview_error": error_message(exc)}
-            data = {"status": "awaiting_approval", "preview": "failed", "error": error_message(exc)}
+            fields = {
+                "preview_state": PreviewState.FAILED.value,
+                "preview_error": error_message(exc),
+            }
+            data = {
+                "status": CallStatus.AWAITING_APPROVAL.value,
+                "preview": PreviewState.FAILED.value,
+                "error": error_message(exc),
+            }
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
 
     def undo(self, call_id: str) -> None:

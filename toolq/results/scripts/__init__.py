@@ -14,7 +14,6 @@ from toolq.results.runner import Script
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
-    AuditOutcome,
     Decide,
     DecideOutcome,
     DecideReply,
@@ -105,7 +104,6 @@ __all__ = [
     "UNDO_RESEND",
     "UNDO_START",
     "WEBHOOK_CLAIM",
-    "AuditOutcome",
     "Create",
     "CreateOutcome",
     "CreateReply",
