@@ -163,20 +163,19 @@ def async_redis_client(
     from redis.asyncio.retry import Retry as AsyncRetry
 
     target = RedisTarget.of(where)
-    options: dict[str, Any] = {
-        "max_connections": max_connections,
-        "timeout": 30,
-        "health_check_interval": 30,
-        "retry": AsyncRetry(_backoff(), RETRIES),
-        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
-    }
+    retry = AsyncRetry(_backoff(), RETRIES)
+    retry_on_error = [redis.ConnectionError, redis.TimeoutError]
     if target.is_sentinel:
         assert target.master is not None
         client: redis.asyncio.Redis = _async_sentinel(target, SENTINEL_TIMEOUT).master_for(
             target.master,
             connection_pool_class=_BlockingSentinelPool,
             connection_class=AsyncFollowingConnection,
-            **options,
+            max_connections=max_connections,
+            timeout=30,  # how long a caller waits for a free connection
+            health_check_interval=30,
+            retry=retry,
+            retry_on_error=retry_on_error,
         )
         return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
@@ -185,11 +184,7 @@ def async_redis_client(
         timeout=30,
         health_check_interval=30,
     )
-    return redis.asyncio.Redis(
-        connection_pool=pool,
-        retry=AsyncRetry(_backoff(), RETRIES),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-    )
+    return redis.asyncio.Redis(connection_pool=pool, retry=retry, retry_on_error=retry_on_error)
 
 
 def _async_sentinel(target: RedisTarget, timeout: float) -> redis.asyncio.sentinel.Sentinel:
