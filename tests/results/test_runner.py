@@ -125,4 +125,5 @@ def create_invocation(call_id: str) -> Invocation[scripts.CreateReply]:
         message=None,
         owner="alice",
         admin=False,
+        refresh=True,
     )

@@ -127,8 +127,13 @@ class CallStore:
         """
         k = self.keys
         now = repr(time.time())
+        # The last call of each run sets the run's TTLs, once for the whole dispatch.
+        last = {call.envelope.run_id: i for i, call in enumerate(calls)}
         replies, acked = self.scripts.pipelined_after(
-            [self._create(call, now) for call in calls],
+            [
+                self._create(call, now, last[call.envelope.run_id] == i)
+                for i, call in enumerate(calls)
+            ],
             self.acks.commands(),
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
@@ -136,7 +141,7 @@ class CallStore:
             self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
         return [(reply.outcome, reply.value) for reply in replies]
 
-    def _create(self, call: NewCall, now: str) -> Invocation[scripts.CreateReply]:
+    def _create(self, call: NewCall, now: str, refresh: bool) -> Invocation[scripts.CreateReply]:
         env = call.envelope
         return scripts.CREATE(
             keys=self.keys,
@@ -161,6 +166,7 @@ class CallStore:
             message=call.message,
             owner=RunOwner(env.principal).encode(),
             admin=call.admin,
+            refresh=refresh,
             fields=call.fields,
         )
 
@@ -322,9 +328,7 @@ class CallStore:
             approximate=True,
         )
         replies = pipe.execute()
-        event_id = as_text(replies[-1])
-        self.redis.publish(k.run_channel(run_id), event_id)
-        return event_id
+        return as_text(replies[-1])
 
     # -- state changes from outside the worker ------------------------------------------------
 
@@ -460,4 +464,3 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         rpc_id=envelope.rpc_id,
         **payload,
     )
-
