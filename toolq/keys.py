@@ -91,6 +91,15 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def replication_mark(self) -> str:
+        """String written before each ``WAIT``, so the wait also covers writes found made.
+
+        ``WAIT`` counts replicas up to the connection's last write; a retried dispatch
+        that finds its calls already created writes nothing else.
+        """
+        return f"{self.prefix}:replication:mark"
+
+    @property
     def recent_calls(self) -> str:
         """Sorted set of recently created calls scored by creation time."""
         return f"{self.prefix}:calls:recent"

@@ -26,7 +26,7 @@ import redis.asyncio
 from toolq.errors import OverloadedError
 from toolq.keys import Keys
 from toolq.models import Event
-from toolq.results.connection import as_text, async_redis_client
+from toolq.results.connection import RedisTarget, as_text, async_redis_client
 from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
 
 log = logging.getLogger("toolq.hub")
@@ -74,8 +74,8 @@ class _Run:
 class EventHub:
     """Serves every event stream of one process from one reader."""
 
-    def __init__(self, redis_url: str, keys: Keys, max_streams: int) -> None:
-        self.redis_url = redis_url
+    def __init__(self, where: RedisTarget | str, keys: Keys, max_streams: int) -> None:
+        self.target = RedisTarget.of(where)
         self.keys = keys
         self.max_streams = max_streams
         self._redis: redis.asyncio.Redis | None = None
@@ -96,7 +96,7 @@ class EventHub:
     def redis(self) -> redis.asyncio.Redis:
         """The hub's asyncio client (created in the running loop on first use)."""
         if self._redis is None:
-            self._redis = async_redis_client(self.redis_url, READ_CONNECTIONS + 1)
+            self._redis = async_redis_client(self.target, READ_CONNECTIONS + 1)
         return self._redis
 
     def check_capacity(self) -> None:

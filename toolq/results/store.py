@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -16,6 +16,7 @@ from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, E
 from toolq.results import scripts
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
+from toolq.results.replication import ReplicaAcks
 from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
 
@@ -54,7 +55,7 @@ class NewCall:
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
-    outcome: scripts.StartOutcome
+    outcome: scripts.StartOutcome | Literal["unconfirmed"]
     envelope: CallEnvelope | None = None
     attempt: int = 0
     status: str | None = None
@@ -101,6 +102,8 @@ class CallStore:
         self.keys = Keys(settings.key_prefix)
         self.scripts = Scripts(client)
         """Runs the Lua scripts for this store and the ones built on it (undo, approvals)."""
+        self.acks = ReplicaAcks(settings, self.keys)
+        """The ``WAIT`` behind each write that accepts, decides, starts or finishes a call."""
 
     @property
     def _maxlen(self) -> int:
@@ -119,19 +122,23 @@ class CallStore:
         run belongs to another principal: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
-        a second call.
+        a second call. With ``min_replicas_ack`` the same round trip waits for the replicas
+        (``ReplicationError`` when too few confirm).
         """
         k = self.keys
         now = repr(time.time())
         # The last call of each run sets the run's TTLs, once for the whole dispatch.
         last = {call.envelope.run_id: i for i, call in enumerate(calls)}
-        replies = self.scripts.pipelined(
+        replies, acked = self.scripts.pipelined_after(
             [
                 self._create(call, now, last[call.envelope.run_id] == i)
                 for i, call in enumerate(calls)
             ],
+            self.acks.commands(),
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
+        if acked:
+            self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
         return [(reply.outcome, reply.value) for reply in replies]
 
     def _create(self, call: NewCall, now: str, refresh: bool) -> Invocation[scripts.CreateReply]:
@@ -199,7 +206,7 @@ class CallStore:
         if run_id is None:
             return Started("missing")
         now = time.time()
-        reply = self.scripts.direct(
+        reply, acked = self.scripts.direct_after(
             scripts.START(
                 keys=self.keys,
                 call_id=call_id,
@@ -210,8 +217,11 @@ class CallStore:
                 maxlen=self._maxlen,
                 cancel_result=dumps(cancelled),
                 now_ms=int(now * 1000),
-            )
+            ),
+            self.acks.commands(),
         )
+        if reply.outcome == "ok" and acked:
+            self.acks.check(acked[-1], f"start of call {call_id}")
         if reply.outcome == "ok" and reply.envelope is not None:
             envelope = CallEnvelope.model_validate_json(reply.envelope)
             return Started("ok", envelope, reply.attempt)
@@ -236,9 +246,12 @@ class CallStore:
         return outcome == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
-        """Write the final state and its event; False if this runner lost the call."""
+        """Write the final state and its event; False if this runner lost the call.
+
+        Repeating it with the same token answers as the first time did (safe to retry).
+        """
         payload = result_payload(result)
-        outcome = self.scripts.direct(
+        outcome, acked = self.scripts.direct_after(
             scripts.FINISH(
                 keys=self.keys,
                 call_id=envelope.call_id,
@@ -253,8 +266,11 @@ class CallStore:
                 ttl=self._ttl,
                 undo=dumps(result.undo) if result.undo else "",
                 undo_ttl=self.settings.undo_ttl,
-            )
+            ),
+            self.acks.commands(),
         )
+        if outcome == "ok" and acked:
+            self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
         return outcome == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:

@@ -27,6 +27,7 @@ from toolq.errors import (
     ApprovalUnverifiedError,
     CallCancelledError,
     InternalError,
+    ReplicationError,
     SecretsError,
     UndoError,
 )
@@ -44,7 +45,7 @@ from toolq.models import (
 )
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
-from toolq.results.store import CallStore, dumps
+from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
@@ -177,7 +178,7 @@ class WorkerRuntime:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
         cancelled = {"error": "cancelled before it started", "error_type": CallCancelledError.code}
-        started = self.store.start(call_id, token, cancelled, run_id)
+        started = self._start(call_id, token, cancelled, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -186,6 +187,27 @@ class WorkerRuntime:
             if span.recording:
                 self._trace_approval(env, span)
             self._execute(env, token, started.attempt, span)
+
+    def _start(
+        self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None
+    ) -> Started:
+        """``START``, repeated with the same token until Redis and its replicas confirm it.
+
+        The replicas count under ``TOOLQ_MIN_REPLICAS_ACK``; the handler runs only once its
+        start would survive a failover. While they are missing the lease is renewed
+        (recovery leaves the call alone); a lease found taken meanwhile ends the wait, and
+        the call is not run here.
+        """
+        while True:
+            try:
+                # Half a lease per round: the lease set by the first attempt must not lapse.
+                return self._within_lease(
+                    lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
+                )
+            except ReplicationError as exc:
+                if not self.store.renew({call_id: token}).get(call_id, False):
+                    log.warning("call %s not run: its start was not confirmed (%s)", call_id, exc)
+                    return Started("unconfirmed")
 
     def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
         """Add the approval wait of a call that was parked (only paid for when traced)."""
@@ -290,18 +312,21 @@ class WorkerRuntime:
                 dumps(result.status),
             )
 
-    def _within_lease(self, write: Callable[[], T]) -> T:
-        """``write()``, retried while Redis is unreachable for about a lease.
+    def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
+        """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
 
-        Redis may be restarting; after a lease the call (or its undo) belongs to recovery.
+        Redis may be restarting or failing over; after a lease the call (or its undo)
+        belongs to recovery. Every write retried here answers a repeat with the same
+        token as it answered the first.
         """
-        deadline = time.monotonic() + self.settings.lease_seconds
+        deadline = time.monotonic() + self.settings.lease_seconds * share
         while True:
             try:
                 return write()
-            except redis.ConnectionError:
+            except (redis.ConnectionError, ReplicationError) as exc:
                 if time.monotonic() > deadline:
                     raise
+                log.info("retrying a write: %s", exc)
                 time.sleep(0.5)
 
     # -- approvals and undo ------------------------------------------------------------------
