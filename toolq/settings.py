@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLQ_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis for the broker, call records, event streams and pub/sub. With ``sentinels`` it
+    """Redis for the broker, call records and event streams. With ``sentinels`` it
     gives only the password, username, database and TLS (its host and port are ignored)."""
     sentinels: str | None = None
     """Redis Sentinels (``TOOLQ_SENTINELS``, ``host:port,host:port``): every process asks
