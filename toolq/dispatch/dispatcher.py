@@ -1,7 +1,9 @@
 """``Dispatcher``: a model's response in, one stored call per tool call, queued or parked.
 
 A queued call's Celery message is pushed by the same script that stores the call, so one
-round trip creates and enqueues a whole batch.
+round trip creates and enqueues a whole batch. Queued calls of one risk and time limit share
+messages of up to ``calls_per_message`` calls, each group created by one script with its
+message.
 
 Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
 denied calls, each with an error the model can read; they never cost the batch its other
@@ -29,7 +31,7 @@ from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqError
 from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, RpcId, ToolCall
 from toolq.results.owners import RunOwner, RunOwners
-from toolq.results.store import CallStore, NewCall, dumps
+from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
 from toolq.telemetry import DispatchSpan, dispatch_span
 
@@ -138,7 +140,7 @@ class Dispatcher:
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
-        replies = self.store.create_many(new_calls)
+        replies = self.store.create_many(new_calls, self._groups(new_calls))
         if any(outcome == "not_owner" for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
@@ -203,6 +205,33 @@ class Dispatcher:
             # An approver's "always" was granted for the owner's calls, not for an admin's.
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
         return rules
+
+    def _groups(self, calls: list[NewCall]) -> list[MessageGroup]:
+        """Queued calls of one risk and time limit, ``calls_per_message`` per message.
+
+        A call left alone keeps its own message (``toolq.execute``).
+        """
+        size = self.settings.calls_per_message
+        if size < 2:
+            return []
+        by_route: dict[tuple[str, float | None], list[int]] = {}
+        for i, call in enumerate(calls):
+            if call.status is CallStatus.QUEUED and call.message is not None:
+                by_route.setdefault((call.envelope.risk.value, call.timeout), []).append(i)
+        groups = []
+        for indexes in by_route.values():
+            for start in range(0, len(indexes), size):
+                members = indexes[start : start + size]
+                if len(members) < 2:
+                    continue
+                first = calls[members[0]]
+                queue, message = self.publisher.batch_message(
+                    [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members],
+                    first.envelope.risk,
+                    first.timeout,
+                )
+                groups.append(MessageGroup(tuple(members), queue, message))
+        return groups
 
     def _prepare(
         self,

@@ -54,6 +54,15 @@ class NewCall:
 
 
 @dataclass(frozen=True)
+class MessageGroup:
+    """Calls (positions in ``create_many``'s list) created with one message carrying them."""
+
+    members: tuple[int, ...]
+    queue: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
@@ -115,24 +124,45 @@ class CallStore:
 
     # -- creation ----------------------------------------------------------------------------
 
-    def create_many(self, calls: Sequence[NewCall]) -> list[tuple[str, str]]:
+    def create_many(
+        self, calls: Sequence[NewCall], groups: Sequence[MessageGroup] = ()
+    ) -> list[tuple[str, str]]:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
         Each is ``('new', event_id)``, ``('dup', call_id)`` or ``('not_owner', owner)`` (the
         run belongs to another principal: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
-        a second call.
+        a second call. The members of each group (queued calls) are created by one script
+        with the group's message instead of their own (``create_group.lua``).
         """
         k = self.keys
         now = repr(time.time())
+        grouped = {i for group in groups for i in group.members}
+        singles = [i for i in range(len(calls)) if i not in grouped]
+        invocations: list[Invocation[Any]] = [self._create(calls[i], now) for i in singles]
+        for group in groups:
+            members = [
+                (calls[i].envelope.call_id, self._create(calls[i], now, with_message=False))
+                for i in group.members
+            ]
+            invocations.append(
+                scripts.CREATE_GROUP(
+                    keys=k, queue=group.queue, message=group.message, now=now, members=members
+                )
+            )
         replies = self.scripts.pipelined(
-            [self._create(call, now) for call in calls],
+            invocations,
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
-        return [(reply.outcome, reply.value) for reply in replies]
+        found: dict[int, scripts.CreateReply] = dict(zip(singles, replies, strict=False))
+        for group, group_replies in zip(groups, replies[len(singles) :], strict=True):
+            found.update(zip(group.members, group_replies, strict=True))
+        return [(found[i].outcome, found[i].value) for i in range(len(calls))]
 
-    def _create(self, call: NewCall, now: str) -> Invocation[scripts.CreateReply]:
+    def _create(
+        self, call: NewCall, now: str, *, with_message: bool = True
+    ) -> Invocation[scripts.CreateReply]:
         env = call.envelope
         return scripts.CREATE(
             keys=self.keys,
@@ -154,7 +184,7 @@ class CallStore:
             idempotent=call.idempotent,
             timeout="" if call.timeout is None else repr(call.timeout),
             result=dumps(call.result) if call.result is not None else "",
-            message=call.message,
+            message=call.message if with_message else None,
             owner=RunOwner(env.principal).encode(),
             admin=call.admin,
             fields=call.fields,
@@ -209,10 +239,33 @@ class CallStore:
                 now_ms=int(now * 1000),
             )
         )
-        if reply.outcome == "ok" and reply.envelope is not None:
-            envelope = CallEnvelope.model_validate_json(reply.envelope)
-            return Started("ok", envelope, reply.attempt)
-        return Started(reply.outcome, status=reply.status)
+        return _started(reply)
+
+    def start_many(
+        self, calls: Sequence[tuple[str, str, str]], cancelled: dict[str, Any]
+    ) -> list[Started]:
+        """``start`` for ``(call_id, run_id, token)`` of one message, in one round trip.
+
+        Each call gets its own lease and answer, exactly as from ``start``.
+        """
+        now = time.time()
+        replies = self.scripts.pipelined(
+            [
+                scripts.START(
+                    keys=self.keys,
+                    call_id=call_id,
+                    run_id=run_id,
+                    token=token,
+                    lease_ms=int(self.settings.lease_seconds * 1000),
+                    now=repr(now),
+                    maxlen=self._maxlen,
+                    cancel_result=dumps(cancelled),
+                    now_ms=int(now * 1000),
+                )
+                for call_id, run_id, token in calls
+            ]
+        )
+        return [_started(reply) for reply in replies]
 
     def progress(
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
@@ -234,25 +287,32 @@ class CallStore:
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
         """Write the final state and its event; False if this runner lost the call."""
+        return self.scripts.direct(self._finish(envelope, token, result)) == "ok"
+
+    def finish_many(self, finished: Sequence[tuple[CallEnvelope, str, CallResult]]) -> list[bool]:
+        """``finish`` for calls that ended together, in one round trip."""
+        replies = self.scripts.pipelined([self._finish(*item) for item in finished])
+        return [outcome == "ok" for outcome in replies]
+
+    def _finish(
+        self, envelope: CallEnvelope, token: str, result: CallResult
+    ) -> Invocation[scripts.FinishOutcome]:
         payload = result_payload(result)
-        outcome = self.scripts.direct(
-            scripts.FINISH(
-                keys=self.keys,
-                call_id=envelope.call_id,
-                run_id=envelope.run_id,
-                token=token,
-                status=result.status.value,
-                result=dumps(payload),
-                etype=_FINAL_EVENTS[result.status].value,
-                data=dumps(final_event_data(result.status, payload)),
-                maxlen=self._maxlen,
-                now=repr(time.time()),
-                ttl=self._ttl,
-                undo=dumps(result.undo) if result.undo else "",
-                undo_ttl=self.settings.undo_ttl,
-            )
+        return scripts.FINISH(
+            keys=self.keys,
+            call_id=envelope.call_id,
+            run_id=envelope.run_id,
+            token=token,
+            status=result.status.value,
+            result=dumps(payload),
+            etype=_FINAL_EVENTS[result.status].value,
+            data=dumps(final_event_data(result.status, payload)),
+            maxlen=self._maxlen,
+            now=repr(time.time()),
+            ttl=self._ttl,
+            undo=dumps(result.undo) if result.undo else "",
+            undo_ttl=self.settings.undo_ttl,
         )
-        return outcome == "ok"
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""
@@ -456,3 +516,10 @@ _FINAL_EVENTS = {
     CallStatus.DENIED: EventType.DENIED,
     CallStatus.EXPIRED: EventType.EXPIRED,
 }
+
+
+def _started(reply: scripts.StartReply) -> Started:
+    """What a START reply tells the worker."""
+    if reply.outcome == "ok" and reply.envelope is not None:
+        return Started("ok", CallEnvelope.model_validate_json(reply.envelope), reply.attempt)
+    return Started(reply.outcome, status=reply.status)

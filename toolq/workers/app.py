@@ -9,7 +9,13 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
-from toolq.broker import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, celery_app
+from toolq.broker import (
+    BATCH_TASK_NAME,
+    PREVIEW_TASK_NAME,
+    TASK_NAME,
+    UNDO_TASK_NAME,
+    celery_app,
+)
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
@@ -96,6 +102,18 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     )
     def execute(call_id: str, run_id: str | None = None) -> None:
         holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
+
+    @app.task(
+        name=BATCH_TASK_NAME,
+        ignore_result=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+    )
+    def execute_many(calls: list[list[str]]) -> None:
+        # Acknowledged when every call is final: a worker lost mid-message gets it redelivered,
+        # and START skips the calls already started or final.
+        holder.get().run_many([(str(c[0]), str(c[1])) for c in calls])
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:

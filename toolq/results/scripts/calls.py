@@ -1,12 +1,14 @@
-"""A call's life: CREATE, START, FINISH, PROGRESS, RENEW, TRANSITION, RECOVER, RESEND."""
+"""A call's life: CREATE, CREATE_GROUP, START, FINISH, PROGRESS, RENEW, TRANSITION, ..."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
-from toolq.results.runner import Invocation, Script, emit_keys, outcome, text
+from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome, text
 
 CreateOutcome = Literal["new", "dup", "not_owner"]
 
@@ -95,6 +97,45 @@ class Create(Script[CreateReply]):
     def parse(self, reply: Any) -> CreateReply:
         """The typed outcome of a reply."""
         return CreateReply(outcome(CreateOutcome, reply[0], self), text(reply[1]))
+
+
+class CreateGroup(Script[list[CreateReply]]):
+    """Several queued calls, each as CREATE makes it, and one message for them all.
+
+    ``create_group.lua`` runs ``create.lua``'s own text once per call (as a local function
+    of that call's KEYS and ARGV), then pushes the one message: records and message are
+    written by one script.
+    """
+
+    file = "create_group.lua"
+    includes = Create.includes
+
+    def __init__(self) -> None:
+        parts = [lua_source(f"lib/{name}.lua") for name in self.includes]
+        create_one = f"local function create_one(KEYS, ARGV)\n{lua_source(Create.file)}\nend"
+        self.source = "\n".join([*parts, create_one, lua_source(self.file)])
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        queue: str,
+        message: str,
+        now: str,
+        members: Sequence[tuple[str, Invocation[CreateReply]]],
+    ) -> Invocation[list[CreateReply]]:
+        """An invocation for ``(call_id, CREATE invocation without a message)`` members."""
+        call_keys: list[str] = [queue, keys.queue_pushes(queue), keys.queued, keys.unsent]
+        args: list[Any] = [message, now, len(members)]
+        for call_id, member in members:
+            call_keys.extend([keys.call(call_id), *member.keys])
+            args.extend([call_id, len(member.keys), len(member.args), *member.args])
+        return self.invoke(call_keys, args)
+
+    def parse(self, reply: Any) -> list[CreateReply]:
+        """One typed CREATE outcome per member."""
+        return [CREATE.parse(item) for item in reply]
 
 
 StartOutcome = Literal["ok", "cancelled", "leased", "missing", "skip"]
@@ -415,6 +456,7 @@ class Resend(Script[bool]):
 
 
 CREATE = Create()
+CREATE_GROUP = CreateGroup()
 START = Start()
 FINISH = Finish()
 PROGRESS = Progress()
