@@ -22,26 +22,18 @@
 -- Returns one CREATE reply per call, in order.
 local queue, pushes, queued, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local message, now, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local all_keys, all_argv = KEYS, ARGV
 local replies, carried = {}, {}
 local k, a = 5, 4
 for i = 1, n do
-  local record, call_id = KEYS[k], ARGV[a]
-  local nkeys, nargs = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local call_keys = {unpack(KEYS, k + 1, k + nkeys)}
-  local call_argv = {unpack(ARGV, a + 3, a + 2 + nargs)}
+  local record, call_id = all_keys[k], all_argv[a]
+  local nkeys, nargs = tonumber(all_argv[a + 1]), tonumber(all_argv[a + 2])
+  local call_keys = {unpack(all_keys, k + 1, k + nkeys)}
+  local call_argv = {unpack(all_argv, a + 3, a + 2 + nargs)}
   k, a = k + 1 + nkeys, a + 3 + nargs
   local reply = create_one(call_keys, call_argv)
   replies[i] = reply
   if reply[1] == 'new' then carried[#carried + 1] = {record, call_id} end
 end
-if #carried > 0 then
-  redis.call('LPUSH', queue, message)
-  local seq = redis.call('INCR', pushes)
-  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
-  for _, c in ipairs(carried) do
-    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag)
-    redis.call('ZADD', queued, now, c[2])
-    redis.call('ZREM', unsent, c[2])
-  end
-end
+if #carried > 0 then push_batch(queue, pushes, queued, unsent, carried, message, now) end
 return replies
