@@ -207,21 +207,23 @@ class Dispatcher:
         return rules
 
     def _groups(self, calls: list[NewCall]) -> list[MessageGroup]:
-        """Queued calls of one risk and time limit, ``calls_per_message`` per message.
+        """One message per group of queued calls of one risk and time limit.
 
-        A call left alone keeps its own message (``toolq.execute``).
+        Groups are formed among ``calls_per_message`` consecutive calls; a call left alone
+        keeps its own message (``toolq.execute``). The script that creates a group creates
+        the calls between its members too, so calls are created in dispatch order.
         """
         size = self.settings.calls_per_message
         if size < 2:
             return []
-        by_route: dict[tuple[str, float | None], list[int]] = {}
-        for i, call in enumerate(calls):
-            if call.status is CallStatus.QUEUED and call.message is not None:
-                by_route.setdefault((call.envelope.risk.value, call.timeout), []).append(i)
         groups = []
-        for indexes in by_route.values():
-            for start in range(0, len(indexes), size):
-                members = indexes[start : start + size]
+        for window in range(0, len(calls), size):
+            by_route: dict[tuple[str, float | None], list[int]] = {}
+            for i in range(window, min(window + size, len(calls))):
+                call = calls[i]
+                if call.status is CallStatus.QUEUED and call.message is not None:
+                    by_route.setdefault((call.envelope.risk.value, call.timeout), []).append(i)
+            for members in by_route.values():
                 if len(members) < 2:
                     continue
                 first = calls[members[0]]

@@ -138,27 +138,34 @@ class CallStore:
         """
         k = self.keys
         now = repr(time.time())
-        grouped = {i for group in groups for i in group.members}
-        singles = [i for i in range(len(calls)) if i not in grouped]
-        invocations: list[Invocation[Any]] = [self._create(calls[i], now) for i in singles]
-        for group in groups:
+        invocations: list[Invocation[Any]] = []
+        spans: list[range] = []
+        for span, in_span in _spans(len(calls), groups):
+            spans.append(span)
+            if not in_span:
+                invocations.append(self._create(calls[span.start], now))
+                continue
+            number = {i: n for n, g in enumerate(in_span, 1) for i in g.members}
             members = [
-                (calls[i].envelope.call_id, self._create(calls[i], now, with_message=False))
-                for i in group.members
-            ]
-            invocations.append(
-                scripts.CREATE_GROUP(
-                    keys=k, queue=group.queue, message=group.message, now=now, members=members
+                (
+                    calls[i].envelope.call_id,
+                    number.get(i, 0),
+                    self._create(calls[i], now, with_message=i not in number),
                 )
+                for i in span
+            ]
+            messages = [(g.queue, g.message) for g in in_span]
+            invocations.append(
+                scripts.CREATE_GROUP(keys=k, now=now, messages=messages, members=members)
             )
         replies = self.scripts.pipelined(
             invocations,
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
-        found: dict[int, scripts.CreateReply] = dict(zip(singles, replies, strict=False))
-        for group, group_replies in zip(groups, replies[len(singles) :], strict=True):
-            found.update(zip(group.members, group_replies, strict=True))
-        return [(found[i].outcome, found[i].value) for i in range(len(calls))]
+        found: list[scripts.CreateReply] = []
+        for _, reply in zip(spans, replies, strict=True):
+            found.extend(reply if isinstance(reply, list) else [reply])
+        return [(reply.outcome, reply.value) for reply in found]
 
     def _create(
         self, call: NewCall, now: str, *, with_message: bool = True
@@ -523,3 +530,30 @@ def _started(reply: scripts.StartReply) -> Started:
     if reply.outcome == "ok" and reply.envelope is not None:
         return Started("ok", CallEnvelope.model_validate_json(reply.envelope), reply.attempt)
     return Started(reply.outcome, status=reply.status)
+
+
+def _spans(
+    count: int, groups: Sequence[MessageGroup]
+) -> list[tuple[range, list[MessageGroup]]]:
+    """Positions ``0..count-1`` cut into runs, in order, each with the groups it holds.
+
+    A run is a lone call (no groups), or the smallest run of consecutive calls that holds
+    whole groups. One script creates each run, so calls are created (and listed in their run) in
+    dispatch order.
+    """
+    bounds = sorted(((min(g.members), max(g.members), g) for g in groups), key=lambda b: b[0])
+    merged: list[tuple[int, int, list[MessageGroup]]] = []
+    for first, last, group in bounds:
+        if merged and first <= merged[-1][1]:
+            start, end, held = merged[-1]
+            merged[-1] = (start, max(end, last), [*held, group])
+        else:
+            merged.append((first, last, [group]))
+    spans: list[tuple[range, list[MessageGroup]]] = []
+    position = 0
+    for first, last, held in merged:
+        spans.extend((range(i, i + 1), []) for i in range(position, first))
+        spans.append((range(first, last + 1), held))
+        position = last + 1
+    spans.extend((range(i, i + 1), []) for i in range(position, count))
+    return spans

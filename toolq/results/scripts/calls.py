@@ -100,11 +100,11 @@ class Create(Script[CreateReply]):
 
 
 class CreateGroup(Script[list[CreateReply]]):
-    """Several queued calls, each as CREATE makes it, and one message for them all.
+    """Consecutive new calls, each as CREATE makes it, and one message per group of them.
 
     ``create_group.lua`` runs ``create.lua``'s own text once per call (as a local function
-    of that call's KEYS and ARGV), then pushes the one message: records and message are
-    written by one script.
+    of that call's KEYS and ARGV), in order, then pushes each group's message: records and
+    messages are written by one script.
     """
 
     file = "create_group.lua"
@@ -120,21 +120,26 @@ class CreateGroup(Script[list[CreateReply]]):
         self,
         *,
         keys: Keys,
-        queue: str,
-        message: str,
         now: str,
-        members: Sequence[tuple[str, Invocation[CreateReply]]],
+        messages: Sequence[tuple[str, str]],
+        members: Sequence[tuple[str, int, Invocation[CreateReply]]],
     ) -> Invocation[list[CreateReply]]:
-        """An invocation for ``(call_id, CREATE invocation without a message)`` members."""
-        call_keys: list[str] = [queue, keys.queue_pushes(queue), keys.queued, keys.unsent]
-        args: list[Any] = [message, now, len(members)]
-        for call_id, member in members:
+        """An invocation for ``(queue, message)`` groups and ``(call_id, group, CREATE)``.
+
+        ``group`` numbers the call's message from 1 (its CREATE then has no message of its
+        own); 0 leaves the call's CREATE as it is.
+        """
+        call_keys: list[str] = [keys.queued, keys.unsent]
+        for queue, _ in messages:
+            call_keys.extend([queue, keys.queue_pushes(queue)])
+        args: list[Any] = [now, len(messages), len(members), *(m for _, m in messages)]
+        for call_id, group, member in members:
             call_keys.extend([keys.call(call_id), *member.keys])
-            args.extend([call_id, len(member.keys), len(member.args), *member.args])
+            args.extend([call_id, group, len(member.keys), len(member.args), *member.args])
         return self.invoke(call_keys, args)
 
     def parse(self, reply: Any) -> list[CreateReply]:
-        """One typed CREATE outcome per member."""
+        """One typed CREATE outcome per call."""
         return [CREATE.parse(item) for item in reply]
 
 
