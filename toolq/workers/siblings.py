@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+IDLE_SECONDS = 60.0
+"""A sibling thread idle this long ends (the next busy moment starts new ones)."""
 LOOP_HELPER_THREADS = 256
 """Threads of the loop's default executor (``asyncio.to_thread``: retry back-off waits)."""
 
@@ -39,15 +41,24 @@ class Threads:
         with self._lock:
             spawn = self._idle == 0
             if not spawn:
-                self._idle -= 1
-        self._work.put((future, func, args))
+                self._idle -= 1  # that thread's, with the work below
+            self._work.put((future, func, args))
         if spawn:
             threading.Thread(target=self._serve, name=self.name, daemon=True).start()
         return future
 
     def _serve(self) -> None:
         while True:
-            future, func, args = self._work.get()
+            try:
+                future, func, args = self._work.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # Work and its reservation are put together under the lock: with no
+                    # work waiting, this thread is one of the idle ones, and may go.
+                    if self._work.empty():
+                        self._idle -= 1
+                        return
+                continue
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(func(*args))
