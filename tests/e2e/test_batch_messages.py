@@ -109,9 +109,9 @@ def test_async_siblings_share_one_event_loop(client: Client, workers: Workers, p
     workers.start("safe", pool=pool, concurrency=1)
     wide = settings.model_copy(update={"calls_per_message": 100})
     with Client(registry, wide) as c:
-        batch = c.dispatch(
-            [{"id": f"a{i}", "name": "async_sleeper", "arguments": {"seconds": 1}} for i in range(100)]
-        )
+        naps = [{"id": f"a{i}", "name": "async_sleeper", "arguments": {"seconds": 1}}
+                for i in range(100)]  # fmt: skip
+        batch = c.dispatch(naps)
         start = time.monotonic()
         results = batch.wait(timeout=30)
     elapsed = time.monotonic() - start
