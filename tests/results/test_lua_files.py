@@ -105,8 +105,8 @@ def test_states_events_and_error_types_come_from_models_and_errors():
             assert state in undo_states, (script.file, state)
         for word in found("compared", re.findall(r"[=~]= '([a-z_]+)'", source)):
             # CREATE_GROUP reads the replies of the CREATE it runs per call
-            create_outcomes = set(scripts.CREATE.outcomes) if script is scripts.CREATE_GROUP else set()
-            assert word in statuses | undo_states | decisions | create_outcomes, (script.file, word)
+            replies = set(scripts.CREATE.outcomes) if script is scripts.CREATE_GROUP else set()
+            assert word in statuses | undo_states | decisions | replies, (script.file, word)
         for outcome in found("audit", re.findall(r"(?:audit\(|'outcome', )'([a-z:_]+)'", source)):
             assert outcome in audit_outcomes, (script.file, outcome)
         for code in re.findall(r'"error_type":\s*"(\w+)"', source):
