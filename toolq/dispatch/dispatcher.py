@@ -20,6 +20,7 @@ Secret argument values are stored encrypted (``SecretBox``); a call that will no
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -140,7 +141,8 @@ class Dispatcher:
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
-        replies = self.store.create_many(new_calls, self._groups(new_calls))
+        new_calls, groups = self._messages(new_calls)
+        replies = self.store.create_many(new_calls, groups)
         if any(outcome == "not_owner" for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
@@ -206,34 +208,34 @@ class Dispatcher:
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
         return rules
 
-    def _groups(self, calls: list[NewCall]) -> list[MessageGroup]:
-        """One message per group of queued calls of one risk and time limit.
+    def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
+        """The queued calls' messages: one per group of calls of one risk and time limit.
 
         Groups are formed among ``calls_per_message`` consecutive calls; a call left alone
-        keeps its own message (``toolq.execute``). The script that creates a group creates
+        gets its own message (``toolq.execute``). The script that creates a group creates
         the calls between its members too, so calls are created in dispatch order.
         """
         size = self.settings.calls_per_message
-        if size < 2:
-            return []
+        calls = list(calls)
         groups = []
         for window in range(0, len(calls), size):
             by_route: dict[tuple[str, float | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
-                call = calls[i]
-                if call.status is CallStatus.QUEUED and call.message is not None:
-                    by_route.setdefault((call.envelope.risk.value, call.timeout), []).append(i)
+                if calls[i].status is CallStatus.QUEUED:
+                    route = (calls[i].envelope.risk.value, calls[i].timeout)
+                    by_route.setdefault(route, []).append(i)
             for members in by_route.values():
-                if len(members) < 2:
-                    continue
                 first = calls[members[0]]
-                queue, message = self.publisher.batch_message(
-                    [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members],
-                    first.envelope.risk,
-                    first.timeout,
-                )
-                groups.append(MessageGroup(tuple(members), queue, message))
-        return groups
+                risk, timeout = first.envelope.risk, first.timeout
+                if len(members) == 1:
+                    env = first.envelope
+                    message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
+                    calls[members[0]] = dataclasses.replace(first, message=message)
+                    continue
+                carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
+                queue, batch = self.publisher.batch_message(carried, risk, timeout)
+                groups.append(MessageGroup(tuple(members), queue, batch))
+        return calls, groups
 
     def _prepare(
         self,
@@ -359,7 +361,6 @@ class Dispatcher:
             idempotent=tool.idempotent,
             timeout=timeout,
             idempotency_key=key,
-            message=self.publisher.message(envelope.call_id, tool.risk, timeout, envelope.run_id),
             fields={"approval": dumps(signed)} if signed is not None else None,
             admin=admin,
         )
