@@ -1,4 +1,4 @@
-"""Tool registry used by end-to-end tests (loaded by real worker processes)."""
+"""Tool registry of the end-to-end tests (worker processes and in-process test workers)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ registry = ToolRegistry()
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLQ_REDIS_URL"])
+    return redis.Redis.from_url(
+        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
+    )
 
 
 def record(ctx: ToolContext, tag: str = "") -> int:

@@ -56,5 +56,7 @@ def count(items: list[object]) -> dict[str, int]:
 @registry.tool(risk=RiskLevel.DANGEROUS)
 def ship(label: str, ctx: ToolContext) -> dict[str, str]:
     """Ship a parcel (needs approval); records the execution in Redis."""
-    redis.Redis.from_url(os.environ["TOOLQ_REDIS_URL"]).rpush("test:shipped", label)
+    redis.Redis.from_url(
+        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
+    ).rpush("test:shipped", label)
     return {"shipped": label}

@@ -26,8 +26,10 @@ import redis
 
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
+from toolq.cli.common import load_registry
 from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
+from toolq.testing import TestWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = ""
@@ -67,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
             client.close()
         REDIS_URL = given
         return
+    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # pytest-xdist's controller runs no tests; each of its workers starts its own
     server = EmbeddedRedis(password=secrets.token_urlsafe(16))
     server.start()
     config.add_cleanup(server.stop)
@@ -141,9 +145,11 @@ class Workers:
             loglevel,
             *(["--prefetch", str(prefetch)] if prefetch else []),
         ]
-        out = open(log, "ab") if log is not None else None  # noqa: SIM115 - child keeps it
+        out = open(log, "ab") if log is not None else None  # noqa: SIM115
         proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,
                                 stdout=out, stderr=subprocess.STDOUT if out else None)
+        if out is not None:
+            out.close()  # the child has its own copy
         self.procs.append(proc)
         if wait:
             self.wait_ready([RiskLevel.parse(x) for x in risk.split(",")], proc)
@@ -178,6 +184,79 @@ def workers(settings: Settings) -> Iterator[Workers]:
     manager = Workers(settings)
     yield manager
     manager.stop_all()
+
+
+def settings_with_env(base: Settings, env: dict[str, str]) -> Settings:
+    """``base`` with the fields ``env`` names read from it as ``TOOLQ_*`` variables."""
+    named = {key.removeprefix("TOOLQ_").lower() for key in env}
+    kept = {k: v for k, v in base.model_dump().items() if k not in named}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        return Settings(**kept)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class InProcess:
+    """``toolq.testing.TestWorker``s for a test, closed at teardown (the in-process twin of
+    ``Workers``: the same ``start`` for tests that do not need a process boundary).
+
+    Tests using it import other test modules at module level, never inside the test:
+    CPython 3.11.7's ``ast`` module keeps one process-wide recursion counter, and pytest's
+    assertion rewriting (parsing an imported test module) racing a worker thread that
+    formats a traceback (``ast.parse`` for its caret lines) fails with "AST constructor
+    recursion depth mismatch".
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.made: list[TestWorker] = []
+
+    def worker(
+        self, risk: str = "safe,moderate,dangerous", *, app: str = "tests.apps:registry",
+        env: dict[str, str] | None = None, **overrides: object,
+    ) -> TestWorker:
+        """A worker (not started) for ``risk``; ``Settings`` fields overridden by ``overrides``
+        and by ``env`` (``TOOLQ_*`` strings, parsed as a worker process parses them)."""
+        settings = settings_with_env(self.settings, env) if env else self.settings
+        if overrides:
+            settings = settings.model_copy(update=overrides)
+        worker = TestWorker(
+            settings, load_registry(app), levels=[RiskLevel.parse(x) for x in risk.split(",")]
+        )
+        self.made.append(worker)
+        return worker
+
+    def start(
+        self, risk: str = "safe,moderate,dangerous", *, concurrency: int = 2,
+        app: str = "tests.apps:registry", env: dict[str, str] | None = None,
+        **overrides: object,
+    ) -> TestWorker:
+        """A worker draining in ``concurrency`` threads, with maintenance, until teardown."""
+        worker = self.worker(risk, app=app, env=env, **overrides)
+        worker.start(concurrency)
+        return worker
+
+    def stop_all(self) -> None:
+        """Stop every started worker (as ``Workers.stop_all``: running calls finish first)."""
+        for worker in self.made:
+            worker.stop()
+
+    def close_all(self) -> None:
+        for worker in self.made:
+            worker.close()
+
+
+@pytest.fixture
+def inproc(settings: Settings) -> Iterator[InProcess]:
+    manager = InProcess(settings)
+    yield manager
+    manager.close_all()
 
 
 @pytest.fixture

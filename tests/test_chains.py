@@ -1,4 +1,4 @@
-"""ToolChain: paths, validation, and chains whose steps run on real workers."""
+"""ToolChain: paths, validation, and chains whose steps run on an in-process worker."""
 
 from __future__ import annotations
 
@@ -155,8 +155,8 @@ def test_validate_catches_unknown_tools_bad_mappings_and_keys(chain_client, r):
 
 
 @pytest.mark.e2e
-def test_three_steps_with_nested_and_list_mappings(chain_client, workers):
-    workers.start(TOOLQ_APP=APP)
+def test_three_steps_with_nested_and_list_mappings(chain_client, inproc):
+    inproc.start(app=APP)
     result = label_chain(chain_client).execute({"user_id": "u1"}, run_id="labels", timeout=60)
     assert result.success, result.errors
     assert result.run_id == "labels"
@@ -174,8 +174,8 @@ def test_three_steps_with_nested_and_list_mappings(chain_client, workers):
 
 
 @pytest.mark.e2e
-def test_a_missing_path_is_a_clear_step_error(chain_client, workers):
-    workers.start(TOOLQ_APP=APP)
+def test_a_missing_path_is_a_clear_step_error(chain_client, inproc):
+    inproc.start(app=APP)
     chain = (
         ToolChain(chain_client)
         .add_step(ChainStep("lookup_user"))
@@ -193,8 +193,8 @@ def test_a_missing_path_is_a_clear_step_error(chain_client, workers):
 
 
 @pytest.mark.e2e
-def test_stop_on_failure_true_and_false(chain_client, workers):
-    workers.start(TOOLQ_APP=APP)
+def test_stop_on_failure_true_and_false(chain_client, inproc):
+    inproc.start(app=APP)
     chain = (
         ToolChain(chain_client)
         .add_step(ChainStep("explode", {"message": "why"}))
@@ -214,8 +214,8 @@ def test_stop_on_failure_true_and_false(chain_client, workers):
 
 
 @pytest.mark.e2e
-def test_chain_waits_for_approval_and_continues(chain_client, workers, r):
-    workers.start(TOOLQ_APP=APP)
+def test_chain_waits_for_approval_and_continues(chain_client, inproc, r):
+    inproc.start(app=APP)
     chain = label_chain(chain_client).add_step(ChainStep("ship", {"label": "label"}))
     thread, out = run_in_thread(chain, initial_input={"user_id": "u1"}, run_id="parcel", timeout=60)
     [request] = wait_pending(chain_client, "parcel")
@@ -233,8 +233,8 @@ def test_chain_waits_for_approval_and_continues(chain_client, workers, r):
 
 
 @pytest.mark.e2e
-def test_a_denied_step_fails_the_chain_with_the_reason(chain_client, workers, r):
-    workers.start(TOOLQ_APP=APP)
+def test_a_denied_step_fails_the_chain_with_the_reason(chain_client, inproc, r):
+    inproc.start(app=APP)
     chain = (
         ToolChain(chain_client)
         .add_step(ChainStep("ship", {"label": "label"}))
@@ -254,8 +254,8 @@ def test_a_denied_step_fails_the_chain_with_the_reason(chain_client, workers, r)
 
 
 @pytest.mark.e2e
-def test_timeout_cancels_a_step_still_waiting_for_approval(chain_client, workers, r):
-    workers.start(TOOLQ_APP=APP)
+def test_timeout_cancels_a_step_still_waiting_for_approval(chain_client, inproc, r):
+    inproc.start(app=APP)
     chain = ToolChain(chain_client).add_step(ChainStep("ship", {"label": "label"}))
     result = chain.execute({"label": "x"}, run_id="impatient", timeout=1)
     assert not result.success
@@ -269,8 +269,8 @@ def test_timeout_cancels_a_step_still_waiting_for_approval(chain_client, workers
 
 
 @pytest.mark.e2e
-def test_same_chain_id_resumes_instead_of_running_twice(chain_client, workers):
-    workers.start(TOOLQ_APP=APP)
+def test_same_chain_id_resumes_instead_of_running_twice(chain_client, inproc):
+    inproc.start(app=APP)
     chain = label_chain(chain_client)
     first = chain.execute({"user_id": "u1"}, run_id="resume", chain_id="c1", timeout=60)
     again = chain.execute({"user_id": "u1"}, run_id="resume", chain_id="c1", timeout=60)

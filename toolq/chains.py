@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 from pydantic.dataclasses import dataclass
 
-from toolq.errors import ToolDeniedError, ToolqError, WaitTimeoutError
+from toolq.errors import ToolDeniedError, ToolqError, ToolTimeoutError, WaitTimeoutError
 from toolq.models import CallResult, CallStatus
 
 if TYPE_CHECKING:
@@ -338,7 +338,7 @@ class ToolChain:
                 note += " and has been cancelled"
             else:
                 note += "; cancel requested"
-            return stopped.model_copy(update={"error": note, "error_type": "timeout"})
+            return stopped.model_copy(update={"error": note, "error_type": ToolTimeoutError.code})
 
     def _arguments(self, step: ChainStep, context: dict[str, Any]) -> dict[str, Any]:
         if step.input_mapping:

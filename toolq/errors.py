@@ -14,6 +14,7 @@
     ├── ToolExecutionError          the handler failed
     │   ├── ToolTimeoutError        the handler ran past its time limit
     │   ├── InvalidOutputError      the output does not match the output schema
+    │   ├── ToolFailureError        the handler returned ``ToolOutput.fail``
     │   └── WorkerLostError         the worker died while running a non-idempotent call
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
@@ -32,9 +33,12 @@
     │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
     ├── OverloadedError             a configured capacity is reached; retry later
     ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
+    ├── InternalError               toolq itself failed while running a call (a bug)
     └── AmbiguousIdError            a call id prefix that matches more than one call
 
-Each error has a stable ``code`` for APIs and survives pickling.
+Each error has a stable ``code`` for APIs and survives pickling. The codes are also the
+``error_type`` values toolq stores on failed calls (a handler's own exception is stored under
+its class name): Python code names them as ``SomeError.code``, never as a string literal.
 """
 
 from __future__ import annotations
@@ -128,6 +132,12 @@ class InvalidOutputError(ToolExecutionError):
     """The handler's output does not match the tool's output schema."""
 
     code = "invalid_output"
+
+
+class ToolFailureError(ToolExecutionError):
+    """The handler returned ``ToolOutput.fail(...)``: a failure it reported itself."""
+
+    code = "tool_failure"
 
 
 class WorkerLostError(ToolExecutionError):
@@ -236,6 +246,12 @@ class RedisUnavailableError(ToolqError):
     """Redis does not answer; nothing was read or written."""
 
     code = "redis_unavailable"
+
+
+class InternalError(ToolqError):
+    """toolq itself failed while running a call; the call fails with this code (a bug)."""
+
+    code = "internal_error"
 
 
 class AmbiguousIdError(ToolqError):

@@ -99,11 +99,6 @@ class Keys:
         """Sorted set of recently created calls scored by creation time."""
         return f"{self.prefix}:calls:recent"
 
-    @property
-    def events_channel(self) -> str:
-        """Pub/sub channel announcing any run's activity (dashboard)."""
-        return f"{self.prefix}:events"
-
     def worker(self, hostname: str) -> str:
         """Heartbeat of one worker: its queues, with a TTL."""
         return f"{self.prefix}:worker:{hostname}"
@@ -196,8 +191,3 @@ class Keys:
 
 WEBHOOK_GROUP = "toolq-webhooks"
 """Consumer group of the webhook outbox stream."""
-
-
-def queue_for(risk: RiskLevel | str, prefix: str = "toolq") -> str:
-    """Celery queue name of a risk level."""
-    return Keys(prefix).queue_for(risk)

@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic_core import to_jsonable_python
 
 RpcId = StrictInt | str
 """A JSON-RPC request id as sent: an integer stays an integer, a string stays a string."""
@@ -53,7 +54,7 @@ class ProviderFormat(StrEnum):
 
 
 class CallStatus(StrEnum):
-    """Where a call is in its life; the last five are final."""
+    """Where a call is in its life; the final ones are ``FINAL_STATUSES``."""
 
     QUEUED = "queued"
     AWAITING_APPROVAL = "awaiting_approval"
@@ -68,17 +69,6 @@ class CallStatus(StrEnum):
     def is_final(self) -> bool:
         """True once the call can no longer change state."""
         return self in FINAL_STATUSES
-
-
-FINAL_STATUSES = frozenset(
-    {
-        CallStatus.SUCCEEDED,
-        CallStatus.FAILED,
-        CallStatus.DENIED,
-        CallStatus.EXPIRED,
-        CallStatus.CANCELLED,
-    }
-)
 
 
 class EventType(StrEnum):
@@ -98,6 +88,53 @@ class EventType(StrEnum):
     PREVIEWED = "call.previewed"
     UNDONE = "call.undone"
     UNDO_FAILED = "call.undo_failed"
+
+    @property
+    def is_final(self) -> bool:
+        """True for the event that records a call's final state (its data has that status)."""
+        return self in FINAL_EVENTS
+
+
+FINAL_EVENT_OF = {
+    CallStatus.SUCCEEDED: EventType.SUCCEEDED,
+    CallStatus.FAILED: EventType.FAILED,
+    CallStatus.DENIED: EventType.DENIED,
+    CallStatus.EXPIRED: EventType.EXPIRED,
+    CallStatus.CANCELLED: EventType.CANCELLED,
+}
+"""The final states and, for each, the one event that records it: the one definition of
+"final" (``CallStatus.is_final``, ``EventType.is_final`` and every waiter use it)."""
+FINAL_STATUSES = frozenset(FINAL_EVENT_OF)
+FINAL_EVENTS = frozenset(FINAL_EVENT_OF.values())
+
+
+class AuditOutcome(StrEnum):
+    """``outcome`` of an audit stream entry; a refused attempt is ``refused(reason)``."""
+
+    APPROVED = "approved"
+    APPROVED_PARTIAL = "approved:partial"
+    """One approval of a quorum that still needs more."""
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+    @staticmethod
+    def refused(reason: str) -> str:
+        """``refused:<reason>``: an error code, the call's state, or a ``REFUSED_*`` reason."""
+        return f"refused:{reason}"
+
+
+REFUSED_STICKY_UNDER_QUORUM = "sticky_under_quorum"
+"""Refusal reason: an ``always`` approval of a call that needs more than one approver."""
+REFUSED_SAME_APPROVER = "same_approver"
+"""Refusal reason: a second approval of one call by the same approver."""
+
+
+class PreviewState(StrEnum):
+    """``preview_state`` of a parked call whose tool has a preview: pending → ready | failed."""
+
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
 
 
 class UndoState(StrEnum):
@@ -203,6 +240,13 @@ class ToolOutput(BaseModel):
     def text(cls, text: str) -> ToolOutput:
         """A successful output made of one text block."""
         return cls(content=[TextContent(text=text)])
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-able copy of a handler's value: models dumped, dates ISO, unknown types as text."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)
 
 
 class CallResult(BaseModel):

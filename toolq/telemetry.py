@@ -17,13 +17,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from toolq.models import CallStatus
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from toolq.models import CallEnvelope, CallResult, CallStatus
 
 TRACER_NAME = "toolq"
-CARRIER_FIELDS = ("traceparent", "tracestate")
 
 
 class DispatchedCall(Protocol):
@@ -174,7 +175,7 @@ class CallSpan:
         self.span.set_attribute("toolq.attempts", result.attempts)
         if result.error_type:
             self.span.set_attribute("toolq.error_type", result.error_type)
-        if result.status.value != "succeeded":
+        if result.status is not CallStatus.SUCCEEDED:
             from opentelemetry.trace import Status, StatusCode
 
             self.span.set_status(Status(StatusCode.ERROR, result.error or result.status.value))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conftest import Workers, make_settings
+from tests.conftest import InProcess, make_settings
 from toolq import Client
 from toolq.approvals.policy import digest_arguments
 from toolq.signing import generate_pair
@@ -40,9 +40,9 @@ def approver(pair: Pair, r: redis.Redis) -> Iterator[Client]:
         yield c
 
 
-def start_verifying(workers: Workers, verify: str, **env: str) -> None:
-    """Real `toolq worker` processes that verify approvals with ``verify``."""
-    workers.start(TOOLQ_APPROVAL_VERIFY_KEYS=verify, **env)
+def start_verifying(inproc: InProcess, verify: str, **overrides: object) -> None:
+    """An in-process worker that verifies approvals with ``verify`` (``Settings`` overrides)."""
+    inproc.start(approval_verify_keys=verify, **overrides)
 
 
 def executions(r: redis.Redis, call_id: str) -> int:

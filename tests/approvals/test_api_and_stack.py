@@ -28,10 +28,10 @@ def h(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def test_quorum_over_http_runs_only_what_both_approved(pair, workers, r):
+def test_quorum_over_http_runs_only_what_both_approved(pair, inproc, r):
     from tests.apps import registry
 
-    start_verifying(workers, pair.verify, TOOLQ_DANGEROUS_APPROVALS="2")
+    start_verifying(inproc, pair.verify, dangerous_approvals=2)
     settings = make_settings(approval_signing_key=pair.signing, dangerous_approvals=2)
     for api in serve(create_app(settings, registry, tokens=TOKENS)):
         sent = httpx.post(

@@ -25,9 +25,9 @@ def verify_audit(settings, verify: str):
     return done.returncode, json.loads(done.stdout)
 
 
-def test_verify_audit_counts_and_detects_tampering(pair, workers, r):
+def test_verify_audit_counts_and_detects_tampering(pair, inproc, r):
     strict = deciding_client(pair, approvers={"alice": ["dangerous"], "bob": ["moderate"]})
-    start_verifying(workers, pair.verify)
+    start_verifying(inproc, pair.verify)
     batch = strict.dispatch(
         call("wipe", "a1", target="x") + call("wipe", "a2", target="y") +
         call("wipe", "a3", target="z"), principal="agent"

@@ -2,7 +2,7 @@
 
 An edit by one approver replaces the arguments and resets the others' approvals; they must
 approve the edited version, bound to its digest. Tested in both orders, through the Client,
-with real verifying workers that also require two approvers.
+with a verifying in-process worker that also requires two approvers.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def two(pair, r):
 
 
 @pytest.fixture
-def verifying(workers, pair):
-    start_verifying(workers, pair.verify, TOOLQ_DANGEROUS_APPROVALS="2")
-    return workers
+def verifying(inproc, pair):
+    start_verifying(inproc, pair.verify, dangerous_approvals=2)
+    return inproc
 
 
 def test_first_approver_edits_then_second_approves_the_edit(two, verifying, r):

@@ -1,8 +1,8 @@
 """Workers run a gated call only with a valid signed approval for exactly what they run.
 
 Each test performs the attack for real: a plain Redis client (what anyone holding the Redis
-password has) rewrites records, and real `toolq worker` processes with
-TOOLQ_APPROVAL_VERIFY_KEYS must refuse. ``test:exec:<call_id>`` is the ground truth of
+password has) rewrites records, and a worker with TOOLQ_APPROVAL_VERIFY_KEYS (in-process:
+the worker's own task code) must refuse. ``test:exec:<call_id>`` is the ground truth of
 whether a handler ran.
 """
 
@@ -20,6 +20,7 @@ from tests.approvals.conftest import (
     forge_queued,
     start_verifying,
 )
+from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from toolq import CallStatus, EventType
 
 pytestmark = pytest.mark.e2e
@@ -42,8 +43,8 @@ def assert_refused(client, r, call_id: str, reason: str, *, approved: bool = Fal
     assert (EventType.APPROVED in types) is approved
 
 
-def test_forged_queued_record_with_own_arguments_never_runs(approver, workers, r, pair):
-    start_verifying(workers, pair.verify)
+def test_forged_queued_record_with_own_arguments_never_runs(approver, inproc, r, pair):
+    start_verifying(inproc, pair.verify)
     batch = approver.dispatch(call("wipe", "f1", target="prod"), principal="agent")
     call_id = batch.call_ids[0]
     assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL
@@ -53,7 +54,7 @@ def test_forged_queued_record_with_own_arguments_never_runs(approver, workers, r
     assert executions(r, call_id) == 0
 
 
-def test_arguments_rewritten_after_a_valid_approval_are_refused(approver, workers, r, pair):
+def test_arguments_rewritten_after_a_valid_approval_are_refused(approver, inproc, r, pair):
     batch = approver.dispatch(call("wipe", "f2", target="staging"), principal="agent")
     call_id = batch.call_ids[0]
     approver.approvals.approve(call_id, by="alice")  # no worker yet: the call waits queued
@@ -61,12 +62,12 @@ def test_arguments_rewritten_after_a_valid_approval_are_refused(approver, worker
     envelope = json.loads(r.hget(key, "envelope"))
     envelope["arguments"] = {"target": "production"}
     r.hset(key, "envelope", json.dumps(envelope))
-    start_verifying(workers, pair.verify)
+    start_verifying(inproc, pair.verify)
     assert_refused(approver, r, call_id, "arguments differ from the ones approved", approved=True)
 
 
-def test_signature_replayed_from_another_call_is_refused(approver, workers, r, pair):
-    start_verifying(workers, pair.verify)
+def test_signature_replayed_from_another_call_is_refused(approver, inproc, r, pair):
+    start_verifying(inproc, pair.verify)
     first = approver.dispatch(call("wipe", "f3", target="x"), principal="agent", run_id="rp")
     approver.approvals.approve(first.call_ids[0], by="alice")
     assert first.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
@@ -77,16 +78,16 @@ def test_signature_replayed_from_another_call_is_refused(approver, workers, r, p
     assert_refused(approver, r, call_id, "belongs to another call")
 
 
-def test_signature_by_an_unknown_key_is_refused(workers, r, pair):
-    start_verifying(workers, pair.verify)
-    with deciding_client(Pair()) as rogue:  # signs with a key the workers do not trust
+def test_signature_by_an_unknown_key_is_refused(inproc, r, pair):
+    start_verifying(inproc, pair.verify)
+    with deciding_client(Pair()) as rogue:  # signs with a key the inproc do not trust
         batch = rogue.dispatch(call("wipe", "f5", target="x"), principal="agent")
         rogue.approvals.approve(batch.call_ids[0], by="alice")
         assert_refused(rogue, r, batch.call_ids[0], "not made by a trusted key", approved=True)
 
 
-def test_forged_run_rules_do_not_let_a_gated_call_run(approver, workers, r, pair):
-    start_verifying(workers, pair.verify)
+def test_forged_run_rules_do_not_let_a_gated_call_run(approver, inproc, r, pair):
+    start_verifying(inproc, pair.verify)
     r.set("toolq:run:forged-always:settings", json.dumps({"always_approve": ["wipe"]}))
     r.set("toolq:run:forged-auto:settings", json.dumps({"mode": "auto"}))
     # A genuinely signed sticky rule, copied raw onto a third run.
@@ -105,8 +106,8 @@ def test_forged_run_rules_do_not_let_a_gated_call_run(approver, workers, r, pair
         assert_refused(approver, r, batch.call_ids[0], reason)
 
 
-def test_properly_approved_calls_still_run(approver, workers, r, pair):
-    start_verifying(workers, pair.verify)
+def test_properly_approved_calls_still_run(approver, inproc, r, pair):
+    start_verifying(inproc, pair.verify)
     plain = approver.dispatch(call("wipe", "ok1", target="a"), principal="agent", run_id="ok")
     approver.approvals.approve(plain.call_ids[0], by="alice")
     edited = approver.dispatch(call("wipe", "ok2", target="prod"), principal="agent", run_id="ok")
@@ -126,9 +127,9 @@ def test_properly_approved_calls_still_run(approver, workers, r, pair):
         assert executions(r, batch.call_ids[0]) == 1
 
 
-def test_rotation_accepts_either_key_and_refuses_a_retired_one(workers, r):
+def test_rotation_accepts_either_key_and_refuses_a_retired_one(inproc, r):
     old, new, retired = Pair(), Pair(), Pair()
-    workers.start(TOOLQ_APPROVAL_VERIFY_KEYS=f"{old.verify},{new.verify}")
+    inproc.start(approval_verify_keys=f"{old.verify},{new.verify}")
     ran = []
     for n, keys in enumerate((old, new)):
         with deciding_client(keys) as c:
@@ -145,7 +146,6 @@ def test_rotation_accepts_either_key_and_refuses_a_retired_one(workers, r):
 def test_worker_without_verify_keys_warns_and_check_reports_it(
     approver, workers, r, tmp_path, wait_for
 ):
-    from tests.cli.test_cli import toolq
 
     log = tmp_path / "worker.log"
     workers.start("safe", log=log)
@@ -155,10 +155,10 @@ def test_worker_without_verify_keys_warns_and_check_reports_it(
     assert "does not verify signed approvals" in done.stderr
 
 
-def test_sealed_secret_arguments_verify_as_stored(approver, workers, r, pair):
+def test_sealed_secret_arguments_verify_as_stored(approver, inproc, r, pair):
     # Secrets are sealed in Redis: the digest covers the ciphertext, the predicate and the
     # handler see the plaintext. Plain and edited approvals (secret kept masked) still run.
-    start_verifying(workers, pair.verify)
+    start_verifying(inproc, pair.verify)
     plain = approver.dispatch(call("login", "s1", user="ann", password="hunter2"),
                               principal="agent")
     stored = json.loads(r.hget(f"toolq:call:{plain.call_ids[0]}", "envelope"))

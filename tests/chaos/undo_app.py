@@ -14,7 +14,9 @@ registry = ToolRegistry()
 
 def _slow_undo(undo_data: dict[str, object]) -> None:
     """Record the start (``test:undo:<call>``), sleep, record the end (``test:undone:<call>``)."""
-    client = redis.Redis.from_url(os.environ["TOOLQ_REDIS_URL"])
+    client = redis.Redis.from_url(
+        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
+    )
     call_id = str(undo_data["call_id"])
     client.rpush(f"test:undo:{call_id}", str(os.getpid()))
     time.sleep(float(str(undo_data["seconds"])))

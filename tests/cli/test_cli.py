@@ -67,8 +67,8 @@ def test_check_exit_codes(settings, workers):
     assert missing.returncode == 1 and "toolq.dangerous" in missing.stderr
 
 
-def test_dispatch_tail_and_approvals(settings, workers):
-    workers.start()
+def test_dispatch_tail_and_approvals(settings, inproc):
+    inproc.start()
     payload = json.dumps(
         [
             {"id": "c1", "name": "echo", "arguments": {"text": "hi"}},
@@ -210,11 +210,11 @@ def test_demo_runs_on_an_embedded_redis(tmp_path):
     assert CallStatus.SUCCEEDED.value in done.stdout
 
 
-def test_approvals_show_diff_and_approve_with_edited_args(settings, workers, tmp_path, wait_for):
+def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_path, wait_for):
     from tests.apps import registry
     from toolq import Client
 
-    workers.start()
+    inproc.start()
     target = tmp_path / "a.txt"
     target.write_text("one\n")
     with Client(registry, settings) as client:

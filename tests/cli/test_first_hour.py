@@ -180,8 +180,8 @@ def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, wor
         assert results[0].output == "wiped one"
 
 
-def test_dispatch_wait_prints_what_it_has_on_timeout(settings, workers):
-    workers.start(pool="threads")
+def test_dispatch_wait_prints_what_it_has_on_timeout(settings, inproc):
+    inproc.start()
     payload = json.dumps(
         [
             {"id": "c1", "name": "echo", "arguments": {"text": "hi"}},

@@ -1,4 +1,4 @@
-"""The HTTP API over real HTTP: uvicorn on a free port, real Redis, real workers."""
+"""The HTTP API over real HTTP: uvicorn on a free port, real Redis, an in-process worker."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def test_health_tools_docs_and_auth(api, r):
     assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
 
 
-def test_dispatch_wait_messages_and_idempotency(api, workers):
-    workers.start()
+def test_dispatch_wait_messages_and_idempotency(api, inproc):
+    inproc.start()
     body = {
         "role": "assistant",
         "content": [
@@ -129,8 +129,8 @@ def read_sse(response: httpx.Response, count: int) -> list[tuple[str, str, dict]
     return frames
 
 
-def test_sse_stream_and_resume_with_last_event_id(api, workers):
-    workers.start()
+def test_sse_stream_and_resume_with_last_event_id(api, inproc):
+    inproc.start()
     httpx.post(
         f"{api}/v1/runs/run-s/calls", json=calls(("c", "countdown", {"n": 3})), headers=h("agent-t")
     )
@@ -170,8 +170,8 @@ def test_sse_stream_and_resume_with_last_event_id(api, workers):
     assert [f[1] for f in received] == ["call.queued", "call.started", "call.succeeded"]
 
 
-def test_approvals_roles_self_approval_edits_cancel_undo(api, workers, tmp_path):
-    workers.start()
+def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
+    inproc.start()
     posted = httpx.post(
         f"{api}/v1/runs/run-p/calls",
         headers=h("agent-t"),
@@ -287,8 +287,8 @@ def test_limits_refuse_with_4xx_and_write_nothing(api, r):
     assert r.dbsize() == before  # nothing was written for any refused request
 
 
-def test_metrics(api, workers):
-    workers.start()
+def test_metrics(api, inproc):
+    inproc.start()
     httpx.post(
         f"{api}/v1/runs/m/calls",
         json=calls(("a", "echo", {"text": "x"}), ("b", "wipe", {"target": "t"})),

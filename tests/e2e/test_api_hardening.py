@@ -396,9 +396,9 @@ def test_access_log_of_toolq_api_holds_no_token_or_ticket(settings, tmp_path):
     assert ADMIN not in text and ticket not in text and "ticket=" not in text
 
 
-def test_streams_survive_a_killed_subscription(api, workers, r):
+def test_streams_survive_a_killed_subscription(api, inproc, r):
     """The hub re-subscribes after its pub/sub connection is killed; streams lose nothing."""
-    workers.start("safe")
+    inproc.start("safe")
     url = f"{api}/v1/runs/killed/events"
     got: list[str] = []
 

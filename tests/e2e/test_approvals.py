@@ -1,4 +1,4 @@
-"""Approvals end to end: parking, racing deciders, deadlines, policy, audit, preview, undo."""
+"""Approvals (in-process worker): parking, racing deciders, deadlines, policy, audit, undo."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def new_client(**overrides: object) -> Client:
     return Client(registry, make_settings(**overrides))
 
 
-def test_racing_approvers_give_exactly_one_execution(client, workers, r):
-    workers.start(concurrency=4)
+def test_racing_approvers_give_exactly_one_execution(client, inproc, r):
+    inproc.start(concurrency=4)
     trials, racers = 50, 8
     batch = client.dispatch(
         [{"id": f"w{i}", "name": "wipe", "arguments": {"target": str(i)}} for i in range(trials)],
@@ -70,8 +70,8 @@ def test_racing_approvers_give_exactly_one_execution(client, workers, r):
     assert len(approved) == trials
 
 
-def test_deadline_approve_in_time_and_too_late(client, workers, r):
-    workers.start()
+def test_deadline_approve_in_time_and_too_late(client, inproc, r):
+    inproc.start()
     early = client.dispatch(call("hurry", "h1"))
     client.approvals.approve(early.call_ids[0], by="alice")  # well before the 1 s deadline
     assert early.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
@@ -84,11 +84,11 @@ def test_deadline_approve_in_time_and_too_late(client, workers, r):
     assert executions(r, late.call_ids[0]) == 0
 
 
-def test_expiry_without_sweeper_happens_once_one_runs(client, workers, r):
+def test_expiry_without_sweeper_happens_once_one_runs(client, inproc, r):
     batch = client.dispatch(call("hurry", "h3"))
     time.sleep(1.5)  # past the deadline, and no worker (so no sweeper) is running
     assert client.result(batch.call_ids[0]).status is CallStatus.AWAITING_APPROVAL
-    workers.start()
+    inproc.start()
     [result] = batch.wait(timeout=10)
     assert result.status is CallStatus.EXPIRED
     assert "approval expired" in (result.error or "")
@@ -101,27 +101,27 @@ def test_expiry_without_sweeper_happens_once_one_runs(client, workers, r):
     assert (batch.call_ids[0], "expired") in outcomes
 
 
-def test_pending_calls_survive_restart_of_every_process(workers, r):
+def test_pending_calls_survive_restart_of_every_process(inproc, r):
     first = new_client()
-    workers.start()
+    inproc.start()
     batch = first.dispatch(
         call("wipe", "s1", target="prod") + call("wipe", "s2", target="dev"), run_id="restart-run"
     )
     first.close()
-    workers.stop_all()
+    inproc.stop_all()
     second = new_client()  # a new process: nothing in memory
     pending = second.approvals.pending(run_id="restart-run")
     assert {p.call_id for p in pending} == set(batch.call_ids)
     second.approvals.approve(batch.call_ids[0], by="alice")  # approved while no worker runs
     second.approvals.deny(batch.call_ids[1], by="alice", reason="dev is frozen")
-    workers.start()
+    inproc.start()
     results = second.wait(batch.call_ids, timeout=20)
     assert [x.status for x in results] == [CallStatus.SUCCEEDED, CallStatus.DENIED]
     second.close()
 
 
-def test_edited_arguments_run_and_invalid_ones_are_refused(client, workers, r):
-    workers.start()
+def test_edited_arguments_run_and_invalid_ones_are_refused(client, inproc, r):
+    inproc.start()
     batch = client.dispatch(call("wipe", "e1", target="production"))
     call_id = batch.call_ids[0]
     with pytest.raises(InvalidArgumentsError):
@@ -137,8 +137,8 @@ def test_edited_arguments_run_and_invalid_ones_are_refused(client, workers, r):
     assert shown.original_arguments == {"target": "production"}
 
 
-def test_digest_mismatch_is_refused(client, workers):
-    workers.start()
+def test_digest_mismatch_is_refused(client, inproc):
+    inproc.start()
     batch = client.dispatch(call("wipe", "d1", target="a"))
     call_id = batch.call_ids[0]
     shown = client.approvals.get(call_id)
@@ -150,9 +150,9 @@ def test_digest_mismatch_is_refused(client, workers):
     assert "refused:digest_mismatch" in outcomes and "approved" in outcomes
 
 
-def test_self_approval_and_unauthorised_approvers_are_refused_and_audited(workers, r):
+def test_self_approval_and_unauthorised_approvers_are_refused_and_audited(inproc, r):
     strict = new_client(approvers={"alice": ["safe", "moderate", "dangerous"], "bob": ["moderate"]})
-    workers.start()
+    inproc.start()
     batch = strict.dispatch(call("wipe", "a1", target="x"), principal="alice")
     call_id = batch.call_ids[0]
     with pytest.raises(NotAuthorizedError, match="self approval"):
@@ -169,9 +169,9 @@ def test_self_approval_and_unauthorised_approvers_are_refused_and_audited(worker
     strict.close()
 
 
-def test_two_distinct_approvers_for_dangerous(workers, r):
+def test_two_distinct_approvers_for_dangerous(inproc, r):
     two = new_client(dangerous_approvals=2)
-    workers.start()
+    inproc.start()
     batch = two.dispatch(call("wipe", "t1", target="x"))
     call_id = batch.call_ids[0]
     two.approvals.approve(call_id, by="alice")
@@ -184,7 +184,7 @@ def test_two_distinct_approvers_for_dangerous(workers, r):
     two.close()
 
 
-def test_denial_reason_reaches_the_model(client, workers):
+def test_denial_reason_reaches_the_model(client, inproc):
     batch = client.dispatch(call("wipe", "toolu_1", target="db"), format=None)
     client.approvals.deny(batch.call_ids[0], by="alice", reason="never touch the database")
     [result] = batch.wait(timeout=5)
@@ -197,8 +197,8 @@ def test_denial_reason_reaches_the_model(client, workers):
     assert "never touch the database" in str(block["content"])
 
 
-def test_decide_run_mixes_approvals_and_denials(client, workers):
-    workers.start()
+def test_decide_run_mixes_approvals_and_denials(client, inproc):
+    inproc.start()
     batch = client.dispatch(
         call("wipe", "m1", target="a")
         + call("wipe", "m2", target="b")
@@ -217,8 +217,8 @@ def test_decide_run_mixes_approvals_and_denials(client, workers):
     assert isinstance(again[a], NotAwaitingApprovalError)
 
 
-def test_file_edit_preview_diff_and_undo(client, workers, tmp_path: Path, wait_for):
-    workers.start()
+def test_file_edit_preview_diff_and_undo(client, inproc, tmp_path: Path, wait_for):
+    inproc.start()
     target = tmp_path / "notes.txt"
     target.write_text("hello\nworld\n")
     batch = client.dispatch(
@@ -245,8 +245,8 @@ def test_file_edit_preview_diff_and_undo(client, workers, tmp_path: Path, wait_f
         client.undo(plain.call_ids[0])
 
 
-def test_policy_modes_lists_and_sticky_decisions_survive_restart(workers, r):
-    workers.start()
+def test_policy_modes_lists_and_sticky_decisions_survive_restart(inproc, r):
+    inproc.start()
     first = new_client()
     first.approvals.set_rules("strict-run", mode="strict")
     first.approvals.set_rules("auto-run", mode="auto", by="alice")
@@ -279,8 +279,8 @@ def test_policy_modes_lists_and_sticky_decisions_survive_restart(workers, r):
     third.close()
 
 
-def test_predicate_gating_and_secret_redaction(client, workers, r):
-    workers.start()
+def test_predicate_gating_and_secret_redaction(client, inproc, r):
+    inproc.start()
     small = client.dispatch(call("transfer", "t1", amount=5))
     big = client.dispatch(call("transfer", "t2", amount=500))
     assert small.calls[0].status is CallStatus.QUEUED
@@ -296,7 +296,7 @@ def test_predicate_gating_and_secret_redaction(client, workers, r):
     assert all(b"hunter2" not in v for v in r.xrange("toolq:audit") for v in v[1].values())
 
 
-def test_gating_denies_with_readable_reasons(client, workers):
+def test_gating_denies_with_readable_reasons(client, inproc):
     from tests.apps import registry
 
     batch = client.dispatch(call("publish", "g1", doc="d") + call("offline", "g2"), behavior="chat")
@@ -315,7 +315,7 @@ def test_gating_denies_with_readable_reasons(client, workers):
     assert allowed.calls[0].status is CallStatus.QUEUED
 
 
-def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, workers, r):
+def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, inproc, r):
     batch = client.dispatch(call("wipe", "cr1", target="x"))
     call_id = batch.call_ids[0]
     assert r.llen("toolq.dangerous") == 0  # parked: no message yet
@@ -327,7 +327,7 @@ def test_the_approving_decision_enqueues_the_call_in_the_same_step(client, worke
     # no message, and nothing left for the sweeper to re-send.
     assert client.result(call_id).status is CallStatus.QUEUED
     assert r.llen("toolq.dangerous") == 1 and r.zcard("toolq:unsent") == 0
-    workers.start()
+    inproc.start()
     [result] = batch.wait(timeout=30)
     assert result.status is CallStatus.SUCCEEDED
     assert executions(r, call_id) == 1

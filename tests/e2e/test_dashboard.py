@@ -1,4 +1,4 @@
-"""The ops dashboard in a real browser: uvicorn on a free port, real Redis, real workers.
+"""The ops dashboard in a real browser: uvicorn on a free port, real Redis, an in-process worker.
 
 Needs the ``playwright`` package and a system Chromium at ``/usr/bin/chromium`` (Playwright's
 own browser download is not used). Set ``TOOLQ_DASHBOARD_SCREENSHOTS`` to a directory to
@@ -114,8 +114,8 @@ def screenshot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(folder) / name), full_page=True)
 
 
-def test_overview_endpoint(api, workers):
-    workers.start()
+def test_overview_endpoint(api, inproc):
+    inproc.start()
     echo, wipe, _ = dispatch(
         api,
         "ov",
@@ -153,8 +153,8 @@ def test_overview_endpoint(api, workers):
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
 
 
-def test_dashboard_approve_with_diff_and_run_timeline(api, workers, page, tmp_path):
-    workers.start()
+def test_dashboard_approve_with_diff_and_run_timeline(api, inproc, page, tmp_path):
+    inproc.start()
     sign_in(page)
     expect(page.get_by_test_id("workers-dangerous")).to_have_text("1", timeout=SLOW)
     target = tmp_path / "notes.txt"
@@ -221,8 +221,8 @@ def test_dashboard_approve_with_diff_and_run_timeline(api, workers, page, tmp_pa
     screenshot(page, "dashboard-run.png")
 
 
-def test_dashboard_deny_with_reason_filters_and_escaping(api, workers, page):
-    workers.start()
+def test_dashboard_deny_with_reason_filters_and_escaping(api, inproc, page):
+    inproc.start()
     page.fill("#token", "wrong")
     page.click("#login-btn")
     expect(page.locator("#login-error")).to_have_text("That token was not accepted.")

@@ -129,8 +129,8 @@ def test_search_pagination_workers_and_charts_over_http(api, workers, client):
     )
 
 
-def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, page):
-    workers.start()
+def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, inproc, page):
+    inproc.start()
     [login] = dispatch(api, "run-login", ("l", "login", {"user": "ada", "password": "hunter2-pw"}))
     link = Notice(
         delivery_id="d",
@@ -179,8 +179,8 @@ def test_call_page_from_webhook_link_masks_secrets_and_cancels(api, workers, pag
     expect(page.locator("#call-state .badge[data-state]")).to_have_text("cancelled")
 
 
-def test_long_run_ids_full_errors_and_narrow_layout(api, workers, page):
-    workers.start()
+def test_long_run_ids_full_errors_and_narrow_layout(api, inproc, page):
+    inproc.start()
     sign_in(page)
     extra = {f"unexpected_field_number_{i}": i for i in range(8)}
     [boom, bad, parked] = dispatch(
@@ -344,8 +344,8 @@ def test_prefork_heartbeat_counts_calls_run_in_child_processes(api, workers, set
         time.sleep(0.1)
 
 
-def test_call_page_renders_hostile_values_as_text(api, workers, page):
-    workers.start("safe")
+def test_call_page_renders_hostile_values_as_text(api, inproc, page):
+    inproc.start("safe")
     sign_in(page)
     hostile = "<img src=x onerror=window.pwned=1><b>bold</b>"
     [echo] = dispatch(api, "run-<img src=y>", ("e", "echo", {"text": hostile}))

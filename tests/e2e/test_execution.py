@@ -1,4 +1,5 @@
-"""End to end: real `toolq worker` processes on real Redis."""
+"""Execution on real Redis: calls, retries, events on an in-process worker; kill -9,
+prefetch and cancel of subprocess tools on real `toolq worker` processes."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def event_types(client, run_id: str, call_id: str) -> list[str]:
     return [e.type.value for e in client.events(run_id) if e.call_id == call_id]
 
 
-def test_openai_batch_good_bad_json_and_moderate(client, workers):
-    workers.start()
+def test_openai_batch_good_bad_json_and_moderate(client, inproc):
+    inproc.start()
     response = completion(
         openai_call("call_good", "echo", {"text": "hello"}),
         openai_call("call_badjson", "echo", '{"text": "unterminated'),
@@ -98,14 +99,14 @@ def test_openai_batch_good_bad_json_and_moderate(client, workers):
     assert "42" in messages[2]["content"]
 
 
-def test_call_stays_queued_without_a_worker_for_its_risk(client, workers, r):
-    workers.start("safe")
+def test_call_stays_queued_without_a_worker_for_its_risk(client, inproc, r):
+    inproc.start("safe")
     batch = client.dispatch([{"id": "m1", "name": "add", "arguments": {"a": 1, "b": 1}}])
     with pytest.raises(WaitTimeoutError):
         batch.wait(timeout=1.5)
     assert client.result(batch.call_ids[0]).status is CallStatus.QUEUED
     assert r.llen("toolq.moderate") == 1
-    workers.start("moderate")
+    inproc.start("moderate")
     assert batch.wait(timeout=20)[0].output == 2
 
 
@@ -146,8 +147,8 @@ def test_kill9_mid_call_non_idempotent_fails_as_lost(client, workers, r, wait_fo
     assert event_types(client, batch.run_id, call_id).count("call.started") == 1
 
 
-def test_duplicate_dispatch_runs_once(client, workers, r):
-    workers.start()
+def test_duplicate_dispatch_runs_once(client, inproc, r):
+    inproc.start()
     payload = [{"id": "dup-1", "name": "wipe", "arguments": {"target": "x"}}]
     # wipe is dangerous: parked, so both dispatches see the same pending call
     first = client.dispatch(payload, run_id="run-dup")
@@ -165,8 +166,8 @@ def test_duplicate_dispatch_runs_once(client, workers, r):
     assert other.call_ids != first.call_ids
 
 
-def test_client_idempotency_key(client, workers):
-    workers.start()
+def test_client_idempotency_key(client, inproc):
+    inproc.start()
     payload = [{"id": "x", "name": "echo", "arguments": {"text": "a"}}]
     a = client.dispatch(payload, run_id="r1", idempotency_key="req-7")
     b = client.dispatch(
@@ -209,8 +210,8 @@ def test_cancel_parked_queued_and_running(client, workers, r, wait_for):
         client.cancel("no-such-call")
 
 
-def test_late_reader_replays_in_order_and_resumes(client, workers):
-    workers.start()
+def test_late_reader_replays_in_order_and_resumes(client, inproc):
+    inproc.start()
     batch = client.dispatch(
         [
             {"id": "e1", "name": "countdown", "arguments": {"n": 5}},
@@ -243,8 +244,8 @@ def test_late_reader_replays_in_order_and_resumes(client, workers):
     assert followed[-1].type is EventType.SUCCEEDED
 
 
-def test_retries_time_limits_and_failures(client, workers, r):
-    workers.start()
+def test_retries_time_limits_and_failures(client, inproc, r):
+    inproc.start()
     batch = client.dispatch(
         [
             {"id": "f", "name": "flaky", "arguments": {"failures": 2}},
@@ -260,10 +261,10 @@ def test_retries_time_limits_and_failures(client, workers, r):
     assert boom.status is CallStatus.FAILED and "kaboom" in (boom.error or "")
 
 
-def test_client_call_and_async_client(client, workers, settings):
+def test_client_call_and_async_client(client, inproc, settings):
     from tests.apps import registry
 
-    workers.start()
+    inproc.start()
     assert client.call("add", {"a": 1, "b": 2}, timeout=20).output == 3
 
     async def main() -> tuple[object, list[str]]:
@@ -328,8 +329,8 @@ def test_messages_waiting_on_a_live_worker_are_sent_again_but_run_once(unbatched
     assert [executions(r, c) for c in batch.call_ids] == [1, 1, 1, 1]
 
 
-def test_content_blocks_survive_the_round_trip(client, workers):
-    workers.start("safe")
+def test_content_blocks_survive_the_round_trip(client, inproc):
+    inproc.start("safe")
     batch = client.dispatch([{"id": "p", "name": "picture", "arguments": {"caption": "a cat"}}])
     [result] = batch.wait(timeout=20)
     assert [b.type for b in result.content] == ["text", "image"]

@@ -1,4 +1,4 @@
-"""``toolq mcp`` driven by the official MCP client: stdio subprocess, real Redis and workers."""
+"""``toolq mcp`` driven by the official MCP client: stdio subprocess, real Redis, a worker."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
-from tests.conftest import ROOT, Workers
+from tests.conftest import ROOT, InProcess
 from toolq import CallStatus, Client, Settings
 
 pytestmark = pytest.mark.e2e
@@ -58,10 +58,10 @@ def toolq_meta(result: CallToolResult) -> dict[str, Any]:
     return meta
 
 
-def test_tools_list_and_calls_through_the_queue(settings: Settings, workers: Workers) -> None:
+def test_tools_list_and_calls_through_the_queue(settings: Settings, inproc: InProcess) -> None:
     from tests.apps import registry
 
-    workers.start("safe,moderate")
+    inproc.start("safe,moderate")
     seen: dict[str, Any] = {}
 
     async def scenario(session: McpClient) -> None:
@@ -102,10 +102,10 @@ def test_tools_list_and_calls_through_the_queue(settings: Settings, workers: Wor
         assert client.store.envelope(result.call_id).principal == "mcp"
 
 
-def test_dangerous_call_waits_for_approval(settings: Settings, workers: Workers) -> None:
+def test_dangerous_call_waits_for_approval(settings: Settings, inproc: InProcess) -> None:
     from tests.apps import registry
 
-    workers.start("safe,moderate,dangerous")
+    inproc.start("safe,moderate,dangerous")
 
     async def scenario(session: McpClient) -> None:
         pending = await session.call_tool("wipe", {"target": "prod"})
@@ -140,10 +140,10 @@ def test_dangerous_call_waits_for_approval(settings: Settings, workers: Workers)
     run(settings, scenario, "--approval-wait", "1")
 
 
-def test_approval_within_the_wait_returns_the_result(settings: Settings, workers: Workers) -> None:
+def test_approval_within_the_wait_returns_the_result(settings: Settings, inproc: InProcess) -> None:
     from tests.apps import registry
 
-    workers.start("safe,moderate,dangerous")
+    inproc.start("safe,moderate,dangerous")
 
     async def approve_when_parked() -> None:
         with Client(registry, settings) as client:
@@ -196,12 +196,12 @@ def http_session(port: int, token: str | None) -> McpClient:
     return McpClient(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http))
 
 
-def test_streamable_http_transport(settings: Settings, workers: Workers) -> None:
+def test_streamable_http_transport(settings: Settings, inproc: InProcess) -> None:
     import httpx
 
     from toolq.cli.stack import _free_port
 
-    workers.start("safe,moderate")
+    inproc.start("safe,moderate")
     port = _free_port()
     params = server_params(settings, "--port", str(port))
     argv = [*params.args]

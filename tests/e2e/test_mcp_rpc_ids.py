@@ -1,4 +1,4 @@
-"""MCP JSON-RPC batches through real workers and the real HTTP API: answers matched by id.
+"""MCP JSON-RPC batches through a worker and the real HTTP API: answers matched by id.
 
 Also the ambiguity refusal over HTTP: a payload that is two providers' at once gets a 400
 naming both, and nothing is written to Redis.
@@ -53,8 +53,8 @@ def text_of(message: Any) -> str:
     return "".join(block.text for block in result.content)
 
 
-def test_jsonrpc_batch_through_workers_is_answered_by_id(client, workers, r) -> None:
-    workers.start()
+def test_jsonrpc_batch_through_workers_is_answered_by_id(client, inproc, r) -> None:
+    inproc.start()
     batch = client.dispatch(
         [
             request(0, "echo", text="zero"),

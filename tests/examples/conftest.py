@@ -1,4 +1,4 @@
-"""Run an example's main() against real workers serving that example's registry."""
+"""Run an example's main() against an in-process worker serving that example's registry."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import Workers
+from tests.conftest import InProcess
 from toolq import Client, Settings
 
 Runner = Callable[..., tuple[int, ModuleType]]
@@ -28,14 +28,14 @@ def shared_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def run_example(
-    settings: Settings, workers: Workers, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, inproc: InProcess, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Runner:
     """``run_example("stageflow_tools")`` → (main()'s exit code, the example module)."""
     monkeypatch.setenv("TOOLQ_EXAMPLES_DIR", str(shared_dir))
 
     def run(name: str) -> tuple[int, ModuleType]:
         module = importlib.import_module(f"examples.{name}")
-        workers.start(TOOLQ_APP=f"examples.{name}:registry", TOOLQ_EXAMPLES_DIR=str(shared_dir))
+        inproc.start(app=f"examples.{name}:registry")  # TOOLQ_EXAMPLES_DIR: set above
         with Client(module.registry, settings) as client:
             return module.main(client), module
 

@@ -1,4 +1,4 @@
-"""The framework examples run offline against real workers and finish."""
+"""The framework examples run offline against an in-process worker and finish."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
         ("examples.openai_agents_agent", "deleted ann-test"),
     ],
 )
-def test_example_runs(workers, settings, module, expected):
-    workers.start(TOOLQ_APP="examples.frameworks_tools:registry")
+def test_example_runs(inproc, settings, module, expected):
+    inproc.start(app="examples.frameworks_tools:registry")
     out = run_child(module, settings)
     assert "parked:" in out and expected in out, out

@@ -39,8 +39,8 @@ def check_finished(out: dict, client: Client, run_id: str, r) -> None:
     assert kept.status is CallStatus.DENIED and executions(r, kept.call_id) == []
 
 
-def test_graph_interrupts_for_approval_and_resumes(client, workers, r):
-    workers.start()
+def test_graph_interrupts_for_approval_and_resumes(client, inproc, r):
+    inproc.start()
     agent = make_agent(client, InMemorySaver())
     config = {"configurable": {"thread_id": "lc-thread-1"}}
     out = agent.invoke({"messages": [("user", "wipe prod and dev")]}, config)
@@ -56,8 +56,8 @@ def test_graph_interrupts_for_approval_and_resumes(client, workers, r):
     check_finished(done, client, "lc-thread-1", r)
 
 
-def test_async_graph_resumes_in_another_process(client, workers, r, tmp_path, settings):
-    workers.start()
+def test_async_graph_resumes_in_another_process(client, inproc, r, tmp_path, settings):
+    inproc.start()
     path = tmp_path / "checkpoint.pickle"
     run_child("tests.integrations.lc_agent", settings, str(path), "lc-thread-2")
     agent = make_agent(client, load(str(path)))
@@ -72,8 +72,8 @@ def test_async_graph_resumes_in_another_process(client, workers, r, tmp_path, se
     check_finished(asyncio.run(resume()), client, "lc-thread-2", r)
 
 
-def test_sync_tool_invoked_directly_keeps_the_call_id(client, workers):
-    workers.start()
+def test_sync_tool_invoked_directly_keeps_the_call_id(client, inproc):
+    inproc.start()
     [echo] = toolq_tools(client, run_id="lc-direct", tools=["echo"])
     message = echo.invoke(
         {"name": "echo", "args": {"text": "yo"}, "id": "lc-direct-1", "type": "tool_call"}
@@ -85,8 +85,8 @@ def test_sync_tool_invoked_directly_keeps_the_call_id(client, workers):
     assert bad.status == "error" and "text" in bad.content
 
 
-def test_cancelling_the_graph_task_cancels_the_toolq_call(client, workers, wait_for):
-    workers.start()
+def test_cancelling_the_graph_task_cancels_the_toolq_call(client, inproc, wait_for):
+    inproc.start()
     slow = [{"name": "slow", "args": {"seconds": 30}, "id": "lc-slow", "type": "tool_call"}]
     agent = make_agent(client, InMemorySaver(), first_turn=slow)
     config = {"configurable": {"thread_id": "lc-cancel"}}

@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK on toolq: a real agent (scripted Model) whose calls run on real workers."""
+"""OpenAI Agents SDK on toolq: a real agent (scripted Model) whose calls run on a worker."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def check_finished(output: str, client: Client, run_id: str, r) -> None:
     assert "dev holds the only copy of the fixtures" in (kept.error or "")
 
 
-def test_run_is_interrupted_for_approval_and_resumes(client, workers, r):
-    workers.start()
+def test_run_is_interrupted_for_approval_and_resumes(client, inproc, r):
+    inproc.start()
     tools = ToolqAgentTools(client, run_id="oa-run-1", tools=["echo", "wipe"])
     agent = make_agent(tools)
 
@@ -64,8 +64,8 @@ def test_run_is_interrupted_for_approval_and_resumes(client, workers, r):
     check_finished(asyncio.run(scenario()), client, "oa-run-1", r)
 
 
-def test_plain_state_approve_runs_the_parked_call(client, workers, r):
-    workers.start()
+def test_plain_state_approve_runs_the_parked_call(client, inproc, r):
+    inproc.start()
     tools = ToolqAgentTools(client, run_id="oa-run-plain", tools=["echo", "wipe"])
     agent = make_agent(tools, ScriptedModel([("oa-wipe-1", "wipe", {"target": "prod"})]))
 
@@ -79,8 +79,8 @@ def test_plain_state_approve_runs_the_parked_call(client, workers, r):
     assert json.loads(asyncio.run(scenario())) == {"oa-wipe-1": "wiped prod"}
 
 
-def test_serialized_state_resumes_in_another_process(client, workers, r, tmp_path, settings):
-    workers.start()
+def test_serialized_state_resumes_in_another_process(client, inproc, r, tmp_path, settings):
+    inproc.start()
     path = tmp_path / "state.json"
     run_child("tests.integrations.oa_agent", settings, str(path), "oa-run-2")
     tools = ToolqAgentTools(client, run_id="oa-run-2", tools=["echo", "wipe"])
@@ -95,8 +95,8 @@ def test_serialized_state_resumes_in_another_process(client, workers, r, tmp_pat
     check_finished(asyncio.run(scenario()), client, "oa-run-2", r)
 
 
-def test_cancelling_the_run_cancels_the_toolq_call(client, workers, wait_for):
-    workers.start()
+def test_cancelling_the_run_cancels_the_toolq_call(client, inproc, wait_for):
+    inproc.start()
     tools = ToolqAgentTools(client, run_id="oa-cancel", tools=["slow"])
     agent = make_agent(tools, ScriptedModel([("oa-slow", "slow", {"seconds": 30})]))
 

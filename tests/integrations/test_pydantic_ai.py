@@ -1,4 +1,4 @@
-"""pydantic-ai on toolq: a real agent (scripted FunctionModel) whose calls run on real workers.
+"""pydantic-ai on toolq: a real agent (scripted FunctionModel) whose calls run on a worker.
 
 Runs use ``asyncio.run(agent.run(...))``: ``run_sync`` keeps an event loop open that a later
 ``asyncio.run`` drops unclosed (a ResourceWarning, an error under this suite's filters).
@@ -52,8 +52,8 @@ def check_finished(output: str, client: Client, run_id: str, r) -> None:
     assert executions(r, kept.call_id) == []
 
 
-def test_agent_pauses_for_approval_and_resumes(client, workers, r):
-    workers.start()
+def test_agent_pauses_for_approval_and_resumes(client, inproc, r):
+    inproc.start()
     toolset = ToolqToolset(client, tools=["echo", "wipe"])
     agent = make_agent(toolset)
     first = asyncio.run(agent.run("wipe prod and dev"))
@@ -75,8 +75,8 @@ def test_agent_pauses_for_approval_and_resumes(client, workers, r):
     assert [e for e in toolset.events(run_id) if e.call_id == info["call_id"]]
 
 
-def test_resume_in_another_process(client, workers, r, tmp_path, settings):
-    workers.start()
+def test_resume_in_another_process(client, inproc, r, tmp_path, settings):
+    inproc.start()
     out = tmp_path / "state.json"
     run_child("tests.integrations.pai_agent", settings, str(out))  # the first process, gone now
     state = json.loads(out.read_text())
@@ -91,8 +91,8 @@ def test_resume_in_another_process(client, workers, r, tmp_path, settings):
     check_finished(second.output, client, run_id, r)
 
 
-def test_dashboard_decisions_resume_the_run(client, workers, r):
-    workers.start()
+def test_dashboard_decisions_resume_the_run(client, inproc, r):
+    inproc.start()
     toolset = ToolqToolset(client, tools=["echo", "wipe"])
     agent = make_agent(toolset)
 
@@ -120,8 +120,8 @@ def test_dashboard_decisions_resume_the_run(client, workers, r):
     assert read["pai-wipe-2"][0] == "denied" and "fixtures" in read["pai-wipe-2"][1]
 
 
-def test_cancelling_the_run_cancels_the_toolq_call(client, workers, r, wait_for):
-    workers.start()
+def test_cancelling_the_run_cancels_the_toolq_call(client, inproc, r, wait_for):
+    inproc.start()
 
     def slow_model(messages, info):
         return ModelResponse(parts=[ToolCallPart("slow", {"seconds": 30}, tool_call_id="pai-slow")])

@@ -12,7 +12,7 @@ import pytest
 
 from toolq import errors
 from toolq.approvals.store import EXPIRED_RESULT
-from toolq.models import CallStatus, EventType, UndoState
+from toolq.models import AuditOutcome, CallStatus, EventType, UndoState
 from toolq.results import scripts
 from toolq.results.runner import Script, lua_source
 from toolq.results.undos import WORKER_LOST
@@ -86,7 +86,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
     undo_states = {s.value for s in UndoState}
     event_types = {e.value for e in EventType}
     decisions = set(get_args(scripts.Decision))
-    audit_outcomes = set(get_args(scripts.AuditOutcome))
+    audit_outcomes = {o.value for o in AuditOutcome}
     seen: dict[str, int] = {}
 
     def found(kind: str, words: list[str]) -> list[str]:

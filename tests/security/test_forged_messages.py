@@ -75,8 +75,8 @@ def test_pickle_messages_are_refused_and_never_unpickled(client, workers, r, tmp
     assert client.wait([call_id], timeout=20)[0].status is CallStatus.SUCCEEDED
 
 
-def test_forged_json_messages_for_finished_or_unknown_calls_do_nothing(client, workers, r):
-    workers.start("safe,dangerous")
+def test_forged_json_messages_for_finished_or_unknown_calls_do_nothing(client, inproc, r):
+    inproc.start("safe,dangerous")
     batch = client.dispatch([{"id": "f1", "name": "slow", "arguments": {"seconds": 0}}])
     [done] = batch.wait(timeout=20)
     assert done.status is CallStatus.SUCCEEDED
@@ -91,5 +91,5 @@ def test_forged_json_messages_for_finished_or_unknown_calls_do_nothing(client, w
     assert client.result(done.call_id).status is CallStatus.SUCCEEDED
     assert client.result(parked.call_ids[0]).status is CallStatus.AWAITING_APPROVAL
     assert r.llen(f"test:exec:{parked.call_ids[0]}") == 0
-    # and the worker is still healthy
+    # and the worker (its consumer) is still healthy
     assert client.call("echo", {"text": "still here"}, timeout=20).output == {"text": "still here"}

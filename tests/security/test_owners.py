@@ -1,7 +1,7 @@
 """Runs have owners (issue 11, findings 4, 8, 9): each attack performed over real HTTP.
 
-The API is served by uvicorn on a free port over the suite's Redis; calls run on real
-``toolq worker`` processes, and the tools of ``tests.apps`` record every execution (and
+The API is served by uvicorn on a free port over the suite's Redis; calls run on an
+in-process worker (``toolq.testing``), and the tools of ``tests.apps`` record every execution (and
 ``deploy``'s undo) in Redis lists, which are the ground truth of what ran.
 """
 
@@ -89,8 +89,8 @@ def not_owner_refusals(settings) -> list[tuple[str, str, str]]:
         ]
 
 
-def test_intruder_cannot_dispatch_into_cancel_or_undo_anothers_run(api, workers, r, settings):
-    workers.start()
+def test_intruder_cannot_dispatch_into_cancel_or_undo_anothers_run(api, inproc, r, settings):
+    inproc.start()
     made = post(api, "/v1/runs/victim/calls", "owner-t",
                 json=calls(("d1", "deploy", {"service": "api", "replicas": 2}),
                            ("d2", "deploy", {"service": "db", "replicas": 1})))
@@ -147,8 +147,8 @@ def test_intruder_cannot_dispatch_into_cancel_or_undo_anothers_run(api, workers,
     assert len(refused) == 3
 
 
-def test_preclaimed_provider_call_id_does_not_capture_the_owners_call(api, workers, r):
-    workers.start()
+def test_preclaimed_provider_call_id_does_not_capture_the_owners_call(api, inproc, r):
+    inproc.start()
     first = post(api, "/v1/runs/victim/calls", "owner-t",
                  json=calls(("c0", "echo", {"text": "owner first"})))
     assert first.status_code == 202
@@ -210,8 +210,8 @@ def test_idempotency_keys_cannot_collide_for_one_owner(client, r):
     assert keys.idempotency(None, "r", "k") != keys.idempotency("null", "r", "k")
 
 
-def test_always_approve_applies_only_to_the_owners_calls(api, workers, r):
-    workers.start()
+def test_always_approve_applies_only_to_the_owners_calls(api, inproc, r):
+    inproc.start()
     first = post(api, "/v1/runs/sticky/calls", "owner-t",
                  json=calls(("d1", "deploy", {"service": "api", "replicas": 2})))
     d1 = first.json()["calls"][0]["call_id"]
@@ -264,8 +264,8 @@ def test_rules_change_by_a_non_owner_is_refused(api, client, settings):
     assert ("owner", "future", "") in refused
 
 
-def test_library_runs_without_principals_keep_working(client, workers):
-    workers.start()
+def test_library_runs_without_principals_keep_working(client, inproc):
+    inproc.start()
     batch = client.dispatch(calls(("e1", "echo", {"text": "hi"})), run_id="lib")
     assert batch.wait(30)[0].output == {"text": "hi"}
     more = client.dispatch(calls(("e2", "slow", {"seconds": 5})), run_id="lib")
@@ -276,8 +276,8 @@ def test_library_runs_without_principals_keep_working(client, workers):
         client.cancel(more.call_ids[0], principal="someone")
 
 
-def test_raising_predicate_fails_only_its_call(api, workers, r):
-    workers.start()
+def test_raising_predicate_fails_only_its_call(api, inproc, r):
+    inproc.start()
     # The README's predicate `lambda a: a["amount"] > 100` meets the string "5000".
     made = post(api, "/v1/runs/pay/calls", "owner-t",
                 json=calls(("t1", "transfer", {"amount": "5000"}),

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from tests.e2e.test_api import api, h  # noqa: F401 - the uvicorn fixture
 from toolq import CallStatus
 
@@ -191,9 +192,9 @@ def test_viewer_reads_never_parked_and_failed_calls_masked(api, workers, r, tmp_
         assert secret not in text
 
 
-def test_secrets_nested_in_models_lists_and_dicts(api, workers, r):  # noqa: F811
+def test_secrets_nested_in_models_lists_and_dicts(api, inproc, r):  # noqa: F811
     """Finding 3, and approve-with-edit: a masked secret kept as is runs with the original."""
-    workers.start()
+    inproc.start()
     one, two, auth, new = (f"sk-finding3-{n}-5b2d4f6a8c" for n in ("one", "two", "auth", "new"))
     posted = httpx.post(
         f"{api}/v1/runs/f3/calls",
@@ -249,14 +250,14 @@ def test_secrets_nested_in_models_lists_and_dicts(api, workers, r):  # noqa: F81
     assert_nowhere([one, two, auth, new], [approved.text, *viewer_sees(api, "f3", [call_id])], r)
 
 
-def test_without_a_secrets_key_secrets_are_refused_not_stored(workers, r):
+def test_without_a_secrets_key_secrets_are_refused_not_stored(inproc, r):
     """No TOOLQ_SECRETS_KEY: a dispatcher fails the call; a worker refuses to run it."""
     from tests.apps import registry
     from tests.conftest import make_settings
     from toolq import Client
 
     secret = "sk-nokey-0e7f3a9c1e5b"
-    workers.start()
+    inproc.start()
     with Client(registry, make_settings(secrets_key=None)) as keyless:
         batch = keyless.dispatch(
             [
@@ -274,8 +275,8 @@ def test_without_a_secrets_key_secrets_are_refused_not_stored(workers, r):
     assert_nowhere([secret], [], r)
 
 
-def test_a_worker_without_the_key_runs_nothing(client, workers, r):
-    workers.start(TOOLQ_SECRETS_KEY="")
+def test_a_worker_without_the_key_runs_nothing(client, inproc, r):
+    inproc.start(secrets_key=None)
     batch = client.dispatch(
         [{"id": "s", "name": "fetch_with_token", "arguments": {"url": "u", "token": "sk-x-1"}}]
     )
@@ -284,7 +285,7 @@ def test_a_worker_without_the_key_runs_nothing(client, workers, r):
     assert not r.exists(f"test:exec:{result.call_id}")
 
 
-def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, workers, r):
+def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, inproc, r):
     """Ciphertexts are bound to their call, tool and path; plaintext in a record is refused."""
     import json
 
@@ -306,7 +307,7 @@ def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, worker
         envelope = json.loads(r.hget(f"toolq:call:{call_id}", "envelope"))
         envelope["arguments"]["token"] = token
         r.hset(f"toolq:call:{call_id}", "envelope", json.dumps(envelope))
-    workers.start()
+    inproc.start()
     [ok] = victim.wait(timeout=20)
     moved, plain = thief.wait(timeout=20)
     assert ok.status is CallStatus.SUCCEEDED
@@ -317,13 +318,12 @@ def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, worker
     assert not r.exists(f"test:exec:{moved.call_id}") and not r.exists(f"test:exec:{plain.call_id}")
 
 
-def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, workers, r):
+def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, inproc, r):
     import json
 
-    from tests.cli.test_cli import toolq
     from tests.conftest import SECRETS_KEY
 
-    workers.start()
+    inproc.start()
     key, auth = "sk-cli-key-8c0e7f3a9c", "sk-cli-auth-1e5b2d4f6a"
     env = {"TOOLQ_SECRETS_KEY": SECRETS_KEY, "TOOLQ_APP": "tests.apps:registry"}
     payload = json.dumps(

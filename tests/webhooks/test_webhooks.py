@@ -1,4 +1,4 @@
-"""Webhook notifications from real worker processes to a real local HTTP server."""
+"""Webhooks from workers (in-process; kill -9 on a real process) to a local HTTP server."""
 
 from __future__ import annotations
 
@@ -112,8 +112,8 @@ def wait_until(predicate, timeout: float = 20, message: str = "") -> None:
         time.sleep(0.05)
 
 
-def test_events_arrive_signed_masked_and_linked(receiver, workers, client, r):
-    workers.start(**hooks_env(receiver))
+def test_events_arrive_signed_masked_and_linked(receiver, inproc, client, r):
+    inproc.start(env=hooks_env(receiver))
     parked = client.dispatch(call("l1", "login", user="ann", password="hunter2-secret"),
                              principal="agent")
     call_id = parked.call_ids[0]
@@ -184,10 +184,10 @@ def test_a_delivery_survives_failures_and_kill_9_of_its_worker(receiver, workers
     assert r.xlen(keys.webhook_outbox) == 0
 
 
-def test_a_delivery_is_given_up_after_its_last_attempt(receiver, workers, client, r):
+def test_a_delivery_is_given_up_after_its_last_attempt(receiver, inproc, client, r):
     receiver.fail_first = {"/hook": 100}
-    workers.start(**hooks_env(receiver, TOOLQ_WEBHOOK_MAX_ATTEMPTS="3",
-                              TOOLQ_WEBHOOK_BACKOFF="0.1"))
+    inproc.start(env=hooks_env(receiver, TOOLQ_WEBHOOK_MAX_ATTEMPTS="3",
+                                TOOLQ_WEBHOOK_BACKOFF="0.1"))
     client.dispatch(call("w1", "wipe", target="db"), principal="agent")
     keys = Keys()
     wait_until(lambda: r.llen(keys.webhook_dead) == 1)
@@ -197,8 +197,8 @@ def test_a_delivery_is_given_up_after_its_last_attempt(receiver, workers, client
     assert not r.zcard(keys.webhook_due)
 
 
-def test_without_webhooks_nothing_enters_an_outbox(workers, client, r):
-    workers.start()
+def test_without_webhooks_nothing_enters_an_outbox(inproc, client, r):
+    inproc.start()
     parked = client.dispatch(call("w1", "wipe", target="db"), principal="agent")
     client.approvals.deny(parked.call_ids[0], by="bob")
     assert client.dispatch(call("b1", "boom")).wait(timeout=20)[0].status is CallStatus.FAILED

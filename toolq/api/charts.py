@@ -15,14 +15,11 @@ from typing import Any
 
 from toolq.dispatch.client import Client
 from toolq.models import CallStatus
+from toolq.results.connection import as_text
 
 WINDOW_SECONDS = 3600
 BUCKET_SECONDS = 60
 _FIELDS = ("name", "status", "created_at", "updated_at", "finished_at", "result")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -39,7 +36,7 @@ def charts(client: Client, now: float | None = None) -> dict[str, Any]:
     start = (math.floor(now / BUCKET_SECONDS) + 1) * BUCKET_SECONDS - WINDOW_SECONDS
     r = client.redis
     raw: Any = r.zrangebyscore(client.keys.recent_calls, start, "+inf")
-    ids = [_text(c) for c in raw]
+    ids = [as_text(c) for c in raw]
     counts = {state.value: [0] * buckets for state in CallStatus}
     durations: dict[str, list[list[float]]] = {}
     pipe = r.pipeline(transaction=False)
@@ -47,7 +44,7 @@ def charts(client: Client, now: float | None = None) -> dict[str, Any]:
         pipe.hmget(client.keys.call(call_id), *_FIELDS)
     for values in pipe.execute() if ids else []:
         name, status, created, updated, finished, result = (
-            _text(v) if v is not None else "" for v in values
+            as_text(v) if v is not None else "" for v in values
         )
         if not name or status not in counts:
             continue

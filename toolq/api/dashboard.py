@@ -17,7 +17,8 @@ from toolq.api.auth import Principal
 from toolq.api.charts import charts
 from toolq.dispatch.client import Client
 from toolq.errors import CallNotFoundError
-from toolq.models import CallStatus, RiskLevel
+from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
 
 SCAN_CHUNK = 500
@@ -27,13 +28,9 @@ ERROR_CHARS = 300
 _FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result")
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
     run_id, name, risk, status, created, updated, result = (
-        _text(v) if v is not None else "" for v in values
+        as_text(v) if v is not None else "" for v in values
     )
     if not name:
         return None  # expired record still indexed
@@ -88,7 +85,7 @@ def recent_calls(
             raw = r.zrevrange(keys.recent_calls, start, start + SCAN_CHUNK - 1)
         if not raw:
             break
-        ids = [_text(c) for c in raw]
+        ids = [as_text(c) for c in raw]
         pipe = r.pipeline(transaction=False)
         for call_id in ids:
             pipe.hmget(keys.call(call_id), *_FIELDS)
@@ -170,15 +167,15 @@ def call_actions(client: Client, call_id: str) -> dict[str, Any]:
     (name, status, undo_state), kept = pipe.execute()
     if name is None or status is None:
         raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-    state = CallStatus(_text(status))
-    tool = client.registry.get(_text(name))
-    undo_state = _text(undo_state) if undo_state is not None else None
+    state = CallStatus(as_text(status))
+    tool = client.registry.get(as_text(name))
+    undo_state = as_text(undo_state) if undo_state is not None else None
     undoable = (
         state is CallStatus.SUCCEEDED
         and tool is not None
         and tool.has_undo
         and bool(kept)
-        and undo_state != "undone"
+        and undo_state != UndoState.UNDONE.value
     )
     return {"cancel": not state.is_final, "undo": undoable, "undo_state": undo_state}
 

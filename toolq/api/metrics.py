@@ -13,6 +13,7 @@ from typing import Any
 
 from toolq.dispatch.client import Client
 from toolq.models import RiskLevel
+from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
@@ -45,7 +46,7 @@ def render(client: Client) -> str:
     lines.append(f"toolq_pending_approvals {r.zcard(keys.pending_approvals)}")
 
     raw: Any = r.zrange(keys.recent_calls, 0, -1)
-    ids = [c.decode() if isinstance(c, bytes) else str(c) for c in raw]
+    ids = [as_text(c) for c in raw]
     pipe = r.pipeline(transaction=False)
     for call_id in ids:
         pipe.hmget(keys.call(call_id), "name", "risk", "status", "result")

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api.auth import Principal
 from toolq.api.limits import parse_body, parse_decision
 from toolq.api.tickets import TicketStore
-from toolq.approvals.models import ApprovalRequest
+from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
 from toolq.models import CallResult, Event, ProviderFormat
 from toolq.results.events import check_stream_id, stream_id_key
@@ -22,22 +22,6 @@ from toolq.results.hub import EventHub, Listener
 
 HEARTBEAT_SECONDS = 15.0
 DISCONNECT_CHECK_SECONDS = 1.0
-
-
-class ApproveBody(BaseModel):
-    """Optional edits and checks of an approval."""
-
-    arguments: dict[str, Any] | None = None
-    digest: str | None = None
-    note: str | None = None
-    always: bool = False
-
-
-class DenyBody(BaseModel):
-    """Why a call is denied (the model reads it)."""
-
-    reason: str = ""
-    always: bool = False
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -181,18 +165,18 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         caller.require_viewer()
         return client.approvals.get(call_id)
 
-    @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(ApproveBody))
+    @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(Approve))
     async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Approve (optionally with edited arguments, and the digest you reviewed)."""
         await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
-        body = parse_decision(await request.body(), client.settings, ApproveBody)
+        body = parse_decision(await request.body(), client.settings, Approve)
         return await run_in_threadpool(_approve, call_id, caller, body)
 
     def _may_decide(call_id: str, caller: Principal) -> None:
         caller.require_approver(client.approvals.get(call_id).risk)
 
-    def _approve(call_id: str, caller: Principal, body: ApproveBody | None) -> dict[str, Any]:
-        decision = body or ApproveBody()
+    def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
+        decision = body or Approve()
         result = client.approvals.approve(
             call_id,
             caller.name,
@@ -203,15 +187,15 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         )
         return _call_json(result)
 
-    @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(DenyBody))
+    @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(Deny))
     async def deny(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Deny with a reason the model will read."""
         await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
-        body = parse_decision(await request.body(), client.settings, DenyBody)
+        body = parse_decision(await request.body(), client.settings, Deny)
         return await run_in_threadpool(_deny, call_id, caller, body)
 
-    def _deny(call_id: str, caller: Principal, body: DenyBody | None) -> dict[str, Any]:
-        decision = body or DenyBody()
+    def _deny(call_id: str, caller: Principal, body: Deny | None) -> dict[str, Any]:
+        decision = body or Deny()
         result = client.approvals.deny(
             call_id, caller.name, decision.reason, always=decision.always
         )

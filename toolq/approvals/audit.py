@@ -15,13 +15,21 @@ from typing import Any
 import redis
 from pydantic import BaseModel, Field
 
+from toolq.errors import ApprovalUnverifiedError, NotRunOwnerError
 from toolq.keys import Keys
+from toolq.models import AuditOutcome
+from toolq.results.connection import as_text
 from toolq.settings import Settings
 from toolq.signing import VERSION, Verifier
 
-SYSTEM_OUTCOMES = frozenset({("sweeper", "expired"), ("worker", "refused:approval_unverified")})
+SYSTEM_OUTCOMES = frozenset(
+    {
+        ("sweeper", AuditOutcome.EXPIRED.value),
+        ("worker", AuditOutcome.refused(ApprovalUnverifiedError.code)),
+    }
+)
 """(by, outcome) of the entries workers and the sweeper write without a signature."""
-UNSIGNED_REFUSALS = frozenset({"refused:not_owner"})
+UNSIGNED_REFUSALS = frozenset({AuditOutcome.refused(NotRunOwnerError.code)})
 """Refusals a process without the signing key (a submitter's) may write as system entries."""
 SIGNED_FIELDS = ("call_id", "run_id", "tool", "by", "outcome", "digest", "ts")
 
@@ -40,10 +48,6 @@ class AuditReport(BaseModel):
     def ok(self) -> bool:
         """True when no entry is forged, altered or unexpectedly unsigned."""
         return self.invalid == 0 and self.unsigned == 0
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_entry(fields: dict[str, str], verifier: Verifier) -> str:
@@ -69,10 +73,10 @@ def verify_audit(client: redis.Redis, settings: Settings, verifier: Verifier) ->
         if not entries:
             return report
         for entry_id, raw in entries:
-            fields = {_text(k): _text(v) for k, v in raw.items()}
+            fields = {as_text(k): as_text(v) for k, v in raw.items()}
             verdict = check_entry(fields, verifier)
             report.total += 1
             setattr(report, verdict, getattr(report, verdict) + 1)
             if verdict in ("invalid", "unsigned"):
-                report.bad_ids.append(_text(entry_id))
-        start = f"({_text(entries[-1][0])}"
+                report.bad_ids.append(as_text(entry_id))
+        start = f"({as_text(entries[-1][0])}"

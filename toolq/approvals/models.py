@@ -33,19 +33,30 @@ class ApprovalRequest(BaseModel):
 
 
 class Approve(BaseModel):
-    """Approve a call, optionally with edited arguments (re-validated before use)."""
+    """Approve a call, optionally with edited arguments (re-validated before use).
+
+    The body of ``POST /v1/approvals/{id}/approve`` and a LangGraph resume value.
+    """
 
     kind: Literal["approve"] = "approve"
     arguments: dict[str, Any] | None = None
     note: str | None = None
     digest: str | None = None
+    """The digest of the arguments the approver reviewed; a changed call is refused."""
+    always: bool = False
+    """Also approve this tool for the rest of the run."""
 
 
 class Deny(BaseModel):
-    """Deny a call with a reason the model will read."""
+    """Deny a call with a reason the model will read.
+
+    The body of ``POST /v1/approvals/{id}/deny`` and a LangGraph resume value.
+    """
 
     kind: Literal["deny"] = "deny"
     reason: str = ""
+    always: bool = False
+    """Also deny this tool for the rest of the run."""
 
 
 class AuditEntry(BaseModel):

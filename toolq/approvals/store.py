@@ -22,6 +22,7 @@ from toolq.approvals.policy import (
     rule_key,
 )
 from toolq.errors import (
+    ApprovalDeniedError,
     ApprovalExpiredError,
     CallNotFoundError,
     DigestMismatchError,
@@ -30,9 +31,18 @@ from toolq.errors import (
     NotAwaitingApprovalError,
     ToolqError,
 )
-from toolq.models import CallEnvelope, CallResult, CallStatus, RiskLevel
+from toolq.models import (
+    REFUSED_SAME_APPROVER,
+    REFUSED_STICKY_UNDER_QUORUM,
+    AuditOutcome,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    RiskLevel,
+)
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
+from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
@@ -44,7 +54,7 @@ if TYPE_CHECKING:
 
 EXPIRED_RESULT = {
     "error": "approval expired: nobody approved this call before its deadline, so it did not run",
-    "error_type": "approval_expired",
+    "error_type": ApprovalExpiredError.code,
 }
 
 
@@ -52,10 +62,6 @@ log = logging.getLogger("toolq.approvals")
 
 DECIDE_ATTEMPTS = 20
 """Re-reads of a call whose approvals moved under a decision (quorum races) before giving up."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def audit_fields(
@@ -169,7 +175,7 @@ class ApprovalStore:
     ) -> list[ApprovalRequest]:
         """Calls awaiting a decision, soonest deadline first, optionally filtered."""
         raw: Any = self.redis.zrange(self.keys.pending_approvals, 0, -1)
-        ids = [_text(c) for c in raw]
+        ids = [as_text(c) for c in raw]
         level = RiskLevel.parse(risk) if risk is not None else None
         out = []
         for record in self.store.records(ids):
@@ -202,8 +208,8 @@ class ApprovalStore:
         )
         out = []
         for entry_id, fields in entries:
-            f = {_text(k): _text(v) for k, v in fields.items()}
-            out.append(AuditEntry(id=_text(entry_id), **{**f, "ts": float(f["ts"])}))
+            f = {as_text(k): as_text(v) for k, v in fields.items()}
+            out.append(AuditEntry(id=as_text(entry_id), **{**f, "ts": float(f["ts"])}))
         return out
 
     # -- deciding ----------------------------------------------------------------------------
@@ -229,7 +235,7 @@ class ApprovalStore:
             parked = self._read(call_id)
             request = self._authorize(parked, by)
             if always and self._required(parked) > 1:
-                self._audit(request, by, "refused:sticky_under_quorum")
+                self._audit(request, by, AuditOutcome.refused(REFUSED_STICKY_UNDER_QUORUM))
                 raise NotAuthorizedError(
                     f"call {call_id} needs {self._required(parked)} approvers: one approver's "
                     "sticky approval cannot stand in for them (approve without always)",
@@ -238,14 +244,14 @@ class ApprovalStore:
                 )
             shown = parked.digest
             if digest is not None and digest != shown:
-                self._audit(request, by, "refused:digest_mismatch")
+                self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
                 raise DigestMismatchError(
                     f"call {call_id}: the arguments changed since they were shown (digest "
                     f"{shown} is current); review the call again",
                     call_id=call_id,
                     digest=shown,
                 )
-            data: dict[str, Any] = {"by": by, "decision": "approved"}
+            data: dict[str, Any] = {"by": by, "decision": AuditOutcome.APPROVED.value}
             if note:
                 data["note"] = note
             new_envelope, new_digest = "", ""
@@ -256,7 +262,7 @@ class ApprovalStore:
                     # decrypted in memory only, to validate what will run
                     tool.validate(open_arguments(self.box, tool, call_id, stored))
                 except InvalidArgumentsError:
-                    self._audit(request, by, "refused:invalid_arguments")
+                    self._audit(request, by, AuditOutcome.refused(InvalidArgumentsError.code))
                     raise
                 first = parked.envelope.original_arguments
                 edited = parked.envelope.model_copy(
@@ -288,11 +294,11 @@ class ApprovalStore:
         parked = self._read(call_id)
         request = self._authorize(parked, by)
         message = f"denied by {by}: {reason}" if reason else f"denied by {by}"
-        result: dict[str, Any] = {"error": message, "error_type": "approval_denied"}
+        result: dict[str, Any] = {"error": message, "error_type": ApprovalDeniedError.code}
         data: dict[str, Any] = {
             "status": CallStatus.DENIED.value,
             "by": by,
-            "decision": "denied",
+            "decision": AuditOutcome.DENIED.value,
             "reason": reason,
             "error": message,
         }
@@ -338,7 +344,7 @@ class ApprovalStore:
         )
         expired = 0
         for raw in due:
-            call_id = _text(raw)
+            call_id = as_text(raw)
             run_id = self.store.run_id(call_id)
             if run_id is None:
                 self.redis.zrem(self.keys.pending_approvals, call_id)
@@ -475,7 +481,8 @@ class ApprovalStore:
         if reason is None:
             return
         ts = repr(time.time())
-        fields = audit_fields("", run_id, "", by or "", f"refused:rule:{reason}", "", ts)
+        outcome = AuditOutcome.refused(f"rule:{reason}")
+        fields = audit_fields("", run_id, "", by or "", outcome, "", ts)
         entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
         self.redis.xadd(
             self.keys.audit_stream,
@@ -520,7 +527,7 @@ class ApprovalStore:
         request = self._request(parked.record)
         reason = self.policy.refusal(request.risk, request.submitter, by)
         if reason is not None:
-            self._audit(request, by, f"refused:{reason}")
+            self._audit(request, by, AuditOutcome.refused(reason))
             raise NotAuthorizedError(
                 f"{by!r} may not decide call {request.call_id}: {reason.replace('_', ' ')}",
                 call_id=request.call_id,
@@ -554,7 +561,8 @@ class ApprovalStore:
         names = [str(a.get("by")) for a in prior]
         pending = parked.record.get("status") == CallStatus.AWAITING_APPROVAL.value
         if decision == "approve" and new_digest is None and by in names and pending:
-            self._audit(self._request(parked.record), by, "refused:same_approver")
+            refusal = AuditOutcome.refused(REFUSED_SAME_APPROVER)
+            self._audit(self._request(parked.record), by, refusal)
             raise NotAuthorizedError(
                 f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
                 call_id=call_id,
@@ -585,8 +593,12 @@ class ApprovalStore:
                     ts=ts,
                 )
                 approval = dumps(signed)
-        outcome_name: scripts.AuditOutcome = (
-            "denied" if decision == "deny" else "approved" if final else "approved:partial"
+        outcome_name = (
+            AuditOutcome.DENIED
+            if decision == "deny"
+            else AuditOutcome.APPROVED
+            if final
+            else AuditOutcome.APPROVED_PARTIAL
         )
         queue, message = "", ""
         if decision == "approve" and final:
@@ -624,7 +636,9 @@ class ApprovalStore:
                 approval=approval,
                 tool=env.name,
                 audit_sig=self._audit_sig(call_id, run_id, env.name, by, outcome_name, digest, ts),
-                expired_sig=self._audit_sig(call_id, run_id, env.name, by, "expired", shown, ts),
+                expired_sig=self._audit_sig(
+                    call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
+                ),
                 digest=digest,
                 shown=shown,
             )
@@ -640,7 +654,7 @@ class ApprovalStore:
                 f"call {call_id} expired before it was decided", call_id=call_id
             )
         if outcome == "digest":
-            self._audit(request, by, "refused:digest_mismatch")
+            self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
             raise DigestMismatchError(
                 f"call {call_id}: the arguments changed since they were shown; review the "
                 "call again",
@@ -648,7 +662,7 @@ class ApprovalStore:
                 digest=shown,
             )
         status = reply.value
-        self._audit(request, by, f"refused:{status}")
+        self._audit(request, by, AuditOutcome.refused(status))
         raise NotAwaitingApprovalError(
             f"call {call_id} is {status}, not awaiting approval",
             call_id=call_id,

@@ -6,6 +6,7 @@ import redis
 
 from toolq.errors import AmbiguousIdError, CallNotFoundError
 from toolq.keys import Keys
+from toolq.results.connection import as_text
 
 MIN_PREFIX = 4
 """Shorter prefixes match too much to be typed on purpose."""
@@ -23,7 +24,7 @@ def resolve_call_id(client: redis.Redis, keys: Keys, given: str) -> str:
     stem = len(keys.call(""))
     found = sorted(
         {
-            (key.decode() if isinstance(key, bytes) else str(key))[stem:]
+            as_text(key)[stem:]
             for key in client.scan_iter(match=keys.call_match(given), count=1000)
         }
     )

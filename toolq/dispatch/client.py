@@ -1,23 +1,20 @@
-"""``Client`` and ``AsyncClient``: dispatch, wait, stream events, cancel, approve."""
+"""``Client`` and ``Batch``: dispatch, wait, stream events, cancel, approve, undo."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 
-from toolq.approvals.models import ApprovalRequest
 from toolq.approvals.policy import RunRules
-from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
 from toolq.errors import (
     ApprovalPredicateError,
+    CallCancelledError,
     CallNotFoundError,
     ConfigurationError,
     UndoError,
@@ -26,8 +23,6 @@ from toolq.errors import (
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
-
-T = TypeVar("T")
 
 
 class Batch:
@@ -39,6 +34,8 @@ class Batch:
         self.run_id = dispatched.run_id
         self.calls: list[CallRef] = dispatched.calls
         self.format = dispatched.format
+        self._final: list[CallResult] | None = None
+        """What ``wait`` returned: final results never change, so they are kept."""
 
     @property
     def call_ids(self) -> list[str]:
@@ -56,6 +53,11 @@ class Batch:
 
         Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
+        if self._final is None:
+            self._final = self._wait(timeout)
+        return list(self._final)
+
+    def _wait(self, timeout: float | None) -> list[CallResult]:
         final = {c.call_id for c in self.calls if c.status.is_final}
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
@@ -105,7 +107,7 @@ class Batch:
                 pending.discard(call_id)
 
         def done(event: Event) -> bool:
-            if event.data.get("status") in {s.value for s in CallStatus if s.is_final}:
+            if event.type.is_final:
                 pending.discard(event.call_id)
             return not pending
 
@@ -115,9 +117,13 @@ class Batch:
         yield from self._client.log.follow(self.run_id, after, stop=done, timeout=timeout)
 
     def to_messages(self, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
-        """Current results as the provider's tool-result messages (default: the input format)."""
+        """Current results as the provider's tool-result messages (default: the input format).
+
+        After ``wait`` these are the results it returned, not read again.
+        """
         fmt = format or self.format or ProviderFormat.OPENAI
-        return to_messages(self.results(), fmt)
+        results = self._final if self._final is not None else self.results()
+        return to_messages(results, fmt)
 
 
 class Client:
@@ -257,7 +263,7 @@ class Client:
             to=CallStatus.CANCELLED,
             event=EventType.CANCELLED,
             data={"status": CallStatus.CANCELLED.value},
-            result={"error": "cancelled before it started", "error_type": "cancelled"},
+            result={"error": "cancelled before it started", "error_type": CallCancelledError.code},
         )
         if not ok and current == CallStatus.RUNNING.value:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
@@ -336,136 +342,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class AsyncClient:
-    """``Client`` for asyncio code: the same methods, awaited; events as ``async for``.
-
-    Redis calls run in a worker thread, so the event loop never blocks on I/O.
-    """
-
-    def __init__(
-        self, registry: ToolRegistry, settings: Settings | None = None, **kwargs: Any
-    ) -> None:
-        self.sync = Client(registry, settings, **kwargs)
-        self.approvals = _AsyncApprovals(self.sync.approvals)
-
-    async def dispatch(self, payload: Any, **kwargs: Any) -> AsyncBatch:
-        """See ``Client.dispatch``."""
-        return AsyncBatch(await asyncio.to_thread(self.sync.dispatch, payload, **kwargs))
-
-    async def call(
-        self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any
-    ) -> CallResult:
-        """See ``Client.call``."""
-        return await asyncio.to_thread(self.sync.call, name, arguments, **kwargs)
-
-    async def wait(self, call_ids: Sequence[str], **kwargs: Any) -> list[CallResult]:
-        """See ``Client.wait``."""
-        return await asyncio.to_thread(self.sync.wait, call_ids, **kwargs)
-
-    async def result(self, call_id: str) -> CallResult:
-        """See ``Client.result``."""
-        return await asyncio.to_thread(self.sync.result, call_id)
-
-    async def results(self, run_id: str) -> list[CallResult]:
-        """See ``Client.results``."""
-        return await asyncio.to_thread(self.sync.results, run_id)
-
-    async def cancel(self, call_id: str, **kwargs: Any) -> CallResult:
-        """See ``Client.cancel``."""
-        return await asyncio.to_thread(self.sync.cancel, call_id, **kwargs)
-
-    async def undo(self, call_id: str, timeout: float | None = 30, **kwargs: Any) -> Event:
-        """See ``Client.undo``."""
-        return await asyncio.to_thread(self.sync.undo, call_id, timeout, **kwargs)
-
-    def events(self, run_id: str, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
-        """See ``Client.events``."""
-        return _aiter(lambda: self.sync.events(run_id, after, **kwargs))
-
-    async def close(self) -> None:
-        """Release connections."""
-        await asyncio.to_thread(self.sync.close)
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncBatch:
-    """``Batch`` for asyncio code."""
-
-    def __init__(self, batch: Batch) -> None:
-        self.sync = batch
-        self.run_id = batch.run_id
-        self.calls = batch.calls
-        self.format = batch.format
-
-    async def wait(self, timeout: float | None = None) -> list[CallResult]:
-        """See ``Batch.wait``."""
-        return await asyncio.to_thread(self.sync.wait, timeout)
-
-    async def results(self) -> list[CallResult]:
-        """See ``Batch.results``."""
-        return await asyncio.to_thread(self.sync.results)
-
-    def events(self, after: str | None = None, **kwargs: Any) -> AsyncIterator[Event]:
-        """See ``Batch.events``."""
-        return _aiter(lambda: self.sync.events(after, **kwargs))
-
-    async def to_messages(self, format: ProviderFormat | str | None = None) -> list[dict[str, Any]]:
-        """See ``Batch.to_messages``."""
-        return await asyncio.to_thread(self.sync.to_messages, format)
-
-
-class _AsyncApprovals:
-    def __init__(self, approvals: ApprovalStore) -> None:
-        self.sync = approvals
-
-    async def pending(self, **kwargs: Any) -> list[ApprovalRequest]:
-        return await asyncio.to_thread(self.sync.pending, **kwargs)
-
-    async def get(self, call_id: str) -> ApprovalRequest:
-        return await asyncio.to_thread(self.sync.get, call_id)
-
-    async def approve(self, call_id: str, by: str, **kwargs: Any) -> CallResult:
-        return await asyncio.to_thread(self.sync.approve, call_id, by, **kwargs)
-
-    async def deny(self, call_id: str, by: str, reason: str = "", **kwargs: Any) -> CallResult:
-        return await asyncio.to_thread(self.sync.deny, call_id, by, reason, **kwargs)
-
-    async def decide_run(self, run_id: str, by: str, **kwargs: Any) -> dict[str, Any]:
-        return await asyncio.to_thread(self.sync.decide_run, run_id, by, **kwargs)
-
-
-async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
-    """Drive a blocking iterator in a thread and hand its items to the event loop."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    stop = threading.Event()
-
-    def pump() -> None:
-        try:
-            for item in make():
-                if stop.is_set():
-                    return
-                loop.call_soon_threadsafe(queue.put_nowait, ("item", item))
-            loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
-        except BaseException as exc:
-            loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
-
-    thread = threading.Thread(target=pump, daemon=True, name="toolq-events")
-    thread.start()
-    try:
-        while True:
-            kind, value = await queue.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()

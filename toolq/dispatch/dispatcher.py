@@ -29,8 +29,22 @@ from typing import TYPE_CHECKING, Any
 from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
-from toolq.errors import NotRunOwnerError, PayloadError, ToolDeniedError, ToolqError
-from toolq.models import CallEnvelope, CallStatus, EventType, ProviderFormat, RpcId, ToolCall
+from toolq.errors import (
+    ApprovalDeniedError,
+    NotRunOwnerError,
+    PayloadError,
+    ToolDeniedError,
+    ToolqError,
+)
+from toolq.models import (
+    CallEnvelope,
+    CallStatus,
+    EventType,
+    PreviewState,
+    ProviderFormat,
+    RpcId,
+    ToolCall,
+)
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
@@ -143,7 +157,7 @@ class Dispatcher:
                 new_calls[-1].envelope.tracestate = span.tracestate
         new_calls, groups = self._messages(new_calls)
         replies = self.store.create_many(new_calls, groups)
-        if any(outcome == "not_owner" for outcome, _ in replies):
+        if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
                 f"{principal!r} may not dispatch into run {run!r}: it belongs to another "
@@ -175,7 +189,7 @@ class Dispatcher:
                     env.rpc_id,
                 )
             )
-            if new.fields and new.fields.get("preview_state") == "pending":
+            if new.fields and new.fields.get("preview_state") == PreviewState.PENDING:
                 to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
@@ -312,7 +326,7 @@ class Dispatcher:
             envelope.arguments = data["arguments"]
             result = {
                 "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
-                "error_type": "approval_denied",
+                "error_type": ApprovalDeniedError.code,
             }
             data.update(status=CallStatus.DENIED.value, by="rule", **result)
             return NewCall(
@@ -335,7 +349,7 @@ class Dispatcher:
                 "approval_metadata": dumps(metadata) if metadata is not None else "",
             }
             if tool.has_preview:
-                fields["preview_state"] = "pending"
+                fields["preview_state"] = PreviewState.PENDING.value
             return NewCall(
                 envelope,
                 CallStatus.AWAITING_APPROVAL,

@@ -16,12 +16,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
-
 from toolq.errors import (
     CallCancelledError,
     ToolDeniedError,
+    ToolFailureError,
     ToolNotFoundError,
     ToolqError,
     ToolTimeoutError,
@@ -35,6 +33,7 @@ from toolq.models import (
     ImageContent,
     TextContent,
     ToolOutput,
+    jsonable,
 )
 
 if TYPE_CHECKING:
@@ -45,13 +44,6 @@ RetryHook = Callable[[int, float, BaseException], None]
 """Called before each retry with (next attempt, delay seconds, the error)."""
 
 _BLOCKS = (TextContent, ImageContent, AudioContent)
-
-
-def jsonable(value: Any) -> Any:
-    """Return a JSON-able copy of a handler's value (models dumped, unknown types as text)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return to_jsonable_python(value, fallback=str)
 
 
 def error_type(exc: BaseException) -> str:
@@ -218,7 +210,7 @@ class Executor:
                 if not outcome.success:
                     result.status = CallStatus.FAILED
                     result.error = outcome.error or "tool reported failure"
-                    result.error_type = "tool_failure"
+                    result.error_type = ToolFailureError.code
                 data = tool.validate_output(outcome.data) if outcome.success else outcome.data
                 result.output = jsonable(data)
                 result.content = list(outcome.content)
@@ -236,7 +228,7 @@ class Executor:
             # The handler noticed the cancel and returned early: what it returned is partial.
             result.status = CallStatus.CANCELLED
             result.error = "cancelled while running; the tool stopped early"
-            result.error_type = "cancelled"
+            result.error_type = CallCancelledError.code
         result.duration_ms = (time.perf_counter() - started) * 1000
         return result
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolq.approvals.models import ApprovalRequest
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
 from toolq.dispatch.providers.outcome import outcome, text_of
 from toolq.errors import (
     ApprovalPredicateError,
@@ -141,7 +142,14 @@ class Bridge:
     # -- decisions ---------------------------------------------------------------------------
 
     def approve(
-        self, call_id: str, arguments: dict[str, Any] | None = None, by: str | None = None
+        self,
+        call_id: str,
+        arguments: dict[str, Any] | None = None,
+        by: str | None = None,
+        *,
+        note: str | None = None,
+        digest: str | None = None,
+        always: bool = False,
     ) -> None:
         """Approve a parked call, with ``arguments`` as an edit when they differ.
 
@@ -153,12 +161,21 @@ class Bridge:
         edit = arguments if arguments is not None and arguments != request.arguments else None
         # decided meanwhile by someone else: their decision stands
         with contextlib.suppress(NotAwaitingApprovalError):
-            self.client.approvals.approve(call_id, by or self.approver, arguments=edit)
+            self.client.approvals.approve(
+                call_id,
+                by or self.approver,
+                arguments=edit,
+                note=note,
+                digest=digest,
+                always=always,
+            )
 
-    def deny(self, call_id: str, reason: str, by: str | None = None) -> None:
+    def deny(
+        self, call_id: str, reason: str, by: str | None = None, *, always: bool = False
+    ) -> None:
         """Deny a parked call with the reason the model reads; a decided call stays as it is."""
         with contextlib.suppress(NotAwaitingApprovalError):
-            self.client.approvals.deny(call_id, by or self.approver, reason)
+            self.client.approvals.deny(call_id, by or self.approver, reason, always=always)
 
     def events(self, after: str | None = None) -> Iterator[Event]:
         """The run's events so far (progress included), after the stream id ``after``."""

@@ -23,7 +23,8 @@ from langgraph.types import Command, Interrupt, interrupt
 from pydantic import ConfigDict, PrivateAttr
 
 from toolq.approvals.models import Approve, Deny
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
 from toolq.integrations._bridge import Bridge, error_text, output_of
 from toolq.models import CallResult, CallStatus
 
@@ -109,9 +110,15 @@ class ToolqTool(BaseTool):
         )
         decision = _decision(answer)
         if isinstance(decision, Deny):
-            bridge.deny(state.call_id, decision.reason)
+            bridge.deny(state.call_id, decision.reason, always=decision.always)
         else:
-            bridge.approve(state.call_id, decision.arguments or arguments)
+            bridge.approve(
+                state.call_id,
+                decision.arguments or arguments,
+                note=decision.note,
+                digest=decision.digest,
+                always=decision.always,
+            )
 
 
 def toolq_tools(

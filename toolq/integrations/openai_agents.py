@@ -20,7 +20,8 @@ from typing import Any
 from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
 from toolq.integrations._bridge import Bridge, error_text, output_of
 from toolq.models import CallStatus
 from toolq.registry.tool import Tool

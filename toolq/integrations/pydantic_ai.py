@@ -30,7 +30,9 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from toolq.dispatch.client import AsyncClient, Client
+from toolq.dispatch.async_client import AsyncClient
+from toolq.dispatch.client import Client
+from toolq.errors import InvalidArgumentsError
 from toolq.integrations._bridge import Bridge, error_text, is_settled_approval, output_of
 from toolq.models import CallResult, CallStatus, Event
 
@@ -192,7 +194,7 @@ def _returned(result: CallResult) -> Any:
     """A final toolq result as pydantic-ai expects a tool's outcome."""
     if result.status is CallStatus.SUCCEEDED:
         return output_of(result)
-    if result.error_type == "invalid_arguments":
+    if result.error_type == InvalidArgumentsError.code:
         raise ModelRetry(result.error or "invalid arguments")
     raise ToolFailed(error_text(result))
 

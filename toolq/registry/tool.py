@@ -6,7 +6,6 @@ or a typed ``execute`` signature) or let ``@registry.tool`` wrap a function.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -306,8 +305,3 @@ class FunctionTool(Tool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function itself, as if it were not decorated."""
         return self.func(*args, **kwargs)
-
-
-def is_async_callable(func: Callable[..., Any]) -> bool:
-    """Tell whether ``func`` is a coroutine function or an async generator function."""
-    return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -11,6 +12,11 @@ from redis.retry import Retry
 
 RETRIES = 20
 """With the backoff below, about ten seconds of retrying before an error reaches the caller."""
+
+
+def as_text(value: Any) -> str:
+    """A Redis reply value as ``str``: ``bytes`` decoded as UTF-8, anything else by ``str``."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def redis_client(url: str) -> redis.Redis:

@@ -19,6 +19,7 @@ import redis
 from toolq.errors import PayloadError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
+from toolq.results.connection import as_text
 
 POLL_SECONDS = 1.0
 """Longest time a reader trusts pub/sub before reading the stream anyway."""
@@ -30,26 +31,11 @@ COALESCE_SECONDS = 0.005
 """While at least this many calls are pending, a wait reads at most every 5 ms."""
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
-_NOT_FINAL = frozenset(
-    t.value
-    for t in (
-        EventType.QUEUED,
-        EventType.AWAITING_APPROVAL,
-        EventType.APPROVED,
-        EventType.STARTED,
-        EventType.PROGRESS,
-        EventType.RETRYING,
-        EventType.PREVIEWED,
-    )
-)
-"""Events that never make a call final (final ones are told apart by their ``status``)."""
+_NOT_FINAL = frozenset(t.value for t in EventType if not t.is_final)
+"""Events a waiter skips without decoding their data (most of a busy run's events)."""
 
 
 _STREAM_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_stream_id(value: str) -> str:
@@ -67,9 +53,9 @@ def stream_id_key(value: str) -> tuple[int, int]:
 
 def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
     """An ``Event`` from one stream entry."""
-    f = {_text(k): _text(v) for k, v in fields.items()}
+    f = {as_text(k): as_text(v) for k, v in fields.items()}
     return Event(
-        id=_text(entry_id),
+        id=as_text(entry_id),
         type=EventType(f["type"]),
         run_id=run_id,
         call_id=f["call_id"],
@@ -133,12 +119,12 @@ class EventLog:
             out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
             if len(entries) < limit:
                 return out
-            start = f"({_text(entries[-1][0])}"
+            start = f"({as_text(entries[-1][0])}"
 
     def last_id(self, run_id: str) -> str | None:
         """Id of the newest event of a run."""
         entries = self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
-        return _text(entries[0][0]) if entries else None
+        return as_text(entries[0][0]) if entries else None
 
     def follow(
         self,
@@ -200,11 +186,11 @@ class EventLog:
             for call_id in call_ids:
                 pipe.hget(self.keys.call(call_id), "status")
             newest, *states = pipe.execute()
-            last = _text(newest[0][0]) if newest else "0-0"
+            last = as_text(newest[0][0]) if newest else "0-0"
             pending = {
                 c
                 for c, s in zip(call_ids, states, strict=True)
-                if s is None or _text(s) not in _FINAL_VALUES
+                if s is None or as_text(s) not in _FINAL_VALUES
             }
         while pending:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -221,10 +207,10 @@ class EventLog:
             for _, entries in reply or []:
                 got += len(entries)
                 for entry_id, fields in entries:
-                    last = _text(entry_id)
-                    if _text(fields.get(b"type", fields.get("type", ""))) in _NOT_FINAL:
+                    last = as_text(entry_id)
+                    if as_text(fields.get(b"type", fields.get("type", ""))) in _NOT_FINAL:
                         continue  # most of a busy run's events: skip decoding them
-                    call_id = _text(fields.get(b"call_id", fields.get("call_id", "")))
+                    call_id = as_text(fields.get(b"call_id", fields.get("call_id", "")))
                     if call_id in pending:
                         data = json.loads(fields.get(b"data", fields.get("data")) or "{}")
                         if data.get("status") in _FINAL_VALUES:

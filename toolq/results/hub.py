@@ -27,7 +27,7 @@ from redis.exceptions import NoPermissionError
 from toolq.errors import OverloadedError
 from toolq.keys import Keys
 from toolq.models import Event
-from toolq.results.connection import async_redis_client
+from toolq.results.connection import as_text, async_redis_client
 from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
 
 log = logging.getLogger("toolq.hub")
@@ -38,10 +38,6 @@ READ_CONNECTIONS = 4
 """Pooled connections for backlog reads and the hub's own ``XREAD`` (pub/sub has its own)."""
 RETRY_AFTER_SECONDS = 5
 """``Retry-After`` suggested to a client refused because every stream slot is taken."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Listener:
@@ -125,7 +121,7 @@ class EventHub:
             if run.cursor is None:
                 newest: Any = await self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
                 if run.cursor is None:  # another joiner may have set it meanwhile
-                    run.cursor = _text(newest[0][0]) if newest else "0-0"
+                    run.cursor = as_text(newest[0][0]) if newest else "0-0"
             backlog = await self.read(run_id, after)
         except BaseException:
             self.leave(listener)
@@ -154,7 +150,7 @@ class EventHub:
             out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
             if len(entries) < BATCH:
                 return out
-            start = f"({_text(entries[-1][0])}"
+            start = f"({as_text(entries[-1][0])}"
 
     async def _loop(self) -> None:
         pubsub: Any = None
@@ -173,7 +169,7 @@ class EventHub:
                     else:
                         message = await pubsub.get_message(timeout=POLL_SECONDS)
                         while message is not None:
-                            run_id = self._by_channel.get(_text(message.get("channel", "")))
+                            run_id = self._by_channel.get(as_text(message.get("channel", "")))
                             if run_id is not None:
                                 woken.add(run_id)
                             message = await pubsub.get_message(timeout=0)
@@ -222,7 +218,7 @@ class EventHub:
             reply: Any = await self.redis.xread(streams, count=BATCH)  # type: ignore[arg-type]
             more: dict[str, str] = {}
             for raw_stream, entries in reply or []:
-                stream = _text(raw_stream)
+                stream = as_text(raw_stream)
                 run_id = self._by_stream.get(stream)
                 run = self._runs.get(run_id) if run_id is not None else None
                 if run is None or not entries:

@@ -19,6 +19,8 @@ import redis
 
 from toolq.errors import NotRunOwnerError
 from toolq.keys import Keys
+from toolq.models import AuditOutcome
+from toolq.results.connection import as_text
 from toolq.settings import Settings
 from toolq.signing import signer_for
 
@@ -98,11 +100,11 @@ class RunOwners:
         run_id, raw, tool = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner", "name"])
         if run_id is None:
             return None
-        run = _text(run_id)
+        run = as_text(run_id)
         owner = RunOwner.decode(raw) if raw else self.get(run)
         self._enforce(
             owner, run, principal, admin=admin, action=action, call_id=call_id,
-            tool=_text(tool or ""),
+            tool=as_text(tool or ""),
         )
         return run
 
@@ -135,7 +137,7 @@ class RunOwners:
             "run_id": run_id,
             "tool": tool,
             "by": principal or "",
-            "outcome": "refused:not_owner",
+            "outcome": AuditOutcome.refused(NotRunOwnerError.code),
             "digest": "",
             "ts": repr(time.time()),
         }
@@ -152,6 +154,3 @@ class RunOwners:
             approximate=True,
         )
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -21,6 +21,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from toolq.keys import Keys
+from toolq.results.connection import as_text
 from toolq.results.direct import DirectScripts
 
 R = TypeVar("R")
@@ -30,11 +31,6 @@ R = TypeVar("R")
 def lua_source(name: str) -> str:
     """The text of ``toolq/results/lua/<name>`` (package data)."""
     return (resources.files("toolq.results") / "lua" / name).read_text(encoding="utf-8")
-
-
-def text(value: Any) -> str:
-    """A reply item as text."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Script(Generic[R]):
@@ -132,7 +128,7 @@ class Scripts:
 
 def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
     """``raw`` as one of the ``Literal`` ``kind``'s values; a script replying otherwise is a bug."""
-    value = text(raw)
+    value = as_text(raw)
     if value not in get_args(kind):
         raise ValueError(f"{script.name}.lua replied {value!r}, not one of {get_args(kind)}")
     return value

@@ -10,10 +10,11 @@ from typing import Any
 
 import redis
 
-from toolq.errors import CallNotFoundError
+from toolq.errors import CallNotFoundError, ToolTimeoutError, WorkerLostError
 from toolq.keys import Keys
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType
+from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, EventType
 from toolq.results import scripts
+from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
 from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
@@ -27,10 +28,6 @@ OUTPUT_IN_EVENT_LIMIT = 4096
 def dumps(value: Any) -> str:
     """Compact JSON used for everything toolq writes to Redis."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -312,7 +309,7 @@ class CallStore:
             token=token,
             status=result.status.value,
             result=dumps(payload),
-            etype=_FINAL_EVENTS[result.status].value,
+            etype=FINAL_EVENT_OF[result.status].value,
             data=dumps(final_event_data(result.status, payload)),
             maxlen=self._maxlen,
             now=repr(time.time()),
@@ -376,7 +373,7 @@ class CallStore:
             approximate=True,
         )
         replies = pipe.execute()
-        event_id = _text(replies[-1])
+        event_id = as_text(replies[-1])
         self.redis.publish(k.run_channel(run_id), event_id)
         return event_id
 
@@ -430,11 +427,11 @@ class CallStore:
         lost = {
             "error": "worker lost during execution; the tool is not idempotent, so it was "
             "not run again",
-            "error_type": "worker_lost",
+            "error_type": WorkerLostError.code,
         }
         timed_out = {
             "error": "the tool exceeded its time limit and its worker process was killed",
-            "error_type": "timeout",
+            "error_type": ToolTimeoutError.code,
         }
         return self.scripts.run(
             scripts.RECOVER(
@@ -455,7 +452,7 @@ class CallStore:
     def run_id(self, call_id: str) -> str | None:
         """The run a call belongs to, or ``None`` for an unknown call."""
         value = self.redis.hget(self.keys.call(call_id), "run_id")
-        return _text(value) if value is not None else None
+        return as_text(value) if value is not None else None
 
     def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
         """Raw records of many calls in one round trip (``None`` for unknown ids)."""
@@ -464,7 +461,7 @@ class CallStore:
             pipe.hgetall(self.keys.call(call_id))
         out: list[dict[str, str] | None] = []
         for raw in pipe.execute():
-            out.append({_text(a): _text(b) for a, b in raw.items()} if raw else None)
+            out.append({as_text(a): as_text(b) for a, b in raw.items()} if raw else None)
         return out
 
     def statuses(self, call_ids: Sequence[str]) -> list[CallStatus | None]:
@@ -472,7 +469,7 @@ class CallStore:
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hget(self.keys.call(call_id), "status")
-        return [CallStatus(_text(s)) if s is not None else None for s in pipe.execute()]
+        return [CallStatus(as_text(s)) if s is not None else None for s in pipe.execute()]
 
     def results(self, call_ids: Sequence[str]) -> list[CallResult]:
         """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
@@ -496,7 +493,7 @@ class CallStore:
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's call ids in dispatch order."""
-        return [_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
+        return [as_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
 
 
 def record_to_result(record: dict[str, str]) -> CallResult:
@@ -516,14 +513,6 @@ def record_to_result(record: dict[str, str]) -> CallResult:
     )
 
 
-_FINAL_EVENTS = {
-    CallStatus.SUCCEEDED: EventType.SUCCEEDED,
-    CallStatus.FAILED: EventType.FAILED,
-    CallStatus.CANCELLED: EventType.CANCELLED,
-    CallStatus.DENIED: EventType.DENIED,
-    CallStatus.EXPIRED: EventType.EXPIRED,
-}
-
 
 def _started(reply: scripts.StartReply) -> Started:
     """What a START reply tells the worker."""
@@ -538,8 +527,8 @@ def _spans(
     """Positions ``0..count-1`` cut into runs, in order, each with the groups it holds.
 
     A run is a lone call (no groups), or the smallest run of consecutive calls that holds
-    whole groups. One script creates each run, so calls are created (and listed in their run) in
-    dispatch order.
+    whole groups. One script creates each run, so calls are created (and listed in their
+    run) in dispatch order.
     """
     bounds = sorted(((min(g.members), max(g.members), g) for g in groups), key=lambda b: b[0])
     merged: list[tuple[int, int, list[MessageGroup]]] = []

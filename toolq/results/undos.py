@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from toolq.errors import WorkerLostError
 from toolq.models import EventType, UndoState
 from toolq.results import scripts
 from toolq.results.store import CallStore, dumps
@@ -19,7 +20,7 @@ from toolq.results.store import CallStore, dumps
 WORKER_LOST = {
     "error": "worker lost during undo; the tool is not idempotent, so its undo was not run "
     "again (request it again to retry)",
-    "error_type": "worker_lost",
+    "error_type": WorkerLostError.code,
 }
 """``call.undo_failed`` data of an undo whose worker died."""
 

@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from toolq.keys import WEBHOOK_GROUP, Keys
+from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import WEBHOOK_CLAIM
 from toolq.settings import Webhook
@@ -33,10 +34,6 @@ STALE_ENTRY_MS = 60_000
 BATCH = 100
 DEAD_KEPT = 1000
 """Given-up deliveries kept for inspection (``Keys.webhook_dead``)."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ class Outbox:
             self.ensure_group()
             return []
         return [
-            (_text(entry_id), {_text(a): _text(b) for a, b in fields.items()})
+            (as_text(entry_id), {as_text(a): as_text(b) for a, b in fields.items()})
             for entry_id, fields in entries
             if fields  # an entry deleted while pending comes back empty
         ]
@@ -124,8 +121,8 @@ class Outbox:
                 delivery_id = f"{entry_id}.{hook.id}"
                 record = {
                     **{f: fields.get(f, "") for f in ("type", "call_id", "run_id", "ts", "data")},
-                    "tool": _text(name or b""),
-                    "risk": _text(risk or b""),
+                    "tool": as_text(name or b""),
+                    "risk": as_text(risk or b""),
                     "hook": hook.id,
                     "attempts": "0",
                 }
@@ -146,7 +143,7 @@ class Outbox:
     def due(self, now: float, limit: int) -> list[str]:
         """Ids of deliveries due by ``now``."""
         raw: Any = self.redis.zrangebyscore(self.keys.webhook_due, 0, now, start=0, num=limit)
-        return [_text(d) for d in raw]
+        return [as_text(d) for d in raw]
 
     def claim(self, delivery_id: str, now: float, until: float) -> Claimed | None:
         """Take a due delivery for one attempt ending by ``until``; None if it is not due."""

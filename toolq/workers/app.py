@@ -42,6 +42,14 @@ class _PerProcess:
                     self._pid = os.getpid()
         return self._runtime
 
+    def close(self) -> None:
+        """Close this process's runtime, if it made one (see ``WorkerRuntime.close``)."""
+        with self._lock:
+            if self._runtime is not None and self._pid == os.getpid():
+                self._runtime.close()
+            self._runtime = None
+            self._pid = 0
+
 
 def pool_name(pool: Any) -> str:
     """``prefork``, ``threads`` or ``solo``: the ``--pool`` name of a Celery pool instance.
@@ -96,6 +104,7 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     app.toolq_settings = settings
     app.toolq_registry = registry
     holder = _PerProcess(settings, registry, app)
+    app.toolq_runtimes = holder
 
     @app.task(
         name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True, shared=False

@@ -24,6 +24,7 @@ from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
 from toolq.workers.heartbeat import beat
@@ -44,8 +45,6 @@ between kombu's ``BRPOP`` and its ``unacked`` write, so a message in that step i
 mistaken for a lost one."""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class Sweeper:
         )
         requeued = []
         for raw in overdue:
-            call_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            call_id = as_text(raw)
             outcome = self.store.recover(call_id, MAX_RECOVERIES)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome != "alive":
@@ -104,7 +103,7 @@ class Sweeper:
         unsent: Any = self.redis.zrangebyscore(
             self.keys.unsent, 0, now - UNSENT_GRACE, start=0, num=SWEEP_BATCH
         )
-        ids = [c.decode() if isinstance(c, bytes) else str(c) for c in unsent]
+        ids = [as_text(c) for c in unsent]
         counts["resent"] = self.resend(ids)
         counts["stranded"] = self.resend_stranded(now)
         counts["lost"] = self.resend_lost(now)
@@ -145,7 +144,7 @@ class Sweeper:
             for (tag, (task, call_id)), (status, undo_state) in zip(
                 taken, pipe.execute(), strict=True
             )
-            if _text((status if task == TASK_NAME else undo_state) or b"")
+            if as_text((status if task == TASK_NAME else undo_state) or b"")
             == (CallStatus.QUEUED.value if task == TASK_NAME else UndoState.REQUESTED.value)
         ]
         if not stranded:
@@ -174,7 +173,7 @@ class Sweeper:
         )
         if not overdue:
             return 0
-        ids = [_text(c) for c in overdue]
+        ids = [as_text(c) for c in overdue]
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
             pipe.hmget(self.keys.call(call_id), "run_id", "risk")
@@ -183,8 +182,8 @@ class Sweeper:
             if run is None or risk is None:
                 self.redis.zrem(self.keys.undoing, call_id)
                 continue
-            queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
-            outcome = self.undos.recover(call_id, _text(run), queue, message, MAX_RECOVERIES)
+            queue, message = self.publisher.undo_message(call_id, RiskLevel(as_text(risk)))
+            outcome = self.undos.recover(call_id, as_text(run), queue, message, MAX_RECOVERIES)
             if outcome in ("failed", "requeue"):
                 log.warning("undo of call %s lost its worker: %s", call_id, outcome)
                 settled += 1
@@ -200,7 +199,7 @@ class Sweeper:
         messages = []
         for call_id, risk in zip(call_ids, pipe.execute(), strict=True):
             if risk is not None:
-                queue, message = self.publisher.undo_message(call_id, RiskLevel(_text(risk)))
+                queue, message = self.publisher.undo_message(call_id, RiskLevel(as_text(risk)))
                 messages.append((call_id, queue, message))
         return self.undos.resend(messages)
 
@@ -253,7 +252,7 @@ class Sweeper:
         )
         if not raw:
             return []
-        pushed_at = {_text(c): float(score) for c, score in raw}
+        pushed_at = {as_text(c): float(score) for c, score in raw}
         ids = list(pushed_at)
         pipe = self.redis.pipeline(transaction=False)
         for call_id in ids:
@@ -261,10 +260,10 @@ class Sweeper:
         waiting: list[tuple[str, str, int, str]] = []
         done: list[str] = []
         for call_id, (state, risk, seq, tag) in zip(ids, pipe.execute(), strict=True):
-            if state is None or _text(state) != pushes.waiting or seq is None:
+            if state is None or as_text(state) != pushes.waiting or seq is None:
                 done.append(call_id)
             else:
-                waiting.append((call_id, k.queue_for(_text(risk)), int(seq), _text(tag or b"")))
+                waiting.append((call_id, k.queue_for(as_text(risk)), int(seq), as_text(tag or b"")))
         if done:
             self.redis.zrem(index, *done)
         if not waiting:

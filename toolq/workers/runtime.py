@@ -27,10 +27,25 @@ from toolq.approvals.policy import digest_arguments
 from toolq.approvals.store import approvals_of
 from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
-from toolq.errors import ApprovalUnverifiedError, SecretsError, UndoError
+from toolq.errors import (
+    ApprovalUnverifiedError,
+    CallCancelledError,
+    InternalError,
+    SecretsError,
+    UndoError,
+)
 from toolq.execution.context import ToolContext
-from toolq.execution.executor import Executor, error_message, error_type, jsonable, runs_async
-from toolq.models import CallEnvelope, CallResult, CallStatus, EventType, UndoState
+from toolq.execution.executor import Executor, error_message, error_type, runs_async
+from toolq.models import (
+    AuditOutcome,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    EventType,
+    PreviewState,
+    UndoState,
+    jsonable,
+)
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.store import CallStore, dumps
@@ -45,7 +60,10 @@ log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
 
 CANCEL_POLL_SECONDS = 0.2
-CANCELLED_BEFORE_START = {"error": "cancelled before it started", "error_type": "cancelled"}
+CANCELLED_BEFORE_START = {
+    "error": "cancelled before it started",
+    "error_type": CallCancelledError.code,
+}
 HOOK_TIMEOUT = 60.0
 """Longest a preview or undo handler may take (seconds)."""
 
@@ -62,6 +80,12 @@ class LeaseKeeper(threading.Thread):
         self._undoing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the thread after its current round (in-process test workers close runtimes)."""
+        self._stopping = True
+        self._wake.set()
 
     def add(self, call_id: str, token: str, ctx: ToolContext) -> None:
         """Watch a call that just started."""
@@ -86,7 +110,7 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         """Poll cancel flags and renew leases until the process exits."""
         last_renew = time.monotonic()
-        while True:
+        while not self._stopping:
             self._wake.wait(min(CANCEL_POLL_SECONDS, self.renew_every))
             with self._lock:
                 active = dict(self._active)
@@ -137,10 +161,24 @@ class WorkerRuntime:
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
-        self.threads = Threads()
+        self.threads = Threads(on_exit=self.release_thread)
         """Runs a batch's synchronous calls side by side."""
         self.event_loop = EventLoop()
         """Runs a batch's ``async def`` calls: one loop for the whole process."""
+
+    def close(self) -> None:
+        """Stop the lease keeper and close the Redis client (a worker process just exits)."""
+        self.keeper.stop()
+        self.keeper.join(5)
+        self.event_loop.close()
+        self.redis.close()
+
+    def release_thread(self) -> None:
+        """Close the calling thread's event loop (a thread that stops running calls)."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+        self._loops.loop = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop: asyncio.AbstractEventLoop | None = getattr(self._loops, "loop", None)
@@ -297,11 +335,12 @@ class WorkerRuntime:
                 return self._refusal(env, reason)
 
         def progress(data: Any) -> None:
-            self.store.progress(env, token, EventType.PROGRESS, {"status": "running", "data": data})
+            running = CallStatus.RUNNING.value
+            self.store.progress(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
-                "status": "running",
+                "status": CallStatus.RUNNING.value,
                 "attempt": attempt,
                 "delay": round(delay, 3),
                 "error": error_message(exc),
@@ -326,7 +365,7 @@ class WorkerRuntime:
                 "run_id": env.run_id,
                 "tool": env.name,
                 "by": "worker",
-                "outcome": f"refused:{exc.code}",
+                "outcome": AuditOutcome.refused(exc.code),
                 "digest": digest_arguments(env.arguments),
                 "ts": repr(time.time()),
                 "system": "1",
@@ -384,15 +423,23 @@ class WorkerRuntime:
         try:
             arguments = tool.validate(self._plain_arguments(envelope))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
-            fields = {"preview_state": "ready", "preview": dumps(shown)}
+            fields = {"preview_state": PreviewState.READY.value, "preview": dumps(shown)}
             diff = diff_of(shown)
             if diff is not None:
                 fields["diff"] = dumps(diff)
-            data: dict[str, Any] = {"status": "awaiting_approval", "preview": "ready"}
+            parked = CallStatus.AWAITING_APPROVAL.value
+            data: dict[str, Any] = {"status": parked, "preview": PreviewState.READY.value}
         except Exception as exc:
             log.warning("preview of call %s failed: %s", call_id, exc)
-            fields = {"preview_state": "failed", "preview_error": error_message(exc)}
-            data = {"status": "awaiting_approval", "preview": "failed", "error": error_message(exc)}
+            fields = {
+                "preview_state": PreviewState.FAILED.value,
+                "preview_error": error_message(exc),
+            }
+            data = {
+                "status": CallStatus.AWAITING_APPROVAL.value,
+                "preview": PreviewState.FAILED.value,
+                "error": error_message(exc),
+            }
         self.store.emit(call_id, EventType.PREVIEWED, data, fields)
 
     def undo(self, call_id: str) -> None:
@@ -452,7 +499,7 @@ def _crashed(env: CallEnvelope, exc: Exception) -> CallResult:
         name=env.name,
         status=CallStatus.FAILED,
         error=error_message(exc),
-        error_type="internal_error",
+        error_type=InternalError.code,
     )
 
 

@@ -28,8 +28,12 @@ LOOP_HELPER_THREADS = 256
 class Threads:
     """Daemon threads for synchronous calls, grown on demand and reused."""
 
-    def __init__(self, name: str = "toolq-sibling") -> None:
+    def __init__(
+        self, name: str = "toolq-sibling", on_exit: Callable[[], None] | None = None
+    ) -> None:
         self.name = name
+        self.on_exit = on_exit
+        """Called by each thread as it ends (to close what it opened for itself)."""
         self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
         self._work = queue.SimpleQueue()
         self._idle = 0
@@ -57,7 +61,7 @@ class Threads:
                     # work waiting, this thread is one of the idle ones, and may go.
                     if self._work.empty():
                         self._idle -= 1
-                        return
+                        break
                 continue
             if future.set_running_or_notify_cancel():
                 try:
@@ -66,6 +70,8 @@ class Threads:
                     future.set_exception(exc)
             with self._lock:
                 self._idle += 1
+        if self.on_exit is not None:
+            self.on_exit()
 
 
 class EventLoop:
@@ -73,6 +79,7 @@ class EventLoop:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
@@ -87,8 +94,20 @@ class EventLoop:
                 loop.set_default_executor(
                     ThreadPoolExecutor(LOOP_HELPER_THREADS, thread_name_prefix="toolq-loop-helper")
                 )
-                threading.Thread(
+                self._thread = threading.Thread(
                     target=loop.run_forever, name="toolq-event-loop", daemon=True
-                ).start()
+                )
+                self._thread.start()
                 self._loop = loop
             return self._loop
+
+    def close(self) -> None:
+        """Stop and close the loop, if it was started (a worker process just exits)."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        if not thread.is_alive():
+            loop.close()

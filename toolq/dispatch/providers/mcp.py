@@ -24,7 +24,7 @@ from typing import Any
 
 from toolq.dispatch.providers.base import dict_items, json_type, make_call
 from toolq.dispatch.providers.outcome import outcome
-from toolq.errors import PayloadError
+from toolq.errors import PayloadError, ToolNotFoundError
 from toolq.models import (
     CallResult,
     CallStatus,
@@ -43,7 +43,7 @@ INVALID_PARAMS = -32602
 """JSON-RPC's code for invalid method parameters; MCP's for an unknown tool."""
 
 # Error types of calls MCP counts as protocol errors: the request itself was wrong.
-_PROTOCOL_ERRORS = frozenset({"tool_not_found", "invalid_payload"})
+_PROTOCOL_ERRORS = frozenset({ToolNotFoundError.code, PayloadError.code})
 
 
 def _is_call(item: Any) -> bool:

@@ -14,6 +14,7 @@ from toolq.models import (
     ContentBlock,
     ImageContent,
     TextContent,
+    jsonable,
 )
 
 MediaContent = ImageContent | AudioContent
@@ -68,11 +69,6 @@ def output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
     return json.dumps(output, ensure_ascii=False, default=str)
-
-
-def jsonable(value: Any) -> Any:
-    """Return ``value`` as plain JSON data; what JSON cannot hold becomes its ``str``."""
-    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def text_of(blocks: Iterable[ContentBlock]) -> str:

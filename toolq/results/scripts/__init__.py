@@ -14,7 +14,6 @@ from toolq.results.runner import Script
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
-    AuditOutcome,
     Decide,
     DecideOutcome,
     DecideReply,
@@ -109,7 +108,6 @@ __all__ = [
     "UNDO_RESEND",
     "UNDO_START",
     "WEBHOOK_CLAIM",
-    "AuditOutcome",
     "Create",
     "CreateGroup",
     "CreateOutcome",

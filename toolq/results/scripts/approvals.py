@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
-from toolq.results.runner import Invocation, Script, emit_keys, outcome, text
+from toolq.results.connection import as_text
+from toolq.results.runner import Invocation, Script, emit_keys, outcome
 
 DecideOutcome = Literal["ok", "partial", "expired", "digest", "retry", "missing", "conflict"]
 Decision = Literal["approve", "deny"]
-AuditOutcome = Literal["approved", "approved:partial", "denied", "expired"]
-"""What DECIDE and EXPIRE write as an audit entry's ``outcome`` (refusals are Python's)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ class Decide(Script[DecideReply]):
     def parse(self, reply: Any) -> DecideReply:
         """The typed outcome of a reply."""
         kind: DecideOutcome = outcome(DecideOutcome, reply[0], self)
-        return DecideReply(kind, text(reply[1]) if len(reply) > 1 else "")
+        return DecideReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
 
 
 ExpireOutcome = Literal["expired", "early", "gone"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
-from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome, text
+from toolq.results.connection import as_text
+from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
 
 CreateOutcome = Literal["new", "dup", "not_owner"]
 
@@ -96,7 +97,7 @@ class Create(Script[CreateReply]):
 
     def parse(self, reply: Any) -> CreateReply:
         """The typed outcome of a reply."""
-        return CreateReply(outcome(CreateOutcome, reply[0], self), text(reply[1]))
+        return CreateReply(outcome(CreateOutcome, reply[0], self), as_text(reply[1]))
 
 
 class CreateGroup(Script[list[CreateReply]]):
@@ -204,8 +205,8 @@ class Start(Script[StartReply]):
         """The typed outcome of a reply."""
         kind: StartOutcome = outcome(StartOutcome, reply[0], self)
         if kind == "ok":
-            return StartReply(kind, text(reply[1]), int(reply[2]))
-        return StartReply(kind, status=text(reply[1]) if len(reply) > 1 else None)
+            return StartReply(kind, as_text(reply[1]), int(reply[2]))
+        return StartReply(kind, status=as_text(reply[1]) if len(reply) > 1 else None)
 
 
 FinishOutcome = Literal["ok", "stale"]
@@ -379,7 +380,7 @@ class Transition(Script[TransitionReply]):
     def parse(self, reply: Any) -> TransitionReply:
         """The typed outcome of a reply."""
         kind: TransitionOutcome = outcome(TransitionOutcome, reply[0], self)
-        return TransitionReply(kind, text(reply[1]) if len(reply) > 1 else "")
+        return TransitionReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
 
 
 RecoverOutcome = Literal["requeue", "failed", "timeout", "alive", "gone"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
-from toolq.results.runner import Invocation, Script, emit_keys, outcome, text
+from toolq.results.connection import as_text
+from toolq.results.runner import Invocation, Script, emit_keys, outcome
 
 UndoClaimOutcome = Literal["ok", "missing", "in_progress", "undone", "nothing"]
 
@@ -58,7 +59,7 @@ class UndoStart(Script[tuple[UndoStartOutcome, str]]):
     def parse(self, reply: Any) -> tuple[UndoStartOutcome, str]:
         """The typed outcome of a reply."""
         kind: UndoStartOutcome = outcome(UndoStartOutcome, reply[0], self)
-        return kind, text(reply[1]) if len(reply) > 1 else ""
+        return kind, as_text(reply[1]) if len(reply) > 1 else ""
 
 
 UndoFinishOutcome = Literal["ok", "stale"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from toolq.keys import Keys
-from toolq.results.runner import Invocation, Script, text
+from toolq.results.connection import as_text
+from toolq.results.runner import Invocation, Script
 
 
 class WebhookClaim(Script[dict[str, str] | None]):
@@ -25,7 +26,7 @@ class WebhookClaim(Script[dict[str, str] | None]):
         """The typed outcome of a reply."""
         if not reply:
             return None
-        return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+        return {as_text(reply[i]): as_text(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 WEBHOOK_CLAIM = WebhookClaim()
