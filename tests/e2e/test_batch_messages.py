@@ -58,6 +58,24 @@ def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, clie
     assert all(s is CallStatus.QUEUED for s in client.store.statuses(batch.call_ids))
 
 
+def test_calls_are_created_in_dispatch_order_even_when_redis_lost_its_scripts(
+    r, client: Client
+):
+    # Shared messages, a lone moderate call and a call final at dispatch, in one pipeline;
+    # with no script loaded every invocation is re-run after loading: still in order.
+    r.script_flush()
+    batch = client.dispatch(
+        [
+            {"id": "e1", "name": "echo", "arguments": {"text": "1"}},
+            {"id": "m", "name": "add", "arguments": {"a": 1, "b": 2}},
+            {"id": "e2", "name": "echo", "arguments": {"text": "2"}},
+            {"id": "x", "name": "no_such_tool", "arguments": {}},
+        ]
+    )
+    assert client.store.run_call_ids(batch.run_id) == batch.call_ids
+    assert [task for task, _ in queued_tasks(r, "toolq.safe")] == [BATCH_TASK_NAME]
+
+
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_every_call_of_a_shared_message_runs_once(r, client: Client, workers: Workers, pool):
     workers.start("safe", pool=pool, concurrency=2)

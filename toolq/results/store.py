@@ -139,9 +139,11 @@ class CallStore:
         spans: list[range] = []
         for span, in_span in _spans(len(calls), groups):
             spans.append(span)
-            if not in_span:
+            if not groups:
                 invocations.append(self._create(calls[span.start], now))
                 continue
+            # With groups, every call goes through CREATE_GROUP: one script for the whole
+            # pipeline, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in order.
             number = {i: n for n, g in enumerate(in_span, 1) for i in g.members}
             members = [
                 (
