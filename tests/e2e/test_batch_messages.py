@@ -61,9 +61,12 @@ def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, clie
 def test_calls_are_created_in_dispatch_order_even_when_redis_lost_its_scripts(
     r, client: Client
 ):
-    # Shared messages, a lone moderate call and a call final at dispatch, in one pipeline;
-    # with no script loaded every invocation is re-run after loading: still in order.
+    # Shared messages, a lone moderate call and a call final at dispatch, in one pipeline,
+    # while Redis holds CREATE but not CREATE_GROUP: the invocations that miss their script
+    # are re-run after loading it, and must not land after the others.
     r.script_flush()
+    client.dispatch([{"id": "one", "name": "echo", "arguments": {"text": "0"}}])  # CREATE
+    r.delete("toolq.safe")
     batch = client.dispatch(
         [
             {"id": "e1", "name": "echo", "arguments": {"text": "1"}},
