@@ -131,7 +131,7 @@ def event_latency(
     """One ``ticker`` call yielding ``count`` values ``interval`` s apart, read live.
 
     A reader thread follows the run with ``client.events(run_id, follow=True)``; the call is
-    dispatched only once its subscription is live (``PUBSUB NUMSUB``). The first
+    dispatched only once it blocks on the run's stream (``XREAD`` in ``CLIENT LIST``). The first
     ``EVENT_WARMUP`` events are not counted.
     """
     run_id = f"bench-events-{uuid.uuid4().hex}"
@@ -168,13 +168,13 @@ class _Reader:
         self.thread = threading.Thread(target=self._read, daemon=True, name="bench-reader")
 
     def start(self) -> None:
-        """Start reading; return once the reader's subscription is live."""
-        channel = self.client.keys.run_channel(self.run_id)
+        """Start reading; return once the reader blocks on the run's stream (``XREAD``)."""
+        before = _blocked_readers(self.client)
         self.thread.start()
         deadline = time.monotonic() + 10
-        while not _subscribers(self.client, channel):
+        while _blocked_readers(self.client) <= before:
             if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"event reader did not subscribe: {self.error}")
+                raise RuntimeError(f"event reader did not block on the stream: {self.error}")
             time.sleep(0.01)
 
     def join(self, timeout: float) -> list[tuple[float, Event]]:
@@ -196,6 +196,7 @@ class _Reader:
             self.error = exc
 
 
-def _subscribers(client: Client, channel: str) -> int:
-    reply: Any = client.redis.pubsub_numsub(channel)
-    return int(reply[0][1]) if reply else 0
+def _blocked_readers(client: Client) -> int:
+    """Connections blocked in ``XREAD`` now."""
+    clients: Any = client.redis.client_list()
+    return sum(1 for c in clients if c.get("cmd") == "xread" and "b" in c.get("flags", ""))

@@ -29,7 +29,7 @@ from toolq.settings import Settings
 class Backend:
     """One process's Redis connection, key names, stores and publisher.
 
-    ``redis_client`` replaces the retrying client built from ``settings.redis_url``;
+    ``redis_client`` replaces the retrying client built from ``settings`` (its Sentinels or URL);
     ``celery`` the app messages are encoded and sent with (default: ``celery_app``; a
     worker passes its own). ``close`` closes the Redis client and the Celery app.
     """
@@ -45,7 +45,7 @@ class Backend:
         self.settings = settings or Settings()
         self.registry = registry if registry is not None else ToolRegistry()
         self.keys = Keys(self.settings.key_prefix)
-        self.redis = redis_client or connect(self.settings.redis_url)
+        self.redis = redis_client or connect(self.settings)
         if celery is not None:
             self.celery = celery
 

@@ -33,6 +33,7 @@
     │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
     ├── OverloadedError             a configured capacity is reached; retry later
     ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
+    ├── ReplicationError            fewer replicas than ``TOOLQ_MIN_REPLICAS_ACK`` confirmed a write
     ├── InternalError               toolq itself failed while running a call (a bug)
     └── AmbiguousIdError            a call id prefix that matches more than one call
 
@@ -246,6 +247,16 @@ class RedisUnavailableError(ToolqError):
     """Redis does not answer; nothing was read or written."""
 
     code = "redis_unavailable"
+
+
+class ReplicationError(ToolqError):
+    """A write reached fewer replicas than ``TOOLQ_MIN_REPLICAS_ACK`` in time: not acknowledged.
+
+    The master may hold it; retrying with the same ids is safe (idempotency keys and
+    compare-and-set): a dispatch returns the same calls, a decision finds the call decided.
+    """
+
+    code = "not_replicated"
 
 
 class InternalError(ToolqError):

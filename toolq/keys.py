@@ -28,10 +28,6 @@ class Keys:
         """Redis Stream of a run's events."""
         return f"{self.prefix}:run:{run_id}:events"
 
-    def run_channel(self, run_id: str) -> str:
-        """Pub/sub channel that wakes readers of a run's stream."""
-        return f"{self.prefix}:run:{run_id}:wake"
-
     def run_calls(self, run_id: str) -> str:
         """List of a run's call ids in dispatch order."""
         return f"{self.prefix}:run:{run_id}:calls"
@@ -95,6 +91,15 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def replication_mark(self) -> str:
+        """String written before each ``WAIT``, so the wait also covers writes found made.
+
+        ``WAIT`` counts replicas up to the connection's last write; a retried dispatch
+        that finds its calls already created writes nothing else.
+        """
+        return f"{self.prefix}:replication:mark"
+
+    @property
     def recent_calls(self) -> str:
         """Sorted set of recently created calls scored by creation time."""
         return f"{self.prefix}:calls:recent"
@@ -111,12 +116,6 @@ class Keys:
     def queue_for(self, risk: RiskLevel | str) -> str:
         """Celery queue of a risk level: ``toolq.safe``, ``toolq.moderate``, ``toolq.dangerous``."""
         return f"{self.prefix}.{RiskLevel.parse(risk).value}"
-
-    @property
-    def run_channel_pattern(self) -> str:
-        """``PSUBSCRIBE`` pattern matching every run's wake-up channel."""
-        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
-        return f"{escaped}:run:*:wake"
 
     def event_ticket(self, digest: str) -> str:
         """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""

@@ -74,13 +74,43 @@ class Webhook(BaseModel):
         return hashlib.sha256(self.url.encode()).hexdigest()[:16]
 
 
+def sentinel_addresses(value: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` as pairs (``[::1]:26379`` for IPv6).
+
+    A ``ValueError`` names the entry that is not one.
+    """
+    pairs: list[tuple[str, int]] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"sentinel {item!r} is not host:port")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
+
+
 class Settings(BaseSettings):
     """Configuration for every toolq process; read from ``TOOLQ_*`` environment variables."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLQ_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis for the broker, call records, event streams and pub/sub."""
+    """Redis for the broker, call records, event streams and pub/sub. With ``sentinels`` it
+    gives only the password, username, database and TLS (its host and port are ignored)."""
+    sentinels: str | None = None
+    """Redis Sentinels (``TOOLQ_SENTINELS``, ``host:port,host:port``): every process asks
+    them for the current master of ``sentinel_master`` and follows it through failovers."""
+    sentinel_master: str | None = None
+    """Service name the Sentinels monitor (``TOOLQ_SENTINEL_MASTER``)."""
+    sentinel_password: SecretStr | None = None
+    """Password of the Sentinels themselves, when they have ``requirepass`` (the master's
+    comes from ``redis_url``)."""
+    min_replicas_ack: int = Field(0, ge=0)
+    """Replicas that must confirm (``WAIT``) each write that accepts, decides, starts or
+    finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
+    replica_ack_timeout_ms: int = Field(1000, gt=0)
+    """How long one such write waits for its replicas before it is reported as failed."""
     app: str | None = None
     """``module:registry`` reference of the tool registry to serve."""
     key_prefix: str = "toolq"
@@ -170,3 +200,18 @@ class Settings(BaseSettings):
     """Ceiling of the delay between attempts."""
     webhook_hold_seconds: int = Field(24 * 3600, gt=0)
     """How long events keep entering the outbox after the last worker with webhooks was seen."""
+
+    @field_validator("sentinels")
+    @classmethod
+    def _sentinels(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            if not sentinel_addresses(value):
+                raise ValueError("TOOLQ_SENTINELS names no sentinel")
+            return value
+        return None
+
+    @model_validator(mode="after")
+    def _sentinel_master(self) -> Settings:
+        if self.sentinels and not self.sentinel_master:
+            raise ValueError("TOOLQ_SENTINELS needs TOOLQ_SENTINEL_MASTER (the service name)")
+        return self

@@ -342,9 +342,15 @@ class FaultInjector(threading.Thread):
             t = time.time()
             try:
                 conn = redis.Redis.from_url(self.server.url, socket_timeout=5)
-                killed = conn.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+                killed = int(conn.execute_command("CLIENT", "KILL", "TYPE", "pubsub"))
+                # Event readers block in XREAD on the run's stream (there is no pub/sub
+                # wake-up to kill): drop the connections blocked there too.
+                for client in conn.client_list():
+                    if client.get("cmd") == "xread" and "b" in client.get("flags", ""):
+                        with contextlib.suppress(redis.RedisError):
+                            killed += int(conn.client_kill_filter(_id=client["id"]))
                 conn.close()
-                self.history.append("fault", kind="pubsub-kill", time=t, killed=int(killed))
+                self.history.append("fault", kind="pubsub-kill", time=t, killed=killed)
             except redis.RedisError as exc:
                 self.history.append(
                     "fault", kind="pubsub-kill", time=t, killed=0, error=error_reason(exc)

@@ -396,8 +396,8 @@ def test_access_log_of_toolq_api_holds_no_token_or_ticket(settings, tmp_path):
     assert ADMIN not in text and ticket not in text and "ticket=" not in text
 
 
-def test_streams_survive_a_killed_subscription(api, inproc, r):
-    """The hub re-subscribes after its pub/sub connection is killed; streams lose nothing."""
+def test_streams_survive_a_killed_blocking_read(api, inproc, r):
+    """The hub reads again after its blocked ``XREAD`` connection is killed; nothing is lost."""
     inproc.start("safe")
     url = f"{api}/v1/runs/killed/events"
     got: list[str] = []
@@ -411,7 +411,15 @@ def test_streams_survive_a_killed_subscription(api, inproc, r):
             async for line in lines:
                 if line.startswith("retry: "):
                     break
-            assert r.client_kill_filter(_type="pubsub") >= 1  # the hub's subscription
+            await asyncio.sleep(0.2)  # the hub's read blocks on the run's stream
+            blocked = [
+                c["id"]
+                for c in r.client_list()
+                if c.get("cmd") == "xread" and "b" in c.get("flags", "")
+            ]
+            assert blocked  # the hub's blocking read
+            for client_id in blocked:
+                r.client_kill_filter(_id=client_id)
             posted = await http.post(
                 f"{api}/v1/runs/killed/calls",
                 json=calls(("k", "echo", {"text": "after the kill"})),

@@ -44,8 +44,9 @@ def create(
     deadline: float = 0,
     key: str | None = None,
     fields: dict[str, str] | None = None,
+    refresh: bool = True,
 ) -> scripts.CreateReply:
-    """A call created with CREATE, as dispatch creates one."""
+    """A call created with CREATE, as dispatch creates one (the dispatch's last by default)."""
     return lua.run(
         scripts.CREATE(
             keys=KEYS,
@@ -68,6 +69,7 @@ def create(
             message=message if status == "queued" else None,
             owner=owner,
             admin=admin,
+            refresh=refresh,
             fields=fields,
         )
     )

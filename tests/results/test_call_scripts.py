@@ -113,6 +113,61 @@ def test_create_not_owner_writes_nothing_but_an_admin_may(r: redis.Redis, lua: S
     assert record(r, "c3")["owner"] == "alice"  # the run's owner, not the admin
 
 
+def test_create_sets_the_run_ttls_once_per_dispatch(r: redis.Redis, lua: Scripts):
+    run_keys = [KEYS.run_owner("run1"), KEYS.run_calls("run1"), KEYS.run_stream("run1")]
+    # A dispatch of three calls: only the last one (refresh) sets the run's TTLs...
+    create(lua, "c1", refresh=False)
+    assert r.ttl(KEYS.run_owner("run1")) > 0  # the owner key is created with its TTL
+    assert r.ttl(KEYS.run_calls("run1")) == -1 and r.ttl(KEYS.run_stream("run1")) == -1
+    create(lua, "c2", refresh=False)
+    create(lua, "c3")
+    assert all(3500 < r.ttl(k) <= 3600 for k in run_keys)
+    # ...and a later dispatch into the run sets them again, even when it is only a dup.
+    for k in run_keys:
+        r.expire(k, 100)
+    assert create(lua, "c4", key="c1").outcome == "dup"
+    assert all(3500 < r.ttl(k) <= 3600 for k in run_keys)
+    assert r.ttl(KEYS.idempotency("alice", "run1", "c3")) > 3500
+    assert r.ttl(KEYS.call("c3")) == -1  # a record expires once it is final
+
+
+def test_create_of_a_final_call_gives_its_record_a_ttl(r: redis.Redis, lua: Scripts):
+    reply = lua.run(
+        scripts.CREATE(
+            keys=KEYS,
+            idempotency=KEYS.idempotency("alice", "run1", "c1"),
+            call_id="c1",
+            run_id="run1",
+            status="failed",
+            envelope="{}",
+            etype="call.failed",
+            data='{"status": "failed"}',
+            maxlen=1000,
+            ttl=3600,
+            now=now(),
+            deadline="0",
+            name="echo",
+            risk="safe",
+            idempotent=False,
+            timeout="",
+            result='{"error_type": "invalid_arguments"}',
+            message=None,
+            owner="alice",
+            admin=False,
+            refresh=True,
+            fields={"digest": "d"},
+        )
+    )
+    assert reply.outcome == "new"
+    rec = record(r)
+    assert (rec["status"], rec["result"], rec["digest"]) == (
+        "failed",
+        '{"error_type": "invalid_arguments"}',
+        "d",
+    )
+    assert rec["finished_at"] == rec["created_at"] and 3500 < r.ttl(KEYS.call("c1")) <= 3600
+
+
 def test_events_of_announced_types_enter_the_webhook_outbox(r: redis.Redis, lua: Scripts):
     r.sadd(KEYS.webhook_events, "call.queued")
     reply = create(lua, run_id="run:with:colons")
@@ -133,6 +188,17 @@ def test_start_ok_and_a_repeat_with_the_same_token(r: redis.Redis, lua: Scripts)
     again = start(lua)
     assert (again.outcome, again.attempt) == ("ok", 1)
     assert events(r) == ["call.queued", "call.started"]
+    assert record(r)["attempt"] == "1"
+
+
+def test_start_after_a_recovery_counts_the_attempt(r: redis.Redis, lua: Scripts):
+    create(lua, idempotent=True)
+    start(lua, token="first")
+    r.delete(KEYS.lease("c1"))
+    recover(lua)
+    again = start(lua, token="second")
+    assert (again.outcome, again.attempt) == ("ok", 2) and record(r)["attempt"] == "2"
+    assert again.envelope == '{"call_id": "c1"}' and r.get(KEYS.lease("c1")) == b"second"
 
 
 def test_start_skip_missing_leased_and_run_mismatch(r: redis.Redis, lua: Scripts):
@@ -149,11 +215,22 @@ def test_start_skip_missing_leased_and_run_mismatch(r: redis.Redis, lua: Scripts
 
 
 def test_start_cancels_a_call_whose_cancel_flag_is_set(r: redis.Redis, lua: Scripts):
-    create(lua)
+    # The flag is set while the call runs; its worker died and the call was requeued.
+    create(lua, idempotent=True)
+    start(lua, token="first")
     r.set(KEYS.cancel("c1"), "1")
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "requeue"
     assert start(lua).outcome == "cancelled"
     assert record(r)["status"] == "cancelled" and not r.exists(KEYS.lease("c1"))
-    assert events(r) == ["call.queued", "call.cancelled"]
+    assert events(r) == ["call.queued", "call.started", "call.retrying", "call.cancelled"]
+
+
+def test_a_first_start_does_not_look_for_a_cancel_flag(r: redis.Redis, lua: Scripts):
+    # Only a running call gets a flag; a flag on a call never started is not looked up.
+    create(lua)
+    r.set(KEYS.cancel("c1"), "1")
+    assert start(lua).outcome == "ok"
 
 
 # -- FINISH / PROGRESS / RENEW ------------------------------------------------------------------

@@ -42,6 +42,40 @@ def test_commands_added_after_the_scripts_run_in_the_same_round_trip(r: redis.Re
     assert [x.outcome for x in replies] == ["new"] and r.get("t13:after") == b"1"
 
 
+def test_after_commands_follow_an_invocation_run_again_after_noscript(r: redis.Redis, lua: Scripts):
+    # ReplicaAcks' WAIT must follow the write it waits for: after a NOSCRIPT reload the
+    # `after` commands are sent again behind the re-run, and their replies are the new ones.
+    r.script_flush()
+    (reply,), after = lua.pipelined_after(
+        [create_invocation("c1")], [("LLEN", KEYS.run_calls("run1")), ("WAIT", 0, 0)]
+    )
+    assert reply.outcome == "new"
+    assert after == [1, 0]  # LLEN ran after the re-run CREATE: it sees the call
+    assert r.llen(KEYS.run_calls("run1")) == 1
+
+
+def test_the_direct_connection_sends_after_commands_in_the_same_write(r: redis.Redis, lua: Scripts):
+    create(lua)
+    r.script_flush()
+    invocation = scripts.START(
+        keys=KEYS,
+        call_id="c1",
+        run_id="run1",
+        token="tok",
+        lease_ms=30_000,
+        now=now(),
+        maxlen=100,
+        cancel_result="{}",
+        now_ms=int(float(now()) * 1000),
+    )
+    reply, after = lua.direct_after(invocation, [("HGET", KEYS.call("c1"), "status")])
+    assert reply.outcome == "ok" and after == [b"running"]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        lua.direct_after(invocation, [("LLEN", KEYS.call("c1"))])
+    # the refused command's reply was read: the connection is still in step
+    assert lua.direct_after(invocation, [("HGET", KEYS.call("c1"), "status")])[1] == [b"running"]
+
+
 def test_an_error_other_than_noscript_is_raised(r: redis.Redis, lua: Scripts):
     r.set(KEYS.call("c1"), "not a hash")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
@@ -91,4 +125,5 @@ def create_invocation(call_id: str) -> Invocation[scripts.CreateReply]:
         message=None,
         owner="alice",
         admin=False,
+        refresh=True,
     )

@@ -21,6 +21,7 @@ from toolq.backend import Backend
 from toolq.dispatch.client import Client
 from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
+from toolq.results.connection import RedisTarget
 from toolq.results.hub import EventHub
 from toolq.settings import ApiToken, Settings
 
@@ -51,9 +52,10 @@ def create_app(
     backend = client.backend
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
-    hub = EventHub(settings.redis_url, backend.keys, settings.max_event_streams)
+    target = RedisTarget.of(settings)
+    hub = EventHub(target, backend.keys, settings.max_event_streams)
     tickets = TicketStore(backend.redis, backend.keys, settings.event_ticket_seconds)
-    probe = RedisProbe(settings.redis_url)
+    probe = RedisProbe(target)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -26,6 +26,7 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.WaitTimeoutError, 504),
     (errors.OverloadedError, 503),
     (errors.RedisUnavailableError, 503),
+    (errors.ReplicationError, 503),
     (errors.AmbiguousIdError, 400),
 ]
 
@@ -58,6 +59,8 @@ def install(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         if isinstance(exc, errors.OverloadedError):
             headers = {"Retry-After": str(exc.details.get("retry_after", 5))}
+        if isinstance(exc, errors.ReplicationError):
+            headers = {"Retry-After": "1"}
         return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
 
     @app.exception_handler(redis.ConnectionError)

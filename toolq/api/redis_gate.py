@@ -13,12 +13,11 @@ import json
 import time
 
 import redis
-import redis.asyncio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolq.api.errors import error_body
 from toolq.errors import RedisUnavailableError
-from toolq.results.connection import redacted
+from toolq.results.connection import RedisTarget, async_probe_client
 
 PING_TIMEOUT = 0.5
 FRESH_SECONDS = 1.0
@@ -26,14 +25,12 @@ GATED_PREFIXES = ("/v1/", "/metrics")
 
 
 class RedisProbe:
-    """A short-timeout PING of the Redis at ``url``, remembering the last success."""
+    """A short-timeout PING of the Redis (or Sentinel master) at ``where``; remembers success."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.where = redacted(url)
-        self._client = redis.asyncio.Redis.from_url(
-            url, socket_connect_timeout=PING_TIMEOUT, socket_timeout=PING_TIMEOUT, retry=None
-        )
+    def __init__(self, where: RedisTarget | str) -> None:
+        target = RedisTarget.of(where)
+        self.where = target.describe()
+        self._client = async_probe_client(target, PING_TIMEOUT)
         self._ok_at = 0.0
 
     async def check(self, fresh: float = FRESH_SECONDS) -> None:

@@ -501,8 +501,9 @@ class ApprovalStore:
     def _sign_rule(self, run_id: str, rule: str, tool: str, by: str) -> dict[str, Any] | None:
         if self.signer is None:
             return None
-        return self.signer.sign("rule", run_id=run_id, rule=rule, tool=tool, by=by,
-                                ts=repr(time.time()))
+        return self.signer.sign(
+            "rule", run_id=run_id, rule=rule, tool=tool, by=by, ts=repr(time.time())
+        )
 
     def _set_rule(self, run_id: str, rule: str, tool: str, by: str) -> None:
         """Add a sticky approval (already authorized by the decision it came with), signed."""
@@ -611,39 +612,48 @@ class ApprovalStore:
                 CallStatus.QUEUED.value if final else CallStatus.AWAITING_APPROVAL.value
             )
             event["approvals"] = len(names)
-        reply = self.scripts.run(
-            scripts.DECIDE(
-                keys=self.keys,
-                call_id=call_id,
-                run_id=run_id,
-                decision=decision,
-                by=by,
-                now=ts,
-                envelope_read=parked.record["envelope"] if decision == "approve" else "",
-                check_approvals=decision == "approve",
-                maxlen=self.settings.stream_maxlen,
-                ttl=self.settings.result_ttl,
-                event_data=dumps(event),
-                result=dumps(result) if result is not None else "",
-                envelope=envelope,
-                audit_maxlen=self.settings.audit_maxlen,
-                expired_result=dumps(EXPIRED_RESULT),
-                message=(queue, message) if queue else None,
-                approvals_read=parked.record.get("approvers", ""),
-                approvals_new=dumps([*prior, own]),
-                final=final,
-                new_digest=new_digest or "",
-                approval=approval,
-                tool=env.name,
-                audit_sig=self._audit_sig(call_id, run_id, env.name, by, outcome_name, digest, ts),
-                expired_sig=self._audit_sig(
-                    call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
-                ),
-                digest=digest,
-                shown=shown,
-            )
+        acks = self.store.acks
+        # WAIT on the connection that ran the decision, in the same round trip.
+        (reply,), acked = self.scripts.pipelined_after(
+            [
+                scripts.DECIDE(
+                    keys=self.keys,
+                    call_id=call_id,
+                    run_id=run_id,
+                    decision=decision,
+                    by=by,
+                    now=ts,
+                    envelope_read=parked.record["envelope"] if decision == "approve" else "",
+                    check_approvals=decision == "approve",
+                    maxlen=self.settings.stream_maxlen,
+                    ttl=self.settings.result_ttl,
+                    event_data=dumps(event),
+                    result=dumps(result) if result is not None else "",
+                    envelope=envelope,
+                    audit_maxlen=self.settings.audit_maxlen,
+                    expired_result=dumps(EXPIRED_RESULT),
+                    message=(queue, message) if queue else None,
+                    approvals_read=parked.record.get("approvers", ""),
+                    approvals_new=dumps([*prior, own]),
+                    final=final,
+                    new_digest=new_digest or "",
+                    approval=approval,
+                    tool=env.name,
+                    audit_sig=self._audit_sig(
+                        call_id, run_id, env.name, by, outcome_name, digest, ts
+                    ),
+                    expired_sig=self._audit_sig(
+                        call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
+                    ),
+                    digest=digest,
+                    shown=shown,
+                )
+            ],
+            acks.commands(),
         )
         outcome = reply.outcome
+        if outcome in ("ok", "partial") and acked:
+            acks.check(acked[-1], f"decision on call {call_id}")
         if outcome in ("ok", "partial", "retry"):
             return outcome
         request = self._request(parked.record)

@@ -15,6 +15,7 @@ from redis import exceptions as redis_errors
 
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_target import RedisTarget
 from toolq.settings import Settings
 
 HARD_LIMIT_GRACE = 10.0
@@ -77,10 +78,13 @@ def celery_app(settings: Settings) -> Celery:
     """A Celery app for toolq's broker: JSON only, late acks, one queue per risk level.
 
     Library code never imports a global app: every process builds its own from settings.
+    With ``TOOLQ_SENTINELS`` the broker is kombu's Sentinel transport, following the same
+    master as toolq's own clients (dispatch pushes the messages workers read).
     """
     keys = Keys(settings.key_prefix)
     patch_kombu()
-    app = Celery("toolq", broker=settings.redis_url, set_as_current=False)
+    target = RedisTarget.of(settings)
+    app = Celery("toolq", broker=target.broker_url(), set_as_current=False)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -102,6 +106,7 @@ def celery_app(settings: Settings) -> Celery:
             # Above the longest hard limit, so a running call is never redelivered early;
             # toolq's own lease recovers dead workers' calls long before this.
             "visibility_timeout": int(settings.max_time_limit + HARD_LIMIT_GRACE + 60),
+            **target.broker_transport_options(),
         },
         worker_hijack_root_logger=False,
         worker_send_task_events=False,

@@ -52,7 +52,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
     below), and the quorum of a call comes from its record instead of its tool.
     """
     settings = settings_for(app, redis_url)
-    require_redis(settings.redis_url)
+    require_redis(settings)
     registry = load_registry(settings.app) if settings.app else ToolRegistry()
     return Client(registry, settings)
 
@@ -217,7 +217,7 @@ def verify_audit_(
     verifier = verifier_for(settings)
     if verifier is None:
         raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
-    require_redis(settings.redis_url)
+    require_redis(settings)
     backend = Backend(settings)
     try:
         report = verify_audit(backend.redis, settings, verifier)

@@ -1,10 +1,14 @@
 """``toolq check``: exit 0 only when Redis answers and a worker consumes each named queue.
 
+With ``TOOLQ_SENTINELS`` it names the master the Sentinels point to, and checks that one.
+
 Warnings (a worker that does not verify signed approvals) are printed but do not change
 the exit code: they name a weaker configuration, not an unhealthy one.
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import typer
@@ -17,10 +21,10 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
-from toolq.results.connection import redacted
+from toolq.results.connection import RedisTarget, master_address
 from toolq.workers.heartbeat import live_workers, missing_queues
 
-__all__ = ["accepts_unauthenticated", "check", "live_workers", "missing_queues"]
+__all__ = ["accepts_unauthenticated", "at_address", "check", "live_workers", "missing_queues"]
 
 
 def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
@@ -45,6 +49,15 @@ def accepts_unauthenticated(url: str, prefix: str = "toolq") -> bool:
         pool.disconnect()
 
 
+def at_address(url: str, host: str, port: int) -> str:
+    """``url`` (its credentials and database) pointed at ``host:port``."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@" if userinfo else ""
+    netloc += f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def check(
     risk: str = typer.Option(
         "safe,moderate,dangerous",
@@ -60,13 +73,19 @@ def check(
     """Health check: Redis answers, needs credentials, and each named queue has a worker."""
     settings = settings_for(redis_url=redis_url)
     levels = risk_list(risk)
-    where = redacted(settings.redis_url)
-    require_redis(settings.redis_url)
+    target = RedisTarget.of(settings)
+    where = target.describe()
+    require_redis(settings)
     try:
+        direct_url = settings.redis_url
+        if target.is_sentinel:
+            host, port = master_address(target)
+            direct_url = at_address(settings.redis_url, host, port)
+            typer.echo(f"master: {host}:{port} ({where})", err=True)
         missing = missing_queues(settings, levels)
         workers = live_workers(settings)
         unverifying = [str(w.get("hostname")) for w in workers if not w.get("verifies_approvals")]
-        is_open = accepts_unauthenticated(settings.redis_url, settings.key_prefix)
+        is_open = accepts_unauthenticated(direct_url, settings.key_prefix)
     except (redis.RedisError, OSError) as exc:
         typer.echo(f"unhealthy: Redis at {where} does not answer: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -16,7 +16,7 @@ import typer
 from toolq.errors import ConfigurationError
 from toolq.models import ProviderFormat, RiskLevel
 from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import redacted
+from toolq.results.connection import RedisTarget, probe_client
 from toolq.settings import Settings
 
 APP_HELP = "Tool registry as module:attribute (or TOOLQ_APP)."
@@ -70,16 +70,16 @@ def risk_list(value: str) -> list[RiskLevel]:
     return [RiskLevel.parse(r.strip()) for r in value.split(",") if r.strip()]
 
 
-def require_redis(url: str) -> None:
-    """Exit 1 with one line naming ``url`` (password hidden) unless Redis answers PING.
+def require_redis(where: Settings | str) -> None:
+    """Exit 1 with one line naming the Redis (password hidden) unless it answers PING.
 
     toolq's clients retry a dropped connection for about ten seconds to ride out a restart;
     a command started against a Redis that is not there should say so at once instead.
     """
+    target = RedisTarget.of(where)
+    setting = "TOOLQ_SENTINELS" if target.is_sentinel else "TOOLQ_REDIS_URL"
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=REDIS_TIMEOUT, socket_timeout=REDIS_TIMEOUT
-        )
+        client = probe_client(target, REDIS_TIMEOUT)
         try:
             client.ping()
         finally:
@@ -87,7 +87,7 @@ def require_redis(url: str) -> None:
     except (redis.RedisError, OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise fail(
-            f"Redis at {redacted(url)} does not answer ({reason}); start it or set TOOLQ_REDIS_URL"
+            f"Redis at {target.describe()} does not answer ({reason}); start it or set {setting}"
         ) from None
 
 

@@ -50,7 +50,7 @@ def dispatch(
     except (OSError, ValueError) as exc:
         typer.echo(f"error: cannot read {source}: {exc}", err=True)
         raise typer.Exit(2) from None
-    require_redis(settings.redis_url)
+    require_redis(settings)
     with Client(registry, settings) as client:
         try:
             batch = client.dispatch(payload, run_id=run_id, behavior=behavior, principal=principal)

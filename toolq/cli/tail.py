@@ -32,7 +32,7 @@ def tail(
 ) -> None:
     """Print events as JSON lines."""
     settings = settings_for(redis_url=redis_url)
-    require_redis(settings.redis_url)
+    require_redis(settings)
     backend = Backend(settings)
     log = backend.log
     events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))

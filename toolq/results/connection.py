@@ -1,17 +1,127 @@
-"""Redis clients that ride out a short outage (a restart, a failover) instead of failing."""
+"""Redis clients that ride out a short outage (a restart, a failover) instead of failing.
+
+Every Redis client toolq makes comes from here, for one ``RedisTarget``: a URL, or a master
+found through Redis Sentinel (``TOOLQ_SENTINELS``), which the clients follow to the new
+master after a failover (redis-py's ``Sentinel.master_for``: each new connection asks the
+Sentinels where the master is, and a write answered ``READONLY`` by a demoted master drops
+the connection, so the retry below reconnects to the promoted one).
+"""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
-from redis.backoff import ExponentialBackoff
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
+from toolq.redis_target import SENTINEL_TIMEOUT, RedisTarget, redacted
+from toolq.settings import Settings
+
+__all__ = [
+    "RedisTarget",
+    "as_text",
+    "async_probe_client",
+    "async_redis_client",
+    "master_address",
+    "probe_client",
+    "redacted",
+    "redis_client",
+]
+
 RETRIES = 20
-"""With the backoff below, about ten seconds of retrying before an error reaches the caller."""
+"""With the backoff below, about ten seconds of retrying before an error reaches the caller
+(long enough for Sentinel to notice a dead master and promote a replica)."""
+
+
+def _backoff() -> ExponentialBackoff:
+    return ExponentialBackoff(cap=1.0, base=0.05)
+
+
+class FollowingConnection(redis.sentinel.SentinelManagedConnection):
+    """A master connection that asks the Sentinels where the master is on every connect.
+
+    redis-py's own looks the master up only in ``connect()``; a command that reconnects a
+    dropped connection (``send_packed_command``) calls ``connect_check_health`` and retries
+    the old address until its retries run out (redis/redis-py#3874), so a failover would
+    outlast them. Here each connection attempt starts with the lookup, and a failure names
+    the Sentinel master it was trying to reach.
+    """
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Connect to the master the Sentinels name now, retrying lookup and connect as one."""
+        if self._sock or not self.connection_pool.is_master:
+            super().connect_check_health(check_health, retry_socket_connect)
+            return
+
+        def attempt() -> None:
+            self.host, self.port = self.connection_pool.get_master_address()
+            try:
+                super(FollowingConnection, self).connect_check_health(check_health, False)
+            except redis.ConnectionError as exc:
+                raise redis.ConnectionError(_unreachable(self, exc)) from exc
+
+        if retry_socket_connect:
+            self.retry.call_with_retry(attempt, lambda error: self.disconnect(error))  # type: ignore[no-untyped-call]
+        else:
+            attempt()
+
+    def _connect_retry(self) -> None:
+        if self._sock or not self.connection_pool.is_master:
+            super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        self.connect_check_health(self.connection_pool.check_connection, False)
+
+
+def _unreachable(conn: Any, exc: Exception) -> str:
+    service = conn.connection_pool.service_name
+    return f"Sentinel master {service!r} at {conn.host}:{conn.port}: {exc}"
+
+
+class AsyncFollowingConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """``FollowingConnection`` for asyncio clients."""
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """Connect to the master the Sentinels name now, retrying lookup and connect as one."""
+        if self.is_connected or not self.connection_pool.is_master:
+            await super().connect_check_health(check_health, retry_socket_connect)
+            return
+
+        async def attempt() -> None:
+            self.host, self.port = await self.connection_pool.get_master_address()
+            try:
+                await super(AsyncFollowingConnection, self).connect_check_health(
+                    check_health, False
+                )
+            except redis.ConnectionError as exc:
+                raise redis.ConnectionError(_unreachable(self, exc)) from exc
+
+        if retry_socket_connect:
+            await self.retry.call_with_retry(attempt, lambda error: self.disconnect(error=error))
+        else:
+            await attempt()
+
+    async def _connect_retry(self) -> None:
+        if self.is_connected or not self.connection_pool.is_master:
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+            return
+        await self.connect_check_health(self.connection_pool.check_connection, False)
+
+
+def _sentinel(target: RedisTarget, timeout: float = SENTINEL_TIMEOUT) -> redis.sentinel.Sentinel:
+    """A redis-py ``Sentinel`` over the target's Sentinels."""
+    return redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs=target.sentinel_kwargs(timeout),
+        **target.master_kwargs(),
+    )
 
 
 def as_text(value: Any) -> str:
@@ -19,40 +129,117 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def redis_client(url: str) -> redis.Redis:
+def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
     """A client that retries commands on connection errors with exponential backoff.
 
     Every write toolq retries is a compare-and-set or an idempotent claim, so a command
     that reached Redis before the connection dropped cannot take effect twice.
     """
-    return redis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        health_check_interval=30,
-    )
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "retry": Retry(_backoff(), RETRIES),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "health_check_interval": 30,
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.Redis = _sentinel(target).master_for(
+            target.master, connection_class=FollowingConnection, **options
+        )  # type: ignore[no-untyped-call]
+        return client
+    return redis.Redis.from_url(target.url, **options)
 
 
-def async_redis_client(url: str, max_connections: int) -> redis.asyncio.Redis:
+class _BlockingSentinelPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """A Sentinel master's pool whose callers wait for a free connection, as elsewhere."""
+
+
+def async_redis_client(
+    where: Settings | RedisTarget | str, max_connections: int
+) -> redis.asyncio.Redis:
     """An asyncio client over at most ``max_connections``; callers wait for a free one."""
     from redis.asyncio.retry import Retry as AsyncRetry
 
+    target = RedisTarget.of(where)
+    retry = AsyncRetry(_backoff(), RETRIES)
+    retry_on_error = [redis.ConnectionError, redis.TimeoutError]
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.asyncio.Redis = _async_sentinel(target, SENTINEL_TIMEOUT).master_for(
+            target.master,
+            connection_pool_class=_BlockingSentinelPool,
+            connection_class=AsyncFollowingConnection,
+            max_connections=max_connections,
+            timeout=30,  # how long a caller waits for a free connection
+            health_check_interval=30,
+            retry=retry,
+            retry_on_error=retry_on_error,
+        )
+        return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=30, health_check_interval=30
+        target.url,
+        max_connections=max_connections,
+        timeout=30,
+        health_check_interval=30,
     )
-    return redis.asyncio.Redis(
-        connection_pool=pool,
-        retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    return redis.asyncio.Redis(connection_pool=pool, retry=retry, retry_on_error=retry_on_error)
+
+
+def _async_sentinel(target: RedisTarget, timeout: float) -> redis.asyncio.sentinel.Sentinel:
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    return redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs={**target.sentinel_kwargs(timeout), "retry": AsyncRetry(NoBackoff(), 0)},
+        **target.master_kwargs(),
     )
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+def probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.Redis:
+    """A client that answers or fails within about ``timeout``: no retries (health checks)."""
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.Redis = _sentinel(target, timeout).master_for(  # type: ignore[no-untyped-call]
+            target.master, connection_class=FollowingConnection, **options
+        )
+        return client
+    return redis.Redis.from_url(target.url, **options)
+
+
+def async_probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.asyncio.Redis:
+    """The asyncio ``probe_client``."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    target = RedisTarget.of(where)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": AsyncRetry(NoBackoff(), 0),
+    }
+    if target.is_sentinel:
+        assert target.master is not None
+        client: redis.asyncio.Redis = _async_sentinel(target, timeout).master_for(
+            target.master, connection_class=AsyncFollowingConnection, **options
+        )
+        return client
+    return redis.asyncio.Redis.from_url(target.url, **options)
+
+
+def master_address(where: Settings | RedisTarget | str, timeout: float = 1.0) -> tuple[str, int]:
+    """Where the Sentinels say the master is now (``MasterNotFoundError`` when none)."""
+    target = RedisTarget.of(where)
+    assert target.master is not None
+    sentinel = _sentinel(target, timeout)
+    try:
+        host, port = sentinel.discover_master(target.master)  # type: ignore[no-untyped-call]
+        return str(host), int(port)
+    finally:
+        sentinel.close()

@@ -12,11 +12,11 @@ PROGRESS may append its event twice, as it could through the pooled client).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 if TYPE_CHECKING:
     from toolq.results.runner import Invocation
@@ -44,21 +44,45 @@ class DirectScripts:
 
     def __call__(self, invocation: Invocation[Any]) -> Any:
         """The raw reply; loads the script and runs it again if Redis lost it (a restart)."""
-        conn = self._connection()
-        command = invocation.command
-        packed = [_pack(command)] if _pack is not None else conn.pack_command(*command)
+        return self.then(invocation, ())[0]
 
-        def attempt() -> Any:
+    def then(self, invocation: Invocation[Any], after: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The script's raw reply and those of the ``after`` commands, sent with it in one write.
+
+        ``after`` rides on the same connection (``ReplicaAcks``: ``WAIT`` must follow the
+        write it waits for there); after a ``NOSCRIPT`` it is sent again with the script.
+        """
+        conn = self._connection()
+        commands = [invocation.command, *after]
+        packed: list[bytes] = []
+        for command in commands:
+            packed.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
+
+        def read_all() -> list[Any]:
+            # Every reply is read before any error is raised: the connection stays in step.
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        def attempt() -> list[Any]:
             conn.send_packed_command(packed)
-            try:
-                return conn.read_response()
-            except NoScriptError:
+            replies = read_all()
+            if isinstance(replies[0], NoScriptError):
                 conn.send_command("SCRIPT", "LOAD", invocation.script.source)
                 conn.read_response()
                 conn.send_packed_command(packed)
-                return conn.read_response()
+                replies = read_all()
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            return replies
 
-        return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        return replies
 
     def close(self) -> None:
         """Close this thread's connection."""

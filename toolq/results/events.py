@@ -1,13 +1,12 @@
 """``EventLog``: read a run's event stream, follow it live, and wait for calls to finish.
 
-Readers subscribe to the run's wake-up channel first, then read the stream from their
-last id, then block on the channel. The stream is the only source of truth; pub/sub only
-says "look again", and a periodic re-read covers a lost subscription.
+Readers read the stream from their last id, then block on the stream itself
+(``XREAD BLOCK`` from that id), which every ``XADD`` wakes: nothing is published besides
+the events, and a reader can miss nothing between its read and its wait.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -22,9 +21,11 @@ from toolq.models import FINAL_STATUSES, Event, EventType
 from toolq.results.connection import as_text
 
 POLL_SECONDS = 1.0
-"""Longest time a reader trusts pub/sub before reading the stream anyway."""
-BLOCK_SECONDS = 5.0
-"""Longest single ``XREAD BLOCK`` of a waiter, so its deadline is checked now and then."""
+"""Longest single ``XREAD BLOCK`` of the API's hub, so a run nobody follows is dropped."""
+BLOCK_SECONDS = 2.0
+"""Longest single ``XREAD BLOCK`` of a reader, so its deadline is checked now and then; well
+under redis-py's default 5 s socket timeout, which a longer block would hit (a
+``TimeoutError``, retried by the client without looking at the reader's deadline)."""
 BATCH = 1000
 COALESCE_PENDING = 32
 COALESCE_SECONDS = 0.005
@@ -64,41 +65,6 @@ def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
     )
 
 
-class Subscription:
-    """A pub/sub subscription that re-subscribes after the connection drops."""
-
-    def __init__(self, client: redis.Redis, channel: str) -> None:
-        self.client = client
-        self.channel = channel
-        self.pubsub: Any = None
-        self._connect()
-
-    def _connect(self) -> None:
-        self.close()
-        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        self.pubsub.subscribe(self.channel)
-
-    def wait(self, timeout: float) -> None:
-        """Block until a wake-up or ``timeout``; then drain queued wake-ups."""
-        try:
-            message = self.pubsub.get_message(timeout=timeout)
-            while message is not None:
-                message = self.pubsub.get_message(timeout=0)
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            # Killed subscription (CLIENT KILL TYPE pubsub, Redis restart): the caller
-            # re-reads the stream anyway, so nothing is lost; just subscribe again.
-            time.sleep(min(timeout, 0.1))
-            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, OSError):
-                self._connect()
-
-    def close(self) -> None:
-        """Drop the subscription (closing a dead connection may fail; that is fine)."""
-        if self.pubsub is not None:
-            with contextlib.suppress(Exception):
-                self.pubsub.close()
-            self.pubsub = None
-
-
 class EventLog:
     """Reads event streams of runs."""
 
@@ -136,23 +102,28 @@ class EventLog:
     ) -> Iterator[Event]:
         """Every event after ``after``, then new ones as they come, until ``stop`` or timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        subscription = Subscription(self.redis, self.keys.run_channel(run_id))
-        try:
-            last = after
-            while True:
-                for event in self.read(run_id, last):
+        stream = self.keys.run_stream(run_id)
+        last = after
+        for event in self.read(run_id, last):
+            last = event.id
+            yield event
+            if stop is not None and stop(event):
+                return
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            block = BLOCK_SECONDS if remaining is None else min(BLOCK_SECONDS, remaining)
+            reply: Any = self.redis.xread(
+                {stream: last or "0-0"}, count=BATCH, block=max(1, int(block * 1000))
+            )
+            for _, entries in reply or []:
+                for entry_id, fields in entries:
+                    event = parse_entry(run_id, entry_id, fields)
                     last = event.id
                     yield event
                     if stop is not None and stop(event):
                         return
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return
-                subscription.wait(
-                    POLL_SECONDS if remaining is None else min(POLL_SECONDS, remaining)
-                )
-        finally:
-            subscription.close()
 
     def wait_final(
         self,

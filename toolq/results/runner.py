@@ -97,12 +97,28 @@ class Scripts:
         An invocation that found its script missing is run again after loading it; the
         others, which ran, are not, nor are the ``then`` commands (they ran already).
         """
+        return self.pipelined_after(invocations, (), then)[0]
+
+    def pipelined_after(
+        self,
+        invocations: Sequence[Invocation[R]],
+        after: Sequence[tuple[Any, ...]],
+        then: Callable[[Any], None] | None = None,
+    ) -> tuple[list[R], list[Any]]:
+        """``pipelined``, with the ``after`` commands last in the same round trip; their replies.
+
+        ``after`` (``ReplicaAcks``: ``SET`` mark, ``WAIT``) is sent again behind invocations
+        that are run again after a ``NOSCRIPT``, so it still follows every write.
+        """
         pipe = self.redis.pipeline(transaction=False)
         for invocation in invocations:
             pipe.execute_command(*invocation.command)  # type: ignore[no-untyped-call]
         if then is not None:
             then(pipe)
+        for command in after:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         replies: list[Any] = pipe.execute(raise_on_error=False)
+        tail = len(replies) - len(after)
         missing = [i for i, r in enumerate(replies[: len(invocations)]) if _no_script(r)]
         if missing:
             for source in {invocations[i].script.source for i in missing}:
@@ -110,16 +126,30 @@ class Scripts:
             pipe = self.redis.pipeline(transaction=False)
             for i in missing:
                 pipe.execute_command(*invocations[i].command)  # type: ignore[no-untyped-call]
-            for i, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+            for command in after:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            again: list[Any] = pipe.execute(raise_on_error=False)
+            for i, reply in zip(missing, again, strict=False):
                 replies[i] = reply
+            replies[tail:] = again[len(missing) :]
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return [inv.script.parse(reply) for inv, reply in zip(invocations, replies, strict=False)]
+        outcomes = [
+            inv.script.parse(reply) for inv, reply in zip(invocations, replies, strict=False)
+        ]
+        return outcomes, replies[tail:]
 
     def direct(self, invocation: Invocation[R]) -> R:
         """Run one invocation on this thread's own connection (the worker's hot path)."""
         return invocation.script.parse(self.direct_scripts(invocation))
+
+    def direct_after(
+        self, invocation: Invocation[R], after: Sequence[tuple[Any, ...]]
+    ) -> tuple[R, list[Any]]:
+        """``direct``, with ``after`` on the same connection in the same write; their replies."""
+        reply, *rest = self.direct_scripts.then(invocation, after)
+        return invocation.script.parse(reply), rest
 
     def close(self) -> None:
         """Close this thread's own connection."""

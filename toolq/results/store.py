@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -16,6 +16,7 @@ from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, E
 from toolq.results import scripts
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
+from toolq.results.replication import ReplicaAcks
 from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
 
@@ -63,7 +64,7 @@ class MessageGroup:
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
-    outcome: scripts.StartOutcome
+    outcome: scripts.StartOutcome | Literal["unconfirmed"]
     envelope: CallEnvelope | None = None
     attempt: int = 0
     status: str | None = None
@@ -110,6 +111,8 @@ class CallStore:
         self.keys = Keys(settings.key_prefix)
         self.scripts = Scripts(client)
         """Runs the Lua scripts for this store and the ones built on it (undo, approvals)."""
+        self.acks = ReplicaAcks(settings, self.keys)
+        """The ``WAIT`` behind each write that accepts, decides, starts or finishes a call."""
 
     @property
     def _maxlen(self) -> int:
@@ -131,16 +134,21 @@ class CallStore:
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script
-        with the group's message instead of their own (``create_group.lua``).
+        with the group's message instead of their own (``create_group.lua``). With
+        ``min_replicas_ack`` the same round trip waits for the replicas (``ReplicationError``
+        when too few confirm).
         """
         k = self.keys
         now = repr(time.time())
+        # The last call of each run sets the run's TTLs, once for the whole dispatch.
+        last = {call.envelope.run_id: i for i, call in enumerate(calls)}
         invocations: list[Invocation[Any]] = []
         spans: list[range] = []
         for span, in_span in _spans(len(calls), groups):
             spans.append(span)
             if not groups:
-                invocations.append(self._create(calls[span.start], now))
+                i = span.start
+                invocations.append(self._create(calls[i], now, last[calls[i].envelope.run_id] == i))
                 continue
             # With groups, every call goes through CREATE_GROUP: one script for the whole
             # pipeline, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in order.
@@ -149,7 +157,12 @@ class CallStore:
                 (
                     calls[i].envelope.call_id,
                     number.get(i, 0),
-                    self._create(calls[i], now, with_message=i not in number),
+                    self._create(
+                        calls[i],
+                        now,
+                        last[calls[i].envelope.run_id] == i,
+                        with_message=i not in number,
+                    ),
                 )
                 for i in span
             ]
@@ -157,17 +170,20 @@ class CallStore:
             invocations.append(
                 scripts.CREATE_GROUP(keys=k, now=now, messages=messages, members=members)
             )
-        replies = self.scripts.pipelined(
+        replies, acked = self.scripts.pipelined_after(
             invocations,
+            self.acks.commands(),
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
+        if acked:
+            self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
         found: list[scripts.CreateReply] = []
         for _, reply in zip(spans, replies, strict=True):
             found.extend(reply if isinstance(reply, list) else [reply])
         return [(reply.outcome, reply.value) for reply in found]
 
     def _create(
-        self, call: NewCall, now: str, *, with_message: bool = True
+        self, call: NewCall, now: str, refresh: bool, *, with_message: bool = True
     ) -> Invocation[scripts.CreateReply]:
         env = call.envelope
         return scripts.CREATE(
@@ -193,6 +209,7 @@ class CallStore:
             message=call.message if with_message else None,
             owner=RunOwner(env.principal).encode(),
             admin=call.admin,
+            refresh=refresh,
             fields=call.fields,
         )
 
@@ -232,7 +249,7 @@ class CallStore:
         if run_id is None:
             return Started("missing")
         now = time.time()
-        reply = self.scripts.direct(
+        reply, acked = self.scripts.direct_after(
             scripts.START(
                 keys=self.keys,
                 call_id=call_id,
@@ -243,8 +260,11 @@ class CallStore:
                 maxlen=self._maxlen,
                 cancel_result=dumps(cancelled),
                 now_ms=int(now * 1000),
-            )
+            ),
+            self.acks.commands(),
         )
+        if reply.outcome == "ok" and acked:
+            self.acks.check(acked[-1], f"start of call {call_id}")
         return _started(reply)
 
     def start_many(
@@ -252,10 +272,11 @@ class CallStore:
     ) -> list[Started]:
         """``start`` for ``(call_id, run_id, token)`` of one message, in one round trip.
 
-        Each call gets its own lease and answer, exactly as from ``start``.
+        Each call gets its own lease and answer, exactly as from ``start`` (and, with
+        ``min_replicas_ack``, ``ReplicationError`` when the replicas do not confirm).
         """
         now = time.time()
-        replies = self.scripts.pipelined(
+        replies, acked = self.scripts.pipelined_after(
             [
                 scripts.START(
                     keys=self.keys,
@@ -269,8 +290,11 @@ class CallStore:
                     now_ms=int(now * 1000),
                 )
                 for call_id, run_id, token in calls
-            ]
+            ],
+            self.acks.commands(),
         )
+        if acked and any(reply.outcome == "ok" for reply in replies):
+            self.acks.check(acked[-1], f"start of {len(calls)} call(s)")
         return [_started(reply) for reply in replies]
 
     def progress(
@@ -292,12 +316,24 @@ class CallStore:
         return outcome == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
-        """Write the final state and its event; False if this runner lost the call."""
-        return self.scripts.direct(self._finish(envelope, token, result)) == "ok"
+        """Write the final state and its event; False if this runner lost the call.
+
+        Repeating it with the same token answers as the first time did (safe to retry).
+        """
+        outcome, acked = self.scripts.direct_after(
+            self._finish(envelope, token, result), self.acks.commands()
+        )
+        if outcome == "ok" and acked:
+            self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
+        return outcome == "ok"
 
     def finish_many(self, finished: Sequence[tuple[CallEnvelope, str, CallResult]]) -> list[bool]:
-        """``finish`` for calls that ended together, in one round trip."""
-        replies = self.scripts.pipelined([self._finish(*item) for item in finished])
+        """``finish`` for calls that ended together, in one round trip (safe to retry)."""
+        replies, acked = self.scripts.pipelined_after(
+            [self._finish(*item) for item in finished], self.acks.commands()
+        )
+        if acked and "ok" in replies:
+            self.acks.check(acked[-1], f"final state of {len(finished)} call(s)")
         return [outcome == "ok" for outcome in replies]
 
     def _finish(
@@ -375,9 +411,7 @@ class CallStore:
             approximate=True,
         )
         replies = pipe.execute()
-        event_id = as_text(replies[-1])
-        self.redis.publish(k.run_channel(run_id), event_id)
-        return event_id
+        return as_text(replies[-1])
 
     # -- state changes from outside the worker ------------------------------------------------
 

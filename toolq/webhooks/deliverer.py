@@ -36,7 +36,7 @@ class WebhookDeliverer(threading.Thread):
         super().__init__(name="toolq-webhooks", daemon=True)
         self.settings = settings
         self.hooks = {hook.id: hook for hook in settings.webhooks}
-        self.outbox = Outbox(redis_client(settings.redis_url), Keys(settings.key_prefix), consumer)
+        self.outbox = Outbox(redis_client(settings), Keys(settings.key_prefix), consumer)
         self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
         self._stopping = threading.Event()
 

@@ -15,6 +15,7 @@ import redis
 from toolq.broker import TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.results.connection import probe_client
 from toolq.settings import Settings
 
 
@@ -43,7 +44,7 @@ def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, An
 
 def live_workers(settings: Settings) -> list[dict[str, Any]]:
     """Heartbeats of the workers alive now."""
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+    client = probe_client(settings, 2)
     try:
         keys = list(client.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
         values = client.mget(keys) if keys else []

@@ -31,6 +31,7 @@ from toolq.errors import (
     ApprovalUnverifiedError,
     CallCancelledError,
     InternalError,
+    ReplicationError,
     SecretsError,
     UndoError,
 )
@@ -48,7 +49,7 @@ from toolq.models import (
 )
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
-from toolq.results.store import CallStore, dumps
+from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
@@ -190,7 +191,7 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
-        started = self.store.start(call_id, token, CANCELLED_BEFORE_START, run_id)
+        started = self._start(call_id, token, CANCELLED_BEFORE_START, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -210,9 +211,7 @@ class WorkerRuntime:
         """
         tokens = [uuid.uuid4().hex for _ in calls]
         triples = [(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)]
-        starts = self._within_lease(
-            lambda: self.store.start_many(triples, CANCELLED_BEFORE_START)
-        )
+        starts = self._start_many(triples)
         running: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
         for (call_id, _), token, started in zip(calls, tokens, starts, strict=True):
             if started.outcome != "ok" or started.envelope is None:
@@ -284,6 +283,44 @@ class WorkerRuntime:
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", env.call_id)
             return _crashed(env, exc)
+
+    def _start_many(self, triples: list[tuple[str, str, str]]) -> list[Started]:
+        """``START`` of a message's calls, repeated with the same tokens as ``_start`` does.
+
+        While the replicas do not confirm, the leases taken are renewed; when none is held
+        any more, no call is run here.
+        """
+        while True:
+            try:
+                return self._within_lease(
+                    lambda: self.store.start_many(triples, CANCELLED_BEFORE_START), share=0.5
+                )
+            except ReplicationError as exc:
+                held = self.store.renew({call_id: token for call_id, _, token in triples})
+                if not any(held.values()):
+                    log.warning("calls not run: their start was not confirmed (%s)", exc)
+                    return [Started("unconfirmed")] * len(triples)
+
+    def _start(
+        self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None
+    ) -> Started:
+        """``START``, repeated with the same token until Redis and its replicas confirm it.
+
+        The replicas count under ``TOOLQ_MIN_REPLICAS_ACK``; the handler runs only once its
+        start would survive a failover. While they are missing the lease is renewed
+        (recovery leaves the call alone); a lease found taken meanwhile ends the wait, and
+        the call is not run here.
+        """
+        while True:
+            try:
+                # Half a lease per round: the lease set by the first attempt must not lapse.
+                return self._within_lease(
+                    lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
+                )
+            except ReplicationError as exc:
+                if not self.store.renew({call_id: token}).get(call_id, False):
+                    log.warning("call %s not run: its start was not confirmed (%s)", call_id, exc)
+                    return Started("unconfirmed")
 
     def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
         """Add the approval wait of a call that was parked (only paid for when traced)."""
@@ -392,18 +429,21 @@ class WorkerRuntime:
                 dumps(result.status),
             )
 
-    def _within_lease(self, write: Callable[[], T]) -> T:
-        """``write()``, retried while Redis is unreachable for about a lease.
+    def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
+        """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
 
-        Redis may be restarting; after a lease the call (or its undo) belongs to recovery.
+        Redis may be restarting or failing over; after a lease the call (or its undo)
+        belongs to recovery. Every write retried here answers a repeat with the same
+        token as it answered the first.
         """
-        deadline = time.monotonic() + self.settings.lease_seconds
+        deadline = time.monotonic() + self.settings.lease_seconds * share
         while True:
             try:
                 return write()
-            except redis.ConnectionError:
+            except (redis.ConnectionError, ReplicationError) as exc:
                 if time.monotonic() > deadline:
                     raise
+                log.info("retrying a write: %s", exc)
                 time.sleep(0.5)
 
     # -- approvals and undo ------------------------------------------------------------------

@@ -7,6 +7,11 @@
 -- the unsent set and the sweeper sends it. The run's first call records its owner; a call
 -- by anyone else (unless admin is '1') is refused before anything is written.
 --
+-- The run's TTLs (its owner, call list and stream: result_ttl from the dispatch) are set by
+-- the dispatch's last CREATE of the run (refresh '1') rather than by every call, and by a
+-- run's first call when it creates the owner key. A dispatch's calls run in one pipeline,
+-- so every key the dispatch wrote exists when its last CREATE runs, even a 'dup' one.
+--
 -- KEYS
 --   1  idempotency        the claimed idempotency key (Keys.idempotency)
 --   2  call               the call's record (Keys.call)
@@ -24,48 +29,63 @@
 -- ARGV
 --   1  call_id            2  status (queued | awaiting_approval | a final status)
 --   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
---   6  channel            7  maxlen                  8  ttl (s)
---   9  now (s)            10 deadline (s, 0 = none)  11 run_id
---   12 name               13 risk                    14 idempotent ('1' | '0')
---   15 timeout (s, '' = none)                        16 result (JSON, '' = not final)
---   17 message ('' = leave it to the sweeper)        18 owner (RunOwner.encode)
---   19 admin ('1' | '0')  20.. extra record field/value pairs
+--   6  maxlen             7  ttl (s)                 8  now (s)
+--   9  deadline (s, 0 = none)                        10 run_id
+--   11 name               12 risk                    13 idempotent ('1' | '0')
+--   14 timeout (s, '' = none)                        15 result (JSON, '' = not final)
+--   16 message ('' = leave it to the sweeper)        17 owner (RunOwner.encode)
+--   18 admin ('1' | '0')  19 refresh ('1': the dispatch's last call of this run)
+--   20.. extra record field/value pairs
 -- Returns {'new', event_id} | {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
 local hook_types, outbox = KEYS[12], KEYS[13]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local channel, maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local run_id, name, risk, idempotent, timeout = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
-local result, message, submitter, admin = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local result, message, submitter, admin = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
+local refresh = ARGV[19] == '1'
 local FIRST_EXTRA = 20
 
+local function refresh_run(owner_new)
+  if not refresh then return end
+  if not owner_new then redis.call('EXPIRE', run_owner, ttl) end
+  redis.call('EXPIRE', run_calls, ttl)
+  redis.call('EXPIRE', stream, ttl)
+end
+
+-- (SET NX GET would read and claim the owner in one command, but needs Redis 7.)
 local owner = redis.call('GET', run_owner)
 if owner and owner ~= submitter and admin ~= '1' then return {'not_owner', owner} end
-local existing = redis.call('GET', idempotency)
-if existing then return {'dup', existing} end
-owner = owner or submitter
-redis.call('SET', run_owner, owner, 'EX', ttl)
-redis.call('SET', idempotency, call_id, 'EX', ttl)
-redis.call('HSET', call, 'status', status, 'envelope', envelope, 'run_id', run_id,
-           'name', name, 'risk', risk, 'idempotent', idempotent, 'timeout', timeout,
-           'created_at', now, 'updated_at', now, 'attempt', 0, 'recoveries', 0,
-           'owner', owner)
-for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
-if result ~= '' then
-  redis.call('HSET', call, 'result', result, 'finished_at', now)
-  redis.call('EXPIRE', call, ttl)
+if not redis.call('SET', idempotency, call_id, 'NX', 'EX', ttl) then
+  refresh_run(false)
+  return {'dup', redis.call('GET', idempotency)}
 end
+local owner_new = not owner
+if owner_new then
+  owner = submitter
+  redis.call('SET', run_owner, owner, 'EX', ttl)
+end
+local record = {'status', status, 'envelope', envelope, 'run_id', run_id, 'name', name,
+                'risk', risk, 'idempotent', idempotent, 'timeout', timeout,
+                'created_at', now, 'updated_at', now, 'attempt', 0, 'recoveries', 0,
+                'owner', owner}
+for i = FIRST_EXTRA, #ARGV do record[#record + 1] = ARGV[i] end
+if result ~= '' then
+  record[#record + 1] = 'result'; record[#record + 1] = result
+  record[#record + 1] = 'finished_at'; record[#record + 1] = now
+end
+redis.call('HSET', call, unpack(record))
+if result ~= '' then redis.call('EXPIRE', call, ttl) end
 redis.call('RPUSH', run_calls, call_id)
-redis.call('EXPIRE', run_calls, ttl)
 redis.call('ZADD', recent, now, call_id)
 if status == 'queued' then
   if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
   else redis.call('ZADD', unsent, now, call_id) end
 end
 if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, deadline, call_id) end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local id = emit(etype, data)
-redis.call('EXPIRE', stream, ttl)
+refresh_run(owner_new)
 return {'new', id}

@@ -25,14 +25,14 @@
 -- ARGV
 --   1  call_id          2  decision (approve | deny)       3  by       4  now (s)
 --   5  envelope_read ('' = unchecked)   6  check_approvals ('1' = compare approvals)
---   7  channel          8  maxlen           9  ttl (s)     10 event_data (JSON)
---   11 result (JSON of a denial)            12 envelope (edited, '' = unchanged)
---   13 audit_maxlen     14 expired_result (JSON)
---   15 message ('' = leave it to the sweeper)               16 approvals_read
---   17 approvals_new    18 final ('1' | '0')                19 new_digest ('' = unchanged)
---   20 approval (the signed decision)   21 run_id   22 tool
---   23 audit_sig        24 expired_sig      25 digest (of the decided arguments)
---   26 shown (digest of the arguments as read)
+--   7  maxlen           8  ttl (s)          9  event_data (JSON)
+--   10 result (JSON of a denial)            11 envelope (edited, '' = unchanged)
+--   12 audit_maxlen     13 expired_result (JSON)
+--   14 message ('' = leave it to the sweeper)               15 approvals_read
+--   16 approvals_new    17 final ('1' | '0')                18 new_digest ('' = unchanged)
+--   19 approval (the signed decision)   20 run_id   21 tool
+--   22 audit_sig        23 expired_sig      24 digest (of the decided arguments)
+--   25 shown (digest of the arguments as read)
 -- Returns {'ok', event_id} | {'partial', event_id} (approved, quorum not reached) |
 --   {'expired'} | {'digest'} | {'retry'} | {'missing'} | {'conflict', status}.
 local call, stream, pending_approvals, unsent, audit_stream =
@@ -40,15 +40,15 @@ local call, stream, pending_approvals, unsent, audit_stream =
 local queue, queued, pushes, hook_types, outbox = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local envelope_read, check_approvals = ARGV[5], ARGV[6]
-local channel, maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
-local new_envelope, audit_maxlen, expired_result, message = ARGV[12], ARGV[13], ARGV[14], ARGV[15]
-local approvals_read, approvals_new, final, new_digest = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local approval, run_id, tool = ARGV[20], ARGV[21], ARGV[22]
-local audit_sig, expired_sig, digest, shown = ARGV[23], ARGV[24], ARGV[25], ARGV[26]
+local maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local new_envelope, audit_maxlen, expired_result, message = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local approvals_read, approvals_new, final, new_digest = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
+local approval, run_id, tool = ARGV[19], ARGV[20], ARGV[21]
+local audit_sig, expired_sig, digest, shown = ARGV[22], ARGV[23], ARGV[24], ARGV[25]
 
 local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers')
 if not f[1] then return {'missing'} end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local function audit(outcome, audited, sig)
   redis.call('XADD', audit_stream, 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
              'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited,

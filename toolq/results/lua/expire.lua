@@ -9,13 +9,13 @@
 --   5 hook_types         event types webhooks want (Keys.webhook_events)
 --   6 outbox             webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 now (s)   3 channel   4 maxlen   5 ttl (s)   6 result (JSON)
---   7 audit_maxlen   8 run_id
+--   1 call_id   2 now (s)   3 maxlen   4 ttl (s)   5 result (JSON)   6 audit_maxlen
+--   7 run_id
 -- Returns 'expired' | 'early' (deadline not passed) | 'gone' (no longer parked).
 local call, stream, pending_approvals, audit_stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hook_types, outbox = KEYS[5], KEYS[6]
-local call_id, now, channel, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local result, audit_maxlen, run_id = ARGV[6], ARGV[7], ARGV[8]
+local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local result, audit_maxlen, run_id = ARGV[5], ARGV[6], ARGV[7]
 
 local f = redis.call('HMGET', call, 'status', 'deadline', 'run_id', 'name', 'digest')
 if f[1] ~= 'awaiting_approval' then
@@ -27,7 +27,7 @@ redis.call('HSET', call, 'status', 'expired', 'result', result, 'updated_at', no
            'finished_at', now)
 redis.call('ZREM', pending_approvals, call_id)
 redis.call('EXPIRE', call, ttl)
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 emit('call.expired', '{"status":"expired"}')
 redis.call('XADD', audit_stream, 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
            'run_id', f[3], 'tool', f[4], 'by', 'sweeper', 'outcome', 'expired',

@@ -14,14 +14,14 @@
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
 --   1 call_id   2 token   3 status (final)   4 result (JSON)   5 etype (final event)
---   6 data (event JSON)   7 channel   8 maxlen   9 now (s)   10 ttl (s)
---   11 undo (JSON, '' = none)   12 undo_ttl (s)   13 run_id
+--   6 data (event JSON)   7 maxlen   8 now (s)   9 ttl (s)
+--   10 undo (JSON, '' = none)   11 undo_ttl (s)   12 run_id
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
 local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local data, channel, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local undo_data, undo_ttl, run_id = ARGV[11], ARGV[12], ARGV[13]
+local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
 
 local f = redis.call('HMGET', call, 'status', 'token')
 if f[2] ~= token then return {'stale'} end
@@ -30,8 +30,10 @@ if f[1] ~= 'running' then return {'stale'} end
 redis.call('HSET', call, 'status', status, 'result', result,
            'updated_at', now, 'finished_at', now)
 redis.call('EXPIRE', call, ttl)
-if redis.call('GET', lease) == token then redis.call('DEL', lease) end
+-- The record runs under this token, so the lease is this token's or expired: only START
+-- takes it, and START writes the record's token in the same script.
+redis.call('DEL', lease)
 redis.call('ZREM', running, call_id)
 if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 return {'ok', emit(etype, data)}

@@ -7,16 +7,15 @@
 --   3 hook_types  event types webhooks want (Keys.webhook_events)
 --   4 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token   3 etype   4 data (JSON)   5 channel   6 maxlen   7 now (s)
---   8 run_id
+--   1 call_id   2 token   3 etype   4 data (JSON)   5 maxlen   6 now (s)   7 run_id
 -- Returns {'ok', event_id} | {'stale'} (not running under this token).
 local call, stream, hook_types, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local call_id, token, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local channel, maxlen, now, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local maxlen, now, run_id = ARGV[5], ARGV[6], ARGV[7]
 
 if redis.call('HGET', call, 'status') ~= 'running'
    or redis.call('HGET', call, 'token') ~= token then
   return {'stale'}
 end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 return {'ok', emit(etype, data)}

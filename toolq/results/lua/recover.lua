@@ -13,21 +13,21 @@
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 now (s)   3 channel   4 maxlen   5 ttl (s)   6 max_recoveries
---   7 lost_result (JSON, error_type worker_lost)   8 timeout_result (JSON, error_type timeout)
---   9 run_id
+--   1 call_id   2 now (s)   3 maxlen   4 ttl (s)   5 max_recoveries
+--   6 lost_result (JSON, error_type worker_lost)   7 timeout_result (JSON, error_type timeout)
+--   8 run_id
 -- Returns {'requeue'} | {'failed'} | {'timeout'} | {'alive'} (lease held) | {'gone'}.
 local call, lease, running, stream, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
-local call_id, now, channel, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local max_recoveries, lost_result, timeout_result, run_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local max_recoveries, lost_result, timeout_result, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 if redis.call('EXISTS', lease) == 1 then return {'alive'} end
 local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
                     'started_at')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local t = tonumber(now)
 local timeout, started = tonumber(f[4]), tonumber(f[5])
 local outcome, result = 'failed', lost_result

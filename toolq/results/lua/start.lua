@@ -2,7 +2,8 @@
 -- Includes lib/emit.lua. Runs once per call on the worker's hot path (DirectScripts).
 --
 -- A retry of the same start (same token: the reply was lost) gets the same answer. A call
--- whose durable cancel flag is set is cancelled here instead of started.
+-- whose durable cancel flag is set is cancelled here instead of started. The record is
+-- read with one HMGET (the envelope and attempt with it) and written with one HSET.
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -14,25 +15,25 @@
 --   7 hook_types  event types webhooks want (Keys.webhook_events)
 --   8 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token (the worker's)   3 lease_ms   4 now (s)   5 channel   6 maxlen
---   7 cancel_result (JSON result of a call cancelled here)   8 now_ms
---   9 run_id (from the message; must match the record's)
+--   1 call_id   2 token (the worker's)   3 lease_ms   4 now (s)   5 maxlen
+--   6 cancel_result (JSON result of a call cancelled here)   7 now_ms
+--   8 run_id (from the message; must match the record's)
 -- Returns {'ok', envelope, attempt, event_id ('' for a repeat)} | {'cancelled'} |
 --   {'leased'} | {'missing'} | {'skip', status} | {'skip', 'run_mismatch'}.
 local call, stream, lease, cancel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local running, queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local call_id, token, lease_ms, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local channel, maxlen, cancel_result, now_ms, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local maxlen, cancel_result, now_ms, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
-local f = redis.call('HMGET', call, 'status', 'run_id', 'token')
-local status = f[1]
+local f = redis.call('HMGET', call, 'status', 'run_id', 'token', 'attempt', 'envelope')
+local status, envelope = f[1], f[5]
 if not status then return {'missing'} end
 if f[2] ~= run_id then return {'skip', 'run_mismatch'} end
-if status == 'running' and f[3] == token then
-  return {'ok', redis.call('HGET', call, 'envelope'), redis.call('HGET', call, 'attempt'), ''}
-end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
-if status == 'queued' and redis.call('EXISTS', cancel) == 1 then
+if status == 'running' and f[3] == token then return {'ok', envelope, f[4], ''} end
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+-- Only a running call gets a cancel flag (Client.cancel), so a call never started before
+-- (attempt 0) has none: its first start skips the lookup.
+if status == 'queued' and f[4] ~= '0' and redis.call('EXISTS', cancel) == 1 then
   redis.call('HSET', call, 'status', 'cancelled', 'result', cancel_result,
              'updated_at', now, 'finished_at', now)
   redis.call('ZREM', queued, call_id)
@@ -41,10 +42,10 @@ if status == 'queued' and redis.call('EXISTS', cancel) == 1 then
 end
 if status ~= 'queued' then return {'skip', status} end
 if not redis.call('SET', lease, token, 'NX', 'PX', lease_ms) then return {'leased'} end
-local attempt = redis.call('HINCRBY', call, 'attempt', 1)
-redis.call('HSET', call, 'status', 'running', 'token', token,
+local attempt = (tonumber(f[4]) or 0) + 1
+redis.call('HSET', call, 'status', 'running', 'token', token, 'attempt', attempt,
            'started_at', now, 'updated_at', now)
 redis.call('ZADD', running, tonumber(now_ms) + tonumber(lease_ms), call_id)
 redis.call('ZREM', queued, call_id)
 local id = emit('call.started', '{"status":"running","attempt":' .. attempt .. '}')
-return {'ok', redis.call('HGET', call, 'envelope'), attempt, id}
+return {'ok', envelope, attempt, id}

@@ -11,16 +11,16 @@
 --   7 outbox             webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
 --   1 call_id   2 from_states (comma-separated, or '*' for any)   3 to_status
---   4 etype   5 data (JSON)   6 channel   7 maxlen   8 now (s)   9 ttl (s)
---   10 result (JSON, '' keeps the stored one)   11 run_id
---   12.. extra record field/value pairs
+--   4 etype   5 data (JSON)   6 maxlen   7 now (s)   8 ttl (s)
+--   9 result (JSON, '' keeps the stored one)   10 run_id
+--   11.. extra record field/value pairs
 -- Returns {'ok', event_id, previous_status} | {'conflict', status} | {'missing'}.
 local call, stream, pending_approvals, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local running, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7]
 local call_id, from_states, to_status, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local data, channel, maxlen, now, ttl = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local result, run_id = ARGV[10], ARGV[11]
-local FIRST_EXTRA = 12
+local data, maxlen, now, ttl = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local result, run_id = ARGV[9], ARGV[10]
+local FIRST_EXTRA = 11
 
 local function allowed(list, value)
   if list == '*' then return true end
@@ -43,5 +43,5 @@ redis.call('ZREM', pending_approvals, call_id)
 redis.call('ZREM', running, call_id)
 if to_status == 'queued' then redis.call('ZADD', unsent, now, call_id)
 else redis.call('ZREM', unsent, call_id) end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 return {'ok', emit(etype, data), status}

@@ -11,12 +11,12 @@
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
 --   1 call_id   2 token   3 state (undone | failed)   4 etype   5 data (JSON)
---   6 channel   7 maxlen   8 now (s)   9 run_id
+--   6 maxlen   7 now (s)   8 run_id
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, undo_lease, undoing, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
 local call_id, token, state, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local channel, maxlen, now, run_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local maxlen, now, run_id = ARGV[6], ARGV[7], ARGV[8]
 
 local f = redis.call('HMGET', call, 'undo_state', 'undo_token')
 if f[2] ~= token then return {'stale'} end
@@ -26,5 +26,5 @@ redis.call('HSET', call, 'undo_state', state, 'undo_finished_at', now)
 if redis.call('GET', undo_lease) == token then redis.call('DEL', undo_lease) end
 redis.call('ZREM', undoing, call_id)
 if state == 'undone' then redis.call('DEL', undo) end
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 return {'ok', emit(etype, data)}

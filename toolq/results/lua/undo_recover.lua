@@ -13,14 +13,14 @@
 --   8 hook_types   event types webhooks want (Keys.webhook_events)
 --   9 outbox       webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 now (s)   3 channel   4 maxlen   5 max_recoveries
---   6 lost_data (call.undo_failed event JSON, error_type worker_lost)
---   7 message ('' = never requeue)   8 run_id
+--   1 call_id   2 now (s)   3 maxlen   4 max_recoveries
+--   5 lost_data (call.undo_failed event JSON, error_type worker_lost)
+--   6 message ('' = never requeue)   7 run_id
 -- Returns 'requeue' | 'failed' | 'alive' (lease held) | 'gone' (not undoing).
 local call, undo_lease, undoing, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, pushes, undo_queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local call_id, now, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local max_recoveries, lost_data, message, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local call_id, now, maxlen = ARGV[1], ARGV[2], ARGV[3]
+local max_recoveries, lost_data, message, run_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 
 if redis.call('EXISTS', undo_lease) == 1 then return 'alive' end
 redis.call('ZREM', undoing, call_id)
@@ -33,6 +33,6 @@ if f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) and message 
   return 'requeue'
 end
 redis.call('HSET', call, 'undo_state', 'failed', 'undo_token', '', 'undo_finished_at', now)
-local emit = emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 emit('call.undo_failed', lost_data)
 return 'failed'

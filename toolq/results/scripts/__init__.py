@@ -1,9 +1,10 @@
 """One typed wrapper per Lua script of ``toolq/results/lua``: keyword arguments in, outcome out.
 
 Every state change of a call is one of these scripts: an atomic compare-and-set that updates
-the record, appends the event to the run's stream and publishes a wake-up (``lib/emit.lua``),
-so a record and its event never disagree. Each wrapper computes the script's KEYS from
-``Keys`` in the order of the file's header; no script builds a key name itself.
+the record and appends the event to the run's stream (``lib/emit.lua``), which wakes the
+readers blocked on it, so a record and its event never disagree. Each wrapper computes the
+script's KEYS from ``Keys`` in the order of the file's header; no script builds a key name
+itself.
 """
 
 from __future__ import annotations

@@ -79,7 +79,6 @@ class Decide(Script[DecideReply]):
                 now,
                 envelope_read,
                 "1" if check_approvals else "0",
-                keys.run_channel(run_id),
                 maxlen,
                 ttl,
                 event_data,
@@ -139,7 +138,7 @@ class Expire(Script[ExpireOutcome]):
                 keys.audit_stream,
                 *emit_keys(keys),
             ],
-            [call_id, now, keys.run_channel(run_id), maxlen, ttl, result, audit_maxlen, run_id],
+            [call_id, now, maxlen, ttl, result, audit_maxlen, run_id],
         )
 
     def parse(self, reply: Any) -> ExpireOutcome:

@@ -52,9 +52,13 @@ class Create(Script[CreateReply]):
         message: tuple[str, str] | None,
         owner: str,
         admin: bool,
+        refresh: bool,
         fields: dict[str, str] | None = None,
     ) -> Invocation[CreateReply]:
-        """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them."""
+        """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
+
+        ``refresh``: this is the dispatch's last call of its run, which sets the run's TTLs.
+        """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
         return self.invoke(
             [
@@ -77,7 +81,6 @@ class Create(Script[CreateReply]):
                 envelope,
                 etype,
                 data,
-                keys.run_channel(run_id),
                 maxlen,
                 ttl,
                 now,
@@ -91,6 +94,7 @@ class Create(Script[CreateReply]):
                 message[1] if message else "",
                 owner,
                 "1" if admin else "0",
+                "1" if refresh else "0",
                 *[item for pair in (fields or {}).items() for item in pair],
             ],
         )
@@ -193,7 +197,6 @@ class Start(Script[StartReply]):
                 token,
                 lease_ms,
                 now,
-                keys.run_channel(run_id),
                 maxlen,
                 cancel_result,
                 now_ms,
@@ -253,7 +256,6 @@ class Finish(Script[FinishOutcome]):
                 result,
                 etype,
                 data,
-                keys.run_channel(run_id),
                 maxlen,
                 now,
                 ttl,
@@ -293,7 +295,7 @@ class Progress(Script[ProgressOutcome]):
         """An invocation: KEYS and ARGV as the header of ``progress.lua`` lists them."""
         return self.invoke(
             [keys.call(call_id), keys.run_stream(run_id), *emit_keys(keys)],
-            [call_id, token, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+            [call_id, token, etype, data, maxlen, now, run_id],
         )
 
     def parse(self, reply: Any) -> ProgressOutcome:
@@ -367,7 +369,6 @@ class Transition(Script[TransitionReply]):
                 to_status,
                 etype,
                 data,
-                keys.run_channel(run_id),
                 maxlen,
                 now,
                 ttl,
@@ -419,7 +420,6 @@ class Recover(Script[RecoverOutcome]):
             [
                 call_id,
                 now,
-                keys.run_channel(run_id),
                 maxlen,
                 ttl,
                 max_recoveries,

@@ -95,7 +95,7 @@ class UndoFinish(Script[UndoFinishOutcome]):
                 keys.undo(call_id),
                 *emit_keys(keys),
             ],
-            [call_id, token, state, etype, data, keys.run_channel(run_id), maxlen, now, run_id],
+            [call_id, token, state, etype, data, maxlen, now, run_id],
         )
 
     def parse(self, reply: Any) -> UndoFinishOutcome:
@@ -141,7 +141,6 @@ class UndoRecover(Script[UndoRecoverOutcome]):
             [
                 call_id,
                 now,
-                keys.run_channel(run_id),
                 maxlen,
                 max_recoveries,
                 lost_data,

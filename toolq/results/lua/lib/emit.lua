@@ -1,21 +1,25 @@
--- lib/emit.lua: a call's event appended to its run's stream, with a wake-up, in the script
--- that changes the state, so a record and its event never disagree.
+-- lib/emit.lua: a call's event appended to its run's stream, in the script that changes the
+-- state, so a record and its event never disagree. Readers block on the stream itself
+-- (XREAD BLOCK), which the XADD wakes: there is no separate wake-up to publish.
 --
--- emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now) binds one
--- call's event destination and returns emit(etype, data) -> the stream entry id.
+-- emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now) binds one call's event
+-- destination and returns emit(etype, data) -> the stream entry id.
 --   stream      KEYS: the run's event stream (Keys.run_stream)
---   channel     the run's wake-up channel (Keys.run_channel)
 --   hook_types  KEYS: event types some worker's webhooks want (Keys.webhook_events)
 --   outbox      KEYS: the webhook outbox stream (Keys.webhook_outbox)
 -- An event of a type in hook_types is also appended to the outbox here, in the same script
--- as the event itself, so no notification can be lost between the two; without webhooks
--- this costs one SISMEMBER.
-local function emitter(stream, channel, maxlen, hook_types, outbox, call_id, run_id, now)
+-- as the event itself, so no notification can be lost between the two. Whether a type is
+-- wanted is asked once per type per script invocation (one SISMEMBER without webhooks),
+-- shared by every emitter of the invocation.
+local hooked = {}
+local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
   return function(etype, data)
     local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
                           'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
-    redis.call('PUBLISH', channel, id)
-    if redis.call('SISMEMBER', hook_types, etype) == 1 then
+    if hooked[etype] == nil then
+      hooked[etype] = redis.call('SISMEMBER', hook_types, etype) == 1
+    end
+    if hooked[etype] then
       redis.call('XADD', outbox, '*', 'type', etype, 'call_id', call_id, 'run_id', run_id,
                  'ts', now, 'data', data, 'event_id', id)
     end

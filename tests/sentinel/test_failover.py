@@ -1,0 +1,283 @@
+"""Redis Sentinel: clients and real workers follow the master through a SIGKILL failover.
+
+Each test starts its own master, replicas and Sentinel (``bench/chaos/sentinel.py``);
+``TOOLQ_REDIS_URL`` points at a closed port, so only the Sentinels can lead toolq to the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from bench.chaos.sentinel import SentinelGroup
+from tests.conftest import Workers, make_settings
+from tests.sentinel.app import executions, registry
+from toolq import CallStatus, Client, Settings
+from toolq.cli.check import live_workers
+from toolq.errors import NotAwaitingApprovalError, ReplicationError
+from toolq.keys import Keys
+from toolq.results.connection import async_redis_client, master_address, redis_client
+
+pytestmark = pytest.mark.e2e
+
+FINAL = {CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.CANCELLED}
+
+
+def sentinel_settings(group: SentinelGroup, **overrides: object) -> Settings:
+    return make_settings(**group.settings(), app="tests.sentinel.app:registry", **overrides)
+
+
+def charges(prefix: str, count: int, seconds: float) -> list[dict[str, object]]:
+    return [
+        {"id": f"{prefix}{i}", "name": "charge", "arguments": {"amount": i, "seconds": seconds}}
+        for i in range(count)
+    ]
+
+
+def test_workers_follow_the_master_through_a_failover(
+    make_group: Callable[..., SentinelGroup], tmp_path: Path
+) -> None:
+    """(a) Calls in flight when the master is SIGKILLed all end; none ran twice."""
+    group = make_group(replicas=2)
+    settings = sentinel_settings(group, min_replicas_ack=1, lease_seconds=5.0)
+    log = tmp_path / "executions"
+    env = {
+        **group.env(),
+        "TOOLQ_APP": "tests.sentinel.app:registry",
+        "TOOLQ_MIN_REPLICAS_ACK": "1",
+        "TOOLQ_TEST_EXEC_LOG": str(log),
+    }
+    workers = Workers(settings)
+    client = Client(registry, settings)
+    try:
+        for _ in range(2):
+            workers.start("safe", concurrency=4, log=tmp_path / "workers.log", **env)
+        deadline = time.monotonic() + 30
+        while len(live_workers(settings)) < 2:
+            assert time.monotonic() < deadline, "the second worker did not come up"
+            time.sleep(0.1)
+        before = client.dispatch(charges("a", 24, 0.3), run_id="before")
+        time.sleep(0.5)  # some calls are running, some queued
+        old = group.master_port()
+        group.node_at(old).kill()
+        in_flight = len(executions(str(log)))
+        # Dispatching while the Sentinel promotes a replica: the client retries with backoff.
+        after = client.dispatch(charges("b", 8, 0.1), run_id="after")
+        new = group.wait_failover(old)
+        assert master_address(settings) == ("127.0.0.1", new)
+        results = before.wait(timeout=60) + after.wait(timeout=60)
+        assert {r.status for r in results} <= FINAL
+        assert len(results) == 32
+        assert 0 < in_flight < 24, "the master died with no call running, or after all ran"
+        ran = Counter(executions(str(log)))
+        assert max(ran.values()) == 1, [c for c, n in ran.items() if n > 1]
+        succeeded = {r.call_id for r in results if r.status is CallStatus.SUCCEEDED}
+        assert succeeded <= set(ran), "a call reported as succeeded never ran"
+        # Everything the workers did after the switch is on the promoted replica.
+        promoted = group.direct(group.node_at(new))
+        assert promoted.info("replication")["role"] == "master"
+        for result in results:
+            status = promoted.hget(Keys().call(result.call_id), "status")
+            assert status is not None and status.decode() == result.status.value
+        assert [w.poll() for w in workers.procs] == [None, None], "a worker exited"
+    finally:
+        client.close()
+        workers.stop_all()
+
+
+def test_every_acknowledged_dispatch_survives_the_master(
+    make_group: Callable[..., SentinelGroup],
+) -> None:
+    """(b) With TOOLQ_MIN_REPLICAS_ACK=1, a dispatch that returned is on the new master."""
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group, min_replicas_ack=1)
+    client = Client(registry, settings)
+    acknowledged: list[str] = []
+    refused: list[str] = []
+    stop = threading.Event()
+
+    def dispatch_forever() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                batch = client.dispatch(charges(f"c{n}-", 1, 0), run_id=f"run{n}")
+            except (ReplicationError, redis.RedisError) as exc:
+                refused.append(f"{type(exc).__name__}: {exc}")
+                continue
+            acknowledged.extend(batch.call_ids)
+
+    thread = threading.Thread(target=dispatch_forever)
+    try:
+        thread.start()
+        time.sleep(1.0)
+        old = group.master_port()
+        before_kill = len(acknowledged)
+        group.node_at(old).kill()
+        new = group.wait_failover(old)
+        time.sleep(1.5)  # dispatches now meet a master without replicas
+        stop.set()
+        thread.join(30)
+        assert before_kill > 10
+        # The new master has no replica: nothing more was acknowledged after the switch.
+        assert any(r.startswith("ReplicationError") for r in refused), refused
+        promoted = group.direct(group.node_at(new))
+        missing = [c for c in acknowledged if not promoted.exists(Keys().call(c))]
+        assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged calls lost"
+    finally:
+        stop.set()
+        thread.join(30)
+        client.close()
+
+
+def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
+    make_group: Callable[..., SentinelGroup],
+) -> None:
+    """(c) A replica down: dispatch and approval fail; the same ids succeed once it is back."""
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group, min_replicas_ack=1)
+    client = Client(registry, settings)
+    master = group.direct(group.master)
+    keys = Keys()
+    try:
+        parked = client.dispatch(
+            [
+                {"id": "t1", "name": "transfer", "arguments": {"amount": 5}},
+                {"id": "t2", "name": "transfer", "arguments": {"amount": 6}},
+            ],
+            run_id="run-c",
+        )
+        parked_id, later_id = parked.call_ids
+        group.replicas[0].stop()
+        payload = charges("d", 3, 0)
+        with pytest.raises(ReplicationError) as refused:
+            client.dispatch(payload, run_id="run-c")
+        assert refused.value.code == "not_replicated"
+        assert "0 of 1 replicas" in refused.value.message
+        with pytest.raises(ReplicationError):
+            client.approvals.approve(parked_id, by="alice")
+
+        group.replicas[0].start()
+        group.wait_replicas(group.master.port, 1)
+        retried = client.dispatch(payload, run_id="run-c")
+        again = client.dispatch(payload, run_id="run-c")
+        assert retried.call_ids == again.call_ids
+        run_calls = [c.decode() for c in master.lrange(keys.run_calls("run-c"), 0, -1)]
+        assert sorted(run_calls) == sorted([parked_id, later_id, *retried.call_ids])
+        queue = keys.queue_for("safe")
+        assert master.llen(queue) == 3  # one message per call, none from the retries
+        # The refused approval had taken effect on the master: a retry finds it decided,
+        # and the call was enqueued once.
+        with pytest.raises(NotAwaitingApprovalError):
+            client.approvals.approve(parked_id, by="alice")
+        assert client.result(parked_id).status is CallStatus.QUEUED
+        assert master.llen(keys.queue_for("moderate")) == 1
+        # With the replica back, a decision is confirmed and acknowledged at once.
+        assert client.approvals.deny(later_id, by="alice").status is CallStatus.DENIED
+        assert group.direct(group.replicas[0]).hget(keys.call(later_id), "status") == b"denied"
+    finally:
+        client.close()
+
+
+def test_the_api_answers_503_not_replicated(
+    make_group: Callable[..., SentinelGroup],
+) -> None:
+    """The HTTP API reaches the master through the Sentinels and maps the error to 503."""
+    from fastapi.testclient import TestClient
+
+    from toolq.api.app import create_app
+    from toolq.settings import ApiToken
+
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group, min_replicas_ack=1)
+    tokens = {"tok": ApiToken(principal="bot", roles=["submitter", "viewer"])}
+    headers = {"Authorization": "Bearer tok"}
+    with TestClient(create_app(settings, registry, tokens=tokens)) as http:
+        body = [{"id": "h1", "name": "charge", "arguments": {"amount": 1, "seconds": 0}}]
+        accepted = http.post("/v1/runs/run-h/calls", json=body, headers=headers)
+        assert accepted.status_code == 202, accepted.text
+        group.replicas[0].stop()
+        refused = http.post("/v1/runs/run-h/calls", json=body, headers=headers)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "not_replicated"
+        healthy = http.get("/healthz")
+        assert healthy.status_code == 200, healthy.text
+
+
+def test_connected_clients_reach_the_promoted_replica(
+    make_group: Callable[..., SentinelGroup],
+) -> None:
+    """Sync and asyncio clients connected to the old master retry onto the new one."""
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group)
+
+    async def scenario() -> tuple[int, int, int, int]:
+        sync = redis_client(settings)
+        aio = async_redis_client(settings, 4)
+        try:
+            before = (
+                int(sync.info("server")["tcp_port"]),
+                int((await aio.info("server"))["tcp_port"]),
+            )
+            old = group.master_port()
+            group.node_at(old).kill()
+            # Commands sent during the failover wait (retry with backoff) for the new master.
+            sync.set("toolq:test:after", "1")
+            await aio.set("toolq:test:after-async", "1")
+            after = (
+                int(sync.info("server")["tcp_port"]),
+                int((await aio.info("server"))["tcp_port"]),
+            )
+            return (*before, *after)
+        finally:
+            sync.close()
+            await aio.aclose()
+
+    old_sync, old_async, new_sync, new_async = asyncio.run(scenario())
+    new = group.master_port()
+    assert old_sync == old_async != new
+    assert new_sync == new_async == new
+    assert group.direct(group.node_at(new)).get("toolq:test:after-async") == b"1"
+
+
+def test_check_names_the_master_it_found(make_group: Callable[..., SentinelGroup]) -> None:
+    """``toolq check`` asks the Sentinels, then checks the master they name."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    group = make_group(replicas=1)
+    env = {**os.environ, **group.env(), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolq", "check", "--risk", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"master: 127.0.0.1:{group.master.port} (Sentinel master 'toolq-test'" in done.stderr
+    assert done.stdout.strip() == "ok"
+    for node in [group.master, *group.replicas]:  # nothing left to promote
+        node.kill()
+    down = subprocess.run(
+        [sys.executable, "-m", "toolq", "check", "--risk", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 1
+    assert "Sentinel master 'toolq-test'" in down.stderr, down.stderr
+    # Before the Sentinel marks it down: the address tried; after: that it knows none.
+    tried = f"Sentinel master 'toolq-test' at 127.0.0.1:{group.master.port}: Error 111"
+    assert tried in down.stderr or "No master found for 'toolq-test'" in down.stderr

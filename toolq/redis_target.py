@@ -1,0 +1,125 @@
+"""``RedisTarget``: where toolq's Redis is — a URL, or a master found through Redis Sentinel.
+
+Settings name it (``TOOLQ_REDIS_URL``, ``TOOLQ_SENTINELS``, ``TOOLQ_SENTINEL_MASTER``); the
+clients (``results.connection``) and the Celery broker (``broker.app``) are built from it,
+so toolq's own writes and the messages workers read reach the same master.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from redis.backoff import NoBackoff
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
+from redis.retry import Retry
+
+from toolq.errors import ConfigurationError
+from toolq.settings import Settings, sentinel_addresses
+
+SENTINEL_TIMEOUT = 1.0
+"""Seconds one Sentinel may take to answer; a dead one is skipped for the next."""
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where toolq's Redis is: ``url`` alone, or the Sentinel master ``master``.
+
+    With Sentinels, ``url`` still gives the username, password and database of the master.
+    """
+
+    url: str
+    sentinels: tuple[tuple[str, int], ...] = ()
+    master: str | None = None
+    sentinel_password: str | None = None
+
+    @classmethod
+    def of(cls, where: Settings | RedisTarget | str) -> RedisTarget:
+        """The target of ``where``: settings (Sentinels when set), a target, or a plain URL."""
+        if isinstance(where, RedisTarget):
+            return where
+        if isinstance(where, str):
+            return cls(where)
+        if not where.sentinels:
+            return cls(where.redis_url)
+        password = where.sentinel_password
+        return cls(
+            where.redis_url,
+            tuple(sentinel_addresses(where.sentinels)),
+            where.sentinel_master,
+            password.get_secret_value() if password else None,
+        )
+
+    @property
+    def is_sentinel(self) -> bool:
+        """True when the master is found through Sentinels."""
+        return bool(self.sentinels)
+
+    def describe(self) -> str:
+        """For messages and logs: the URL without its password, or the Sentinel master."""
+        if not self.is_sentinel:
+            return redacted(self.url)
+        listed = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"Sentinel master {self.master!r} (sentinels {listed})"
+
+    def master_kwargs(self) -> dict[str, Any]:
+        """Connection options of the master from ``url`` (credentials, db), without its address."""
+        kwargs: dict[str, Any] = parse_url(self.url)  # type: ignore[no-untyped-call]
+        for name in ("host", "port"):
+            kwargs.pop(name, None)
+        connection_class = kwargs.pop("connection_class", None)
+        if connection_class is UnixDomainSocketConnection:
+            raise ConfigurationError("TOOLQ_SENTINELS cannot go with a unix:// TOOLQ_REDIS_URL")
+        if connection_class is SSLConnection:
+            raise ConfigurationError(
+                "TOOLQ_SENTINELS with a rediss:// (TLS) TOOLQ_REDIS_URL is not supported"
+            )
+        return kwargs
+
+    def sentinel_kwargs(self, timeout: float = SENTINEL_TIMEOUT) -> dict[str, Any]:
+        """How to talk to the Sentinels themselves: short timeouts, no retries of their own."""
+        kwargs: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        if self.sentinel_password:
+            kwargs["password"] = self.sentinel_password
+        return kwargs
+
+    def broker_url(self) -> str:
+        """The Celery broker URL: ``url``, or kombu's ``sentinel://...;sentinel://...``."""
+        if not self.is_sentinel:
+            return self.url
+        parts = urlsplit(self.url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        auth = f"{userinfo}@" if userinfo else ""
+        db = self.master_kwargs().get("db", 0)
+        return ";".join(
+            f"sentinel://{auth}{_netloc_host(host)}:{port}/{db}" for host, port in self.sentinels
+        )
+
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Options of kombu's ``SentinelChannel``: the service name, how to reach the Sentinels.
+
+        Kombu takes the master's password and database from the broker URL.
+        """
+        if not self.is_sentinel:
+            return {}
+        return {"master_name": self.master, "sentinel_kwargs": self.sentinel_kwargs()}
+
+
+def _netloc_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

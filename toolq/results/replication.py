@@ -1,0 +1,57 @@
+"""``ReplicaAcks``: writes that accept or decide work wait for replicas before they count.
+
+With ``TOOLQ_MIN_REPLICAS_ACK`` ≥ 1, the pipeline (or connection) that runs such a write
+also sends ``SET <mark>`` and ``WAIT n timeout``; fewer than ``n`` replicas in time is a
+``ReplicationError``. ``WAIT`` does not undo the write on the master: the caller is told it
+was not acknowledged, and repeating it with the same ids is safe (every such write is an
+idempotent claim or a compare-and-set).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolq.errors import ReplicationError
+from toolq.keys import Keys
+from toolq.settings import Settings
+
+
+class ReplicaAcks:
+    """The ``WAIT`` a write needs under ``settings`` (nothing when ``min_replicas_ack`` is 0)."""
+
+    def __init__(self, settings: Settings, keys: Keys) -> None:
+        self.replicas = settings.min_replicas_ack
+        self.timeout_ms = settings.replica_ack_timeout_ms
+        self.mark = keys.replication_mark
+
+    @property
+    def enabled(self) -> bool:
+        """True when writes wait for replicas."""
+        return self.replicas > 0
+
+    def commands(self) -> list[tuple[Any, ...]]:
+        """The commands sent after the write on its connection: the mark, then ``WAIT``."""
+        if not self.enabled:
+            return []
+        return [("SET", self.mark, "1"), ("WAIT", self.replicas, self.timeout_ms)]
+
+    def add(self, pipe: Any) -> int:
+        """Queue ``commands()`` on a pipeline; how many replies they add at its end."""
+        commands = self.commands()
+        for command in commands:
+            pipe.execute_command(*command)
+        return len(commands)
+
+    def check(self, acked: Any, what: str) -> None:
+        """Raise ``ReplicationError`` unless ``acked`` (``WAIT``'s reply) is enough."""
+        if not self.enabled:
+            return
+        count = int(acked)
+        if count < self.replicas:
+            raise ReplicationError(
+                f"{what} reached {count} of {self.replicas} replicas within "
+                f"{self.timeout_ms} ms (TOOLQ_MIN_REPLICAS_ACK): not acknowledged; "
+                "retrying with the same ids is safe",
+                replicas=count,
+                required=self.replicas,
+            )
