@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery, bootsteps, signals
 
 from toolq.broker import (
     BATCH_TASK_NAME,
@@ -18,6 +18,7 @@ from toolq.broker import (
 )
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
+from toolq.workers.heartbeat import count_received
 
 
 class _PerProcess:
@@ -133,4 +134,6 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         holder.get().undo(call_id)
 
     app.steps["worker"].add(MaintenanceStep)
+    # The heartbeat counts calls, not messages: a batch message carries several.
+    signals.task_received.connect(count_received, weak=False, dispatch_uid="toolq.heartbeat")
     return app
