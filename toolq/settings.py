@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     """Deepest JSON nesting accepted in a payload or arguments."""
     max_calls_per_dispatch: int = Field(10_000, gt=0)
     """Most tool calls in one dispatch."""
+    calls_per_message: int = Field(16, ge=1, le=256)
+    """Most queued calls of one risk (and time limit) one broker message carries when a
+    dispatch holds several; 1 sends one message per call. A worker runs a message's calls
+    concurrently, each under its own lease (README: Dispatching to workers)."""
 
     max_string_bytes: int = Field(1024 * 1024, gt=0)
     """Longest string accepted anywhere in an HTTP request body."""

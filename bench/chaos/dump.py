@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from bench.chaos.app import EXEC_PREFIX
+from toolq.broker import BATCH_TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 
@@ -74,7 +75,10 @@ def dump_redis(url: str, path: Path, keys: Keys | None = None) -> dict[str, Any]
     for tag, raw in r.hgetall("unacked").items():
         message, _, queue = json.loads(raw)
         args = json.loads(base64.b64decode(message["body"]))[0] if message.get("body") else []
-        unacked.append([args[0] if args else None, queue, unacked_at.get(_text(tag))])
+        batch = message.get("headers", {}).get("task") == BATCH_TASK_NAME and args
+        # a batch message (toolq.execute_many) holds every call it carries
+        for call_id in [pair[0] for pair in args[0]] if batch else [args[0] if args else None]:
+            unacked.append([call_id, queue, unacked_at.get(_text(tag))])
     leftovers = {
         "queues": {lvl.value: r.llen(k.queue_for(lvl)) for lvl in RiskLevel},
         "unacked": r.hlen("unacked"),

@@ -20,6 +20,7 @@ from kombu import Connection, Consumer, Queue
 
 from toolq import RiskLevel, Settings
 from toolq.broker import (
+    BATCH_TASK_NAME,
     HARD_LIMIT_GRACE,
     TASK_NAME,
     UNDO_TASK_NAME,
@@ -93,6 +94,32 @@ def test_call_message_is_what_celery_publishes(
     assert fields["properties"]["delivery_info"] == {"exchange": "", "routing_key": queue}
     assert fields["properties"]["delivery_mode"] == 2
     assert fields["body"][0] == ["c1", "run1"]
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+def test_batch_message_is_what_celery_publishes(
+    r: redis.Redis, publisher: Publisher, timeout: float | None
+) -> None:
+    pairs = [["c1", "run1"], ["c2", "run1"], ["c3", "run2"]]
+    publisher.app.send_task(
+        BATCH_TASK_NAME,
+        args=[pairs],
+        queue="toolq.safe",
+        ignore_result=True,
+        **({} if timeout is None else {"time_limit": timeout + HARD_LIMIT_GRACE}),
+    )
+    [theirs] = r.lrange("toolq.safe", 0, -1)
+    queue, ours = publisher.batch_message([tuple(p) for p in pairs], RiskLevel.SAFE, timeout)
+    assert queue == "toolq.safe"
+    _assert_same_shape(_fields(ours), _fields(theirs))
+    assert _fields(ours)["body"][0] == [pairs]
+    for raw in (theirs, ours):
+        found = decode(raw)
+        assert found is not None and found.task == BATCH_TASK_NAME
+        assert found.call_ids == ("c1", "c2", "c3") and found.call_id == "c1"
+    broken = json.loads(ours)
+    broken["body"] = base64.b64encode(json.dumps([[["c1"]], {}, {}]).encode()).decode()
+    assert decode(json.dumps(broken)) is None
 
 
 def test_undo_message_is_what_celery_publishes(r: redis.Redis, publisher: Publisher) -> None:

@@ -87,9 +87,13 @@ def test_approved_call_whose_message_was_lost_runs(
 
 
 def test_calls_waiting_behind_a_backlog_are_not_sent_again(
-    r: redis.Redis, client: Client, workers: Workers
+    r: redis.Redis, settings: Settings, workers: Workers
 ) -> None:
+    from tests.apps import registry
+
     keys = Keys()
+    # One message per call: 60 messages in the backlog.
+    client = Client(registry, settings.model_copy(update={"calls_per_message": 1}))
     # A worker that sweeps but consumes only ``dangerous``: the safe queue stays a backlog.
     workers.start("dangerous", TOOLQ_REDELIVER_AFTER="1")
     batch = client.dispatch(
@@ -116,6 +120,66 @@ def test_calls_waiting_behind_a_backlog_are_not_sent_again(
     workers.start("safe")
     assert all(res.status is CallStatus.SUCCEEDED for res in batch.wait(timeout=60))
     assert r.zcard(keys.queued) == 0
+    client.close()
+
+
+def executions(r: redis.Redis, call_id: str) -> int:
+    return int(r.llen(f"test:exec:{call_id}"))
+
+
+def test_a_lost_shared_message_is_sent_again_call_by_call(
+    r: redis.Redis, client: Client, workers: Workers
+) -> None:
+    """A message carrying four calls is lost; one of them was cancelled meanwhile.
+
+    Each call still queued is sent again alone (``toolq.execute``), with its own push
+    sequence number; the cancelled one is not, and nothing runs twice.
+    """
+    keys = Keys()
+    batch = client.dispatch(
+        [{"id": f"s{i}", "name": "slow", "arguments": {"seconds": 0}} for i in range(4)]
+    )
+    calls = batch.call_ids
+    assert r.llen("toolq.safe") == 1  # one message carries all four
+    client.cancel(calls[1])
+    pop_and_die(client.settings.redis_url, "toolq.safe")
+    assert r.llen("toolq.safe") == 0 and r.hlen(KOMBU_UNACKED) == 0
+
+    workers.start("safe", TOOLQ_REDELIVER_AFTER=REDELIVER_AFTER)
+    for call_id in calls:
+        wait_final(client, call_id)
+    statuses = [client.result(c).status for c in calls]
+    assert statuses == [CallStatus.SUCCEEDED, CallStatus.CANCELLED, *[CallStatus.SUCCEEDED] * 2]
+    assert [executions(r, c) for c in calls] == [1, 0, 1, 1]
+    seqs = sorted(int(r.hget(keys.call(c), "push_seq")) for c in (calls[0], *calls[2:]))
+    assert seqs == [2, 3, 4]  # each sent again alone, once
+    assert int(r.hget(keys.call(calls[1]), "push_seq")) == 1
+    assert r.zcard(keys.queued) == 0
+
+
+def test_a_shared_message_lost_after_some_calls_ran_resends_only_the_rest(
+    r: redis.Redis, client: Client, workers: Workers
+) -> None:
+    """Two deliveries of one shared message: the first runs, the copy is lost.
+
+    The copy's calls are final by then: the lost-message check looks at each call and sends
+    none of them again.
+    """
+    keys = Keys()
+    batch = client.dispatch(
+        [{"id": f"s{i}", "name": "slow", "arguments": {"seconds": 0}} for i in range(3)]
+    )
+    message = r.lindex("toolq.safe", 0)
+    worker = workers.start("safe", TOOLQ_REDELIVER_AFTER=REDELIVER_AFTER)
+    assert [x.status for x in batch.wait(timeout=20)] == [CallStatus.SUCCEEDED] * 3
+    workers.kill9(worker)
+    r.lpush("toolq.safe", message)  # a copy, then lost
+    pop_and_die(client.settings.redis_url, "toolq.safe")
+    pushes = int(r.get(keys.queue_pushes("toolq.safe")))
+    workers.start("safe", TOOLQ_REDELIVER_AFTER="1")
+    time.sleep(4)
+    assert int(r.get(keys.queue_pushes("toolq.safe"))) == pushes
+    assert [executions(r, c) for c in batch.call_ids] == [1, 1, 1]
 
 
 def test_call_recovered_from_its_retry_backoff_and_then_lost_runs(

@@ -231,26 +231,32 @@ def test_worker_killed_during_idempotent_undo_runs_it_again(
 def test_undos_waiting_behind_a_backlog_are_not_sent_again(
     r: redis.Redis, undo_client: Client, workers: Workers
 ) -> None:
+    from tests.chaos.undo_app import registry
+
     finished = [slow_undoables(undo_client, workers, "slow_undoable", 0) for _ in range(3)]
-    backlog = undo_client.dispatch(
-        [{"id": f"b{i}", "name": "slow_undoable", "arguments": {"seconds": 0}} for i in range(30)]
-    )
-    for call_id in finished:
-        request_undo(undo_client, call_id)
-    pushes = int(r.get(keys.queue_pushes("toolq.safe")))
-    seqs = [r.hget(keys.call(c), "undo_push_seq") for c in finished]
-    assert r.llen("toolq.safe") == 33
+    # A backlog of 30 messages (one per call) in front of the undo messages.
+    unbatched = undo_client.settings.model_copy(update={"calls_per_message": 1})
+    with Client(registry, unbatched) as one_per_message:
+        backlog = one_per_message.dispatch(
+            [{"id": f"b{i}", "name": "slow_undoable", "arguments": {"seconds": 0}}
+             for i in range(30)]
+        )
+        for call_id in finished:
+            request_undo(undo_client, call_id)
+        pushes = int(r.get(keys.queue_pushes("toolq.safe")))
+        seqs = [r.hget(keys.call(c), "undo_push_seq") for c in finished]
+        assert r.llen("toolq.safe") == 33
 
-    workers.start("dangerous", TOOLQ_REDELIVER_AFTER="1", **UNDO_APP)  # sweeps only
-    time.sleep(5)  # many sweeps, every undo past the threshold
-    assert int(r.get(keys.queue_pushes("toolq.safe"))) == pushes  # nothing re-sent
-    assert [r.hget(keys.call(c), "undo_push_seq") for c in finished] == seqs
-    assert r.llen("toolq.safe") == 33 and not r.keys(keys.lost_undo_suspect("*"))
-    assert [undo_state(r, c) for c in finished] == ["requested"] * 3
+        workers.start("dangerous", TOOLQ_REDELIVER_AFTER="1", **UNDO_APP)  # sweeps only
+        time.sleep(5)  # many sweeps, every undo past the threshold
+        assert int(r.get(keys.queue_pushes("toolq.safe"))) == pushes  # nothing re-sent
+        assert [r.hget(keys.call(c), "undo_push_seq") for c in finished] == seqs
+        assert r.llen("toolq.safe") == 33 and not r.keys(keys.lost_undo_suspect("*"))
+        assert [undo_state(r, c) for c in finished] == ["requested"] * 3
 
-    workers.start("safe", concurrency=4, **UNDO_APP)
-    assert all(res.status is CallStatus.SUCCEEDED for res in backlog.wait(timeout=60))
-    for call_id in finished:
-        wait_undo_state(r, call_id, "undone")
-        assert r.llen(f"test:undo:{call_id}") == 1
-    assert r.zcard(keys.undo_queued) == 0
+        workers.start("safe", concurrency=4, **UNDO_APP)
+        assert all(res.status is CallStatus.SUCCEEDED for res in backlog.wait(timeout=60))
+        for call_id in finished:
+            wait_undo_state(r, call_id, "undone")
+            assert r.llen(f"test:undo:{call_id}") == 1
+        assert r.zcard(keys.undo_queued) == 0

@@ -281,8 +281,19 @@ def test_client_call_and_async_client(client, inproc, settings):
     assert types == ["call.queued", "call.started", "call.succeeded"]
 
 
-def test_kill9_with_prefetched_calls_resends_them_quickly(client, workers, r, wait_for):
+@pytest.fixture
+def unbatched(settings):
+    """A client that sends one message per call (``calls_per_message=1``)."""
+    from tests.apps import registry
+    from toolq import Client
+
+    with Client(registry, settings.model_copy(update={"calls_per_message": 1})) as c:
+        yield c
+
+
+def test_kill9_with_prefetched_calls_resends_them_quickly(unbatched, workers, r, wait_for):
     # The killed worker holds three messages it never started (kombu's "unacked" hash).
+    client = unbatched
     victim = workers.start("safe", concurrency=1, prefetch=4, TOOLQ_REDELIVER_AFTER="3")
     batch = client.dispatch(
         [{"id": "k", "name": "slow", "arguments": {"seconds": 5}}]
@@ -299,10 +310,11 @@ def test_kill9_with_prefetched_calls_resends_them_quickly(client, workers, r, wa
     assert time.monotonic() - started < 15  # not kombu's visibility timeout (an hour)
 
 
-def test_messages_waiting_on_a_live_worker_are_sent_again_but_run_once(client, workers, r):
+def test_messages_waiting_on_a_live_worker_are_sent_again_but_run_once(unbatched, workers, r):
     # One slot busy for 4 s while three more messages wait on the same worker past
     # redeliver_after: the sweeper sends copies, a second worker takes them, and still
     # every call runs exactly once.
+    client = unbatched
     workers.start("safe", concurrency=1, prefetch=4, TOOLQ_REDELIVER_AFTER="1")
     batch = client.dispatch(
         [{"id": "s", "name": "slow", "arguments": {"seconds": 4}}]

@@ -46,7 +46,10 @@ def test_workers_follow_the_master_through_a_failover(
 ) -> None:
     """(a) Calls in flight when the master is SIGKILLed all end; none ran twice."""
     group = make_group(replicas=2)
-    settings = sentinel_settings(group, min_replicas_ack=1, lease_seconds=5.0)
+    # One message per call, so that 8 slots leave some of the 24 calls queued at the kill.
+    settings = sentinel_settings(
+        group, min_replicas_ack=1, lease_seconds=5.0, calls_per_message=1
+    )
     log = tmp_path / "executions"
     env = {
         **group.env(),
@@ -172,7 +175,8 @@ def test_without_replica_nothing_is_acknowledged_and_a_retry_succeeds_once(
         run_calls = [c.decode() for c in master.lrange(keys.run_calls("run-c"), 0, -1)]
         assert sorted(run_calls) == sorted([parked_id, later_id, *retried.call_ids])
         queue = keys.queue_for("safe")
-        assert master.llen(queue) == 3  # one message per call, none from the retries
+        # one shared message for the three calls (calls_per_message), none from the retries
+        assert master.llen(queue) == 1
         # The refused approval had taken effect on the master: a retry finds it decided,
         # and the call was enqueued once.
         with pytest.raises(NotAwaitingApprovalError):

@@ -14,6 +14,7 @@ Queue names are keys like any other (``Keys.queue_for``).
 
 from toolq.broker.app import HARD_LIMIT_GRACE, celery_app, patch_kombu
 from toolq.broker.messages import (
+    BATCH_TASK_NAME,
     PREVIEW_TASK_NAME,
     TASK_NAME,
     UNDO_TASK_NAME,
@@ -23,6 +24,7 @@ from toolq.broker.messages import (
 )
 
 __all__ = [
+    "BATCH_TASK_NAME",
     "HARD_LIMIT_GRACE",
     "PREVIEW_TASK_NAME",
     "TASK_NAME",

@@ -43,10 +43,35 @@ def _connparams_unless_closed(self: Any, asynchronous: bool = False) -> Any:
 _KOMBU_CONNPARAMS = kombu_redis.Channel._connparams
 
 
+def _client_per_pool(self: Any, asynchronous: bool = False) -> Any:
+    """``Channel._create_client`` of kombu, its synchronous client built once per pool.
+
+    kombu builds a new ``redis.Redis`` for every ``conn_or_acquire``: twice per message
+    (recording it as unacknowledged, then acknowledging it), about a tenth of a worker's
+    CPU per call. The client holds no connection of its own (the pool does), so one per
+    pool serves every thread. ``self.pool`` is read first, exactly as kombu reads it: once
+    the channel is closed (its pools dropped) that raises as before
+    (``_connparams_unless_closed``), and a new pool after a reconnect gets a new client.
+    """
+    if asynchronous:
+        return _KOMBU_CREATE_CLIENT(self, asynchronous=True)
+    pool = self.pool
+    cached = self.__dict__.get("_toolq_client")
+    if cached is None or cached[0] is not pool:
+        cached = (pool, _KOMBU_CREATE_CLIENT(self))
+        self.__dict__["_toolq_client"] = cached
+    return cached[1]
+
+
+_KOMBU_CREATE_CLIENT = kombu_redis.Channel._create_client
+
+
 def patch_kombu() -> None:
-    """Install ``_connparams_unless_closed`` once (see celery/kombu#970 and #582)."""
+    """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``."""
     if kombu_redis.Channel._connparams is not _connparams_unless_closed:
         kombu_redis.Channel._connparams = _connparams_unless_closed
+    if kombu_redis.Channel._create_client is not _client_per_pool:
+        kombu_redis.Channel._create_client = _client_per_pool
 
 
 def celery_app(settings: Settings) -> Celery:

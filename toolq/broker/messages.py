@@ -27,6 +27,8 @@ from toolq.settings import Settings
 
 TASK_NAME = "toolq.execute"
 """Run a call; arguments ``[call_id, run_id]``."""
+BATCH_TASK_NAME = "toolq.execute_many"
+"""Run several calls of one risk concurrently; one argument ``[[call_id, run_id], ...]``."""
 UNDO_TASK_NAME = "toolq.undo"
 """Run a finished call's undo handler; arguments ``[call_id]``."""
 PREVIEW_TASK_NAME = "toolq.preview"
@@ -87,12 +89,24 @@ class Publisher:
         queue = self.keys.queue_for(risk)
         return queue, self._envelope(queue, TASK_NAME, [call_id, run_id], _limits(timeout))
 
+    def batch_message(
+        self, calls: Sequence[tuple[str, str]], risk: RiskLevel, timeout: float | None
+    ) -> tuple[str, str]:
+        """The queue and the one message carrying ``(call_id, run_id)`` of several calls.
+
+        The calls share their risk level and time limit (Celery's is per message). The
+        script that creates them pushes it (``create_group.lua``), as ``message`` is.
+        """
+        queue = self.keys.queue_for(risk)
+        pairs = [[call_id, run_id] for call_id, run_id in calls]
+        return queue, self._envelope(queue, BATCH_TASK_NAME, [pairs], _limits(timeout))
+
     def undo_message(self, call_id: str, risk: RiskLevel) -> tuple[str, str]:
         """The queue and message of a call's undo, pushed by the script that requests it."""
         queue = self.keys.queue_for(risk)
         return queue, self._envelope(queue, UNDO_TASK_NAME, [call_id], {})
 
-    def _envelope(self, queue: str, task_name: str, args: list[str], options: Any) -> str:
+    def _envelope(self, queue: str, task_name: str, args: list[Any], options: Any) -> str:
         """Celery's task message in kombu's Redis transport envelope (see ``message``)."""
         task = self.app.amqp.create_task_message(
             str(uuid.uuid4()),
@@ -137,9 +151,16 @@ class Delivery:
     delivery_tag: str
 
     @property
+    def call_ids(self) -> tuple[str, ...]:
+        """The calls the message is about: a batch's, or every other task's first argument."""
+        if self.task == BATCH_TASK_NAME:
+            return tuple(str(pair[0]) for pair in self.args[0])
+        return (str(self.args[0]),)
+
+    @property
     def call_id(self) -> str:
-        """The call the message is about (every toolq task's first argument)."""
-        return str(self.args[0])
+        """The (first) call the message is about."""
+        return self.call_ids[0]
 
 
 def decode(raw: bytes | str | dict[str, Any] | None) -> Delivery | None:
@@ -153,7 +174,7 @@ def decode(raw: bytes | str | dict[str, Any] | None) -> Delivery | None:
     try:
         message = json.loads(raw) if isinstance(raw, bytes | str) else raw
         task = message["headers"].get("task")
-        if task not in (TASK_NAME, UNDO_TASK_NAME, PREVIEW_TASK_NAME):
+        if task not in (TASK_NAME, BATCH_TASK_NAME, UNDO_TASK_NAME, PREVIEW_TASK_NAME):
             return None
         properties = message["properties"]
         body = message["body"]
@@ -162,6 +183,17 @@ def decode(raw: bytes | str | dict[str, Any] | None) -> Delivery | None:
         args = json.loads(body)[0]
         if not isinstance(args, list) or not args:
             return None
+        if task == BATCH_TASK_NAME and not _pairs(args[0]):
+            return None
         return Delivery(str(task), tuple(args), str(properties.get("delivery_tag", "")))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
+
+
+def _pairs(value: Any) -> bool:
+    """Whether ``value`` is a batch's non-empty ``[[call_id, run_id], ...]``."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in value)
+    )

@@ -1,7 +1,9 @@
 """``Dispatcher``: a model's response in, one stored call per tool call, queued or parked.
 
 A queued call's Celery message is pushed by the same script that stores the call, so one
-round trip creates and enqueues a whole batch.
+round trip creates and enqueues a whole batch. Queued calls of one risk and time limit share
+messages of up to ``calls_per_message`` calls, each group created by one script with its
+message.
 
 Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
 denied calls, each with an error the model can read; they never cost the batch its other
@@ -18,6 +20,7 @@ Secret argument values are stored encrypted (``SecretBox``); a call that will no
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,7 +46,7 @@ from toolq.models import (
     ToolCall,
 )
 from toolq.results.owners import RunOwner, RunOwners
-from toolq.results.store import CallStore, NewCall, dumps
+from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
 from toolq.telemetry import DispatchSpan, dispatch_span
 
@@ -158,7 +161,8 @@ class Dispatcher:
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
-        replies = self.store.create_many(new_calls)
+        new_calls, groups = self._messages(new_calls)
+        replies = self.store.create_many(new_calls, groups)
         if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
@@ -222,6 +226,35 @@ class Dispatcher:
             # An approver's "always" was granted for the owner's calls, not for an admin's.
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
         return rules
+
+    def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
+        """The queued calls' messages: one per group of calls of one risk and time limit.
+
+        Groups are formed among ``calls_per_message`` consecutive calls; a call left alone
+        gets its own message (``toolq.execute``). The script that creates a group creates
+        the calls between its members too, so calls are created in dispatch order.
+        """
+        size = self.settings.calls_per_message
+        calls = list(calls)
+        groups = []
+        for window in range(0, len(calls), size):
+            by_route: dict[tuple[str, float | None], list[int]] = {}
+            for i in range(window, min(window + size, len(calls))):
+                if calls[i].status is CallStatus.QUEUED:
+                    route = (calls[i].envelope.risk.value, calls[i].timeout)
+                    by_route.setdefault(route, []).append(i)
+            for members in by_route.values():
+                first = calls[members[0]]
+                risk, timeout = first.envelope.risk, first.timeout
+                if len(members) == 1:
+                    env = first.envelope
+                    message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
+                    calls[members[0]] = dataclasses.replace(first, message=message)
+                    continue
+                carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
+                queue, batch = self.publisher.batch_message(carried, risk, timeout)
+                groups.append(MessageGroup(tuple(members), queue, batch))
+        return calls, groups
 
     def _prepare(
         self,
@@ -345,7 +378,6 @@ class Dispatcher:
             idempotent=tool.idempotent,
             timeout=timeout,
             idempotency_key=key,
-            message=self.publisher.message(envelope.call_id, tool.risk, timeout, envelope.run_id),
             fields={"approval": dumps(signed)} if signed is not None else None,
             admin=admin,
         )

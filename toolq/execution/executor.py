@@ -290,9 +290,13 @@ async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
     return await future
 
 
-def _is_async(tool: Tool) -> bool:
+def runs_async(tool: Tool) -> bool:
+    """Whether ``tool``'s handler is ``async def`` (a coroutine or an async generator)."""
     func = tool.execute
     return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+
+
+_is_async = runs_async
 
 
 async def _drain(gen: Any, ctx: ToolContext) -> Any:

@@ -52,6 +52,15 @@ class NewCall:
 
 
 @dataclass(frozen=True)
+class MessageGroup:
+    """Calls (positions in ``create_many``'s list) created with one message carrying them."""
+
+    members: tuple[int, ...]
+    queue: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Started:
     """What ``start`` tells a worker: run it (with the envelope), or why not."""
 
@@ -115,33 +124,67 @@ class CallStore:
 
     # -- creation ----------------------------------------------------------------------------
 
-    def create_many(self, calls: Sequence[NewCall]) -> list[tuple[str, str]]:
+    def create_many(
+        self, calls: Sequence[NewCall], groups: Sequence[MessageGroup] = ()
+    ) -> list[tuple[str, str]]:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
         Each is ``('new', event_id)``, ``('dup', call_id)`` or ``('not_owner', owner)`` (the
         run belongs to another principal: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
-        a second call. With ``min_replicas_ack`` the same round trip waits for the replicas
-        (``ReplicationError`` when too few confirm).
+        a second call. The members of each group (queued calls) are created by one script
+        with the group's message instead of their own (``create_group.lua``). With
+        ``min_replicas_ack`` the same round trip waits for the replicas (``ReplicationError``
+        when too few confirm).
         """
         k = self.keys
         now = repr(time.time())
         # The last call of each run sets the run's TTLs, once for the whole dispatch.
         last = {call.envelope.run_id: i for i, call in enumerate(calls)}
+        invocations: list[Invocation[Any]] = []
+        spans: list[range] = []
+        for span, in_span in _spans(len(calls), groups):
+            spans.append(span)
+            if not groups:
+                i = span.start
+                invocations.append(self._create(calls[i], now, last[calls[i].envelope.run_id] == i))
+                continue
+            # With groups, every call goes through CREATE_GROUP: one script for the whole
+            # pipeline, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in order.
+            number = {i: n for n, g in enumerate(in_span, 1) for i in g.members}
+            members = [
+                (
+                    calls[i].envelope.call_id,
+                    number.get(i, 0),
+                    self._create(
+                        calls[i],
+                        now,
+                        last[calls[i].envelope.run_id] == i,
+                        with_message=i not in number,
+                    ),
+                )
+                for i in span
+            ]
+            messages = [(g.queue, g.message) for g in in_span]
+            invocations.append(
+                scripts.CREATE_GROUP(keys=k, now=now, messages=messages, members=members)
+            )
         replies, acked = self.scripts.pipelined_after(
-            [
-                self._create(call, now, last[call.envelope.run_id] == i)
-                for i, call in enumerate(calls)
-            ],
+            invocations,
             self.acks.commands(),
             then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
         )
         if acked:
             self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
-        return [(reply.outcome, reply.value) for reply in replies]
+        found: list[scripts.CreateReply] = []
+        for _, reply in zip(spans, replies, strict=True):
+            found.extend(reply if isinstance(reply, list) else [reply])
+        return [(reply.outcome, reply.value) for reply in found]
 
-    def _create(self, call: NewCall, now: str, refresh: bool) -> Invocation[scripts.CreateReply]:
+    def _create(
+        self, call: NewCall, now: str, refresh: bool, *, with_message: bool = True
+    ) -> Invocation[scripts.CreateReply]:
         env = call.envelope
         return scripts.CREATE(
             keys=self.keys,
@@ -163,7 +206,7 @@ class CallStore:
             idempotent=call.idempotent,
             timeout="" if call.timeout is None else repr(call.timeout),
             result=dumps(call.result) if call.result is not None else "",
-            message=call.message,
+            message=call.message if with_message else None,
             owner=RunOwner(env.principal).encode(),
             admin=call.admin,
             refresh=refresh,
@@ -222,10 +265,37 @@ class CallStore:
         )
         if reply.outcome == "ok" and acked:
             self.acks.check(acked[-1], f"start of call {call_id}")
-        if reply.outcome == "ok" and reply.envelope is not None:
-            envelope = CallEnvelope.model_validate_json(reply.envelope)
-            return Started("ok", envelope, reply.attempt)
-        return Started(reply.outcome, status=reply.status)
+        return _started(reply)
+
+    def start_many(
+        self, calls: Sequence[tuple[str, str, str]], cancelled: dict[str, Any]
+    ) -> list[Started]:
+        """``start`` for ``(call_id, run_id, token)`` of one message, in one round trip.
+
+        Each call gets its own lease and answer, exactly as from ``start`` (and, with
+        ``min_replicas_ack``, ``ReplicationError`` when the replicas do not confirm).
+        """
+        now = time.time()
+        replies, acked = self.scripts.pipelined_after(
+            [
+                scripts.START(
+                    keys=self.keys,
+                    call_id=call_id,
+                    run_id=run_id,
+                    token=token,
+                    lease_ms=int(self.settings.lease_seconds * 1000),
+                    now=repr(now),
+                    maxlen=self._maxlen,
+                    cancel_result=dumps(cancelled),
+                    now_ms=int(now * 1000),
+                )
+                for call_id, run_id, token in calls
+            ],
+            self.acks.commands(),
+        )
+        if acked and any(reply.outcome == "ok" for reply in replies):
+            self.acks.check(acked[-1], f"start of {len(calls)} call(s)")
+        return [_started(reply) for reply in replies]
 
     def progress(
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
@@ -250,28 +320,41 @@ class CallStore:
 
         Repeating it with the same token answers as the first time did (safe to retry).
         """
-        payload = result_payload(result)
         outcome, acked = self.scripts.direct_after(
-            scripts.FINISH(
-                keys=self.keys,
-                call_id=envelope.call_id,
-                run_id=envelope.run_id,
-                token=token,
-                status=result.status.value,
-                result=dumps(payload),
-                etype=FINAL_EVENT_OF[result.status].value,
-                data=dumps(final_event_data(result.status, payload)),
-                maxlen=self._maxlen,
-                now=repr(time.time()),
-                ttl=self._ttl,
-                undo=dumps(result.undo) if result.undo else "",
-                undo_ttl=self.settings.undo_ttl,
-            ),
-            self.acks.commands(),
+            self._finish(envelope, token, result), self.acks.commands()
         )
         if outcome == "ok" and acked:
             self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
         return outcome == "ok"
+
+    def finish_many(self, finished: Sequence[tuple[CallEnvelope, str, CallResult]]) -> list[bool]:
+        """``finish`` for calls that ended together, in one round trip (safe to retry)."""
+        replies, acked = self.scripts.pipelined_after(
+            [self._finish(*item) for item in finished], self.acks.commands()
+        )
+        if acked and "ok" in replies:
+            self.acks.check(acked[-1], f"final state of {len(finished)} call(s)")
+        return [outcome == "ok" for outcome in replies]
+
+    def _finish(
+        self, envelope: CallEnvelope, token: str, result: CallResult
+    ) -> Invocation[scripts.FinishOutcome]:
+        payload = result_payload(result)
+        return scripts.FINISH(
+            keys=self.keys,
+            call_id=envelope.call_id,
+            run_id=envelope.run_id,
+            token=token,
+            status=result.status.value,
+            result=dumps(payload),
+            etype=FINAL_EVENT_OF[result.status].value,
+            data=dumps(final_event_data(result.status, payload)),
+            maxlen=self._maxlen,
+            now=repr(time.time()),
+            ttl=self._ttl,
+            undo=dumps(result.undo) if result.undo else "",
+            undo_ttl=self.settings.undo_ttl,
+        )
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""
@@ -464,3 +547,38 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         rpc_id=envelope.rpc_id,
         **payload,
     )
+
+
+
+def _started(reply: scripts.StartReply) -> Started:
+    """What a START reply tells the worker."""
+    if reply.outcome == "ok" and reply.envelope is not None:
+        return Started("ok", CallEnvelope.model_validate_json(reply.envelope), reply.attempt)
+    return Started(reply.outcome, status=reply.status)
+
+
+def _spans(
+    count: int, groups: Sequence[MessageGroup]
+) -> list[tuple[range, list[MessageGroup]]]:
+    """Positions ``0..count-1`` cut into runs, in order, each with the groups it holds.
+
+    A run is a lone call (no groups), or the smallest run of consecutive calls that holds
+    whole groups. One script creates each run, so calls are created (and listed in their
+    run) in dispatch order.
+    """
+    bounds = sorted(((min(g.members), max(g.members), g) for g in groups), key=lambda b: b[0])
+    merged: list[tuple[int, int, list[MessageGroup]]] = []
+    for first, last, group in bounds:
+        if merged and first <= merged[-1][1]:
+            start, end, held = merged[-1]
+            merged[-1] = (start, max(end, last), [*held, group])
+        else:
+            merged.append((first, last, [group]))
+    spans: list[tuple[range, list[MessageGroup]]] = []
+    position = 0
+    for first, last, held in merged:
+        spans.extend((range(i, i + 1), []) for i in range(position, first))
+        spans.append((range(first, last + 1), held))
+        position = last + 1
+    spans.extend((range(i, i + 1), []) for i in range(position, count))
+    return spans

@@ -7,11 +7,18 @@ import os
 import threading
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery, bootsteps, signals
 
-from toolq.broker import PREVIEW_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, celery_app
+from toolq.broker import (
+    BATCH_TASK_NAME,
+    PREVIEW_TASK_NAME,
+    TASK_NAME,
+    UNDO_TASK_NAME,
+    celery_app,
+)
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
+from toolq.workers.heartbeat import count_received
 
 
 class _PerProcess:
@@ -106,6 +113,18 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     def execute(call_id: str, run_id: str | None = None) -> None:
         holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
 
+    @app.task(
+        name=BATCH_TASK_NAME,
+        ignore_result=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+    )
+    def execute_many(calls: list[list[str]]) -> None:
+        # Acknowledged when every call is final: a worker lost mid-message gets it redelivered,
+        # and START skips the calls already started or final.
+        holder.get().run_many([(str(c[0]), str(c[1])) for c in calls])
+
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:
         holder.get().preview(call_id)
@@ -115,4 +134,6 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
         holder.get().undo(call_id)
 
     app.steps["worker"].add(MaintenanceStep)
+    # The heartbeat counts calls, not messages: a batch message carries several.
+    signals.task_received.connect(count_received, weak=False, dispatch_uid="toolq.heartbeat")
     return app

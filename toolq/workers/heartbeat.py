@@ -12,28 +12,50 @@ from typing import Any
 
 import redis
 
-from toolq.broker import TASK_NAME
+from toolq.broker import BATCH_TASK_NAME, TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.results.connection import probe_client
 from toolq.settings import Settings
 
+_received = {"calls": 0}
+"""Calls this process's Celery consumer received (``count_received``)."""
+
+
+def calls_of(request: Any) -> list[str]:
+    """The call ids a Celery request runs: one, or a batch message's."""
+    if not request.args:
+        return []
+    if request.name == TASK_NAME:
+        return [str(request.args[0])]
+    if request.name == BATCH_TASK_NAME:
+        return [str(pair[0]) for pair in request.args[0]]
+    return []
+
+
+def count_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """Count the calls of a message the consumer received (Celery's ``task_received``)."""
+    if request is not None:
+        _received["calls"] += len(calls_of(request))
+
 
 def activity() -> dict[str, Any]:
     """Calls this worker process finished and runs now, from Celery's in-memory state.
 
-    Read in the main process, where Celery counts every call a pool slot accepts: the
-    heartbeat carries them, so nothing is written on the path of a call.
+    Read in the main process, where Celery's consumer receives every message and keeps
+    the requests not finished yet: the heartbeat carries them, so nothing is written on
+    the path of a call. A batch message counts as the calls it carries.
     """
     from celery.worker import state
 
     try:
-        active = [r for r in list(state.active_requests) if r.name == TASK_NAME]
+        active = list(state.active_requests)
+        unfinished = {id(r): r for r in [*state.reserved_requests, *active]}
     except RuntimeError:  # the set changed while it was copied; the next beat has it
-        active = []
-    current = sorted(str(r.args[0]) for r in active if r.args)
-    accepted = int(state.total_count.get(TASK_NAME, 0))
-    return {"processed": max(0, accepted - len(active)), "current": current}
+        active, unfinished = [], {}
+    current = sorted(c for r in active for c in calls_of(r))
+    pending = sum(len(calls_of(r)) for r in unfinished.values())
+    return {"processed": max(0, _received["calls"] - pending), "current": current}
 
 
 def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import redis
 
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
-from toolq.broker import TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
+from toolq.broker import BATCH_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
@@ -115,17 +115,22 @@ class Sweeper:
         kombu keeps a taken, unacknowledged message in its ``unacked`` hash until the
         visibility timeout (above the longest time limit: an hour by default). A message
         that has sat there past ``redeliver_after`` while its call is still ``queued`` (an
-        undo message: its undo still ``requested``) is sent again, once per message.
+        undo message: its undo still ``requested``) is sent again, once per message; of a
+        batch message, each call still queued is sent again alone, once.
         Should the worker holding it still be alive (calls waiting behind long ones), the
         copy is harmless: the first delivery to start the call (or claim the undo) wins,
         and any other finds it no longer queued (requested).
         """
         cutoff = now - self.store.settings.redeliver_after
+        # A batch message's calls are looked at (and re-sent) one by one, each marked once
+        # under its message's tag and its own id.
         taken = [
-            (tag, (d.task, d.call_id))
+            (tag if d.task != BATCH_TASK_NAME else f"{tag}:{call_id}", (task, call_id))
             for tag, d in unacked.taken_before(self.redis, cutoff, SWEEP_BATCH)
-            if d.task in (TASK_NAME, UNDO_TASK_NAME)
-        ]
+            if d.task in (TASK_NAME, BATCH_TASK_NAME, UNDO_TASK_NAME)
+            for task, call_id in ((TASK_NAME if d.task == BATCH_TASK_NAME else d.task, c)
+                                  for c in d.call_ids)
+        ]  # fmt: skip
         if not taken:
             return 0
         pipe = self.redis.pipeline(transaction=False)

@@ -1,19 +1,23 @@
-"""``WorkerRuntime``: what the one Celery task does with a call id, once per process.
+"""``WorkerRuntime``: what the Celery tasks do with call ids, once per process.
 
 Start (lease + ``running``), execute, finish (final state + event), all through the
 store's atomic scripts. A ``LeaseKeeper`` thread renews leases and watches cancel flags.
+A batch message's calls (``run_many``) run side by side: synchronous handlers on threads,
+``async def`` handlers on the process's one event loop (``toolq.workers.siblings``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, TypeVar
 
 import redis
@@ -32,7 +36,7 @@ from toolq.errors import (
     UndoError,
 )
 from toolq.execution.context import ToolContext
-from toolq.execution.executor import Executor, error_message, error_type
+from toolq.execution.executor import Executor, error_message, error_type, runs_async
 from toolq.models import (
     AuditOutcome,
     CallEnvelope,
@@ -51,11 +55,16 @@ from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
+from toolq.workers.siblings import EventLoop, Threads
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
 
 CANCEL_POLL_SECONDS = 0.2
+CANCELLED_BEFORE_START = {
+    "error": "cancelled before it started",
+    "error_type": CallCancelledError.code,
+}
 HOOK_TIMEOUT = 60.0
 """Longest a preview or undo handler may take (seconds)."""
 
@@ -153,11 +162,16 @@ class WorkerRuntime:
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
         self._loops = threading.local()
+        self.threads = Threads(on_exit=self.release_thread)
+        """Runs a batch's synchronous calls side by side."""
+        self.event_loop = EventLoop()
+        """Runs a batch's ``async def`` calls: one loop for the whole process."""
 
     def close(self) -> None:
         """Stop the lease keeper and close the Redis client (a worker process just exits)."""
         self.keeper.stop()
         self.keeper.join(5)
+        self.event_loop.close()
         self.redis.close()
 
     def release_thread(self) -> None:
@@ -177,8 +191,7 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery."""
         token = uuid.uuid4().hex
-        cancelled = {"error": "cancelled before it started", "error_type": CallCancelledError.code}
-        started = self._start(call_id, token, cancelled, run_id)
+        started = self._start(call_id, token, CANCELLED_BEFORE_START, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
@@ -187,6 +200,106 @@ class WorkerRuntime:
             if span.recording:
                 self._trace_approval(env, span)
             self._execute(env, token, started.attempt, span)
+
+    def run_many(self, calls: Sequence[tuple[str, str]]) -> None:
+        """Run a batch message's ``(call_id, run_id)`` calls side by side; return when all end.
+
+        One round trip starts them all, each under its own lease (a call not queued any
+        more, say final after a redelivery, is skipped as ``run`` skips it). Each runs with
+        its own events; a long one holds up no other. The final states of calls that end
+        together are written in one round trip.
+        """
+        tokens = [uuid.uuid4().hex for _ in calls]
+        triples = [(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)]
+        starts = self._start_many(triples)
+        running: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
+        for (call_id, _), token, started in zip(calls, tokens, starts, strict=True):
+            if started.outcome != "ok" or started.envelope is None:
+                log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
+                continue
+            env = started.envelope
+            tool = self.registry.get(env.name)
+            if tool is not None and runs_async(tool):
+                future = self.event_loop.submit(self._run_async(env, token, started.attempt))
+            else:
+                future = self.threads.submit(self._run_sync, env, token, started.attempt)
+            running[future] = (env, token)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            ended = [(*running.pop(f), f.result()) for f in done]
+            held = self._within_lease(functools.partial(self.store.finish_many, ended))
+            for (env, _, result), ok in zip(ended, held, strict=True):
+                if not ok:
+                    log.warning(
+                        "call %s finished after losing its lease; result dropped: %s",
+                        env.call_id,
+                        dumps(result.status),
+                    )
+
+    def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
+        """A batch's synchronous call, on a sibling thread: its result, never an error."""
+        try:
+            with call_span(env, execution) as span:
+                if span.recording:
+                    self._trace_approval(env, span)
+                body = self._body(env, token, execution, span)
+                if isinstance(body, CallResult):
+                    result = body
+                else:
+                    coro, ctx = body
+                    self.keeper.add(env.call_id, token, ctx)
+                    try:
+                        result = self._loop().run_until_complete(coro)
+                    finally:
+                        self.keeper.remove(env.call_id)
+                span.finish(result)
+                return result
+        except Exception as exc:  # the executor reports failures; this is a toolq bug
+            log.exception("executor crashed on call %s", env.call_id)
+            return _crashed(env, exc)
+
+    async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
+        """A batch's ``async def`` call, on the process's event loop: its result, never an error.
+
+        Its approval check (gated calls: one read) and progress events reach Redis from
+        the loop's thread, briefly holding up the other coroutines.
+        """
+        try:
+            with call_span(env, execution) as span:
+                if span.recording:
+                    self._trace_approval(env, span)
+                body = self._body(env, token, execution, span)
+                if isinstance(body, CallResult):
+                    result = body
+                else:
+                    coro, ctx = body
+                    self.keeper.add(env.call_id, token, ctx)
+                    try:
+                        result = await coro
+                    finally:
+                        self.keeper.remove(env.call_id)
+                span.finish(result)
+                return result
+        except Exception as exc:  # the executor reports failures; this is a toolq bug
+            log.exception("executor crashed on call %s", env.call_id)
+            return _crashed(env, exc)
+
+    def _start_many(self, triples: list[tuple[str, str, str]]) -> list[Started]:
+        """``START`` of a message's calls, repeated with the same tokens as ``_start`` does.
+
+        While the replicas do not confirm, the leases taken are renewed; when none is held
+        any more, no call is run here.
+        """
+        while True:
+            try:
+                return self._within_lease(
+                    lambda: self.store.start_many(triples, CANCELLED_BEFORE_START), share=0.5
+                )
+            except ReplicationError as exc:
+                held = self.store.renew({call_id: token for call_id, _, token in triples})
+                if not any(held.values()):
+                    log.warning("calls not run: their start was not confirmed (%s)", exc)
+                    return [Started("unconfirmed")] * len(triples)
 
     def _start(
         self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None
@@ -219,14 +332,36 @@ class WorkerRuntime:
 
     def _execute(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> None:
         """Decrypt, verify, run and finish a started call."""
+        body = self._body(env, token, execution, span)
+        if isinstance(body, CallResult):
+            self._finish(env, token, body, span)
+            return
+        coro, ctx = body
+        self.keeper.add(env.call_id, token, ctx)
+        try:
+            result = self._loop().run_until_complete(coro)
+        except Exception as exc:  # the executor reports failures; this is a toolq bug
+            log.exception("executor crashed on call %s", env.call_id)
+            result = _crashed(env, exc)
+        finally:
+            self.keeper.remove(env.call_id)
+        self._finish(env, token, result, span)
+
+    def _body(
+        self, env: CallEnvelope, token: str, execution: int, span: CallSpan
+    ) -> tuple[Coroutine[Any, Any, CallResult], ToolContext] | CallResult:
+        """The executor's run of a started call and its context, or the call's failed result.
+
+        A call fails here, its handler never run, when its secrets do not open or its
+        approval does not verify.
+        """
         call_id = env.call_id
         try:
             # Decrypted here, in memory, just before the handler: never written back.
             arguments = self._plain_arguments(env)
         except SecretsError as exc:
             log.warning("call %s not run: %s", call_id, exc.message)
-            self._finish(env, token, _failed(env, exc.message, exc.code), span)
-            return
+            return _failed(env, exc.message, exc.code)
         # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
         # the signature covers the digest of the arguments as stored (secrets sealed).
         if self.guard is not None and self.guard.gated(env, arguments):
@@ -234,8 +369,7 @@ class WorkerRuntime:
             approval = self.redis.hget(self.store.keys.call(call_id), "approval")
             reason = self.guard.refusal(env, approval, arguments)
             if reason is not None:
-                self._refuse(env, token, reason, span)
-                return
+                return self._refusal(env, reason)
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
@@ -252,27 +386,10 @@ class WorkerRuntime:
             span.retry(attempt, delay, error_message(exc))
 
         ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
-        self.keeper.add(call_id, token, ctx)
-        try:
-            result = self._loop().run_until_complete(
-                self.executor.execute(env.name, arguments, ctx, on_retry=retrying)
-            )
-        except Exception as exc:  # the executor reports failures; this is a toolq bug
-            log.exception("executor crashed on call %s", call_id)
-            result = CallResult(
-                call_id=env.call_id,
-                tool_call_id=env.tool_call_id,
-                name=env.name,
-                status=CallStatus.FAILED,
-                error=error_message(exc),
-                error_type=InternalError.code,
-            )
-        finally:
-            self.keeper.remove(call_id)
-        self._finish(env, token, result, span)
+        return self.executor.execute(env.name, arguments, ctx, on_retry=retrying), ctx
 
-    def _refuse(self, env: CallEnvelope, token: str, reason: str, span: CallSpan) -> None:
-        """Fail a gated call whose approval does not verify; its handler never runs."""
+    def _refusal(self, env: CallEnvelope, reason: str) -> CallResult:
+        """The failed result of a gated call whose approval does not verify (audited)."""
         log.warning("call %s (%s) refused: %s", env.call_id, env.name, reason)
         exc = ApprovalUnverifiedError(
             f"approval unverified: {reason}; the call did not run", call_id=env.call_id
@@ -294,7 +411,7 @@ class WorkerRuntime:
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
-        self._finish(env, token, _failed(env, exc.message, exc.code), span)
+        return _failed(env, exc.message, exc.code)
 
     def _plain_arguments(self, env: CallEnvelope) -> dict[str, Any]:
         """The call's arguments with its secrets decrypted (unknown tools: as stored)."""
@@ -411,6 +528,18 @@ def _failed(env: CallEnvelope, error: str, error_type: str) -> CallResult:
         status=CallStatus.FAILED,
         error=error,
         error_type=error_type,
+    )
+
+
+def _crashed(env: CallEnvelope, exc: Exception) -> CallResult:
+    """The failed result of a call whose run broke inside toolq."""
+    return CallResult(
+        call_id=env.call_id,
+        tool_call_id=env.tool_call_id,
+        name=env.name,
+        status=CallStatus.FAILED,
+        error=error_message(exc),
+        error_type=InternalError.code,
     )
 
 

@@ -24,6 +24,7 @@ from toolq.results.scripts.approvals import (
 )
 from toolq.results.scripts.calls import (
     CREATE,
+    CREATE_GROUP,
     FINISH,
     PROGRESS,
     RECOVER,
@@ -32,6 +33,7 @@ from toolq.results.scripts.calls import (
     START,
     TRANSITION,
     Create,
+    CreateGroup,
     CreateOutcome,
     CreateReply,
     Finish,
@@ -69,6 +71,7 @@ from toolq.results.scripts.webhooks import WEBHOOK_CLAIM, WebhookClaim
 
 ALL: tuple[Script[Any], ...] = (
     CREATE,
+    CREATE_GROUP,
     START,
     FINISH,
     PROGRESS,
@@ -90,6 +93,7 @@ ALL: tuple[Script[Any], ...] = (
 __all__ = [
     "ALL",
     "CREATE",
+    "CREATE_GROUP",
     "DECIDE",
     "EXPIRE",
     "FINISH",
@@ -106,6 +110,7 @@ __all__ = [
     "UNDO_START",
     "WEBHOOK_CLAIM",
     "Create",
+    "CreateGroup",
     "CreateOutcome",
     "CreateReply",
     "Decide",

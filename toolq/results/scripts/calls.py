@@ -1,13 +1,15 @@
-"""A call's life: CREATE, START, FINISH, PROGRESS, RENEW, TRANSITION, RECOVER, RESEND."""
+"""A call's life: CREATE, CREATE_GROUP, START, FINISH, PROGRESS, RENEW, TRANSITION, ..."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, outcome
+from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
 
 CreateOutcome = Literal["new", "dup", "not_owner"]
 
@@ -100,6 +102,50 @@ class Create(Script[CreateReply]):
     def parse(self, reply: Any) -> CreateReply:
         """The typed outcome of a reply."""
         return CreateReply(outcome(CreateOutcome, reply[0], self), as_text(reply[1]))
+
+
+class CreateGroup(Script[list[CreateReply]]):
+    """Consecutive new calls, each as CREATE makes it, and one message per group of them.
+
+    ``create_group.lua`` runs ``create.lua``'s own text once per call (as a local function
+    of that call's KEYS and ARGV), in order, then pushes each group's message: records and
+    messages are written by one script.
+    """
+
+    file = "create_group.lua"
+    includes = Create.includes
+
+    def __init__(self) -> None:
+        parts = [lua_source(f"lib/{name}.lua") for name in self.includes]
+        create_one = f"local function create_one(KEYS, ARGV)\n{lua_source(Create.file)}\nend"
+        self.source = "\n".join([*parts, create_one, lua_source(self.file)])
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        now: str,
+        messages: Sequence[tuple[str, str]],
+        members: Sequence[tuple[str, int, Invocation[CreateReply]]],
+    ) -> Invocation[list[CreateReply]]:
+        """An invocation for ``(queue, message)`` groups and ``(call_id, group, CREATE)``.
+
+        ``group`` numbers the call's message from 1 (its CREATE then has no message of its
+        own); 0 leaves the call's CREATE as it is.
+        """
+        call_keys: list[str] = [keys.queued, keys.unsent]
+        for queue, _ in messages:
+            call_keys.extend([queue, keys.queue_pushes(queue)])
+        args: list[Any] = [now, len(messages), len(members), *(m for _, m in messages)]
+        for call_id, group, member in members:
+            call_keys.extend([keys.call(call_id), *member.keys])
+            args.extend([call_id, group, len(member.keys), len(member.args), *member.args])
+        return self.invoke(call_keys, args)
+
+    def parse(self, reply: Any) -> list[CreateReply]:
+        """One typed CREATE outcome per call."""
+        return [CREATE.parse(item) for item in reply]
 
 
 StartOutcome = Literal["ok", "cancelled", "leased", "missing", "skip"]
@@ -416,6 +462,7 @@ class Resend(Script[bool]):
 
 
 CREATE = Create()
+CREATE_GROUP = CreateGroup()
 START = Start()
 FINISH = Finish()
 PROGRESS = Progress()

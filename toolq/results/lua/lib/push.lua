@@ -24,3 +24,16 @@ local function push_undo(queue, pushes, undo_queued, call, call_id, message, now
   push_as(queue, pushes, undo_queued, call, call_id, message, now,
           'undo_push_seq', 'undo_push_tag')
 end
+-- A batch message (CREATE_GROUP): pushed once, and each call it carries, {record, call_id}
+-- in carried, noted as push() notes one: the same push_seq and push_tag on every record,
+-- and out of the unsent set its CREATE (run without a message) put it in.
+local function push_batch(queue, pushes, queued, unsent, carried, message, now)
+  redis.call('LPUSH', queue, message)
+  local seq = redis.call('INCR', pushes)
+  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
+  for _, c in ipairs(carried) do
+    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag)
+    redis.call('ZADD', queued, now, c[2])
+    redis.call('ZREM', unsent, c[2])
+  end
+end

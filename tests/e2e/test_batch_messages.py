@@ -1,0 +1,180 @@
+"""Many calls per broker message (``calls_per_message``), on real worker processes.
+
+A dispatch's queued calls of one risk and time limit share messages (``toolq.execute_many``);
+the worker runs a message's calls side by side, each under its own lease, with its own
+events and its own final state.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import Workers
+from toolq import CallStatus, Client
+from toolq.broker import BATCH_TASK_NAME
+from toolq.keys import Keys
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def executions(r, call_id: str) -> int:
+    return int(r.llen(f"test:exec:{call_id}"))
+
+
+def queued_tasks(r, queue: str) -> list[tuple[str, list[object]]]:
+    """``(task name, args)`` of every message waiting on ``queue``."""
+    found = []
+    for raw in r.lrange(queue, 0, -1):
+        message = json.loads(raw)
+        args = json.loads(base64.b64decode(message["body"]))[0]
+        found.append((message["headers"]["task"], args))
+    return found
+
+
+def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, client: Client):
+    keys = Keys()
+    batch = client.dispatch(
+        [{"id": f"s{i}", "name": "slow", "arguments": {"seconds": 0}} for i in range(40)]
+        + [{"id": "m", "name": "add", "arguments": {"a": 1, "b": 2}}]  # moderate: alone
+    )
+    safe = queued_tasks(r, "toolq.safe")
+    assert [(task, len(args[0])) for task, args in reversed(safe)] == [
+        (BATCH_TASK_NAME, 16),
+        (BATCH_TASK_NAME, 16),
+        (BATCH_TASK_NAME, 8),
+    ]
+    assert [task for task, _ in queued_tasks(r, "toolq.moderate")] == ["toolq.execute"]
+    carried = [call_id for _, args in reversed(safe) for call_id, _ in args[0]]
+    assert carried == batch.call_ids[:40]
+    records = [r.hgetall(keys.call(c)) for c in batch.call_ids[:40]]
+    assert [int(rec[b"push_seq"]) for rec in records] == [1] * 16 + [2] * 16 + [3] * 8
+    assert len({rec[b"push_tag"] for rec in records}) == 3
+    assert r.zcard(keys.queued) == 41 and r.zcard(keys.unsent) == 0
+    assert all(s is CallStatus.QUEUED for s in client.store.statuses(batch.call_ids))
+
+
+def test_calls_are_created_in_dispatch_order_even_when_redis_lost_its_scripts(
+    r, client: Client
+):
+    # Shared messages, a lone moderate call and a call final at dispatch, in one pipeline,
+    # while Redis holds CREATE but not CREATE_GROUP: the invocations that miss their script
+    # are re-run after loading it, and must not land after the others.
+    r.script_flush()
+    client.dispatch([{"id": "one", "name": "echo", "arguments": {"text": "0"}}])  # CREATE
+    r.delete("toolq.safe")
+    batch = client.dispatch(
+        [
+            {"id": "e1", "name": "echo", "arguments": {"text": "1"}},
+            {"id": "m", "name": "add", "arguments": {"a": 1, "b": 2}},
+            {"id": "e2", "name": "echo", "arguments": {"text": "2"}},
+            {"id": "x", "name": "no_such_tool", "arguments": {}},
+        ]
+    )
+    assert client.store.run_call_ids(batch.run_id) == batch.call_ids
+    assert [task for task, _ in queued_tasks(r, "toolq.safe")] == [BATCH_TASK_NAME]
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_every_call_of_a_shared_message_runs_once(r, client: Client, workers: Workers, pool):
+    workers.start("safe", pool=pool, concurrency=2)
+    batch = client.dispatch(
+        [{"id": f"s{i}", "name": "slow", "arguments": {"seconds": 0.05}} for i in range(50)]
+    )
+    results = batch.wait(timeout=60)
+    assert [x.status for x in results] == [CallStatus.SUCCEEDED] * 50
+    time.sleep(0.5)
+    assert [executions(r, c) for c in batch.call_ids] == [1] * 50
+    assert r.zcard(Keys().queued) == 0 and r.hlen("unacked") == 0
+
+
+def test_a_long_call_does_not_hold_up_its_siblings(r, client: Client, workers: Workers):
+    workers.start("safe", concurrency=1)
+    batch = client.dispatch(
+        [{"id": "long", "name": "slow", "arguments": {"seconds": 6}}]
+        + [{"id": f"q{i}", "name": "slow", "arguments": {"seconds": 0.2}} for i in range(5)]
+    )
+    start = time.monotonic()
+    quick = batch.call_ids[1:]
+    while not all(client.result(c).status is CallStatus.SUCCEEDED for c in quick):
+        assert time.monotonic() - start < 4, [client.result(c).status for c in quick]
+        time.sleep(0.05)
+    assert client.result(batch.call_ids[0]).status is CallStatus.RUNNING
+    assert batch.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
+
+
+def test_cancel_one_sibling(r, client: Client, workers: Workers, wait_for):
+    workers.start("safe", concurrency=1)
+    batch = client.dispatch(
+        [
+            {"id": "a", "name": "slow", "arguments": {"seconds": 20}},
+            {"id": "b", "name": "slow", "arguments": {"seconds": 2}},
+        ]
+    )
+    first, second = batch.call_ids
+    wait_for(lambda: executions(r, first) == 1 and executions(r, second) == 1)
+    client.cancel(first)
+    wait_for(lambda: client.result(first).status is CallStatus.CANCELLED, timeout=5)
+    assert client.result(second).status is CallStatus.RUNNING
+    assert batch.wait(timeout=10)[1].status is CallStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_async_siblings_share_one_event_loop(client: Client, workers: Workers, pool, settings):
+    from tests.apps import registry
+
+    workers.start("safe", pool=pool, concurrency=1)
+    wide = settings.model_copy(update={"calls_per_message": 100})
+    with Client(registry, wide) as c:
+        naps = [{"id": f"a{i}", "name": "async_sleeper", "arguments": {"seconds": 1}}
+                for i in range(100)]  # fmt: skip
+        batch = c.dispatch(naps)
+        start = time.monotonic()
+        results = batch.wait(timeout=30)
+    elapsed = time.monotonic() - start
+    assert [x.status for x in results] == [CallStatus.SUCCEEDED] * 100
+    assert elapsed < 3.0, elapsed  # 100 one-second calls on one slot: side by side
+
+
+def pool_child(proc) -> int:
+    """The one prefork pool process of a ``--concurrency 1`` worker."""
+    deadline = time.monotonic() + 10
+    while True:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        if children:
+            return int(children[0].pid)
+        assert time.monotonic() < deadline, "no pool process"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["worker", "pool-process"])
+def test_kill9_mid_message(r, client: Client, workers: Workers, wait_for, whole):
+    """Killed with a shared message half done: every call ends, none runs twice unless
+    idempotent (the started ones are recovered by their leases)."""
+    victim = workers.start("safe", pool="prefork", concurrency=1, TOOLQ_REDELIVER_AFTER="2")
+    batch = client.dispatch(
+        [
+            {"id": "n", "name": "slow", "arguments": {"seconds": 30}},
+            {"id": "i", "name": "slow_idempotent", "arguments": {"seconds": 3}},
+        ]
+        + [{"id": f"q{i}", "name": "slow", "arguments": {"seconds": 0}} for i in range(4)]
+    )
+    calls = batch.call_ids
+    quick = calls[2:]
+    wait_for(lambda: executions(r, calls[0]) == 1 and executions(r, calls[1]) == 1)
+    wait_for(lambda: all(client.result(c).status is CallStatus.SUCCEEDED for c in quick))
+    if whole:
+        workers.kill9(victim)
+        workers.start("safe", pool="prefork", concurrency=1, TOOLQ_REDELIVER_AFTER="2")
+    else:
+        psutil.Process(pool_child(victim)).kill()  # Celery redelivers the message
+    results = batch.wait(timeout=40)
+    assert results[0].status is CallStatus.FAILED and results[0].error_type == "worker_lost"
+    assert results[1].status is CallStatus.SUCCEEDED  # idempotent: run again
+    assert [x.status for x in results[2:]] == [CallStatus.SUCCEEDED] * 4
+    time.sleep(1.0)  # let any copy be delivered and skipped
+    assert [executions(r, c) for c in calls] == [1, 2, 1, 1, 1, 1]

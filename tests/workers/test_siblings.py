@@ -1,0 +1,53 @@
+"""``Threads`` and ``EventLoop``: where a batch message's calls run in a worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from toolq.workers import siblings
+from toolq.workers.siblings import EventLoop, Threads
+
+
+def test_threads_run_every_call_at_once_and_reuse_idle_threads():
+    threads = Threads()
+    barrier = threading.Barrier(20, timeout=5)  # breaks unless all 20 run at the same time
+    futures = [
+        threads.submit(lambda: (barrier.wait(), threading.get_ident())[1]) for _ in range(20)
+    ]
+    names = [f.result(10) for f in futures]
+    assert len(set(names)) == 20
+    time.sleep(0.1)  # all idle again
+    again = {threads.submit(threading.get_ident).result(5) for _ in range(50)}
+    assert again <= set(names)  # no new thread while idle ones wait
+
+
+def test_idle_threads_end(monkeypatch):
+    monkeypatch.setattr(siblings, "IDLE_SECONDS", 0.2)
+    threads = Threads(name="toolq-idle-test")
+    assert threads.submit(lambda: 1).result(5) == 1
+    time.sleep(0.8)
+    assert not [t for t in threading.enumerate() if t.name == "toolq-idle-test"]
+    assert threads.submit(lambda: 2).result(5) == 2  # a new one starts when needed
+
+
+def test_errors_reach_the_future():
+    def boom() -> None:
+        raise ValueError("x")
+
+    future = Threads().submit(boom)
+    assert isinstance(future.exception(5), ValueError)
+
+
+def test_one_loop_runs_many_coroutines_at_once():
+    loop = EventLoop()
+
+    async def nap() -> int:
+        await asyncio.sleep(0.3)
+        return threading.get_ident()
+
+    start = time.monotonic()
+    idents = {f.result(10) for f in [loop.submit(nap()) for _ in range(500)]}
+    assert time.monotonic() - start < 2.0  # side by side, not one after another
+    assert len(idents) == 1 and idents != {threading.get_ident()}

@@ -1,0 +1,50 @@
+-- CREATE_GROUP: a run of consecutive new calls of one dispatch, each exactly as CREATE
+-- makes it, in dispatch order, and ONE message per group of them (queued calls of one risk
+-- and time limit), in one script: a queued call is never without its message, even if
+-- Redis stops between two scripts (AOF replays whole scripts or none).
+-- The Script wrapper prepends create.lua's text as `local function create_one(KEYS, ARGV)`
+-- (after lib/emit.lua and lib/push.lua), so the record part stays create.lua's alone.
+--
+-- A call in no group runs as CREATE with its own arguments (its own message, if any). A
+-- group's member runs as CREATE with no message: it lands in the unsent set, and
+-- push_batch takes it out again with the group's push bookkeeping on its record (the same
+-- push_seq and push_tag for every call the message carries; Sweeper.resend_lost checks and
+-- re-sends them one by one). A member that is a duplicate (or refused) is not noted; its
+-- id in the message finds no record and its worker skips it.
+--
+-- KEYS
+--   1 queued   calls pushed, by push time (Keys.queued)
+--   2 unsent   calls whose message is not sent yet (Keys.unsent)
+--   then, per message: its queue, the queue's push counter (Keys.queue_pushes)
+--   then, per call: its record (Keys.call), then its CREATE KEYS
+-- ARGV
+--   1 now (s)   2 m (messages)   3 n (calls)
+--   then the m messages (Publisher.batch_message)
+--   then, per call: call_id, its message's number (1..m; 0: none),
+--   #its CREATE KEYS, #its CREATE ARGV, its CREATE ARGV
+-- Returns one CREATE reply per call, in order.
+local queued, unsent = KEYS[1], KEYS[2]
+local now, m, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local all_keys, all_argv = KEYS, ARGV
+local replies, carried = {}, {}
+for g = 1, m do carried[g] = {} end
+local k, a = 3 + 2 * m, 4 + m
+for i = 1, n do
+  local record, call_id, group = all_keys[k], all_argv[a], tonumber(all_argv[a + 1])
+  local nkeys, nargs = tonumber(all_argv[a + 2]), tonumber(all_argv[a + 3])
+  local call_keys = {unpack(all_keys, k + 1, k + nkeys)}
+  local call_argv = {unpack(all_argv, a + 4, a + 3 + nargs)}
+  k, a = k + 1 + nkeys, a + 4 + nargs
+  local reply = create_one(call_keys, call_argv)
+  replies[i] = reply
+  if group > 0 and reply[1] == 'new' then
+    carried[group][#carried[group] + 1] = {record, call_id}
+  end
+end
+for g = 1, m do
+  if #carried[g] > 0 then
+    push_batch(all_keys[1 + 2 * g], all_keys[2 + 2 * g], queued, unsent, carried[g],
+               all_argv[3 + g], now)
+  end
+end
+return replies
