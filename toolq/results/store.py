@@ -549,7 +549,6 @@ def record_to_result(record: dict[str, str]) -> CallResult:
     )
 
 
-
 def _started(reply: scripts.StartReply) -> Started:
     """What a START reply tells the worker."""
     if reply.outcome == "ok" and reply.envelope is not None:
@@ -557,9 +556,7 @@ def _started(reply: scripts.StartReply) -> Started:
     return Started(reply.outcome, status=reply.status)
 
 
-def _spans(
-    count: int, groups: Sequence[MessageGroup]
-) -> list[tuple[range, list[MessageGroup]]]:
+def _spans(count: int, groups: Sequence[MessageGroup]) -> list[tuple[range, list[MessageGroup]]]:
     """Positions ``0..count-1`` cut into runs, in order, each with the groups it holds.
 
     A run is a lone call (no groups), or the smallest run of consecutive calls that holds
