@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# Imported before any thread starts, on purpose: a prefork pool child forked while another
+# thread of the main process (the maintenance thread connecting to Redis) was importing the
+# idna codec for getaddrinfo inherits that module's import lock held, and hangs on its first
+# connection (seen: 1 in 25 `--concurrency 1` workers never started a call).
+import encodings.idna  # noqa: F401
 import logging
 import os
 import threading
