@@ -151,7 +151,11 @@ def test_fork_bomb_is_contained_and_leaves_nothing(workspace: Path) -> None:
     reg = make_registry(workspace, processes=16, timeout=2)
     marker = f"bomb-{uuid.uuid4().hex}"
     started = time.monotonic()
-    out = run(reg, "run_shell_script", script=f": {marker}; b() {{ b | b & }}; b; sleep 60")
+    # The outer shell waits in a builtin loop: with the process budget spent by the bomb, a
+    # `sleep` could not be forked and the script would end early instead of timing out.
+    out = run(
+        reg, "run_shell_script", script=f": {marker}; b() {{ b | b & }}; b; while :; do :; done"
+    )
     assert out["timed_out"] is True and out["exit_code"] is None
     assert time.monotonic() - started < 10
     assert live_processes(marker) == []
