@@ -46,10 +46,10 @@ def test_the_celery_broker_is_kombus_sentinel_transport() -> None:
 
 
 def test_without_sentinels_nothing_changes() -> None:
-    settings = Settings(redis_url="redis://localhost:6379/0")
+    settings = Settings(redis_url="redis://localhost:7777/0")
     target = RedisTarget.of(settings)
     assert not target.is_sentinel
-    assert target.broker_url() == "redis://localhost:6379/0"
+    assert target.broker_url() == "redis://localhost:7777/0"
     assert target.broker_transport_options() == {}
 
 
