@@ -13,7 +13,7 @@ from toolq.workers.app import create_celery
 
 def sentinel_settings(**overrides: object) -> Settings:
     values: dict[str, object] = {
-        "redis_url": "redis://app:s%40cret@ignored:6379/3",
+        "redis_url": "redis://app:s%40cret@ignored:7777/3",
         "sentinels": "10.0.0.1:26379, 10.0.0.2:26380",
         "sentinel_master": "toolq",
     }
