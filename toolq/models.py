@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pydantic_core import to_jsonable_python
 
+from toolq.quotas import DEFAULT_TENANT
+
 RpcId = StrictInt | str
 """A JSON-RPC request id as sent: an integer stays an integer, a string stays a string."""
 
@@ -304,6 +306,8 @@ class CallEnvelope(BaseModel):
     risk: RiskLevel = RiskLevel.SAFE
     behavior: str | None = None
     principal: str | None = None
+    tenant: str = DEFAULT_TENANT
+    """The tenant the call is run for (``toolq.quotas``)."""
     idempotency_key: str | None = None
     created_at: float = Field(default_factory=time.time)
     position: int = 0

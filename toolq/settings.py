@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import EventType, RiskLevel
+from toolq.quotas import ANY_TENANT, TenantConfig, valid_tenant
 
 
 class ApiToken(BaseModel):
@@ -21,6 +22,14 @@ class ApiToken(BaseModel):
 
     principal: str
     roles: list[str] = Field(default_factory=lambda: ["viewer"])
+    tenant: str | None = None
+    """The tenant whose runs the token sees and dispatches to; a request cannot name
+    another. ``None``: the token is not bound to a tenant (its requests may name one)."""
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        return valid_tenant(value) if value is not None else None
 
 
 WEBHOOK_DEFAULT_EVENTS = (
@@ -185,6 +194,11 @@ class Settings(BaseSettings):
     max_reason_bytes: int = Field(4096, gt=0)
     """Longest deny reason or approval note accepted by the HTTP API."""
 
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """Per-tenant weight, concurrency, rate limit and budget (``TOOLQ_TENANTS``, JSON:
+    tenant → ``{"weight", "concurrency", "rate_limit", "budget"}``; ``"*"`` configures every
+    tenant not named)."""
+
     webhooks: list[Webhook] = Field(default_factory=list)
     """Endpoints notified of call events (``TOOLQ_WEBHOOKS``, JSON list of ``{"url", "events",
     "secret", "format"}``); workers deliver them. Give every worker the same list."""
@@ -200,6 +214,14 @@ class Settings(BaseSettings):
     """Ceiling of the delay between attempts."""
     webhook_hold_seconds: int = Field(24 * 3600, gt=0)
     """How long events keep entering the outbox after the last worker with webhooks was seen."""
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, tenants: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in tenants:
+            if name != ANY_TENANT:
+                valid_tenant(name)
+        return tenants
 
     @field_validator("sentinels")
     @classmethod

@@ -23,6 +23,7 @@ from toolq.execution.context import ToolContext
 from toolq.execution.executor import Executor
 from toolq.execution.middleware import AfterHook, BeforeHook, Middleware
 from toolq.models import CallResult, ProviderFormat, RiskLevel
+from toolq.quotas import RateLimit
 from toolq.registry.formats import tool_schemas
 from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
 
@@ -66,6 +67,9 @@ class ToolRegistry:
         retry_on: Iterable[type[BaseException]] = (),
         idempotent: bool = False,
         approval_timeout: float | None = None,
+        concurrency: int | None = None,
+        rate_limit: RateLimit | str | None = None,
+        cost: float | Callable[..., float] = 0,
         output_schema: dict[str, Any] | type[BaseModel] | None = None,
         middleware: Sequence[Middleware] = (),
         preview: Callable[..., Any] | None = None,

@@ -15,6 +15,7 @@ from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgu
 from toolq.execution.context import ToolContext
 from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
+from toolq.quotas import RateLimit
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -54,6 +55,13 @@ class Tool:
     retry_on: tuple[type[BaseException], ...] = ()
     idempotent: bool = False
     approval_timeout: float | None = None
+    concurrency: int | None = None
+    """Most executions of this tool at once across the whole fleet (``None``: no cap)."""
+    rate_limit: RateLimit | str | None = None
+    """Most starts of this tool per period across the fleet (``"10/s"``; ``None``: no limit)."""
+    cost: float | Callable[..., float] = 0
+    """Charged to the tenant's budget when a call is accepted: a number, or a function of
+    the call's arguments (keyword arguments, as the handler gets them) returning one."""
     Input: ClassVar[type[BaseModel] | None] = None
     parameters: ClassVar[dict[str, Any] | None] = None
     output_schema: dict[str, Any] | type[BaseModel] | None = None
@@ -68,6 +76,19 @@ class Tool:
             self.description = self._default_description()
         self.tags = tuple(self.tags)
         self.middleware = tuple(self.middleware)
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigurationError(f"tool {self.name!r}: concurrency must be at least 1")
+        if self.rate_limit is not None:
+            try:
+                self.rate_limit = RateLimit.parse(self.rate_limit)
+            except ValueError as exc:
+                raise ConfigurationError(f"tool {self.name!r}: {exc}") from None
+        if not callable(self.cost) and (
+            isinstance(self.cost, bool) or not isinstance(self.cost, int | float) or self.cost < 0
+        ):
+            raise ConfigurationError(
+                f"tool {self.name!r}: cost must be a number >= 0 or a function"
+            )
         if self.allowed_behaviors is not None:
             self.allowed_behaviors = tuple(self.allowed_behaviors)
         self.schema: ArgumentSchema = self._build_schema()
@@ -251,6 +272,9 @@ class FunctionTool(Tool):
         retry_on: Iterable[type[BaseException]] = (),
         idempotent: bool = False,
         approval_timeout: float | None = None,
+        concurrency: int | None = None,
+        rate_limit: RateLimit | str | None = None,
+        cost: float | Callable[..., float] = 0,
         output_schema: dict[str, Any] | type[BaseModel] | None = None,
         middleware: Sequence[Middleware] = (),
         preview: Callable[..., Any] | None = None,
@@ -274,6 +298,9 @@ class FunctionTool(Tool):
         self.retry_on = tuple(retry_on)
         self.idempotent = idempotent
         self.approval_timeout = approval_timeout
+        self.concurrency = concurrency
+        self.rate_limit = rate_limit
+        self.cost = cost
         self.output_schema = output_schema
         self.middleware = tuple(middleware)
         hooks = {"preview": preview, "undo": undo, "validate_args": validate_args}
