@@ -203,6 +203,19 @@ class SentinelGroup:
             assert time.monotonic() < deadline, "no replica was promoted"
             time.sleep(0.1)
 
+    def wait_master(self, timeout: float = 20) -> int:
+        """The port of the master the Sentinel names, once that node says it is one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                port = self.master_port()
+                if self.direct(self.node_at(port)).info("replication")["role"] == "master":
+                    return port
+            except (redis.RedisError, OSError):
+                pass
+            assert time.monotonic() < deadline, "the Sentinel names no working master"
+            time.sleep(0.1)
+
     def wait_replicas(self, port: int, count: int, timeout: float = 20) -> None:
         """Until the master at ``port`` has ``count`` replicas in sync."""
         deadline = time.monotonic() + timeout
