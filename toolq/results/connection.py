@@ -233,7 +233,9 @@ def async_probe_client(where: Settings | RedisTarget | str, timeout: float) -> r
     return redis.asyncio.Redis.from_url(target.url, **options)
 
 
-def master_address(where: Settings | RedisTarget | str, timeout: float = 1.0) -> tuple[str, int]:
+def master_address(
+    where: Settings | RedisTarget | str, timeout: float = SENTINEL_TIMEOUT
+) -> tuple[str, int]:
     """Where the Sentinels say the master is now (``MasterNotFoundError`` when none)."""
     target = RedisTarget.of(where)
     assert target.master is not None

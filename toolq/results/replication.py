@@ -35,13 +35,6 @@ class ReplicaAcks:
             return []
         return [("SET", self.mark, "1"), ("WAIT", self.replicas, self.timeout_ms)]
 
-    def add(self, pipe: Any) -> int:
-        """Queue ``commands()`` on a pipeline; how many replies they add at its end."""
-        commands = self.commands()
-        for command in commands:
-            pipe.execute_command(*command)
-        return len(commands)
-
     def check(self, acked: Any, what: str) -> None:
         """Raise ``ReplicationError`` unless ``acked`` (``WAIT``'s reply) is enough."""
         if not self.enabled:
