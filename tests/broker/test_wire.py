@@ -181,3 +181,11 @@ def test_unacked_bookkeeping_is_kombus(r: redis.Redis, settings: Settings) -> No
         assert unacked.taken_before(r, time.time() + 1, 10) == []
     finally:
         app.close()
+
+
+def test_a_long_batch_argsrepr_is_cut_as_celery_cuts_it(publisher: Publisher) -> None:
+    pairs = [(f"call-{i:032x}", "run-0123456789abcdef") for i in range(16)]
+    _, ours = publisher.batch_message(pairs, RiskLevel.SAFE, None)
+    text = _fields(ours)["headers"]["argsrepr"]
+    assert len(text) == 1024 and text.endswith("...")
+    assert text.startswith(repr([[list(p) for p in pairs]])[:1000])

@@ -33,6 +33,8 @@ UNDO_TASK_NAME = "toolq.undo"
 """Run a finished call's undo handler; arguments ``[call_id]``."""
 PREVIEW_TASK_NAME = "toolq.preview"
 """Compute a parked call's preview; arguments ``[call_id]``."""
+ARGSREPR_MAX = 1024
+"""Celery's cut-off for the ``argsrepr`` header (``amqp.argsrepr_maxsize``)."""
 
 
 class Publisher:
@@ -115,6 +117,8 @@ class Publisher:
             {},
             reply_to=self.app.thread_oid,
             ignore_result=True,
+            argsrepr=_argsrepr(args),
+            kwargsrepr="{}",
             **options,
         )
         content_type, encoding, body = serialization.dumps(task.body, serializer="json")
@@ -135,6 +139,17 @@ class Publisher:
             "properties": properties,
         }
         return str(kombu_dumps(envelope))
+
+
+def _argsrepr(args: list[Any]) -> str:
+    """The ``argsrepr`` header: ``repr`` cut at Celery's 1,024 characters.
+
+    Celery computes it with ``saferepr``, which walks nested lists one token at a time:
+    a quarter of a batch dispatch's client time. toolq's arguments are lists of id
+    strings, whose ``repr`` is the same text.
+    """
+    text = repr(args)
+    return text if len(text) <= ARGSREPR_MAX else text[: ARGSREPR_MAX - 3] + "..."
 
 
 def _limits(timeout: float | None) -> dict[str, Any]:
