@@ -55,7 +55,7 @@ from toolq.models import (
 )
 from toolq.quotas import DEFAULT_TENANT, Budget, tenant_config, valid_tenant
 from toolq.results.owners import RunOwner, RunOwners
-from toolq.results.scripts import Charge
+from toolq.results.scripts import Charge, CreateOutcome
 from toolq.results.scripts.calls import BUDGET_LEFT_MARK
 from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
@@ -213,12 +213,14 @@ class Dispatcher:
                     env.call_id,
                     env.tool_call_id,
                     env.name,
-                    new.status,
+                    CallStatus.DENIED if outcome == _OVER_BUDGET else new.status,
                     False,
                     env.format,
                     env.rpc_id,
                 )
             )
+            if outcome == _OVER_BUDGET:
+                continue
             if new.fields and new.fields.get("preview_state") == PreviewState.PENDING:
                 to_preview.append(new)
         if duplicate_ids:
@@ -459,6 +461,8 @@ class Dispatcher:
         )
 
 
+_OVER_BUDGET: CreateOutcome = "over_budget"
+"""CREATE's reply for a call it created denied, over its tenant's budget."""
 _CHARGED = (CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL)
 """The calls a budget is charged for: those that will run, or may once approved."""
 

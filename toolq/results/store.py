@@ -131,8 +131,10 @@ class CallStore:
     ) -> list[tuple[str, str]]:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
-        Each is ``('new', event_id)``, ``('dup', call_id)`` or ``('not_owner', owner)`` (the
-        run belongs to another principal: nothing was written).
+        Each is ``('new', event_id)``, ``('over_budget', event_id)`` (created ``denied``:
+        its tenant's budget could not take its cost), ``('dup', call_id)`` or
+        ``('not_owner', owner)`` (the run belongs to another principal or tenant: nothing
+        was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script

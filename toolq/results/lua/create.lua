@@ -51,7 +51,8 @@
 -- so a retried dispatch is never charged twice. A call whose cost would take the counter
 -- past the limit is created 'denied' (call.denied, error_type budget_exceeded) and charges
 -- nothing; its message is not pushed and it is not parked.
--- Returns {'new', event_id} | {'dup', existing_call_id} | {'not_owner', owner}.
+-- Returns {'new', event_id} | {'over_budget', event_id} (created denied) |
+-- {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
@@ -96,12 +97,12 @@ if owner_new then
   owner = submitter
   redis.call('SET', run_owner, owner, 'EX', ttl)
 end
-local charged = nil
+local charged, over_budget = nil, false
 if cost > 0 and limit ~= '' and (status == 'queued' or status == 'awaiting_approval') then
   local used = tonumber(redis.call('GET', spent) or '0')
   if used + cost > tonumber(limit) then
     local left = tostring(math.max(0, tonumber(limit) - used))
-    status, etype = 'denied', 'call.denied'
+    status, etype, over_budget = 'denied', 'call.denied', true
     result = string.gsub(denied_result, LEFT_MARK, left)
     data = string.gsub(denied_data, LEFT_MARK, left)
     if denied_envelope ~= '' then envelope = denied_envelope end
@@ -133,4 +134,5 @@ if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, dead
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local id = emit(etype, data)
 refresh_run(owner_new)
+if over_budget then return {'over_budget', id} end
 return {'new', id}

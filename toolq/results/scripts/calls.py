@@ -12,12 +12,12 @@ from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
 
-CreateOutcome = Literal["new", "dup", "not_owner"]
+CreateOutcome = Literal["new", "over_budget", "dup", "not_owner"]
 
 
 @dataclass(frozen=True)
 class CreateReply:
-    """``new`` (value: the event id), ``dup`` (the existing call id) or ``not_owner`` (owner)."""
+    """``new``/``over_budget`` (event id; the latter created denied), ``dup``, ``not_owner``."""
 
     outcome: CreateOutcome
     value: str

@@ -1,0 +1,159 @@
+"""Budgets (issue 18): a call's cost is charged with its creation; over budget, it is denied.
+
+Calls run on an in-process worker over the suite's Redis; the spent counter in Redis and
+the calls' final states are the ground truth.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import InProcess
+from tests.tenants.app import registry
+from toolq import Client, Settings
+from toolq.dispatch.budgets import period_of
+from toolq.errors import BudgetExceededError, CostError, InvalidTenantError
+from toolq.keys import Keys
+from toolq.models import CallStatus, EventType
+from toolq.quotas import Budget, TenantConfig
+
+APP = "tests.tenants.app:registry"
+BUDGET = Budget(limit=2, per="day")
+
+
+@pytest.fixture
+def budgeted(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={
+            "tenants": {
+                "acme": TenantConfig(budget=BUDGET),
+                "*": TenantConfig(budget=Budget(limit=100, per="month")),
+            }
+        }
+    )
+
+
+@pytest.fixture
+def client(budgeted: Settings) -> Iterator[Client]:
+    with Client(registry, budgeted) as c:
+        yield c
+
+
+def one(name: str, call_id: str, **arguments: object) -> list[dict[str, object]]:
+    return [{"id": call_id, "name": name, "arguments": arguments}]
+
+
+def spent(client: Client, tenant: str, budget: Budget = BUDGET) -> float:
+    raw = client.redis.get(
+        Keys(client.settings.key_prefix).tenant_spent(tenant, period_of(budget, time.time()).name)
+    )
+    return float(raw) if raw else 0.0
+
+
+def test_a_budget_of_2_with_cost_1_denies_the_third_call(client: Client, inproc: InProcess) -> None:
+    worker = inproc.worker(app=APP)
+    results = []
+    for n in range(3):
+        batch = client.dispatch(one("charged", f"c{n}", text=str(n)), tenant="acme")
+        worker.drain()
+        results.append(batch.wait(5)[0])
+    assert [r.status for r in results] == [
+        CallStatus.SUCCEEDED,
+        CallStatus.SUCCEEDED,
+        CallStatus.DENIED,
+    ]
+    denied = results[2]
+    assert denied.error_type == BudgetExceededError.code
+    assert "has 0 left of its budget of 2 per day" in (denied.error or "")
+    assert "resets at" in (denied.error or "")
+    assert denied.tenant == "acme"
+    assert spent(client, "acme") == 2
+    events = client.log.read(denied.run_id or "")
+    assert [e.type for e in events] == [EventType.DENIED]
+    assert events[0].data["error_type"] == BudgetExceededError.code
+    assert events[0].data["tenant"] == "acme"
+
+
+def test_a_retried_dispatch_is_not_charged_again(client: Client) -> None:
+    first = client.dispatch(one("charged", "c1", text="x"), run_id="r-retry", tenant="acme")
+    again = client.dispatch(one("charged", "c1", text="x"), run_id="r-retry", tenant="acme")
+    assert again.calls[0].duplicate and again.calls[0].call_id == first.calls[0].call_id
+    assert spent(client, "acme") == 1
+    # the budget still has room for exactly one more call
+    assert client.dispatch(one("charged", "c2", text="y"), tenant="acme").calls[0].status is (
+        CallStatus.QUEUED
+    )
+    assert client.dispatch(one("charged", "c3", text="z"), tenant="acme").calls[0].status is (
+        CallStatus.DENIED
+    )
+    assert spent(client, "acme") == 2
+
+
+def test_the_charge_comes_before_parking(client: Client) -> None:
+    parked = client.dispatch(one("gated", "g1", target="a"), tenant="acme")
+    assert parked.calls[0].status is CallStatus.AWAITING_APPROVAL
+    client.dispatch(one("charged", "c1", text="x"), tenant="acme")
+    over = client.dispatch(one("gated", "g2", target="b"), tenant="acme")
+    assert over.calls[0].status is CallStatus.DENIED  # no approver is asked
+    pending = [p.call_id for p in client.approvals.pending()]
+    assert parked.calls[0].call_id in pending and over.calls[0].call_id not in pending
+
+
+def test_a_cost_function_of_the_arguments(client: Client) -> None:
+    within = client.dispatch(one("printed", "p1", pages=4), tenant="acme")  # costs 2
+    assert within.calls[0].status is CallStatus.QUEUED
+    over = client.dispatch(one("printed", "p2", pages=1), tenant="acme")  # 0.5 > 0 left
+    assert over.calls[0].status is CallStatus.DENIED
+    assert spent(client, "acme") == 2
+
+
+def test_a_failing_cost_function_fails_its_call_only(client: Client) -> None:
+    batch = client.dispatch(
+        [
+            {"id": "a", "name": "unpriced", "arguments": {"text": "x"}},
+            {"id": "b", "name": "mispriced", "arguments": {"text": "x"}},
+            {"id": "c", "name": "charged", "arguments": {"text": "x"}},
+        ],
+        tenant="acme",
+    )
+    assert [c.status for c in batch.calls] == [
+        CallStatus.FAILED,
+        CallStatus.FAILED,
+        CallStatus.QUEUED,
+    ]
+    unpriced, mispriced, _ = client.store.results([c.call_id for c in batch.calls])
+    assert unpriced.error_type == mispriced.error_type == CostError.code
+    assert "price list unavailable" in (unpriced.error or "")
+    assert "'a lot', not a number" in (mispriced.error or "")
+    assert spent(client, "acme") == 1
+
+
+def test_tenants_have_budgets_of_their_own(client: Client) -> None:
+    for n in range(3):
+        client.dispatch(one("charged", f"o{n}", text="x"), tenant="other")
+    assert spent(client, "acme") == 0
+    assert spent(client, "other", Budget(limit=100, per="month")) == 3
+    assert client.dispatch(one("free", "f", text="x"), tenant="acme").calls[0].status is (
+        CallStatus.QUEUED
+    )
+
+
+def test_a_denied_call_over_budget_keeps_its_secrets_masked(client: Client) -> None:
+    client.dispatch(one("charged", "c1", text="x"), tenant="acme")
+    client.dispatch(one("charged", "c2", text="x"), tenant="acme")
+    batch = client.dispatch(one("sealed", "s", token="hunter2-secret"), tenant="acme")
+    assert batch.calls[0].status is CallStatus.DENIED
+    raw = client.redis.hget(
+        Keys(client.settings.key_prefix).call(batch.calls[0].call_id), "envelope"
+    )
+    assert b"hunter2" not in raw and b"toolq_secret" not in raw
+
+
+@pytest.mark.parametrize("tenant", ["", "a b", "-x", "x" * 65, "a/b"])
+def test_an_invalid_tenant_is_refused(client: Client, tenant: str) -> None:
+    with pytest.raises(InvalidTenantError) as info:
+        client.dispatch(one("free", "f", text="x"), tenant=tenant)
+    assert info.value.code == "invalid_tenant"
