@@ -16,6 +16,7 @@ from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
+from toolq.api.tenants import build_tenants_router
 from toolq.api.tickets import TicketStore
 from toolq.backend import Backend
 from toolq.dispatch.client import Client
@@ -79,6 +80,7 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, hub, tickets))
     app.include_router(build_dashboard_router(client, auth))
+    app.include_router(build_tenants_router(client, auth))
     app.state.client = client
     app.state.hub = hub
 
