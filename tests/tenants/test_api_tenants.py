@@ -224,3 +224,26 @@ def test_tenants_endpoint(api: TestClient, acme_run):
     by_name = {t["tenant"]: t for t in everyone}
     assert {"acme", "globex", "default", "walkin"} <= set(by_name)
     assert by_name["walkin"]["calls"]["queued"] == 1 and not by_name["walkin"]["configured"]
+
+
+def test_metrics_label_named_tenants_and_count_the_rest_as_other(api: TestClient, acme_run):
+    for n, tenant in enumerate(("walkin-1", "walkin-2", "walkin-3")):
+        made = api.post(f"/v1/runs/w{n}/calls?tenant={tenant}", headers=h("free-t"),
+                        json=calls(("f", "free", {"text": "x"})))
+        assert made.status_code == 202, made.text
+    refused(api.get("/metrics", headers=h("acme-t")), "forbidden")
+    text = api.get("/metrics", headers=h("root-t")).text
+    lines = set(text.splitlines())
+    assert 'toolq_tenant_calls{tenant="acme",state="queued"} 1' in lines
+    assert 'toolq_tenant_calls{tenant="acme",state="awaiting_approval"} 1' in lines
+    assert 'toolq_tenant_calls{tenant="other",state="queued"} 3' in lines
+    assert 'toolq_tenant_calls{tenant="globex",state="queued"} 0' in lines
+    assert not any("walkin" in line for line in lines)
+    assert 'toolq_tenant_budget_used{tenant="acme"} 2' in lines
+    assert 'toolq_tenant_budget_left{tenant="acme"} 3' in lines
+    assert 'toolq_tenant_weight{tenant="acme"} 2' in lines
+    assert 'toolq_tenant_rate_limit_per_second{tenant="acme"} 1.66667' in lines
+    assert 'toolq_tool_concurrency_limit{tool="limited"} 2' in lines
+    assert 'toolq_tool_cost{tool="charged"} 1' in lines
+    labels = {line.split('tenant="')[1].split('"')[0] for line in lines if 'tenant="' in line}
+    assert labels == {"acme", "globex", "default", "other"}

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
-from toolq.api.auth import Authenticator, Principal, load_tokens
+from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.dashboard import build_dashboard_router
 from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
@@ -95,7 +95,13 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(caller: Principal = Depends(auth)) -> str:  # noqa: B008
+        """Fleet-wide figures of every tenant: not for a token bound to one."""
         caller.require_viewer()
+        if caller.tenant is not None:
+            raise ForbiddenError(
+                f"{caller.name!r} is bound to tenant {caller.tenant!r}; /metrics shows every "
+                "tenant (use GET /v1/tenants/{tenant})"
+            )
         return await run_in_threadpool(render, client)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
