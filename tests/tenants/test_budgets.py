@@ -157,3 +157,20 @@ def test_an_invalid_tenant_is_refused(client: Client, tenant: str) -> None:
     with pytest.raises(InvalidTenantError) as info:
         client.dispatch(one("free", "f", text="x"), tenant=tenant)
     assert info.value.code == "invalid_tenant"
+
+
+def test_the_async_client_dispatches_for_a_tenant(budgeted: Settings) -> None:
+    import asyncio
+
+    from toolq import AsyncClient
+
+    async def main() -> list[CallStatus]:
+        async with AsyncClient(registry, budgeted) as client:
+            statuses = []
+            for n in range(3):
+                batch = await client.dispatch(one("charged", f"a{n}", text="x"), tenant="acme")
+                statuses.append(batch.calls[0].status)
+                assert (await client.result(batch.calls[0].call_id)).tenant == "acme"
+            return statuses
+
+    assert asyncio.run(main()) == [CallStatus.QUEUED, CallStatus.QUEUED, CallStatus.DENIED]
