@@ -174,3 +174,17 @@ def test_the_async_client_dispatches_for_a_tenant(budgeted: Settings) -> None:
             return statuses
 
     assert asyncio.run(main()) == [CallStatus.QUEUED, CallStatus.QUEUED, CallStatus.DENIED]
+
+
+def test_rules_set_before_the_run_exists_claim_it_for_the_tenant(client: Client) -> None:
+    from toolq.errors import NotRunOwnerError
+
+    client.approvals.set_rules("early", mode="strict", principal="p", tenant="acme")
+    made = client.dispatch(one("free", "f", text="x"), run_id="early", principal="p",
+                           tenant="acme")
+    assert made.calls[0].status is CallStatus.QUEUED
+    with pytest.raises(NotRunOwnerError, match="another tenant"):
+        client.dispatch(one("free", "g", text="x"), run_id="early", principal="p",
+                        tenant="globex")
+    with pytest.raises(NotRunOwnerError, match="another tenant"):
+        client.approvals.set_rules("early", mode="strict", principal="p", tenant="globex")

@@ -305,6 +305,7 @@ class AsyncApprovals:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
 
@@ -320,6 +321,7 @@ class AsyncApprovals:
             by=by,
             principal=principal,
             admin=admin,
+            tenant=tenant,
         )
 
     async def export_state(self, run_id: str) -> dict[str, Any]:
@@ -334,6 +336,7 @@ class AsyncApprovals:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Restore a saved approval state onto a run (owner or ``admin`` only).
 
@@ -341,7 +344,13 @@ class AsyncApprovals:
         approver for each tool's risk (DANGEROUS for mode ``auto``).
         """
         return await asyncio.to_thread(
-            self.sync.restore_state, run_id, state, by=by, principal=principal, admin=admin
+            self.sync.restore_state,
+            run_id,
+            state,
+            by=by,
+            principal=principal,
+            admin=admin,
+            tenant=tenant,
         )
 
 
