@@ -188,3 +188,22 @@ def test_rules_set_before_the_run_exists_claim_it_for_the_tenant(client: Client)
                         tenant="globex")
     with pytest.raises(NotRunOwnerError, match="another tenant"):
         client.approvals.set_rules("early", mode="strict", principal="p", tenant="globex")
+
+
+def test_a_batch_that_runs_out_of_budget_midway(client: Client, inproc: InProcess) -> None:
+    assert client.settings.calls_per_message > 1  # the four calls share batch messages
+    worker = inproc.worker(app=APP)
+    batch = client.dispatch(
+        [{"id": f"b{n}", "name": "charged", "arguments": {"text": str(n)}} for n in range(4)],
+        tenant="acme",
+    )
+    assert [c.status for c in batch.calls] == [CallStatus.QUEUED] * 2 + [CallStatus.DENIED] * 2
+    worker.drain()
+    results = batch.wait(5)
+    assert [r.status for r in results] == [CallStatus.SUCCEEDED] * 2 + [CallStatus.DENIED] * 2
+    assert [r.output for r in results[:2]] == ["0", "1"]
+    assert all(r.error_type == BudgetExceededError.code for r in results[2:])
+    assert spent(client, "acme") == 2
+    keys = Keys(client.settings.key_prefix)
+    assert not client.redis.zrange(keys.unsent, 0, -1)
+    assert not client.redis.zrange(keys.queued, 0, -1)

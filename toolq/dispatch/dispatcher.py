@@ -267,15 +267,10 @@ class Dispatcher:
         for window in range(0, len(calls), size):
             by_route: dict[tuple[str, float | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
+                # A charged call its CREATE turns denied (over budget) stays in its group's
+                # message, as a duplicate does: CREATE_GROUP notes only the calls created
+                # queued, and a worker's START skips the others.
                 if calls[i].status is not CallStatus.QUEUED:
-                    continue
-                if calls[i].charge is not None:
-                    # Its CREATE may refuse it (over budget): it keeps a message of its own.
-                    env = calls[i].envelope
-                    message = self.publisher.message(
-                        env.call_id, env.risk, calls[i].timeout, env.run_id
-                    )
-                    calls[i] = dataclasses.replace(calls[i], message=message)
                     continue
                 route = (calls[i].envelope.risk.value, calls[i].timeout)
                 by_route.setdefault(route, []).append(i)
