@@ -187,6 +187,12 @@ def test_pending_approvals_show_a_bound_viewer_its_tenant_only(api: TestClient, 
         assert got.status_code == 200, got.text
         return {p["call_id"] for p in got.json()}
 
+    listed = api.get("/v1/approvals", headers=h("root-t")).json()
+    assert {p["call_id"]: p["tenant"] for p in listed} == {
+        acme_run["gated"]: "acme",
+        gx_call: "globex",
+    }
+
     assert pending("acme-t") == {acme_run["gated"]}
     assert pending("globex-t") == {gx_call}
     assert pending("root-t") >= {acme_run["gated"], gx_call}

@@ -186,10 +186,9 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only."""
         caller.require_viewer()
         found = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
-        if caller.tenant is None or not found:
+        if caller.tenant is None:
             return found
-        tenants = client.store.tenants([request.call_id for request in found])
-        return [r for r, t in zip(found, tenants, strict=True) if t == caller.tenant]
+        return [request for request in found if request.tenant == caller.tenant]
 
     @router.get("/approvals/{call_id}")
     def approval(call_id: str, caller: Caller) -> ApprovalRequest:

@@ -129,6 +129,7 @@ def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> Appr
         original_arguments=mask_arguments(original, paths) if original is not None else None,
         digest=digest_arguments(envelope.arguments),
         submitter=envelope.principal,
+        tenant=envelope.tenant,
         created_at=float(record.get("created_at") or envelope.created_at),
         deadline=float(record["deadline"]) if record.get("deadline") else None,
         approval_metadata=json.loads(record["approval_metadata"])

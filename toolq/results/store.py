@@ -13,7 +13,6 @@ import redis
 from toolq.errors import CallNotFoundError, ToolTimeoutError, WorkerLostError
 from toolq.keys import Keys
 from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, EventType
-from toolq.quotas import DEFAULT_TENANT
 from toolq.results import scripts
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
@@ -533,18 +532,6 @@ class CallStore:
         if raw is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         return CallEnvelope.model_validate_json(raw)
-
-    def tenants(self, call_ids: Sequence[str]) -> list[str | None]:
-        """Each call's tenant (``None``: unknown call); records from before tenants: default."""
-        if not call_ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for call_id in call_ids:
-            pipe.hmget(self.keys.call(call_id), "run_id", "tenant")
-        return [
-            None if run_id is None else as_text(tenant) if tenant else DEFAULT_TENANT
-            for run_id, tenant in pipe.execute()
-        ]
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's call ids in dispatch order."""
