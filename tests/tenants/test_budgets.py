@@ -207,3 +207,26 @@ def test_a_batch_that_runs_out_of_budget_midway(client: Client, inproc: InProces
     keys = Keys(client.settings.key_prefix)
     assert not client.redis.zrange(keys.unsent, 0, -1)
     assert not client.redis.zrange(keys.queued, 0, -1)
+
+
+@pytest.mark.parametrize(
+    ("per", "at", "start", "end"),
+    [
+        ("minute", "2026-11-22T20:41:59", "2026-11-22T20:41:00", "2026-11-22T20:42:00"),
+        ("hour", "2026-11-22T20:41:59", "2026-11-22T20:00:00", "2026-11-22T21:00:00"),
+        ("day", "2026-11-22T20:41:59", "2026-11-22T00:00:00", "2026-11-23T00:00:00"),
+        ("month", "2026-12-31T23:59:59", "2026-12-01T00:00:00", "2027-01-01T00:00:00"),
+        ("month", "2028-02-29T12:00:00", "2028-02-01T00:00:00", "2028-03-01T00:00:00"),
+    ],
+)
+def test_budget_periods_are_calendar_periods_in_utc(per, at, start, end) -> None:
+    from datetime import UTC, datetime
+
+    def ts(text: str) -> float:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+    period = period_of(Budget(limit=1, per=per), ts(at))
+    assert (period.start, period.end) == (ts(start), ts(end))
+    assert period.reset_at == end + "Z"
+    assert period.name.startswith(per + ":")
+    assert period_of(Budget(limit=1, per=per), ts(end)).start == ts(end)  # the next one

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
 from toolq.dispatch.client import Client
-from toolq.dispatch.tenants import TenantsReport, tenants_report
+from toolq.dispatch.tenants import TenantDetail, TenantsReport, tenants_report
 from toolq.errors import InvalidTenantError
 from toolq.quotas import valid_tenant
 
@@ -28,7 +28,7 @@ def build_tenants_router(client: Client, auth: Any) -> APIRouter:
         return await run_in_threadpool(tenants_report, client, caller.tenant)
 
     @router.get("/tenants/{tenant}")
-    async def get_tenant(tenant: str, caller: Caller) -> dict[str, Any]:
+    async def get_tenant(tenant: str, caller: Caller) -> TenantDetail:
         """One tenant's limits, budget use and calls, with the tools' limits."""
         caller.require_viewer()
         try:
@@ -37,9 +37,6 @@ def build_tenants_router(client: Client, auth: Any) -> APIRouter:
             raise InvalidTenantError(str(exc)) from None
         caller.tenant_for(tenant)
         report = await run_in_threadpool(tenants_report, client, tenant)
-        return {
-            **report.tenants[0].model_dump(mode="json"),
-            "tools": [tool.model_dump(mode="json") for tool in report.tools],
-        }
+        return TenantDetail(**dict(report.tenants[0]), tools=report.tools)
 
     return router

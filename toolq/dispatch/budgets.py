@@ -56,11 +56,8 @@ def period_of(budget: Budget, now: float) -> BudgetPeriod:
         end = start + timedelta(days=1)
     else:
         start = at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        end = (
-            start.replace(year=start.year + 1, month=1)
-            if start.month == 12
-            else (start.replace(month=start.month + 1))
-        )
+        next_month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+        end = start.replace(year=next_month[0], month=next_month[1])
     name = f"{budget.per}:{start.strftime('%Y-%m-%dT%H:%M')}"
     return BudgetPeriod(name, start.timestamp(), end.timestamp())
 

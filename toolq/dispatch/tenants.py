@@ -71,6 +71,12 @@ class ToolLimits(BaseModel):
     cost_function: bool = False
 
 
+class TenantDetail(TenantStatus):
+    """``GET /v1/tenants/{tenant}``: one tenant, and the tools' limits."""
+
+    tools: list[ToolLimits]
+
+
 class TenantsReport(BaseModel):
     """``GET /v1/tenants``: every tenant configured or with unfinished calls, and the tools."""
 
