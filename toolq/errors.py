@@ -10,7 +10,10 @@
     ├── ToolNotFoundError           unknown tool name (also a LookupError)
     ├── InvalidArgumentsError       arguments that do not match the schema (also a ValueError)
     ├── PayloadError                a payload toolq cannot read, or one over a limit
+    │   └── InvalidTenantError      a tenant name that is not one
     ├── ToolDeniedError             gated: behavior, disabled category, unavailable tool
+    │   └── BudgetExceededError     the call would take its tenant over its budget
+    ├── CostError                   a tool's cost function raised or returned no number
     ├── ToolExecutionError          the handler failed
     │   ├── ToolTimeoutError        the handler ran past its time limit
     │   ├── InvalidOutputError      the output does not match the output schema
@@ -24,7 +27,8 @@
     │   ├── NotAwaitingApprovalError a decision on a call that is not pending (lost race)
     │   ├── DigestMismatchError     approving something other than what was shown
     │   ├── NotAuthorizedError      self-approval, or a principal without the right
-    │   │   └── NotRunOwnerError    acting on a run another principal owns
+    │   │   ├── NotRunOwnerError    acting on a run another principal (or tenant) owns
+    │   │   └── WrongTenantError    a tenant-bound token naming another tenant
     │   ├── ApprovalPredicateError  a tool's ``requires_approval`` predicate raised
     │   └── ApprovalUnverifiedError a worker found no valid signed approval for a gated call
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
@@ -115,6 +119,24 @@ class ToolDeniedError(ToolqError):
     """A call refused before running: behavior not allowed, category disabled, unavailable."""
 
     code = "tool_denied"
+
+
+class InvalidTenantError(PayloadError):
+    """A tenant name that is not one (``toolq.quotas.valid_tenant``)."""
+
+    code = "invalid_tenant"
+
+
+class BudgetExceededError(ToolDeniedError):
+    """The call's cost would take its tenant past its budget for the period: not run."""
+
+    code = "budget_exceeded"
+
+
+class CostError(ToolqError):
+    """A tool's ``cost`` function raised, or returned something that is not a number >= 0."""
+
+    code = "invalid_cost"
 
 
 class ToolExecutionError(ToolqError):
@@ -214,9 +236,15 @@ class WaitTimeoutError(ToolqError, TimeoutError):
 
 
 class NotRunOwnerError(NotAuthorizedError):
-    """Dispatch, cancel, undo or a rules change on a run another principal owns."""
+    """Acting on a run another principal owns, or on another tenant's run at all."""
 
     code = "not_owner"
+
+
+class WrongTenantError(NotAuthorizedError):
+    """A request names a tenant other than the one its token is bound to."""
+
+    code = "wrong_tenant"
 
 
 class ApprovalPredicateError(ApprovalError):

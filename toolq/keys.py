@@ -49,6 +49,14 @@ class Keys:
         """String: JSON of the principal (and tenant) that created a run (``RunOwner``)."""
         return f"{self.prefix}:run:{run_id}:owner"
 
+    def tenant_spent(self, tenant: str, period: str) -> str:
+        """String (float, ``INCRBYFLOAT``): what ``tenant`` was charged in budget ``period``.
+
+        ``period`` names the calendar period (``Budget``'s ``per`` and its start, UTC, as
+        ``toolq.dispatch.budgets.period_of`` writes it); the key expires after it ends.
+        """
+        return f"{self.prefix}:tenant:{tenant}:spent:{period}"
+
     def lease(self, call_id: str) -> str:
         """Execution lease of a running call (``SET NX PX``)."""
         return f"{self.prefix}:lease:{call_id}"

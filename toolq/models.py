@@ -270,6 +270,8 @@ class CallResult(BaseModel):
     run_id: str | None = None
     rpc_id: RpcId | None = None
     """The JSON-RPC id of the MCP request the call came from; its answer carries it back."""
+    tenant: str = DEFAULT_TENANT
+    """The tenant the call was run for."""
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import serve
 from toolq.api.app import create_app
 from toolq.models import FINAL_STATUSES
+from toolq.quotas import Budget, TenantConfig
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
@@ -49,6 +50,11 @@ def api(settings) -> Iterator[str]:
 
 @pytest.fixture
 def page(api) -> Iterator[Any]:
+    yield from browse(api)
+
+
+def browse(api: str) -> Iterator[Any]:
+    """A Chromium page on the dashboard at ``api``; fails on script errors and token leaks."""
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
@@ -267,3 +273,57 @@ def test_dashboard_deny_with_reason_filters_and_escaping(api, inproc, page):
     page.click("#logout")
     expect(page.locator("#login")).to_be_visible()
     assert page.evaluate("localStorage.getItem('toolq.token')") is None
+
+
+TENANTS = {
+    "acme": TenantConfig(weight=2, concurrency=3, rate_limit="10/s", budget=Budget(limit=5)),
+}
+
+
+@pytest.fixture
+def tenants_api(settings) -> Iterator[str]:
+    from tests.tenants.app import registry
+
+    configured = settings.model_copy(update={"tenants": TENANTS})
+    yield from serve(create_app(configured, registry, tokens=TOKENS))
+
+
+def test_dashboard_tenants_panel(tenants_api):
+    for n in range(2):
+        posted = httpx.post(
+            f"{tenants_api}/v1/runs/t{n}/calls",
+            params={"tenant": "acme"},
+            json=[{"id": "c", "name": "charged", "arguments": {"text": "x"}}],
+            headers=h("agent-t"),
+        )
+        assert posted.status_code == 202, posted.text
+    posted = httpx.post(
+        f"{tenants_api}/v1/runs/g/calls",
+        params={"tenant": "acme"},
+        json=[{"id": "g", "name": "gated", "arguments": {"target": "x"}}],
+        headers=h("agent-t"),
+    )
+    assert posted.json()["calls"][0]["status"] == "awaiting_approval"
+    pages = browse(tenants_api)
+    page = next(pages)
+    try:
+        sign_in(page)
+        row = page.locator('[data-testid="tenant-row"][data-tenant="acme"]')
+        expect(row).to_be_visible()
+        expect(row.locator('[data-testid="tenant-used"]')).to_have_text("3")
+        expect(row.locator('[data-testid="tenant-left"]')).to_have_text("2")
+        expect(row.locator('[data-testid="tenant-queued"]')).to_have_text("2")
+        expect(row.locator('[data-testid="tenant-parked"]')).to_have_text("1")
+        expect(row.locator('[data-testid="tenant-running"]')).to_have_text("0")
+        expect(row).to_contain_text("10/1s")
+        limited = page.locator('[data-testid="tool-limit-row"][data-tool="limited"]')
+        expect(limited).to_contain_text("2")
+        expect(page.locator('[data-testid="tool-limit-row"][data-tool="printed"]')).to_contain_text(
+            "f(args)"
+        )
+        expect(page.locator('[data-testid="tool-limit-row"][data-tool="free"]')).to_have_count(0)
+        screenshot(page, "dashboard-tenants.png")
+    except BaseException:
+        pages.close()
+        raise
+    next(pages, None)  # the browser's own checks: no script error, no token in a URL

@@ -70,6 +70,7 @@ def create(
             owner=owner,
             admin=admin,
             refresh=refresh,
+            tenant="default",
             fields=fields,
         )
     )

@@ -128,6 +128,7 @@ def test_events_arrive_signed_masked_and_linked(receiver, inproc, client, r):
     assert doc["url"] == f"{PUBLIC}/#/calls/{call_id}"
     assert doc["data"]["arguments"]["user"] == "ann"
     assert doc["data"]["arguments"]["password"] != "hunter2-secret"
+    assert doc["data"]["tenant"] == "default"
     (slack,) = receiver.of("/slack")
     assert set(slack.json) == {"text"}
     assert "login" in slack.json["text"] and f"{PUBLIC}/#/calls/{call_id}" in slack.json["text"]

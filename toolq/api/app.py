@@ -9,13 +9,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
-from toolq.api.auth import Authenticator, Principal, load_tokens
+from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.dashboard import build_dashboard_router
 from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
+from toolq.api.tenants import build_tenants_router
 from toolq.api.tickets import TicketStore
 from toolq.backend import Backend
 from toolq.dispatch.client import Client
@@ -79,6 +80,7 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, hub, tickets))
     app.include_router(build_dashboard_router(client, auth))
+    app.include_router(build_tenants_router(client, auth))
     app.state.client = client
     app.state.hub = hub
 
@@ -93,7 +95,13 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(caller: Principal = Depends(auth)) -> str:  # noqa: B008
+        """Fleet-wide figures of every tenant: not for a token bound to one."""
         caller.require_viewer()
+        if caller.tenant is not None:
+            raise ForbiddenError(
+                f"{caller.name!r} is bound to tenant {caller.tenant!r}; /metrics shows every "
+                "tenant (use GET /v1/tenants/{tenant})"
+            )
         return await run_in_threadpool(render, client)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)

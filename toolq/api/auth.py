@@ -1,4 +1,4 @@
-"""Bearer tokens mapped to a principal and roles; role checks for each endpoint."""
+"""Bearer tokens mapped to a principal, roles and a tenant; role and tenant checks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from toolq.errors import NotAuthorizedError, ToolqError
+from toolq.errors import NotAuthorizedError, ToolqError, WrongTenantError
 from toolq.models import RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 from toolq.settings import ApiToken, Settings
 
 
@@ -31,6 +32,20 @@ class Principal:
 
     name: str
     roles: frozenset[str]
+    tenant: str | None = None
+    """The tenant the token is bound to; ``None``: unbound (it may name any)."""
+
+    def tenant_for(self, requested: str | None) -> str:
+        """The tenant a request acts for (``WrongTenantError``: a bound caller names another)."""
+        if self.tenant is None:
+            return requested or DEFAULT_TENANT
+        if requested is not None and requested != self.tenant:
+            raise WrongTenantError(
+                f"{self.name!r} is bound to tenant {self.tenant!r} and may not act for "
+                f"tenant {requested!r}",
+                tenant=requested,
+            )
+        return self.tenant
 
     def has(self, role: str) -> bool:
         """True for the role itself, or for admins."""
@@ -86,5 +101,5 @@ class Authenticator:
             raise AuthenticationError(f"missing bearer token (Authorization: Bearer <token>){hint}")
         for known, grant in self.tokens.items():
             if secrets.compare_digest(known, token):
-                return Principal(grant.principal, frozenset(grant.roles))
+                return Principal(grant.principal, frozenset(grant.roles), grant.tenant)
         raise AuthenticationError("unknown token")

@@ -176,13 +176,14 @@ async function refresh() {
   // Only parked calls wait for a decision: another state filter leaves no approval to show.
   const approvalsShown = !f.state || f.state === "awaiting_approval";
   try {
-    const [overview, pending] = await Promise.all([
+    const [overview, pending, , , , tenants] = await Promise.all([
       api("v1/overview" + query({ ...f, offset: wantedPage * PAGE_SIZE, limit: PAGE_SIZE })),
       approvalsShown ? api("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk }))
         : [],
       run ? refreshRunCalls() : null,
       call ? refreshCall() : null,
       Date.now() - chartsAt > CHARTS_MS ? loadCharts() : null,
+      api("v1/tenants"),
     ]);
     if (JSON.stringify(filters()) !== JSON.stringify(f) || page !== wantedPage) {  // changed meanwhile
       inflight = false;
@@ -196,6 +197,7 @@ async function refresh() {
     }
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
+    renderTenants(tenants);
     renderApprovals(f.q ? pending.filter(p => searchHit(p, f.q)) : pending);
     renderCalls(overview);
     $("#conn").textContent = "live · " + new Date().toLocaleTimeString([], { hour12: false });
@@ -282,6 +284,42 @@ function renderWorkers(workers) {
   $("#workers tbody").replaceChildren(...rows);
   $("#workers-count").textContent = workers.length;
   $("#workers-empty").hidden = workers.length > 0;
+}
+
+function utcTime(ts) {
+  return new Date(ts * 1000).toISOString().slice(0, 16).replace("T", " ");
+}
+
+function renderTenants(report) {
+  const dash = v => v === null || v === undefined ? "–" : v;
+  const rows = report.tenants.map(t => {
+    const b = t.budget;
+    return el("tr", { "data-testid": "tenant-row", "data-tenant": t.tenant },
+      el("td", { class: "mono", "data-label": "Tenant" }, t.tenant + (t.configured ? "" : " *")),
+      el("td", { class: "num", "data-label": "Weight" }, t.weight),
+      el("td", { class: "num", "data-label": "Conc." }, dash(t.concurrency)),
+      el("td", { class: "mono", "data-label": "Rate" }, dash(t.rate_limit)),
+      el("td", { class: "num", "data-label": "Budget" }, b ? `${b.limit}/${b.per}` : "–"),
+      el("td", { class: "num", "data-label": "Used", "data-testid": "tenant-used" }, b ? b.used : "–"),
+      el("td", { class: "num", "data-label": "Left", "data-testid": "tenant-left" }, b ? b.left : "–"),
+      el("td", { class: "mono", "data-label": "Resets" }, b ? utcTime(b.resets_at) : "–"),
+      el("td", { class: "num", "data-label": "Queued", "data-testid": "tenant-queued" }, t.calls.queued),
+      el("td", { class: "num", "data-label": "Parked", "data-testid": "tenant-parked" },
+        t.calls.awaiting_approval),
+      el("td", { class: "num", "data-label": "Running", "data-testid": "tenant-running" }, t.calls.running));
+  });
+  $("#tenants tbody").replaceChildren(...rows);
+  $("#tenants-count").textContent = report.tenants.length;
+  const limited = report.tools.filter(t => t.concurrency !== null || t.rate_limit !== null || t.cost_function
+    || t.cost);
+  $("#tool-limits tbody").replaceChildren(...limited.map(t => el("tr", { "data-testid": "tool-limit-row",
+    "data-tool": t.name },
+    el("td", { class: "mono", "data-label": "Tool" }, t.name),
+    el("td", { class: "num", "data-label": "Conc." }, dash(t.concurrency)),
+    el("td", { class: "mono", "data-label": "Rate" }, dash(t.rate_limit)),
+    el("td", { class: "num", "data-label": "Cost" }, t.cost_function ? "f(args)" : t.cost))));
+  $("#tool-limits").hidden = limited.length === 0;
+  $("#tool-limits-empty").hidden = limited.length > 0;
 }
 
 // -- charts -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from toolq.api.charts import charts
 from toolq.dispatch.client import Client
 from toolq.errors import CallNotFoundError
 from toolq.models import FINAL_STATUSES, CallStatus, RiskLevel, UndoState
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
 
@@ -26,11 +27,11 @@ SCAN_CHUNK = 500
 """Recent-call ids read per round trip while filtering."""
 ERROR_CHARS = 300
 """An error message is cut to this many characters in the overview (the call page has it all)."""
-_FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result")
+_FIELDS = ("run_id", "name", "risk", "status", "created_at", "updated_at", "result", "tenant")
 
 
 def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
-    run_id, name, risk, status, created, updated, result = (
+    run_id, name, risk, status, created, updated, result, tenant = (
         as_text(v) if v is not None else "" for v in values
     )
     if not name:
@@ -40,6 +41,7 @@ def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
     return {
         "call_id": call_id,
         "run_id": run_id,
+        "tenant": tenant or DEFAULT_TENANT,
         "name": name,
         "risk": risk,
         "status": status,
@@ -64,6 +66,7 @@ def recent_calls(
     risk: RiskLevel | None = None,
     state: CallStatus | None = None,
     q: str | None = None,
+    tenant: str | None = None,
     offset: int = 0,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
@@ -95,6 +98,8 @@ def recent_calls(
             if row is None:
                 continue
             if tool is not None and row["name"] != tool:
+                continue
+            if tenant is not None and row["tenant"] != tenant:
                 continue
             if risk is not None and row["risk"] != risk.value:
                 continue
@@ -151,6 +156,7 @@ def overview(client: Client, **filters: Any) -> dict[str, Any]:
         },
         "worker_list": worker_rows(workers, time.time()),
         "pending_approvals": r.zcard(keys.pending_approvals),
+        "tenant": filters.get("tenant"),
         "calls": calls[:limit],
         "offset": filters.get("offset", 0),
         "has_more": len(calls) > limit,
@@ -198,13 +204,16 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
         q: str | None = Query(None, max_length=200),
         offset: int = Query(0, ge=0, le=10_000),
         limit: int = Query(100, ge=1, le=1000),
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         """Queue depth and workers per risk, live workers, pending approvals, a page of calls.
 
-        ``q`` searches call id, run id, tool, state and error; ``offset`` skips matches.
+        ``q`` searches call id, run id, tool, state and error; ``offset`` skips matches. A
+        tenant-bound caller sees its tenant's calls only.
         """
         caller.require_viewer()
         filters = {
+            "tenant": caller.tenant_for(tenant) if caller.tenant or tenant else None,
             "run_id": run_id or None,
             "tool": tool or None,
             "risk": RiskLevel.parse(risk) if risk else None,
@@ -219,6 +228,13 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
     async def get_call_actions(call_id: str, caller: Caller) -> dict[str, Any]:
         """Whether the call can still be cancelled or undone (the roles are checked on use)."""
         caller.require_viewer()
+        await run_in_threadpool(
+            client.owners.check_call_tenant,
+            call_id,
+            caller.tenant,
+            principal=caller.name,
+            action="read",
+        )
         return await run_in_threadpool(call_actions, client, call_id)
 
     @router.get("/charts")

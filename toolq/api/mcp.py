@@ -48,6 +48,7 @@ from toolq.dispatch.client import Client
 from toolq.dispatch.providers import to_messages
 from toolq.errors import ToolqError, WaitTimeoutError
 from toolq.models import CallResult, CallStatus, ProviderFormat
+from toolq.quotas import DEFAULT_TENANT
 
 SESSION_HEADER = "mcp-session-id"
 
@@ -60,6 +61,8 @@ class McpOptions:
     """Run of every call; ``None``: per HTTP session, else one random run per process."""
     principal: str = "mcp"
     """Submitter recorded on every call (it may not approve its own calls)."""
+    tenant: str = DEFAULT_TENANT
+    """Tenant every call is run for; over HTTP a token bound to another tenant is refused."""
     approval_wait: float = 60.0
     """Seconds to wait for a decision before answering that the call is pending."""
     call_timeout: float | None = None
@@ -97,7 +100,11 @@ class McpBridge:
             # Bare params: the SDK owns the JSON-RPC envelope, so the answer is a CallToolResult.
             payload = {"name": name, "arguments": dict(arguments or {})}
             batch = self.client.dispatch(
-                payload, run_id=run_id, principal=self.options.principal, format="mcp"
+                payload,
+                run_id=run_id,
+                principal=self.options.principal,
+                format="mcp",
+                tenant=self.options.tenant,
             )
             call_id = batch.call_ids[0]
         result = self._settle(call_id, run_id)
@@ -197,17 +204,20 @@ async def serve_stdio(server: Server[Any]) -> None:
 
 
 class RequireSubmitter:
-    """Refuses HTTP requests without a bearer token of a ``submitter`` (401, or 403)."""
+    """Refuses requests without a ``submitter`` token (401, 403), or of another tenant (403)."""
 
-    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+    def __init__(self, app: ASGIApp, auth: Authenticator, tenant: str = DEFAULT_TENANT) -> None:
         self.app = app
         self.auth = auth
+        self.tenant = tenant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass authorised requests (and lifespan events) on to the MCP app."""
         if scope["type"] == "http":
             try:
-                self.auth(Request(scope)).require("submitter")
+                caller = self.auth(Request(scope))
+                caller.require("submitter")
+                caller.tenant_for(self.tenant)
             except AuthenticationError as exc:
                 refusal = JSONResponse(
                     error_body(exc.code, exc.message),
@@ -224,7 +234,12 @@ class RequireSubmitter:
         await self.app(scope, receive, send)
 
 
-def http_app(server: Server[Any], auth: Authenticator, host: str = "127.0.0.1") -> ASGIApp:
-    """The SDK's Streamable HTTP app (endpoint ``/mcp``) behind a ``submitter`` bearer token."""
+def http_app(
+    server: Server[Any],
+    auth: Authenticator,
+    host: str = "127.0.0.1",
+    tenant: str = DEFAULT_TENANT,
+) -> ASGIApp:
+    """The SDK's Streamable HTTP app (``/mcp``) behind a ``submitter`` token of ``tenant``."""
     app: Starlette = server.streamable_http_app(host=host)
-    return RequireSubmitter(app, auth)
+    return RequireSubmitter(app, auth, tenant)

@@ -3,6 +3,11 @@
 Queue depths, live workers and pending approvals are exact. Calls by tool/risk/state and
 the duration histogram cover the recent-calls window (the newest 10,000 calls), so every
 API replica reports the same cluster-wide figures without counters of its own.
+
+Tenants (``toolq_tenant_*``) carry a ``tenant`` label of bounded cardinality: each tenant
+named in ``TOOLQ_TENANTS`` and ``default`` get their own value; every other tenant is
+counted under ``tenant="other"`` (its calls summed; limits and budgets are per named
+tenant only, as "other" stands for many tenants).
 """
 
 from __future__ import annotations
@@ -12,9 +17,14 @@ from collections import Counter
 from typing import Any
 
 from toolq.dispatch.client import Client
+from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_status, tool_limits
 from toolq.models import RiskLevel
+from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, RateLimit
 from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
+
+OTHER_TENANTS = "other"
+"""The ``tenant`` label of every tenant not named in ``TOOLQ_TENANTS`` (nor ``default``)."""
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
@@ -73,4 +83,75 @@ def render(client: Client) -> str:
         lines.append(f'toolq_call_duration_ms_bucket{{tool="{tool}",le="+Inf"}} {len(values)}')
         lines.append(f'toolq_call_duration_ms_sum{{tool="{tool}"}} {sum(values):.3f}')
         lines.append(f'toolq_call_duration_ms_count{{tool="{tool}"}} {len(values)}')
+    lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
+
+
+def _per_second(limit: RateLimit | str | None) -> float | None:
+    return None if limit is None else RateLimit.parse(limit).count / RateLimit.parse(limit).seconds
+
+
+def tenant_lines(client: Client) -> list[str]:
+    """The ``toolq_tenant_*`` and ``toolq_tool_*`` series."""
+    named = sorted({DEFAULT_TENANT} | {t for t in client.settings.tenants if t != ANY_TENANT})
+    counts: Counter[tuple[str, str]] = Counter()
+    for tenant, calls in calls_by_tenant(client).items():
+        label = tenant if tenant in named else OTHER_TENANTS
+        for state in COUNTED:
+            counts[(label, state.value)] += getattr(calls, state.value)
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+
+    metric("toolq_tenant_calls", "gauge", "Unfinished calls per tenant and state, fleet-wide.")
+    for label in [*named, OTHER_TENANTS]:
+        for state in COUNTED:
+            value = counts[(label, state.value)]
+            lines.append(
+                f'toolq_tenant_calls{{tenant="{_label(label)}",state="{state.value}"}} {value}'
+            )
+    statuses = [tenant_status(client, tenant) for tenant in named]
+    series: dict[str, tuple[str, dict[str, float | None]]] = {
+        "toolq_tenant_weight": ("Share of each risk queue's workers.", {}),
+        "toolq_tenant_concurrency_limit": ("Most calls running at once, fleet-wide.", {}),
+        "toolq_tenant_rate_limit_per_second": ("Most starts per second, fleet-wide.", {}),
+        "toolq_tenant_budget_limit": ("Budget per period.", {}),
+        "toolq_tenant_budget_used": ("Budget used in the current period.", {}),
+        "toolq_tenant_budget_left": ("Budget left in the current period.", {}),
+    }
+    for status in statuses:
+        budget = status.budget
+        for name, figure in (
+            ("toolq_tenant_weight", status.weight),
+            ("toolq_tenant_concurrency_limit", status.concurrency),
+            ("toolq_tenant_rate_limit_per_second", _per_second(status.rate_limit)),
+            ("toolq_tenant_budget_limit", budget.limit if budget else None),
+            ("toolq_tenant_budget_used", budget.used if budget else None),
+            ("toolq_tenant_budget_left", budget.left if budget else None),
+        ):
+            series[name][1][status.tenant] = figure
+    for name, (help_text, values) in series.items():
+        metric(name, "gauge", help_text + " Named tenants only.")
+        for tenant, shown in values.items():
+            if shown is not None:
+                lines.append(f'{name}{{tenant="{_label(tenant)}"}} {shown:g}')
+    tools = [tool_limits(tool) for tool in client.registry.list()]
+    metric("toolq_tool_concurrency_limit", "gauge", "Most executions of a tool at once.")
+    for tool in tools:
+        if tool.concurrency is not None:
+            lines.append(
+                f'toolq_tool_concurrency_limit{{tool="{_label(tool.name)}"}} {tool.concurrency}'
+            )
+    metric("toolq_tool_rate_limit_per_second", "gauge", "Most starts of a tool per second.")
+    for tool in tools:
+        rate = _per_second(tool.rate_limit)
+        if rate is not None:
+            label = _label(tool.name)
+            lines.append(f'toolq_tool_rate_limit_per_second{{tool="{label}"}} {rate:g}')
+    metric("toolq_tool_cost", "gauge", "What one call of a tool costs (fixed costs only).")
+    for tool in tools:
+        if tool.cost:
+            lines.append(f'toolq_tool_cost{{tool="{_label(tool.name)}"}} {tool.cost:g}')
+    return lines

@@ -1,4 +1,9 @@
-"""The ``/v1`` endpoints."""
+"""The ``/v1`` endpoints.
+
+A caller whose token is bound to a tenant acts for that tenant only: its dispatches go to
+it (a request naming another is a 403 ``wrong_tenant``), and every run, call, event stream
+and approval of another tenant is refused as another owner's is (403 ``not_owner``).
+"""
 
 import asyncio
 import json
@@ -16,6 +21,7 @@ from toolq.api.limits import parse_body, parse_decision
 from toolq.api.tickets import TicketStore
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
+from toolq.errors import PayloadError
 from toolq.models import CallResult, Event, ProviderFormat
 from toolq.results.events import check_stream_id, stream_id_key
 from toolq.results.hub import EventHub, Listener
@@ -48,6 +54,13 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
 
     Reader = Annotated[Principal, Depends(stream_reader)]
     frames = FrameCache()
+    owners = client.owners
+
+    def run_of_tenant(run_id: str, caller: Principal, action: str = "read") -> None:
+        owners.check_tenant(run_id, caller.tenant, principal=caller.name, action=action)
+
+    def call_of_tenant(call_id: str, caller: Principal, action: str = "read") -> None:
+        owners.check_call_tenant(call_id, caller.tenant, principal=caller.name, action=action)
 
     @router.get("/tools")
     def tools(caller: Caller, format: str = "openai", strict: bool = False) -> list[dict[str, Any]]:
@@ -62,10 +75,18 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         caller: Caller,
         behavior: str | None = None,
         idempotency_key: Annotated[str | None, Header()] = None,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
-        """Dispatch the tool calls of a model response (any format ``dispatch`` accepts)."""
+        """Dispatch the tool calls of a model response (any format ``dispatch`` accepts).
+
+        The tenant is the token's when it names one (a request naming another: 403
+        ``wrong_tenant``); else ``?tenant=`` or a top-level ``"tenant"`` of a JSON object
+        body, else ``default``.
+        """
         caller.require("submitter")
         payload = parse_body(await request.body(), client.settings)
+        named = _tenant_named(payload, tenant)
+        calls_tenant = caller.tenant_for(named)
         batch = await run_in_threadpool(
             lambda: client.dispatch(
                 payload,
@@ -74,10 +95,12 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
                 idempotency_key=idempotency_key,
                 principal=caller.name,
                 admin=caller.has("admin"),
+                tenant=calls_tenant,
             )
         )
         return {
             "run_id": batch.run_id,
+            "tenant": calls_tenant,
             "format": batch.format.value if batch.format else None,
             "calls": [
                 {
@@ -95,24 +118,28 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
     def run_calls(run_id: str, caller: Caller) -> list[dict[str, Any]]:
         """Current state of every call of a run."""
         caller.require_viewer()
+        run_of_tenant(run_id, caller)
         return [_call_json(r) for r in client.results(run_id)]
 
     @router.get("/calls/{call_id}")
     def get_call(call_id: str, caller: Caller) -> dict[str, Any]:
         """One call's state and, once final, its outcome."""
         caller.require_viewer()
+        call_of_tenant(call_id, caller)
         return _call_json(client.result(call_id))
 
     @router.get("/runs/{run_id}/messages")
     def messages(run_id: str, caller: Caller, format: str | None = None) -> list[dict[str, Any]]:
         """The run's results as the provider's tool-result messages."""
         caller.require_viewer()
+        run_of_tenant(run_id, caller)
         return client.to_messages(run_id, ProviderFormat.parse(format) if format else None)
 
     @router.post("/runs/{run_id}/events/ticket")
     def event_ticket(run_id: str, caller: Caller) -> dict[str, Any]:
         """A short-lived ticket that opens this run's event stream (``?ticket=``), read-only."""
         caller.require_viewer()
+        run_of_tenant(run_id, caller)
         return {
             "ticket": tickets.issue(run_id, caller),
             "run_id": run_id,
@@ -135,6 +162,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         process serves ``max_event_streams`` streams already.
         """
         caller.require_viewer()
+        await run_in_threadpool(run_of_tenant, run_id, caller)
         start = last_event_id or after
         if start is not None:
             check_stream_id(start)
@@ -155,14 +183,18 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         risk: str | None = None,
         tool: str | None = None,
     ) -> list[ApprovalRequest]:
-        """Calls awaiting a decision (filters: run, risk, tool)."""
+        """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only."""
         caller.require_viewer()
-        return client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+        found = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+        if caller.tenant is None:
+            return found
+        return [request for request in found if request.tenant == caller.tenant]
 
     @router.get("/approvals/{call_id}")
     def approval(call_id: str, caller: Caller) -> ApprovalRequest:
         """A call as approvers see it: arguments, digest, preview, diff."""
         caller.require_viewer()
+        call_of_tenant(call_id, caller)
         return client.approvals.get(call_id)
 
     @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(Approve))
@@ -173,6 +205,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         return await run_in_threadpool(_approve, call_id, caller, body)
 
     def _may_decide(call_id: str, caller: Principal) -> None:
+        call_of_tenant(call_id, caller, "decide calls of")
         caller.require_approver(client.approvals.get(call_id).risk)
 
     def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
@@ -205,6 +238,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
     def cancel(call_id: str, caller: Caller) -> dict[str, Any]:
         """Cancel: at once when queued or parked, cooperatively when running (run owner only)."""
         caller.require("submitter")
+        call_of_tenant(call_id, caller, "cancel calls of")
         return _call_json(client.cancel(call_id, principal=caller.name, admin=caller.has("admin")))
 
     @router.post("/calls/{call_id}/undo")
@@ -214,6 +248,7 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         Run owner only; undoing a gated tool also needs the approver role of its risk.
         """
         caller.require("submitter")
+        call_of_tenant(call_id, caller, "undo calls of")
         admin = caller.has("admin")
         if client.owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
             gate = client.undo_gate(call_id)
@@ -223,6 +258,16 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         return JSONResponse(event.model_dump(mode="json"))
 
     return router
+
+
+def _tenant_named(payload: Any, query: str | None) -> str | None:
+    """The tenant named by ``?tenant=`` or the body's ``"tenant"`` (taken out; both agree)."""
+    body = payload.pop("tenant", None) if isinstance(payload, dict) else None
+    if body is not None and not isinstance(body, str):
+        raise PayloadError('"tenant" must be a string')
+    if body is not None and query is not None and body != query:
+        raise PayloadError(f"the body names tenant {body!r} and the query {query!r}")
+    return body if body is not None else query
 
 
 def sse_frame(event: Event) -> str:

@@ -37,7 +37,12 @@ class TicketStore:
     def issue(self, run_id: str, caller: Principal) -> str:
         """A new ticket for ``caller`` to read ``run_id``'s events."""
         ticket = PREFIX + secrets.token_urlsafe(32)
-        grant = {"run_id": run_id, "principal": caller.name, "roles": sorted(caller.roles)}
+        grant = {
+            "run_id": run_id,
+            "principal": caller.name,
+            "roles": sorted(caller.roles),
+            "tenant": caller.tenant,
+        }
         self.redis.set(
             self.keys.event_ticket(_digest(ticket)),
             json.dumps(grant),
@@ -51,4 +56,9 @@ class TicketStore:
         grant = json.loads(raw) if raw else None
         if grant is None or grant.get("run_id") != run_id:
             raise AuthenticationError("unknown or expired ticket for this run")
-        return Principal(str(grant["principal"]), frozenset(grant.get("roles", [])))
+        tenant = grant.get("tenant")
+        return Principal(
+            str(grant["principal"]),
+            frozenset(grant.get("roles", [])),
+            str(tenant) if tenant is not None else None,
+        )

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from toolq.models import CallStatus, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 
 
 class ApprovalRequest(BaseModel):
@@ -22,6 +23,7 @@ class ApprovalRequest(BaseModel):
     original_arguments: dict[str, Any] | None = None
     digest: str
     submitter: str | None = None
+    tenant: str = DEFAULT_TENANT
     created_at: float
     deadline: float | None = None
     approval_metadata: dict[str, Any] | None = None

@@ -129,6 +129,7 @@ def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> Appr
         original_arguments=mask_arguments(original, paths) if original is not None else None,
         digest=digest_arguments(envelope.arguments),
         submitter=envelope.principal,
+        tenant=envelope.tenant,
         created_at=float(record.get("created_at") or envelope.created_at),
         deadline=float(record["deadline"]) if record.get("deadline") else None,
         approval_metadata=json.loads(record["approval_metadata"])
@@ -386,6 +387,7 @@ class ApprovalStore:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
 
@@ -393,9 +395,17 @@ class ApprovalStore:
         may decide DANGEROUS calls; for leaving ``strict`` one for MODERATE; for taking a
         tool off the approval list one for that tool's risk. Mode ``auto`` is signed.
         Only the run's owner (or ``admin``) may change them (``NotRunOwnerError``); on a run
-        not created yet, ``principal`` becomes its owner.
+        not created yet, ``principal`` (of ``tenant``, else the default one) becomes its
+        owner. ``tenant``: the caller's; a run of another tenant is refused.
         """
-        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
+        self.owners.check(
+            run_id,
+            principal,
+            admin=admin,
+            action="change the rules of",
+            claim=True,
+            tenant=tenant,
+        )
         new_mode = ApprovalMode(mode) if mode is not None else None
         current = self.rules(run_id)
         needs: list[tuple[RiskLevel, str]] = []
@@ -445,6 +455,7 @@ class ApprovalStore:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Restore a saved approval state onto a run (owner or ``admin`` only, as ``set_rules``).
 
@@ -452,7 +463,14 @@ class ApprovalStore:
         approvals, mode ``auto``) is signed again here, by ``by``, who must be an approver
         for each tool's risk (DANGEROUS for mode ``auto``).
         """
-        self.owners.check(run_id, principal, admin=admin, action="change the rules of", claim=True)
+        self.owners.check(
+            run_id,
+            principal,
+            admin=admin,
+            action="change the rules of",
+            claim=True,
+            tenant=tenant,
+        )
         rules = RunRules.model_validate(state)
         rules.signatures = {}
         quorum = self.settings.dangerous_approvals > 1

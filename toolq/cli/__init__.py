@@ -18,6 +18,7 @@ from toolq.cli.dispatch import dispatch
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
 from toolq.cli.tail import tail
+from toolq.cli.tenants import tenants
 from toolq.cli.tools import tools
 from toolq.cli.worker import worker
 from toolq.errors import ToolqError
@@ -64,6 +65,7 @@ app.command()(tail)
 app.command()(tools)
 app.command()(check)
 app.command()(mcp)
+app.command()(tenants)
 app.add_typer(approvals, name="approvals")
 app.add_typer(keys, name="keys")
 

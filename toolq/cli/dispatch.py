@@ -20,6 +20,7 @@ from toolq.cli.common import (
 )
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError, WaitTimeoutError
+from toolq.quotas import DEFAULT_TENANT
 
 
 def dispatch(
@@ -28,6 +29,9 @@ def dispatch(
     run_id: str | None = typer.Option(None, "--run-id", help="Run to add the calls to."),
     behavior: str | None = typer.Option(None, help="Behavior the tools are asked to allow."),
     principal: str | None = typer.Option(None, help="Who submits (cannot approve its own calls)."),
+    tenant: str = typer.Option(
+        DEFAULT_TENANT, help="Tenant the calls are run for (its budget is charged)."
+    ),
     wait: float | None = typer.Option(
         None,
         metavar="SECONDS",
@@ -53,7 +57,9 @@ def dispatch(
     require_redis(settings)
     with Client(registry, settings) as client:
         try:
-            batch = client.dispatch(payload, run_id=run_id, behavior=behavior, principal=principal)
+            batch = client.dispatch(
+                payload, run_id=run_id, behavior=behavior, principal=principal, tenant=tenant
+            )
         except (ToolqError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None

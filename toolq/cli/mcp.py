@@ -12,6 +12,7 @@ from toolq.cli.common import (
     one_of,
     settings_for,
 )
+from toolq.quotas import DEFAULT_TENANT, valid_tenant
 
 TRANSPORTS = ("stdio", "http")
 
@@ -35,6 +36,9 @@ def mcp(
         None, "--run-id", help="Run of every call (default: one per MCP session)."
     ),
     principal: str = typer.Option("mcp", help="Submitter recorded on every call."),
+    tenant: str = typer.Option(
+        DEFAULT_TENANT, help="Tenant every call is run for (http: tokens of another are refused)."
+    ),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
     log_level: str = log_level_option("warning"),
 ) -> None:
@@ -44,11 +48,16 @@ def mcp(
     from toolq.api.mcp import McpOptions, create_mcp_server, http_app, serve_stdio
     from toolq.dispatch.client import Client
 
+    try:
+        valid_tenant(tenant)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tenant") from None
     settings = settings_for(app, redis_url)
     registry = load_registry(settings.app)
     options = McpOptions(
         run_id=run_id,
         principal=principal,
+        tenant=tenant,
         approval_wait=approval_wait,
         call_timeout=call_timeout,
     )
@@ -69,7 +78,7 @@ def mcp(
             typer.echo(f"no TOOLQ_API_TOKENS configured; admin token for this process: {token}")
         typer.echo(f"toolq mcp on http://{host}:{port}/mcp (Authorization: Bearer)", err=True)
         uvicorn.run(
-            http_app(server, Authenticator(tokens), host),
+            http_app(server, Authenticator(tokens), host, tenant),
             host=host,
             port=port,
             log_level=log_level,

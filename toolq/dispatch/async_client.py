@@ -22,6 +22,7 @@ from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.errors import ToolqError
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
@@ -58,12 +59,14 @@ class AsyncClient:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> AsyncBatch:
         """Parse the tool calls in ``payload`` and queue or park each; returns once stored.
 
         The run belongs to the ``principal`` whose dispatch created it (``None`` included):
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
-        ``admin``.
+        ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
+        to one tenant, and an invalid name raises ``InvalidTenantError``.
         """
         batch = await asyncio.to_thread(
             self.sync.dispatch,
@@ -74,6 +77,7 @@ class AsyncClient:
             principal=principal,
             format=format,
             admin=admin,
+            tenant=tenant,
         )
         return AsyncBatch(batch)
 
@@ -86,6 +90,7 @@ class AsyncClient:
         run_id: str | None = None,
         behavior: str | None = None,
         principal: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> CallResult:
         """Dispatch one call and wait for its final result."""
         return await asyncio.to_thread(
@@ -96,6 +101,7 @@ class AsyncClient:
             run_id=run_id,
             behavior=behavior,
             principal=principal,
+            tenant=tenant,
         )
 
     async def wait(
@@ -299,6 +305,7 @@ class AsyncApprovals:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Set a run's mode (strict/permissive/auto), its approval list or its deadline.
 
@@ -314,6 +321,7 @@ class AsyncApprovals:
             by=by,
             principal=principal,
             admin=admin,
+            tenant=tenant,
         )
 
     async def export_state(self, run_id: str) -> dict[str, Any]:
@@ -328,6 +336,7 @@ class AsyncApprovals:
         by: str | None = None,
         principal: str | None = None,
         admin: bool = False,
+        tenant: str | None = None,
     ) -> RunRules:
         """Restore a saved approval state onto a run (owner or ``admin`` only).
 
@@ -335,7 +344,13 @@ class AsyncApprovals:
         approver for each tool's risk (DANGEROUS for mode ``auto``).
         """
         return await asyncio.to_thread(
-            self.sync.restore_state, run_id, state, by=by, principal=principal, admin=admin
+            self.sync.restore_state,
+            run_id,
+            state,
+            by=by,
+            principal=principal,
+            admin=admin,
+            tenant=tenant,
         )
 
 

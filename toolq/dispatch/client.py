@@ -21,6 +21,7 @@ from toolq.errors import (
     WaitTimeoutError,
 )
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
@@ -172,12 +173,14 @@ class Client:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> Batch:
         """Parse the tool calls in ``payload`` and queue or park each; returns at once.
 
         The run belongs to the ``principal`` whose dispatch created it (``None`` included):
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
-        ``admin``.
+        ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
+        to one tenant, and an invalid name raises ``InvalidTenantError``.
         """
         dispatched = self.dispatcher.dispatch(
             payload,
@@ -187,6 +190,7 @@ class Client:
             principal=principal,
             format=format,
             admin=admin,
+            tenant=tenant,
         )
         return Batch(self, dispatched)
 
@@ -199,10 +203,13 @@ class Client:
         run_id: str | None = None,
         behavior: str | None = None,
         principal: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> CallResult:
         """Dispatch one call and wait for its final result."""
         payload = [{"id": f"call_{uuid.uuid4().hex}", "name": name, "arguments": arguments or {}}]
-        batch = self.dispatch(payload, run_id=run_id, behavior=behavior, principal=principal)
+        batch = self.dispatch(
+            payload, run_id=run_id, behavior=behavior, principal=principal, tenant=tenant
+        )
         return batch.wait(timeout)[0]
 
     def wait(

@@ -12,7 +12,12 @@ calls of the first one and runs nothing twice.
 
 A run belongs to the principal whose dispatch created it: a dispatch by anyone else (but an
 admin) is refused with ``NotRunOwnerError`` and writes nothing, and the run's sticky rules
-("always approve/deny this tool") apply only to calls its owner submits.
+("always approve/deny this tool") apply only to calls its owner submits. A run also belongs
+to one tenant: calls of another tenant are refused even for an admin.
+
+A call of a tool with a ``cost`` whose tenant has a budget is charged when it is created, by
+the same script (``toolq.dispatch.budgets``); one over the budget is created ``denied``
+with ``budget_exceeded``, and a cost function that fails fails its own call only.
 
 Secret argument values are stored encrypted (``SecretBox``); a call that will not run
 (failed, denied) is stored with its secrets masked instead.
@@ -27,10 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
+from toolq.dispatch.budgets import cost_of, period_of
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import (
     ApprovalDeniedError,
+    BudgetExceededError,
+    InvalidTenantError,
     NotRunOwnerError,
     PayloadError,
     ToolDeniedError,
@@ -45,7 +53,10 @@ from toolq.models import (
     RpcId,
     ToolCall,
 )
+from toolq.quotas import DEFAULT_TENANT, Budget, tenant_config, valid_tenant
 from toolq.results.owners import RunOwner, RunOwners
+from toolq.results.scripts import Charge, CreateOutcome
+from toolq.results.scripts.calls import BUDGET_LEFT_MARK
 from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
 from toolq.telemetry import DispatchSpan, dispatch_span
@@ -118,15 +129,21 @@ class Dispatcher:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> Dispatched:
-        """Store and route every tool call in ``payload``.
+        """Store and route every tool call in ``payload``, run for ``tenant``.
 
-        Raises only for unreadable payloads and for a run owned by another principal
-        (``NotRunOwnerError``; ``admin`` may add calls to any run).
+        Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``)
+        and for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
+        calls to any run of the same tenant).
         """
+        try:
+            valid_tenant(tenant)
+        except (ValueError, TypeError) as exc:
+            raise InvalidTenantError(str(exc), tenant=str(tenant)) from None
         with dispatch_span(principal) as span:
             dispatched = self._dispatch(
-                payload, run_id, behavior, idempotency_key, principal, format, admin, span
+                payload, run_id, behavior, idempotency_key, principal, format, admin, tenant, span
             )
             span.dispatched(dispatched.run_id, dispatched.calls)
             return dispatched
@@ -140,6 +157,7 @@ class Dispatcher:
         principal: str | None,
         format: ProviderFormat | str | None,
         admin: bool,
+        tenant: str,
         span: DispatchSpan,
     ) -> Dispatched:
         payload = check_payload(payload, self.settings)
@@ -151,22 +169,29 @@ class Dispatcher:
             )
         run = run_id or uuid.uuid4().hex
         # A run this dispatch creates has no rules yet: no need to look them up.
-        run_rules = self._rules_for(run, principal) if run_id else RunRules()
+        run_rules = self._rules_for(run, principal, tenant) if run_id else RunRules()
+        budget = tenant_config(self.settings.tenants, tenant).budget
         new_calls = []
         for position, call in enumerate(calls):
             key = _idempotency_key(call, position, idempotency_key)
             new_calls.append(
-                self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
+                self._prepare(
+                    call, run, position, behavior, principal, key, run_rules, admin, tenant, budget
+                )
             )
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
         new_calls, groups = self._messages(new_calls)
         replies = self.store.create_many(new_calls, groups)
-        if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
+        refused = [value for outcome, value in replies if outcome == NotRunOwnerError.code]
+        if refused:
             self.owners.refuse(run, principal)
+            whose = "principal"
+            if RunOwner.decode(refused[0]).tenant_name != tenant:
+                whose = "tenant"
             raise NotRunOwnerError(
-                f"{principal!r} may not dispatch into run {run!r}: it belongs to another principal",
+                f"{principal!r} may not dispatch into run {run!r}: it belongs to another {whose}",
                 run_id=run,
                 by=principal,
             )
@@ -188,12 +213,14 @@ class Dispatcher:
                     env.call_id,
                     env.tool_call_id,
                     env.name,
-                    new.status,
+                    CallStatus.DENIED if outcome == _OVER_BUDGET else new.status,
                     False,
                     env.format,
                     env.rpc_id,
                 )
             )
+            if outcome == _OVER_BUDGET:
+                continue
             if new.fields and new.fields.get("preview_state") == PreviewState.PENDING:
                 to_preview.append(new)
         if duplicate_ids:
@@ -214,7 +241,7 @@ class Dispatcher:
         first = None if duplicate_ids or not replies else replies[0][1]
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first)
 
-    def _rules_for(self, run_id: str, principal: str | None) -> RunRules:
+    def _rules_for(self, run_id: str, principal: str | None, tenant: str) -> RunRules:
         """The run's rules as they apply to ``principal``'s calls (one round trip)."""
         pipe = self.store.redis.pipeline(transaction=False)
         pipe.get(self.store.keys.run_settings(run_id))
@@ -222,7 +249,7 @@ class Dispatcher:
         raw_rules, raw_owner = pipe.execute()
         rules = RunRules.model_validate_json(raw_rules) if raw_rules else RunRules()
         owner = RunOwner.decode(raw_owner) if raw_owner else None
-        if owner is not None and not owner.admits(principal):
+        if owner is not None and not owner.admits(principal, tenant):
             # An approver's "always" was granted for the owner's calls, not for an admin's.
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
         return rules
@@ -240,9 +267,13 @@ class Dispatcher:
         for window in range(0, len(calls), size):
             by_route: dict[tuple[str, float | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
-                if calls[i].status is CallStatus.QUEUED:
-                    route = (calls[i].envelope.risk.value, calls[i].timeout)
-                    by_route.setdefault(route, []).append(i)
+                # A charged call its CREATE turns denied (over budget) stays in its group's
+                # message, as a duplicate does: CREATE_GROUP notes only the calls created
+                # queued, and a worker's START skips the others.
+                if calls[i].status is not CallStatus.QUEUED:
+                    continue
+                route = (calls[i].envelope.risk.value, calls[i].timeout)
+                by_route.setdefault(route, []).append(i)
             for members in by_route.values():
                 first = calls[members[0]]
                 risk, timeout = first.envelope.risk, first.timeout
@@ -266,6 +297,8 @@ class Dispatcher:
         key: str,
         run_rules: RunRules,
         admin: bool,
+        tenant: str,
+        budget: Budget | None,
     ) -> NewCall:
         envelope = CallEnvelope(
             call_id=uuid.uuid4().hex,
@@ -276,6 +309,7 @@ class Dispatcher:
             format=call.format,
             behavior=behavior,
             principal=principal,
+            tenant=tenant,
             idempotency_key=key,
             position=position,
             rpc_id=call.rpc_id,
@@ -283,7 +317,8 @@ class Dispatcher:
         tool = self.registry.get(call.name)
         if tool is not None:
             envelope.risk = tool.risk
-        base = {"name": call.name, "tool_call_id": call.id, "position": position}
+        base = {"name": call.name, "tool_call_id": call.id, "position": position, "tenant": tenant}
+        cost = 0.0
         try:
             if call.error:
                 raise PayloadError(call.error)
@@ -297,6 +332,8 @@ class Dispatcher:
                 )
             self.registry.check_enabled(tool)
             tool.validate(call.arguments)
+            if budget is not None:
+                cost = cost_of(tool, call.arguments)
             # The predicate sees the plaintext (in memory only); the store gets it sealed.
             route = self.policy.route(tool, call.arguments, run_rules)
             envelope.arguments = seal_arguments(self.box, tool, envelope.call_id, call.arguments)
@@ -311,7 +348,43 @@ class Dispatcher:
             return NewCall(
                 envelope, status, event, data, result=result, idempotency_key=key, admin=admin
             )
-        return self._route(tool, envelope, base, key, run_rules, route, admin)
+        new = self._route(tool, envelope, base, key, run_rules, route, admin)
+        if budget is not None and cost > 0 and new.status in _CHARGED:
+            return dataclasses.replace(new, charge=self._charge(new, cost, budget))
+        return new
+
+    def _charge(self, new: NewCall, cost: float, budget: Budget) -> Charge:
+        """``new``'s charge, and the denied call it becomes if the budget cannot take it."""
+        env = new.envelope
+        period = period_of(budget, time.time())
+        result = {
+            "error": (
+                f"denied: this call of {env.name!r} costs {cost:g} but tenant {env.tenant!r} "
+                f"has {BUDGET_LEFT_MARK} left of its budget of {budget.limit:g} per "
+                f"{budget.per}; the budget resets at {period.reset_at}"
+            ),
+            "error_type": BudgetExceededError.code,
+        }
+        data = {
+            key: value
+            for key, value in new.event_data.items()
+            if key in ("name", "tool_call_id", "position", "tenant", "risk", "arguments")
+        }
+        data.update(status=CallStatus.DENIED.value, by="budget", **result)
+        masked = data["arguments"]
+        return Charge(
+            cost=cost,
+            limit=budget.limit,
+            period=period.name,
+            ttl=period.key_ttl(time.time()),
+            denied_result=dumps(result),
+            denied_data=dumps(data),
+            denied_envelope=(
+                env.model_copy(update={"arguments": masked}).model_dump_json()
+                if masked != env.arguments
+                else ""
+            ),
+        )
 
     def _route(
         self,
@@ -381,6 +454,12 @@ class Dispatcher:
             fields={"approval": dumps(signed)} if signed is not None else None,
             admin=admin,
         )
+
+
+_OVER_BUDGET: CreateOutcome = "over_budget"
+"""CREATE's reply for a call it created denied, over its tenant's budget."""
+_CHARGED = (CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL)
+"""The calls a budget is charged for: those that will run, or may once approved."""
 
 
 def _idempotency_key(call: ToolCall, position: int, client_key: str | None) -> str:

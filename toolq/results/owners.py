@@ -1,4 +1,4 @@
-"""Who owns a run: the principal (and, once tokens name one, the tenant) that created it.
+"""Who owns a run: the principal and the tenant that created it.
 
 The owner is written by the script that creates the run's first call (no extra round trip,
 and of two racing creators exactly one wins) and never changes while the run lives. Only
@@ -6,6 +6,11 @@ the owner, or an admin, may dispatch into a run, cancel or undo its calls, or ch
 rules; a refusal raises ``NotRunOwnerError`` and is written to the audit stream as
 ``refused:not_owner``. ``None`` is an owner like any other: a run created without a
 principal accepts only callers without one (and admins).
+
+A run belongs to one tenant: no call of another tenant joins it, not even an admin's, and
+a caller bound to a tenant (an API token naming one) may neither read nor act on a run of
+another tenant (``check_tenant``, ``check_call_tenant``). The default tenant is stored as
+``null``, as runs were before tenants.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import redis
 from toolq.errors import NotRunOwnerError
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.settings import Settings
 from toolq.signing import signer_for
@@ -27,10 +33,20 @@ from toolq.signing import signer_for
 
 @dataclass(frozen=True)
 class RunOwner:
-    """The principal and tenant a run belongs to."""
+    """The principal and tenant a run belongs to (``tenant`` ``None``: the default one)."""
 
     principal: str | None
     tenant: str | None = None
+
+    @classmethod
+    def of(cls, principal: str | None, tenant: str) -> RunOwner:
+        """The owner of a run ``principal`` creates for ``tenant``."""
+        return cls(principal, None if tenant == DEFAULT_TENANT else tenant)
+
+    @property
+    def tenant_name(self) -> str:
+        """The run's tenant by name."""
+        return self.tenant or DEFAULT_TENANT
 
     def encode(self) -> str:
         """Canonical JSON, compared byte for byte by the create script."""
@@ -46,9 +62,9 @@ class RunOwner:
         data = json.loads(raw)
         return cls(data.get("principal"), data.get("tenant"))
 
-    def admits(self, principal: str | None) -> bool:
-        """True when ``principal`` is this owner."""
-        return self.principal == principal
+    def admits(self, principal: str | None, tenant: str | None = None) -> bool:
+        """True when ``principal`` is this owner (of ``tenant``, when one is named)."""
+        return self.principal == principal and (tenant is None or tenant == self.tenant_name)
 
 
 class RunOwners:
@@ -65,11 +81,12 @@ class RunOwners:
         raw: Any = self.redis.get(self.keys.run_owner(run_id))
         return RunOwner.decode(raw) if raw else None
 
-    def claim(self, run_id: str, principal: str | None) -> RunOwner:
-        """Make ``principal`` the owner of a run that has none; the run's owner either way."""
+    def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
+        """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner."""
         key = self.keys.run_owner(run_id)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(key, RunOwner(principal).encode(), nx=True, ex=self.settings.result_ttl)
+        owner = RunOwner.of(principal, tenant or DEFAULT_TENANT)
+        pipe.set(key, owner.encode(), nx=True, ex=self.settings.result_ttl)
         pipe.get(key)
         return RunOwner.decode(pipe.execute()[1])
 
@@ -81,17 +98,54 @@ class RunOwners:
         admin: bool = False,
         action: str,
         claim: bool = False,
+        tenant: str | None = None,
     ) -> None:
         """Raise ``NotRunOwnerError`` unless ``principal`` owns the run (or ``admin``).
 
         ``claim`` makes ``principal`` the owner of a run that has none (rules set on a run
-        not created yet must not wait there for someone else's calls).
+        not created yet must not wait there for someone else's calls). ``tenant``: the
+        caller's tenant when it is bound to one (an admin's too); ``None``: any.
         """
-        owner = self.claim(run_id, principal) if claim and not admin else self.get(run_id)
-        self._enforce(owner, run_id, principal, admin=admin, action=action)
+        owner = self.claim(run_id, principal, tenant) if claim and not admin else self.get(run_id)
+        self._enforce(owner, run_id, principal, admin=admin, action=action, tenant=tenant)
+
+    def check_tenant(
+        self, run_id: str, tenant: str | None, *, principal: str | None, action: str
+    ) -> None:
+        """Raise ``NotRunOwnerError`` when a caller bound to ``tenant`` touches another's run.
+
+        ``tenant`` ``None`` (an unbound caller) and unknown runs pass.
+        """
+        if tenant is None:
+            return
+        owner = self.get(run_id)
+        if owner is not None and owner.tenant_name != tenant:
+            self.refuse(run_id, principal)
+            raise _foreign_tenant(run_id, principal, action)
+
+    def check_call_tenant(
+        self, call_id: str, tenant: str | None, *, principal: str | None, action: str
+    ) -> None:
+        """``check_tenant`` for the run of a call; unknown calls pass (left to the caller)."""
+        if tenant is None:
+            return
+        run_id, raw = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner"])
+        if run_id is None:
+            return
+        run = as_text(run_id)
+        owner = RunOwner.decode(raw) if raw else self.get(run)
+        if owner is not None and owner.tenant_name != tenant:
+            self.refuse(run, principal, call_id=call_id)
+            raise _foreign_tenant(run, principal, action)
 
     def check_call(
-        self, call_id: str, principal: str | None, *, admin: bool = False, action: str
+        self,
+        call_id: str,
+        principal: str | None,
+        *,
+        admin: bool = False,
+        action: str,
+        tenant: str | None = None,
     ) -> str | None:
         """Like ``check``, for the run of a call (whose record carries the run's owner).
 
@@ -110,6 +164,7 @@ class RunOwners:
             action=action,
             call_id=call_id,
             tool=as_text(tool or ""),
+            tenant=tenant,
         )
         return run
 
@@ -123,8 +178,14 @@ class RunOwners:
         action: str,
         call_id: str = "",
         tool: str = "",
+        tenant: str | None = None,
     ) -> None:
-        if admin or owner is None or owner.admits(principal):
+        if owner is None:
+            return
+        if tenant is not None and owner.tenant_name != tenant:
+            self.refuse(run_id, principal, call_id=call_id, tool=tool)
+            raise _foreign_tenant(run_id, principal, action)
+        if admin or owner.admits(principal):
             return
         self.refuse(run_id, principal, call_id=call_id, tool=tool)
         raise NotRunOwnerError(
@@ -158,3 +219,11 @@ class RunOwners:
             maxlen=self.settings.audit_maxlen,
             approximate=True,
         )
+
+
+def _foreign_tenant(run_id: str, principal: str | None, action: str) -> NotRunOwnerError:
+    return NotRunOwnerError(
+        f"{principal!r} may not {action} run {run_id!r}: it belongs to another tenant",
+        run_id=run_id,
+        by=principal,
+    )

@@ -49,6 +49,8 @@ class NewCall:
     """``(queue, message)`` pushed with the record when the call is created queued."""
     admin: bool = False
     """The submitter is an admin: it may add calls to a run another principal owns."""
+    charge: scripts.Charge | None = None
+    """The call's cost against its tenant's budget, charged (or refused) with its creation."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +131,10 @@ class CallStore:
     ) -> list[tuple[str, str]]:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
-        Each is ``('new', event_id)``, ``('dup', call_id)`` or ``('not_owner', owner)`` (the
-        run belongs to another principal: nothing was written).
+        Each is ``('new', event_id)``, ``('over_budget', event_id)`` (created ``denied``:
+        its tenant's budget could not take its cost), ``('dup', call_id)`` or
+        ``('not_owner', owner)`` (the run belongs to another principal or tenant: nothing
+        was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script
@@ -207,9 +211,11 @@ class CallStore:
             timeout="" if call.timeout is None else repr(call.timeout),
             result=dumps(call.result) if call.result is not None else "",
             message=call.message if with_message else None,
-            owner=RunOwner(env.principal).encode(),
+            owner=RunOwner.of(env.principal, env.tenant).encode(),
             admin=call.admin,
             refresh=refresh,
+            tenant=env.tenant,
+            charge=call.charge,
             fields=call.fields,
         )
 
@@ -545,6 +551,7 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         format=envelope.format,
         run_id=envelope.run_id,
         rpc_id=envelope.rpc_id,
+        tenant=envelope.tenant,
         **payload,
     )
 

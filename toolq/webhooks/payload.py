@@ -14,6 +14,7 @@ from toolq.models import EventType
 
 SHOWN_FIELDS = (
     "status",
+    "tenant",
     "arguments",
     "edited_arguments",
     "deadline",
@@ -26,7 +27,8 @@ SHOWN_FIELDS = (
     "attempts",
     "duration_ms",
 )
-"""Event data fields a notification carries; everything else stays in Redis."""
+"""Event data fields a notification carries; everything else stays in Redis (``tenant``
+is in a call's first event: queued, awaiting_approval, or failed/denied at dispatch)."""
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@
 --   9  run_owner          the run's owner (Keys.run_owner)
 --   10 queued             calls pushed, by push time (Keys.queued)
 --   11 pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
---   12 hook_types         event types webhooks want (Keys.webhook_events)
---   13 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   12 spent              the tenant's spent counter of this budget period
+--                         (Keys.tenant_spent; Keys.unsent when the call is not charged)
+--   13 hook_types         event types webhooks want (Keys.webhook_events)
+--   14 outbox             webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
 --   1  call_id            2  status (queued | awaiting_approval | a final status)
 --   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
@@ -35,18 +37,43 @@
 --   14 timeout (s, '' = none)                        15 result (JSON, '' = not final)
 --   16 message ('' = leave it to the sweeper)        17 owner (RunOwner.encode)
 --   18 admin ('1' | '0')  19 refresh ('1': the dispatch's last call of this run)
---   20.. extra record field/value pairs
--- Returns {'new', event_id} | {'dup', existing_call_id} | {'not_owner', owner}.
+--   20 tenant             the call's tenant (a run's owner names it, null = 'default')
+--   21 cost               what the call is charged ('0': nothing to charge)
+--   22 limit              the tenant's budget for the period ('' = no budget)
+--   23 spent_ttl (s)      how long the spent counter must live
+--   24 denied_result      result JSON of a call over budget; LEFT_MARK stands for what is left
+--   25 denied_data        its call.denied event data, with the same mark
+--   26 denied_envelope    the envelope stored instead when over budget ('' = the same)
+--   27.. extra record field/value pairs
+--
+-- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
+-- counter INCRBYFLOAT, the record's 'charged' field), after the idempotency key is claimed,
+-- so a retried dispatch is never charged twice. A call whose cost would take the counter
+-- past the limit is created 'denied' (call.denied, error_type budget_exceeded) and charges
+-- nothing; its message is not pushed and it is not parked.
+-- Returns {'new', event_id} | {'over_budget', event_id} (created denied) |
+-- {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
-local hook_types, outbox = KEYS[12], KEYS[13]
+local spent, hook_types, outbox = KEYS[12], KEYS[13], KEYS[14]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local result, message, submitter, admin = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
 local refresh = ARGV[19] == '1'
-local FIRST_EXTRA = 20
+local tenant, cost_text, limit, spent_ttl = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
+local denied_result, denied_data, denied_envelope = ARGV[24], ARGV[25], ARGV[26]
+local FIRST_EXTRA = 27
+local LEFT_MARK = '__TOOLQ_BUDGET_LEFT__'
+local cost = tonumber(cost_text)
+
+local DEFAULT_TENANT = 'default'
+local function tenant_of(owner_json)
+  local ok, named = pcall(function() return cjson.decode(owner_json)['tenant'] end)
+  if ok and named and named ~= cjson.null then return named end
+  return DEFAULT_TENANT
+end
 
 local function refresh_run(owner_new)
   if not refresh then return end
@@ -57,7 +84,10 @@ end
 
 -- (SET NX GET would read and claim the owner in one command, but needs Redis 7.)
 local owner = redis.call('GET', run_owner)
-if owner and owner ~= submitter and admin ~= '1' then return {'not_owner', owner} end
+-- An admin may add calls to another principal's run, never to another tenant's.
+if owner and owner ~= submitter and (admin ~= '1' or tenant_of(owner) ~= tenant) then
+  return {'not_owner', owner}
+end
 if not redis.call('SET', idempotency, call_id, 'NX', 'EX', ttl) then
   refresh_run(false)
   return {'dup', redis.call('GET', idempotency)}
@@ -67,10 +97,26 @@ if owner_new then
   owner = submitter
   redis.call('SET', run_owner, owner, 'EX', ttl)
 end
+local charged, over_budget = nil, false
+if cost > 0 and limit ~= '' and (status == 'queued' or status == 'awaiting_approval') then
+  local used = tonumber(redis.call('GET', spent) or '0')
+  if used + cost > tonumber(limit) then
+    local left = tostring(math.max(0, tonumber(limit) - used))
+    status, etype, over_budget = 'denied', 'call.denied', true
+    result = string.gsub(denied_result, LEFT_MARK, left)
+    data = string.gsub(denied_data, LEFT_MARK, left)
+    if denied_envelope ~= '' then envelope = denied_envelope end
+  else
+    redis.call('INCRBYFLOAT', spent, cost)
+    redis.call('EXPIRE', spent, spent_ttl)
+    charged = cost_text
+  end
+end
 local record = {'status', status, 'envelope', envelope, 'run_id', run_id, 'name', name,
                 'risk', risk, 'idempotent', idempotent, 'timeout', timeout,
                 'created_at', now, 'updated_at', now, 'attempt', 0, 'recoveries', 0,
-                'owner', owner}
+                'owner', owner, 'tenant', tenant}
+if charged then record[#record + 1] = 'charged'; record[#record + 1] = charged end
 for i = FIRST_EXTRA, #ARGV do record[#record + 1] = ARGV[i] end
 if result ~= '' then
   record[#record + 1] = 'result'; record[#record + 1] = result
@@ -88,4 +134,5 @@ if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, dead
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local id = emit(etype, data)
 refresh_run(owner_new)
+if over_budget then return {'over_budget', id} end
 return {'new', id}

@@ -9,8 +9,9 @@
 -- group's member runs as CREATE with no message: it lands in the unsent set, and
 -- push_batch takes it out again with the group's push bookkeeping on its record (the same
 -- push_seq and push_tag for every call the message carries; Sweeper.resend_lost checks and
--- re-sends them one by one). A member that is a duplicate (or refused) is not noted; its
--- id in the message finds no record and its worker skips it.
+-- re-sends them one by one). A member that is a duplicate (or refused, or created denied
+-- over its tenant's budget) is not noted; its id in the message finds no record (or a
+-- final one) and its worker skips it.
 --
 -- KEYS
 --   1 queued   calls pushed, by push time (Keys.queued)

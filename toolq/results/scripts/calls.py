@@ -8,18 +8,40 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
 
-CreateOutcome = Literal["new", "dup", "not_owner"]
+CreateOutcome = Literal["new", "over_budget", "dup", "not_owner"]
 
 
 @dataclass(frozen=True)
 class CreateReply:
-    """``new`` (value: the event id), ``dup`` (the existing call id) or ``not_owner`` (owner)."""
+    """``new``/``over_budget`` (event id; the latter created denied), ``dup``, ``not_owner``."""
 
     outcome: CreateOutcome
     value: str
+
+
+BUDGET_LEFT_MARK = "__TOOLQ_BUDGET_LEFT__"
+"""Stands for what is left of the budget in ``Charge``'s texts; ``create.lua`` fills it in."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A call's cost against its tenant's budget, and the call it becomes when over it."""
+
+    cost: float
+    limit: float
+    period: str
+    """The budget period's name (``Keys.tenant_spent``)."""
+    ttl: int
+    denied_result: str
+    """Result JSON of the call when over budget, ``BUDGET_LEFT_MARK`` for what is left."""
+    denied_data: str
+    """Its ``call.denied`` event data (JSON), with the same mark."""
+    denied_envelope: str = ""
+    """The envelope stored instead (secrets masked); ``""`` keeps the call's own."""
 
 
 class Create(Script[CreateReply]):
@@ -53,13 +75,17 @@ class Create(Script[CreateReply]):
         owner: str,
         admin: bool,
         refresh: bool,
+        tenant: str = DEFAULT_TENANT,
+        charge: Charge | None = None,
         fields: dict[str, str] | None = None,
     ) -> Invocation[CreateReply]:
         """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
 
         ``refresh``: this is the dispatch's last call of its run, which sets the run's TTLs.
+        ``charge``: the call's cost and its tenant's budget (``None``: nothing to charge).
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
+        spent = keys.tenant_spent(tenant, charge.period) if charge else keys.unsent
         return self.invoke(
             [
                 idempotency,
@@ -73,6 +99,7 @@ class Create(Script[CreateReply]):
                 keys.run_owner(run_id),
                 keys.queued,
                 keys.queue_pushes(queue) if message else keys.unsent,
+                spent,
                 *emit_keys(keys),
             ],
             [
@@ -95,6 +122,13 @@ class Create(Script[CreateReply]):
                 owner,
                 "1" if admin else "0",
                 "1" if refresh else "0",
+                tenant,
+                repr(charge.cost) if charge else "0",
+                repr(charge.limit) if charge else "",
+                charge.ttl if charge else 0,
+                charge.denied_result if charge else "",
+                charge.denied_data if charge else "",
+                charge.denied_envelope if charge else "",
                 *[item for pair in (fields or {}).items() for item in pair],
             ],
         )
