@@ -20,9 +20,11 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
+from toolq.errors import ConfigurationError
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
+from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.workers.app import create_celery
 
@@ -44,9 +46,16 @@ def worker(
     log_level: str = log_level_option("info"),
     hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    shard: int | None = typer.Option(
+        None,
+        "--shard",
+        envvar="TOOLQ_SHARD",
+        min=0,
+        help="With TOOLQ_SHARDS: the cell (index in the list) to consume and sweep.",
+    ),
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
-    settings = settings_for(app, redis_url)
+    settings = cell_settings(settings_for(app, redis_url), shard)
     registry = load_registry(settings.app)
     verifier_for(settings)  # a malformed verify key stops the worker here, not per call
     levels = risk_list(risk)
@@ -56,7 +65,8 @@ def worker(
     keys = Keys(settings.key_prefix)
     if prefetch is None:
         prefetch = 1 if RiskLevel.DANGEROUS in levels else 4
-    name = hostname or f"toolq-{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
+    cell = f"cell{settings.shard}-" if settings.shard is not None else ""
+    name = hostname or f"toolq-{cell}{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
     if SecretBox.from_settings(settings) is None:  # a malformed key fails here, at start
         secretive = sorted(t.name for t in registry if t.secret_paths.any)
         if secretive:
@@ -96,6 +106,25 @@ def worker(
         stderr = sys.__stderr__ or sys.stderr
         print(f"toolq worker: exiting with status {code}: {reason}", file=stderr, flush=True)
         raise typer.Exit(code)
+
+
+def cell_settings(settings: Settings, shard: int | None) -> Settings:
+    """The settings of the one cell a worker serves: cell ``shard`` of ``TOOLQ_SHARDS``."""
+    if not settings.shards:
+        if shard is not None:
+            raise ConfigurationError("--shard (TOOLQ_SHARD) needs TOOLQ_SHARDS")
+        return settings
+    if shard is None:
+        raise ConfigurationError(
+            f"TOOLQ_SHARDS lists {len(settings.shards)} cells: name the one to serve "
+            "with --shard N (TOOLQ_SHARD)"
+        )
+    if shard >= len(settings.shards):
+        raise ConfigurationError(
+            f"--shard {shard}: TOOLQ_SHARDS lists {len(settings.shards)} cells (0 to "
+            f"{len(settings.shards) - 1})"
+        )
+    return settings.for_cell(shard)
 
 
 class _LastCritical(logging.Handler):
