@@ -13,6 +13,7 @@ from celery.signals import worker_init
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
+    cell_settings,
     load_registry,
     log_level_option,
     one_of,
@@ -20,11 +21,9 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
-from toolq.errors import ConfigurationError
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
-from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.workers.app import create_celery
 
@@ -106,25 +105,6 @@ def worker(
         stderr = sys.__stderr__ or sys.stderr
         print(f"toolq worker: exiting with status {code}: {reason}", file=stderr, flush=True)
         raise typer.Exit(code)
-
-
-def cell_settings(settings: Settings, shard: int | None) -> Settings:
-    """The settings of the one cell a worker serves: cell ``shard`` of ``TOOLQ_SHARDS``."""
-    if not settings.shards:
-        if shard is not None:
-            raise ConfigurationError("--shard (TOOLQ_SHARD) needs TOOLQ_SHARDS")
-        return settings
-    if shard is None:
-        raise ConfigurationError(
-            f"TOOLQ_SHARDS lists {len(settings.shards)} cells: name the one to serve "
-            "with --shard N (TOOLQ_SHARD)"
-        )
-    if shard >= len(settings.shards):
-        raise ConfigurationError(
-            f"--shard {shard}: TOOLQ_SHARDS lists {len(settings.shards)} cells (0 to "
-            f"{len(settings.shards) - 1})"
-        )
-    return settings.for_cell(shard)
 
 
 class _LastCritical(logging.Handler):
