@@ -101,8 +101,8 @@ def test_settings_shards_parse_and_each_cell_is_one_redis(monkeypatch: pytest.Mo
         "m1",
         "redis://:secret@ignored:1/4",
     )
-    from toolq.redis_target import RedisTarget
     from toolq.errors import ConfigurationError
+    from toolq.redis_target import RedisTarget
 
     # Settings that list cells never reach a Redis of their own (the default URL) by mistake.
     with pytest.raises(ConfigurationError, match="TOOLQ_SHARDS lists 2 cells"):
@@ -201,12 +201,14 @@ def test_api_routes_and_merges_every_cell(two: Settings, cell_workers: list[Test
         assert [c["up"] for c in overview["cells"]] == [True, True]
         assert {w["cell"] for w in overview["worker_list"]} == {0, 1}
         charts = httpx.get(f"{api}/v1/charts", headers=h("admin-t")).json()
-        assert sum(sum(series) for series in charts["rates"].values()) * 60 == pytest.approx(4, abs=0.05)
+        rates = sum(sum(series) for series in charts["rates"].values())
+        assert rates * 60 == pytest.approx(4, abs=0.05)
         metrics = httpx.get(f"{api}/metrics", headers=h("admin-t")).text
         for shard in ("0", "1"):
             assert f'toolq_cell_up{{shard="{shard}"}} 1' in metrics
             assert f'toolq_pending_approvals{{shard="{shard}"}} 1' in metrics
-            assert f'toolq_calls{{shard="{shard}",tool="echo",risk="safe",state="succeeded"}} 1' in metrics
+            labels = f'shard="{shard}",tool="echo",risk="safe",state="succeeded"'
+            assert f"toolq_calls{{{labels}}} 1" in metrics
         for call_id in parked:
             decided = httpx.post(
                 f"{api}/v1/approvals/{call_id}/deny", json={"reason": "no"}, headers=h("alice-t")
