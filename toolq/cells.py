@@ -243,8 +243,6 @@ class CellApprovals(ApprovalStore):
             first.store, first.publisher, first.registry, first.policy, owners=first.owners
         )
         self.cells = cells
-        self.down: list[Cell] = []
-        """The cells the last listing (``pending``, ``audit``) could not read."""
 
     def _on_call(self, call_id: str, act: Callable[[ApprovalStore], T]) -> T:
         cell = self.cells.for_call(call_id)
@@ -257,15 +255,14 @@ class CellApprovals(ApprovalStore):
             return act(cell.backend.approvals)
 
     def _each(self, read: Callable[[ApprovalStore], list[T]]) -> list[T]:
-        up, down = self.cells.split()
+        up, _ = self.cells.split()
         out: list[T] = []
         for cell in up:
             try:
                 with cell.guard():
                     out.extend(read(cell.backend.approvals))
             except CellUnavailableError:
-                down.append(cell)
-        self.down = down
+                continue  # went down since ``split``: left out, as those found down
         return out
 
     def pending(
