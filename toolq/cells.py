@@ -121,6 +121,8 @@ class Cells:
         self.cells = [
             Cell(i, Backend(settings.for_cell(i), registry)) for i in range(len(settings.shards))
         ]
+        self.open = [c for c in self.cells if not settings.draining(c.index)]
+        """The cells new runs go to (every cell but those ``draining``)."""
         self._runs: OrderedDict[str, int] = OrderedDict()
         self._calls: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
@@ -151,6 +153,10 @@ class Cells:
             )
         return bool(found)
 
+    def home(self, run_id: str) -> Cell:
+        """The cell a new run with this id goes to: ``home_cell`` among the cells not draining."""
+        return self.open[home_cell(run_id, len(self.open))]
+
     def for_run(self, run_id: str) -> Cell:
         """The cell holding ``run_id``; its home cell when no reachable cell knows it yet.
 
@@ -160,7 +166,7 @@ class Cells:
         if known is not None:
             known.check()
             return known
-        home = self.cells[home_cell(run_id, len(self.cells))]
+        home = self.home(run_id)
         if home.is_up() and self._has_run(home, run_id):
             self._remember(self._runs, run_id, home.index)
             return home
@@ -175,7 +181,7 @@ class Cells:
 
     def for_new_run(self, run_id: str) -> Cell:
         """The home cell of a run id just made (no other cell can know it)."""
-        cell = self.cells[home_cell(run_id, len(self.cells))]
+        cell = self.home(run_id)
         cell.check()
         return cell
 

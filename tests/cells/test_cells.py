@@ -19,7 +19,7 @@ import redis
 
 from tests.apps import registry
 from tests.cells.conftest import CellServers
-from tests.conftest import ROOT, SECRETS_KEY, Workers, serve
+from tests.conftest import ROOT, SECRETS_KEY, Workers, make_settings, serve
 from toolq import Client
 from toolq.api.app import create_app
 from toolq.cells import FRESH_SECONDS, home_cell
@@ -149,8 +149,9 @@ def test_approvals_merge_and_are_decided_by_id_in_their_cell(
 ) -> None:
     runs = [run_in(0, 2, "appr"), run_in(1, 2, "appr")]
     with Client(registry, two) as client:
-        parked = [client.dispatch(wipe(f"disk{i}"), run_id=run).call_ids[0] for i, run in
-                  enumerate(runs)]
+        parked = [
+            client.dispatch(wipe(f"disk{i}"), run_id=run).call_ids[0] for i, run in enumerate(runs)
+        ]
     with Client(registry, two) as fresh:
         pending = fresh.approvals.pending()
         assert sorted(p.call_id for p in pending) == sorted(parked)
@@ -177,9 +178,10 @@ def test_api_routes_and_merges_every_cell(two: Settings, cell_workers: list[Test
             parked.append(got.json()["calls"][0]["call_id"])
         for run, call_id in zip(runs, done, strict=True):
             deadline = time.monotonic() + 20
-            while httpx.get(f"{api}/v1/calls/{call_id}", headers=h("admin-t")).json()[
-                "status"
-            ] != "succeeded":
+            while (
+                httpx.get(f"{api}/v1/calls/{call_id}", headers=h("admin-t")).json()["status"]
+                != "succeeded"
+            ):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             events = httpx.get(
@@ -340,8 +342,12 @@ def test_cli_worker_and_approvals_with_cells(cell_servers: CellServers) -> None:
 
     def toolq(*argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "toolq", *argv], env={**env, **extra}, cwd=ROOT,
-            capture_output=True, text=True, timeout=60,
+            [sys.executable, "-m", "toolq", *argv],
+            env={**env, **extra},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     refused = toolq("worker", "--risk", "safe")
@@ -383,3 +389,39 @@ def test_risk_levels_route_per_cell_queue(two: Settings, cell_servers: CellServe
             assert queue.llen(f"toolq.{RiskLevel.MODERATE.value}") == 1
         finally:
             queue.close()
+
+
+def test_a_draining_cell_takes_no_new_runs_and_keeps_serving_its_own(
+    cell_servers: CellServers,
+) -> None:
+    cell_servers.start(2)
+    old = run_in(1, 2, "drain")
+    with Client(registry, cell_servers.settings()) as before:
+        parked = before.dispatch(wipe("old"), run_id=old).call_ids[0]
+    draining = make_settings(
+        shards=[cell_servers.urls[0], {"url": cell_servers.urls[1], "draining": True}]
+    )
+    workers = [TestWorker(draining.for_cell(i), registry) for i in range(2)]
+    for worker in workers:
+        worker.start(1)
+    try:
+        with Client(registry, draining) as client:
+            fresh = [client.dispatch(echo(f"n{i}")) for i in range(12)]
+            named = [
+                client.dispatch(echo("named"), run_id=run_in(1, 2, f"nd{i}")) for i in range(3)
+            ]
+            for batch in [*fresh, *named]:  # every new run in cell 0, even ids homed in 1
+                assert batch.wait(20)[0].status is CallStatus.SUCCEEDED
+                assert run_keys(cell_servers.urls[0], batch.run_id) == 2
+                assert run_keys(cell_servers.urls[1], batch.run_id) == 0
+            # The draining cell's own run goes on there: decided, run, and joined by new calls.
+            assert [p.call_id for p in client.approvals.pending()] == [parked]
+            client.approvals.approve(parked, "alice")
+            assert client.wait([parked], timeout=20)[0].output == "wiped old"
+            assert client.dispatch(echo("more"), run_id=old).wait(20)[0].output == {"text": "more"}
+            assert len(client.results(old)) == 2 and run_keys(cell_servers.urls[0], old) == 0
+    finally:
+        for worker in workers:
+            worker.close()
+    with pytest.raises(ValueError, match="every cell"):
+        make_settings(shards=[{"url": cell_servers.urls[0], "draining": True}])
