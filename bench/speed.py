@@ -317,7 +317,9 @@ def speed(args: argparse.Namespace) -> int:
                 if (
                     got := run.attempt(
                         f"toolq over {n} cell(s)",
-                        partial(cells_row, n, 40, 50, 4, 1, 2, "prefork"),
+                        partial(
+                            cells_row, n, *((4, 5) if args.tiny else (40, 50)), 4, 1, 2, "prefork"
+                        ),
                     )
                 )
                 is not None
