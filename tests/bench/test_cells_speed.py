@@ -10,6 +10,7 @@ def test_two_cells_share_the_calls_and_each_redis_is_measured() -> None:
     assert row["cells"] == 2 and row["calls"] == 60 and row["calls_per_s"] > 0
     cells = row["per_cell"]
     assert sum(c["calls"] for c in cells) == 60
-    # 20 random run ids (all in one cell: p = 2^-19): both cells hold runs, and each cell's Redis did work for them.
+    # 20 random run ids (all in one cell: p = 2^-19): both cells hold runs, and each
+    # cell's Redis did work for them.
     assert all(c["runs"] > 0 and c["redis_cpu_s"] > 0 for c in cells), cells
     assert "cell 1:" in render([row])
