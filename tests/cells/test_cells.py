@@ -425,3 +425,48 @@ def test_a_draining_cell_takes_no_new_runs_and_keeps_serving_its_own(
             worker.close()
     with pytest.raises(ValueError, match="every cell"):
         make_settings(shards=[{"url": cell_servers.urls[0], "draining": True}])
+
+
+def test_verify_audit_checks_every_cells_stream(cell_servers: CellServers) -> None:
+    from toolq.signing import generate_pair
+
+    cell_servers.start(2)
+    signing, verify = generate_pair()
+    runs = [run_in(0, 2, "audit"), run_in(1, 2, "audit")]
+    with Client(registry, cell_servers.settings()) as client:
+        parked = [client.dispatch(wipe(r), run_id=r).call_ids[0] for r in runs]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TOOLQ_SHARDS": json.dumps(cell_servers.urls),
+        "TOOLQ_SECRETS_KEY": SECRETS_KEY,
+        "TOOLQ_APPROVAL_SIGNING_KEY": signing,
+        "TOOLQ_APPROVAL_VERIFY_KEYS": verify,
+    }
+
+    def toolq(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "toolq", *argv],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    for call_id in parked:
+        denied = toolq("approvals", "deny", call_id, "--reason", "no", "--by", "alice")
+        assert denied.returncode == 0, denied.stderr
+    report = toolq("approvals", "verify-audit", "--json")
+    assert report.returncode == 0, report.stderr
+    counts = json.loads(report.stdout)
+    assert counts["valid"] == 2 and counts["invalid"] == 0  # one signed denial in each cell
+    # A forged entry in the second cell's stream is found too.
+    forged = redis.Redis.from_url(cell_servers.urls[1])
+    try:
+        [(_, fields)] = forged.xrange("toolq:audit")
+        forged.xadd("toolq:audit", {**fields, b"outcome": b"approved"})  # was: denied
+    finally:
+        forged.close()
+    report = toolq("approvals", "verify-audit", "--json")
+    assert report.returncode == 1 and json.loads(report.stdout)["invalid"] == 1
