@@ -9,7 +9,8 @@ their cell: a call is looked for in every cell (its record key), and the answer 
 
 Each cell is checked with a short PING (no retries) at most once a second before it is used,
 so a request for a run in a cell that is down fails at once with ``CellUnavailableError``
-naming the cell, while the other cells' runs go on.
+naming the cell, while the other cells' runs go on (and a new run under a fresh id starts
+in a cell that answers).
 """
 
 from __future__ import annotations
@@ -180,10 +181,18 @@ class Cells:
         return home
 
     def for_new_run(self, run_id: str) -> Cell:
-        """The home cell of a run id just made (no other cell can know it)."""
-        cell = self.home(run_id)
-        cell.check()
-        return cell
+        """A cell for a run id just made: its home cell, else the next open cell that answers.
+
+        No cell can hold a run under a fresh random id, so while its home cell is down the
+        run can start in another one (``for_run`` finds it there later, as any run).
+        """
+        home = self.home(run_id)
+        start = self.open.index(home)
+        for cell in self.open[start:] + self.open[:start]:
+            if cell.is_up():
+                return cell
+        home.check()  # none answers: the error names the home cell
+        return home
 
     def for_call(self, call_id: str) -> Cell:
         """The cell holding ``call_id``.

@@ -283,9 +283,13 @@ def test_one_cell_killed_leaves_the_other_serving(cell_servers: CellServers) -> 
             # The healthy cell's runs go on: dispatched, run by the real --shard 0 worker.
             batch = client.dispatch(echo("after"), run_id=healthy)
             assert batch.wait(20)[0].output == {"text": "after"}
-            fresh = client.dispatch(echo("new run"))  # a new run: wherever its id hashes
-            if home_cell(fresh.run_id, 2) == 0:
-                assert fresh.wait(20)[0].status is CallStatus.SUCCEEDED
+            # New runs under fresh ids all start, in the cell that answers, whatever their home.
+            fresh = [client.dispatch(echo(f"new run {i}")) for i in range(20)]
+            assert {home_cell(b.run_id, 2) for b in fresh} == {0, 1}
+            for batch in fresh:
+                assert batch.wait(20)[0].status is CallStatus.SUCCEEDED
+                assert client.cells is not None
+                assert client.cells.for_run(batch.run_id).index == 0
             # The lost cell's run fails at once, naming the cell.
             with pytest.raises(CellUnavailableError) as lost:
                 client.dispatch(echo("lost"), run_id=doomed)

@@ -142,7 +142,12 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
             backlog = await run_in_threadpool(lambda: list(client.events(run_id, start)))
             return [e.model_dump(mode="json") for e in backlog]
         parts.check_capacity()
-        hub = await run_in_threadpool(parts.hub_for, run_id)
+        # Finding a run's cell may ask Redis: off the event loop (and only with cells).
+        hub = (
+            parts.hubs[0]
+            if client.cells is None
+            else await run_in_threadpool(parts.hub_for, run_id)
+        )
         return StreamingResponse(
             _sse(hub, frames, run_id, start, request),
             media_type="text/event-stream",
