@@ -6,7 +6,7 @@ import json
 import os
 import secrets
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,8 +63,3 @@ def cell_servers(tmp_path: Path) -> Iterator[CellServers]:
     servers = CellServers(tmp_path)
     yield servers
     servers.stop()
-
-
-@pytest.fixture
-def cell_settings(cell_servers: CellServers) -> Callable[..., Settings]:
-    return cell_servers.settings
