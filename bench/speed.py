@@ -2,7 +2,7 @@
 
     python -m bench.speed [--calls 300] [--batch 2000] [--repeat 3] [--io-calls 1000]
                           [--io-sleep 0.1]
-                          [--sections roundtrip,io,async,scaling,breakdown,profile]
+                          [--sections roundtrip,io,async,scaling,breakdown,profile,cells]
                           [--systems celery,dramatiq,arq,toolq] [--scaling 1,2,4]
                           [--dramatiq-tuned-threads 16] [--arq-poll-delay 0.002]
                           [--async-processes 2] [--async-threads 50] [--tiny]
@@ -57,7 +57,7 @@ from bench.redis_cost import (  # noqa: E402
 )
 from bench.setups import SLOTS, Setup, dramatiq_defaults, io_setups, roundtrip_setups  # noqa: E402
 
-SECTIONS = ("roundtrip", "io", "async", "scaling", "breakdown", "profile")
+SECTIONS = ("roundtrip", "io", "async", "scaling", "breakdown", "profile", "cells")
 SYSTEMS = ("celery", "dramatiq", "arq", "toolq")
 
 
@@ -306,6 +306,25 @@ def speed(args: argparse.Namespace) -> int:
             from bench.profile import profile
 
             run.report["profile"] = run.attempt("toolq worker profile", lambda: profile(run))
+        if "cells" in args.sections:
+            # Its own private servers (one, then two cells): throughput and Redis CPU per cell.
+            from bench.cells_speed import measure as cells_row
+            from bench.cells_speed import render as render_cells
+
+            run.report["cells"] = [
+                got
+                for n in (1, 2)
+                if (
+                    got := run.attempt(
+                        f"toolq over {n} cell(s)",
+                        partial(
+                            cells_row, n, *((4, 5) if args.tiny else (40, 50)), 4, 1, 2, "prefork"
+                        ),
+                    )
+                )
+                is not None
+            ]
+            print("\nCells (bench/cells_speed.py):\n" + render_cells(run.report["cells"]))
         run.report["targets"] = speed_report.print_all(run.report, args)
         _finish(run, env, time.monotonic() - started)
     finally:

@@ -37,6 +37,7 @@
     │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
     ├── OverloadedError             a configured capacity is reached; retry later
     ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
+    │   └── CellUnavailableError    the cell (TOOLQ_SHARDS) of a run or call does not answer
     ├── ReplicationError            fewer replicas than ``TOOLQ_MIN_REPLICAS_ACK`` confirmed a write
     ├── InternalError               toolq itself failed while running a call (a bug)
     └── AmbiguousIdError            a call id prefix that matches more than one call
@@ -275,6 +276,16 @@ class RedisUnavailableError(ToolqError):
     """Redis does not answer; nothing was read or written."""
 
     code = "redis_unavailable"
+
+
+class CellUnavailableError(RedisUnavailableError):
+    """The cell (one Redis of ``TOOLQ_SHARDS``) that holds a run or call does not answer.
+
+    ``details``: ``cell`` (its index in the list) and ``where`` (its address, no password).
+    Other cells' runs are unaffected.
+    """
+
+    code = "cell_unavailable"
 
 
 class ReplicationError(ToolqError):

@@ -41,6 +41,12 @@ class RedisTarget:
             return where
         if isinstance(where, str):
             return cls(where)
+        if where.shards:
+            # Never the default URL by mistake: each cell has its own Redis.
+            raise ConfigurationError(
+                f"TOOLQ_SHARDS lists {len(where.shards)} cells: one Redis is one cell's "
+                "(Settings.for_cell(n), toolq worker --shard N)"
+            )
         if not where.sentinels:
             return cls(where.redis_url)
         password = where.sentinel_password

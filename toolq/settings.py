@@ -99,6 +99,37 @@ def sentinel_addresses(value: str) -> list[tuple[str, int]]:
     return pairs
 
 
+class SentinelCell(BaseModel):
+    """A cell of ``TOOLQ_SHARDS`` found through Redis Sentinel: its Sentinels and service name.
+
+    The master's password and database come from ``TOOLQ_REDIS_URL``, as for ``TOOLQ_SENTINELS``.
+    ``draining``: no new run goes to the cell; its runs are still found (README: Cells).
+    """
+
+    sentinels: list[str] = Field(min_length=1)
+    master: str = Field(min_length=1)
+    draining: bool = False
+
+    @field_validator("sentinels")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if len(sentinel_addresses(item)) != 1:
+                raise ValueError(f"sentinel {item!r} is not host:port")
+        return value
+
+
+class UrlCell(BaseModel):
+    """A cell of ``TOOLQ_SHARDS`` given by its URL, in the form that can say ``draining``."""
+
+    url: str
+    draining: bool = False
+
+
+Cell = str | UrlCell | SentinelCell
+"""One entry of ``TOOLQ_SHARDS``: a Redis URL (or ``{"url", "draining"}``), or a Sentinel master."""
+
+
 class Settings(BaseSettings):
     """Configuration for every toolq process; read from ``TOOLQ_*`` environment variables."""
 
@@ -120,6 +151,13 @@ class Settings(BaseSettings):
     finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
     replica_ack_timeout_ms: int = Field(1000, gt=0)
     """How long one such write waits for its replicas before it is reported as failed."""
+    shards: list[Cell] = Field(default_factory=list)
+    """Independent Redis cells runs are spread over (``TOOLQ_SHARDS``, JSON list: each a
+    Redis URL or ``{"sentinels": ["host:port", ...], "master": "name"}``; ``{"url": ...,
+    "draining": true}`` takes no new runs). Empty: one cell,
+    the Redis of ``redis_url`` / ``sentinels``. A run lives in one cell (README: Cells)."""
+    shard: int | None = Field(None, ge=0)
+    """The cell a worker consumes and sweeps (``TOOLQ_SHARD``, ``toolq worker --shard``)."""
     app: str | None = None
     """``module:registry`` reference of the tool registry to serve."""
     key_prefix: str = "toolq"
@@ -237,3 +275,44 @@ class Settings(BaseSettings):
         if self.sentinels and not self.sentinel_master:
             raise ValueError("TOOLQ_SENTINELS needs TOOLQ_SENTINEL_MASTER (the service name)")
         return self
+
+    @field_validator("shards")
+    @classmethod
+    def _cell_urls(cls, cells: list[Cell]) -> list[Cell]:
+        for cell in cells:
+            url = cell if isinstance(cell, str) else cell.url if isinstance(cell, UrlCell) else None
+            if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError(f"cell {url!r} is not a redis://, rediss:// or unix:// URL")
+        if cells and all(not isinstance(c, str) and c.draining for c in cells):
+            raise ValueError("every cell of TOOLQ_SHARDS is draining: new runs have none to go to")
+        return cells
+
+    @model_validator(mode="after")
+    def _shard_listed(self) -> Settings:
+        if self.shard is not None and self.shards and self.shard >= len(self.shards):
+            raise ValueError(
+                f"TOOLQ_SHARD={self.shard}: TOOLQ_SHARDS lists {len(self.shards)} cells"
+            )
+        return self
+
+    def draining(self, index: int) -> bool:
+        """True when cell ``index`` of ``shards`` takes no new runs."""
+        cell = self.shards[index]
+        return not isinstance(cell, str) and cell.draining
+
+    def for_cell(self, index: int) -> Settings:
+        """These settings with the Redis of cell ``index`` of ``shards``, as one cell alone.
+
+        A URL cell replaces ``redis_url`` (and drops ``sentinels``); a Sentinel cell sets
+        ``sentinels`` and ``sentinel_master`` and keeps ``redis_url`` for its credentials.
+        """
+        if not 0 <= index < len(self.shards):
+            raise ValueError(f"cell {index}: TOOLQ_SHARDS lists {len(self.shards)} cells")
+        cell = self.shards[index]
+        update: dict[str, object] = {"shards": [], "shard": index}
+        if isinstance(cell, str | UrlCell):
+            url = cell if isinstance(cell, str) else cell.url
+            update.update(redis_url=url, sentinels=None, sentinel_master=None)
+        else:
+            update.update(sentinels=",".join(cell.sentinels), sentinel_master=cell.master)
+        return self.model_copy(update=update)

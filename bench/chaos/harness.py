@@ -7,11 +7,17 @@ Starts a private Redis (AOF, ``appendfsync always`` by default), the workers, th
 auto-approver and the client processes; injects one fault every ``--fault-interval``
 seconds during ``--duration``; waits for the clients and for every call to settle; dumps
 Redis; runs the checker. Exit status: the checker's (non-zero when an invariant fails).
+
+``--cells 2``: two cells (``TOOLQ_SHARDS``): a private Redis each, ``--workers`` worker
+processes per cell (``toolq worker`` with ``TOOLQ_SHARD``), clients and approver over both,
+and a fault injector per cell (faults in both, each on its own seeded schedule). The dumps
+of the cells are merged for the checker; ``cells.json`` says how many runs and calls each held.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import shutil
 import signal
@@ -19,10 +25,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.chaos import checker
 from bench.chaos.dump import dump_redis, unfinished
-from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, worker_specs
+from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, WorkerSpec, worker_specs
 from bench.chaos.history import DUMP, History
 from bench.chaos.load import LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
@@ -51,6 +58,7 @@ class ChaosConfig:
     redis_outage: float = 1.0
     wait_timeout: float = 90.0
     drain: float = 60.0
+    cells: int = 1
 
 
 def run(cfg: ChaosConfig) -> int:
@@ -59,8 +67,15 @@ def run(cfg: ChaosConfig) -> int:
         shutil.rmtree(cfg.out)
     cfg.out.mkdir(parents=True)
     history = History(cfg.out, "harness")
-    server = PrivateRedis(cfg.out / "redis", cfg.appendfsync)
-    server.start()
+    one = cfg.cells == 1
+    servers = [
+        PrivateRedis(cfg.out / ("redis" if one else f"redis-{i}"), cfg.appendfsync)
+        for i in range(cfg.cells)
+    ]
+    for server in servers:
+        server.start()
+    urls = [server.url for server in servers]
+    shards = {} if one else {"TOOLQ_SHARDS": json.dumps(urls)}
     # Production-like trust: workers verify signed approvals and open sealed secrets; only
     # the approver process holds the signing key.
     keys = fresh_keys()
@@ -70,19 +85,30 @@ def run(cfg: ChaosConfig) -> int:
         "TOOLQ_LEASE_SECONDS": str(cfg.lease_seconds),
         "TOOLQ_SWEEP_INTERVAL": "0.25",
         "TOOLQ_HEARTBEAT_SECONDS": "0.5",
+        **shards,
     }
-    pool = WorkerPool(worker_specs(cfg.workers), server.url, cfg.out, worker_env)
+    pools = [
+        WorkerPool(
+            _cell_specs(cfg.workers, None if one else i),
+            server.url,
+            cfg.out,
+            worker_env if one else {**worker_env, "TOOLQ_SHARD": str(i)},
+        )
+        for i, server in enumerate(servers)
+    ]
     ctx = multiprocessing.get_context("spawn")
     stop_approver = ctx.Event()
     approver = None
-    injector: FaultInjector | None = None
+    injectors: list[FaultInjector] = []
     clients: list[multiprocessing.process.BaseProcess] = []
     started = time.time()
     try:
-        pool.start_all()
-        _wait_ready(server.url, pool)
+        for pool in pools:
+            pool.start_all()
+        for pool in pools:
+            _wait_ready(pool.redis_url, pool)
         load = LoadConfig(
-            redis_url=server.url,
+            redis_url=urls[0],
             out_dir=cfg.out,
             calls=cfg.calls,
             duration=cfg.duration,
@@ -91,11 +117,13 @@ def run(cfg: ChaosConfig) -> int:
             wait_timeout=cfg.wait_timeout,
             inflight=cfg.inflight,
             keys=keys,
+            shards=() if one else tuple(urls),
         )
         history.append(
             "start",
             config={**vars(cfg), "out": str(cfg.out)},
-            redis_url=server.url,
+            redis_url=urls[0],
+            cells=len(urls),
             load_start=load.start_at,
         )
         approver = ctx.Process(target=run_approver, args=(load, stop_approver), name="approver")
@@ -107,17 +135,22 @@ def run(cfg: ChaosConfig) -> int:
         for proc in clients:
             proc.start()
         time.sleep(max(0.0, load.start_at - time.time()))
-        injector = FaultInjector(
-            pool,
-            server,
-            cfg.faults,
-            interval=cfg.fault_interval,
-            duration=cfg.duration,
-            seed=cfg.seed,
-            redis_outage=cfg.redis_outage,
-        )
-        injector.start()
-        injector.join()
+        injectors = [
+            FaultInjector(
+                pool,
+                server,
+                cfg.faults,
+                interval=cfg.fault_interval,
+                duration=cfg.duration,
+                seed=cfg.seed if one else int(f"{cfg.seed}{i}"),
+                redis_outage=cfg.redis_outage,
+            )
+            for i, (pool, server) in enumerate(zip(pools, servers, strict=True))
+        ]
+        for injector in injectors:
+            injector.start()
+        for injector in injectors:
+            injector.join()
         history.append("faults_over")
         limit = time.monotonic() + cfg.duration + cfg.wait_timeout + 60
         for proc in clients:
@@ -129,13 +162,17 @@ def run(cfg: ChaosConfig) -> int:
         history.append("clients_done")
         # Let every accepted call settle (or not: what is left is what the checker calls lost).
         drain_end = time.monotonic() + cfg.drain
-        while unfinished(server.url) and time.monotonic() < drain_end:
-            pool.check_alive()
+        while sum(unfinished(url) for url in urls) and time.monotonic() < drain_end:
+            for pool in pools:
+                pool.check_alive()
             time.sleep(0.5)
-        history.append("drained", unfinished=unfinished(server.url))
-        dump_redis(server.url, cfg.out / DUMP)
+        history.append("drained", unfinished=sum(unfinished(url) for url in urls))
+        if one:
+            dump_redis(urls[0], cfg.out / DUMP)
+        else:
+            _dump_cells(urls, cfg.out)
     finally:
-        if injector is not None:  # no worker restart may race the pool's stop below
+        for injector in injectors:  # no worker restart may race the pool's stop below
             injector.stopped.set()
             injector.join(30)
         for proc in clients:
@@ -147,13 +184,60 @@ def run(cfg: ChaosConfig) -> int:
             approver.join(10)
             if approver.is_alive():
                 approver.terminate()
-        pool.stop_all()
-        server.stop()
+        for pool in pools:
+            pool.stop_all()
+        for server in servers:
+            server.stop()
         history.append("stop", elapsed=time.time() - started)
         history.close()
     report = checker.check(cfg.out)
     print(checker.render(report))
+    if not one:
+        print(f"cells: {(cfg.out / CELLS).read_text()}")
     return 0 if report["ok"] else 1
+
+
+CELLS = "cells.json"
+"""Two-cell mode: runs and calls each cell held, and runs found in more than one cell."""
+
+
+def _cell_specs(count: int, cell: int | None) -> list[WorkerSpec]:
+    specs = worker_specs(count)
+    if cell is None:
+        return specs
+    return [
+        WorkerSpec(f"c{cell}-{s.name}", s.risk, s.pool, s.concurrency, s.prefetch) for s in specs
+    ]
+
+
+def _dump_cells(urls: list[str], out: Path) -> None:
+    """Dump every cell and merge the dumps into the one the checker reads."""
+    merged: dict[str, Any] = {}
+    per_cell = []
+    runs_seen: dict[str, set[int]] = {}
+    for index, url in enumerate(urls):
+        data = dump_redis(url, out / f"redis-dump-{index}.json")
+        runs = {c["run_id"] for c in data["calls"].values() if c.get("run_id")}
+        for run in runs:
+            runs_seen.setdefault(run, set()).add(index)
+        per_cell.append({"cell": index, "runs": len(runs), "calls": len(data["calls"])})
+        if not merged:
+            merged = data
+            continue
+        for name in ("calls", "executions", "events"):
+            merged[name].update(data[name])
+        merged["audit"] += data["audit"]
+        merged["unacked"] += data["unacked"]
+        leftovers = merged["leftovers"]
+        for name, value in data["leftovers"].items():
+            if isinstance(value, dict):
+                for key, n in value.items():
+                    leftovers[name][key] = leftovers[name].get(key, 0) + n
+            else:
+                leftovers[name] += value
+    (out / DUMP).write_text(json.dumps(merged))
+    split = sorted(run for run, cells in runs_seen.items() if len(cells) > 1)
+    (out / CELLS).write_text(json.dumps({"cells": per_cell, "runs_in_two_cells": split}))
 
 
 def _wait_ready(url: str, pool: WorkerPool, timeout: float = 60) -> None:
@@ -186,6 +270,7 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         help=f"comma-separated, of: {', '.join(FAULT_KINDS)} (empty: none)",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cells", type=int, default=1, help="Redis cells (TOOLQ_SHARDS); 1: none")
     p.add_argument("--out", type=Path, default=Path("/tmp/toolq-chaos"))
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="always")
     p.add_argument("--lease-seconds", type=float, default=5.0)
@@ -224,6 +309,7 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         redis_outage=a.redis_outage,
         wait_timeout=a.wait_timeout,
         drain=a.drain,
+        cells=a.cells,
     )
 
 

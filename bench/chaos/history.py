@@ -16,6 +16,8 @@ from typing import Any
 import redis
 from kombu.exceptions import OperationalError
 
+from toolq.errors import RedisUnavailableError
+
 HISTORY = "history.jsonl"
 EXECUTIONS = "executions.jsonl"
 DUMP = "redis-dump.json"
@@ -54,6 +56,8 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 def error_reason(exc: BaseException) -> str:
     """A short, stable reason for a failed client operation."""
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OperationalError | OSError):
+        return "redis_unavailable"
+    if isinstance(exc, RedisUnavailableError):  # a cell's (CellUnavailableError) included
         return "redis_unavailable"
     if isinstance(exc, redis.ResponseError) and "LOADING" in str(exc):
         return "redis_loading"

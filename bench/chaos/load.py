@@ -47,6 +47,8 @@ class LoadConfig:
     racers: int = 4
     racing_share: float = 0.2
     deny_share: float = 0.1
+    shards: tuple[str, ...] = ()
+    """The cells' URLs in two-cell mode (``--cells``): clients and approver route by run."""
     keys: dict[str, str] = field(default_factory=dict)
     """``TOOLQ_*`` key settings of the run (``toolq keys generate``): the approver signs with
     the signing key, every process seals/opens secrets with the secrets key."""
@@ -55,6 +57,8 @@ class LoadConfig:
         values: dict[str, object] = {"secrets_key": self.keys.get("TOOLQ_SECRETS_KEY")}
         if approver:
             values["approval_signing_key"] = self.keys.get("TOOLQ_APPROVAL_SIGNING_KEY")
+        if self.shards:
+            values["shards"] = list(self.shards)
         return Settings(redis_url=self.redis_url, app="bench.chaos.app:registry", **values)  # type: ignore[arg-type]
 
 

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
+from toolq.api.cells import CellParts, cells_health
 from toolq.api.dashboard import build_dashboard_router
 from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
@@ -17,13 +18,11 @@ from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
 from toolq.api.tenants import build_tenants_router
-from toolq.api.tickets import TicketStore
 from toolq.backend import Backend
 from toolq.dispatch.client import Client
 from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget
-from toolq.results.hub import EventHub
 from toolq.settings import ApiToken, Settings
 
 HERE = Path(__file__).parent
@@ -53,16 +52,17 @@ def create_app(
     backend = client.backend
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
-    target = RedisTarget.of(settings)
-    hub = EventHub(target, backend.keys, settings.max_event_streams)
-    tickets = TicketStore(backend.redis, backend.keys, settings.event_ticket_seconds)
-    probe = RedisProbe(target)
+    parts = CellParts(client, settings)
+    # With cells each request checks the cells it touches (``toolq.cells``); without, one
+    # gate checks the one Redis before every request.
+    probe = RedisProbe(RedisTarget.of(settings)) if client.cells is None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        await hub.close()
-        await probe.close()
+        await parts.close()
+        if probe is not None:
+            await probe.close()
         owned.close()
 
     app = FastAPI(
@@ -76,16 +76,20 @@ def create_app(
     errors.install(app)
     docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
-    app.add_middleware(RedisGate, probe=probe)
+    if probe is not None:
+        app.add_middleware(RedisGate, probe=probe)
     app.add_middleware(SecurityHeaders)
-    app.include_router(build_router(client, auth, hub, tickets))
+    app.include_router(build_router(client, auth, parts))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
     app.state.client = client
-    app.state.hub = hub
+    app.state.hub = parts.hubs[0]
+    app.state.parts = parts
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
+        if probe is None:
+            return await run_in_threadpool(cells_health, client)
         try:
             await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
         except RedisUnavailableError as exc:

@@ -29,20 +29,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def charts(client: Client, now: float | None = None) -> dict[str, Any]:
-    """Per-minute series over the last hour, oldest bucket first."""
-    now = time.time() if now is None else now
-    buckets = WINDOW_SECONDS // BUCKET_SECONDS
-    start = (math.floor(now / BUCKET_SECONDS) + 1) * BUCKET_SECONDS - WINDOW_SECONDS
+def _recent(client: Client, start: float) -> list[Any]:
+    """The small fields of one cell's calls created since ``start``."""
     r = client.redis
     raw: Any = r.zrangebyscore(client.keys.recent_calls, start, "+inf")
     ids = [as_text(c) for c in raw]
-    counts = {state.value: [0] * buckets for state in CallStatus}
-    durations: dict[str, list[list[float]]] = {}
     pipe = r.pipeline(transaction=False)
     for call_id in ids:
         pipe.hmget(client.keys.call(call_id), *_FIELDS)
-    for values in pipe.execute() if ids else []:
+    return pipe.execute() if ids else []
+
+
+def charts(client: Client, now: float | None = None) -> dict[str, Any]:
+    """Per-minute series over the last hour, oldest bucket first (every cell that answers)."""
+    now = time.time() if now is None else now
+    buckets = WINDOW_SECONDS // BUCKET_SECONDS
+    start = (math.floor(now / BUCKET_SECONDS) + 1) * BUCKET_SECONDS - WINDOW_SECONDS
+    counts = {state.value: [0] * buckets for state in CallStatus}
+    durations: dict[str, list[list[float]]] = {}
+    for values in (v for _, cell in client.reachable()[0] for v in _recent(cell, start)):
         name, status, created, updated, finished, result = (
             as_text(v) if v is not None else "" for v in values
         )

@@ -223,6 +223,14 @@ function renderStats(o) {
   cardsOut.push(el("div", { class: "stat pending" }, el("h3", {}, "approvals"),
     el("div", { class: "nums" }, el("div", {}, el("div", { class: "num", "data-testid": "pending-count" },
       o.pending_approvals), el("div", { class: "lbl" }, "pending decisions")))));
+  // With cells (TOOLQ_SHARDS): one card per cell, a cell whose Redis does not answer shown down.
+  for (const c of o.cells || []) {
+    cardsOut.push(el("div", { class: "stat cell" + (c.up ? "" : " down"), "data-testid": "cell-" + c.cell },
+      el("h3", {}, "cell " + c.cell),
+      el("div", { class: "nums" }, el("div", {}, el("div", { class: "num" + (c.up ? "" : " warn") },
+        c.up ? "up" : "down"), el("div", { class: "lbl", title: c.where }, c.up
+          ? "answers" : "its runs fail with cell_unavailable")))));
+  }
   $("#stats").replaceChildren(...cardsOut);
 }
 

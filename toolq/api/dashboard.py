@@ -141,27 +141,59 @@ def overview(client: Client, **filters: Any) -> dict[str, Any]:
     """Queues, workers, pending count and a page of recent calls, as the dashboard shows them.
 
     ``has_more`` says whether a next page exists (one more call was looked for);
-    ``final_states`` are the states a call never leaves.
+    ``final_states`` are the states a call never leaves. With cells the figures add up
+    every cell that answers, the calls are merged newest first, and ``cells`` says which
+    cells answer (``{"cell", "where", "up"}`` each).
     """
-    r = client.redis
-    keys = client.keys
-    workers = live_workers(client.settings)
     limit = filters.pop("limit", 100)
-    calls = recent_calls(client, **filters, limit=limit + 1)
-    return {
-        "queues": {level.value: r.llen(keys.queue_for(level)) for level in RiskLevel},
-        "workers": {
-            level.value: sum(1 for w in workers if keys.queue_for(level) in w.get("queues", []))
-            for level in RiskLevel
-        },
-        "worker_list": worker_rows(workers, time.time()),
-        "pending_approvals": r.zcard(keys.pending_approvals),
+    offset = filters.pop("offset", 0)
+    run_id = filters.get("run_id")
+    reachable, down = client.reachable()
+    if run_id is not None and client.cells is not None:
+        reachable = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
+    queues = dict.fromkeys((level.value for level in RiskLevel), 0)
+    alive = dict.fromkeys((level.value for level in RiskLevel), 0)
+    worker_list: list[dict[str, Any]] = []
+    pending = 0
+    calls: list[dict[str, Any]] = []
+    for index, cell in reachable:
+        r = cell.redis
+        keys = cell.keys
+        workers = live_workers(cell.settings)
+        for level in RiskLevel:
+            queue = keys.queue_for(level)
+            queues[level.value] += r.llen(queue)
+            alive[level.value] += sum(1 for w in workers if queue in w.get("queues", []))
+        rows = worker_rows(workers, time.time())
+        if index is not None:
+            for row in rows:
+                row["cell"] = index
+        worker_list.extend(rows)
+        pending += r.zcard(keys.pending_approvals)
+        if len(reachable) == 1:
+            calls = recent_calls(cell, **filters, offset=offset, limit=limit + 1)
+        else:
+            calls.extend(recent_calls(cell, **filters, limit=offset + limit + 1))
+    if len(reachable) > 1:
+        calls.sort(key=lambda row: row["created_at"] or 0.0, reverse=True)
+        calls = calls[offset : offset + limit + 1]
+    out: dict[str, Any] = {
+        "queues": queues,
+        "workers": alive,
+        "worker_list": sorted(worker_list, key=lambda row: str(row["hostname"])),
+        "pending_approvals": pending,
         "tenant": filters.get("tenant"),
         "calls": calls[:limit],
-        "offset": filters.get("offset", 0),
+        "offset": offset,
         "has_more": len(calls) > limit,
         "final_states": sorted(status.value for status in FINAL_STATUSES),
     }
+    if client.cells is not None:
+        lost = {c.index for c in down}
+        out["cells"] = [
+            {"cell": c.index, "where": c.where, "up": c.index not in lost} for c in client.cells
+        ]
+    return out
 
 
 def call_actions(client: Client, call_id: str) -> dict[str, Any]:
@@ -170,6 +202,7 @@ def call_actions(client: Client, call_id: str) -> dict[str, Any]:
     Undo data lives apart from the result (it may hold what the call overwrote), so only
     its presence is read, never its content.
     """
+    client = client.cell_for_call(call_id)
     pipe = client.redis.pipeline(transaction=False)
     pipe.hmget(client.keys.call(call_id), "name", "status", "undo_state")
     pipe.exists(client.keys.undo(call_id))
@@ -229,11 +262,9 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
         """Whether the call can still be cancelled or undone (the roles are checked on use)."""
         caller.require_viewer()
         await run_in_threadpool(
-            client.owners.check_call_tenant,
-            call_id,
-            caller.tenant,
-            principal=caller.name,
-            action="read",
+            lambda: client.cell_for_call(call_id).owners.check_call_tenant(
+                call_id, caller.tenant, principal=caller.name, action="read"
+            )
         )
         return await run_in_threadpool(call_actions, client, call_id)
 

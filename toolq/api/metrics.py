@@ -34,57 +34,92 @@ def _label(value: str) -> str:
 
 
 def render(client: Client) -> str:
-    """The metrics page."""
-    r = client.redis
-    keys = client.keys
+    """The metrics page; with cells every sample has a ``shard`` label (the cell's index).
+
+    A cell that does not answer is left out of the other metrics and shows as
+    ``toolq_cell_up{shard="N"} 0``.
+    """
+    reachable, down = client.reachable()
+    cells = [_Cell(index, cell) for index, cell in reachable]
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_text: str) -> None:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
 
+    if client.cells is not None:
+        metric("toolq_cell_up", "gauge", "Whether each cell's Redis answers (1) or not (0).")
+        lost = {c.index for c in down}
+        for index in range(len(client.cells)):
+            lines.append(f'toolq_cell_up{{shard="{index}"}} {0 if index in lost else 1}')
     metric("toolq_queue_depth", "gauge", "Messages waiting in each risk queue.")
-    for level in RiskLevel:
-        lines.append(f'toolq_queue_depth{{risk="{level.value}"}} {r.llen(keys.queue_for(level))}')
+    for cell in cells:
+        for level in RiskLevel:
+            depth = cell.redis.llen(cell.keys.queue_for(level))
+            lines.append(f'toolq_queue_depth{{{cell.label}risk="{level.value}"}} {depth}')
     metric("toolq_workers_alive", "gauge", "Live workers consuming each risk queue.")
-    workers = live_workers(client.settings)
-    for level in RiskLevel:
-        queue = keys.queue_for(level)
-        alive = len([w for w in workers if queue in w.get("queues", [])])
-        lines.append(f'toolq_workers_alive{{risk="{level.value}"}} {alive}')
+    for cell in cells:
+        workers = live_workers(cell.client.settings)
+        for level in RiskLevel:
+            queue = cell.keys.queue_for(level)
+            alive = len([w for w in workers if queue in w.get("queues", [])])
+            lines.append(f'toolq_workers_alive{{{cell.label}risk="{level.value}"}} {alive}')
     metric("toolq_pending_approvals", "gauge", "Calls awaiting a human decision.")
-    lines.append(f"toolq_pending_approvals {r.zcard(keys.pending_approvals)}")
-
-    raw: Any = r.zrange(keys.recent_calls, 0, -1)
-    ids = [as_text(c) for c in raw]
-    pipe = r.pipeline(transaction=False)
-    for call_id in ids:
-        pipe.hmget(keys.call(call_id), "name", "risk", "status", "result")
-    states: Counter[tuple[str, str, str]] = Counter()
-    durations: dict[str, list[float]] = {}
-    for fields in pipe.execute() if ids else []:
-        name, risk, status, result = (f.decode() if f else "" for f in fields)
-        if not name:
-            continue
-        states[(name, risk, status)] += 1
-        if result:
-            duration = json.loads(result).get("duration_ms")
-            if duration is not None:
-                durations.setdefault(name, []).append(float(duration))
+    for cell in cells:
+        labels = f"{{{cell.label.rstrip(',')}}}" if cell.label else ""
+        lines.append(
+            f"toolq_pending_approvals{labels} {cell.redis.zcard(cell.keys.pending_approvals)}"
+        )
+    for cell in cells:
+        cell.read_recent()
     metric("toolq_calls", "gauge", "Recent calls by tool, risk and state.")
-    for (name, risk, status), count in sorted(states.items()):
-        lines.append(f'toolq_calls{{tool="{_label(name)}",risk="{risk}",state="{status}"}} {count}')
+    for cell in cells:
+        for (name, risk, status), count in sorted(cell.states.items()):
+            lines.append(
+                f'toolq_calls{{{cell.label}tool="{_label(name)}",risk="{risk}",'
+                f'state="{status}"}} {count}'
+            )
     metric("toolq_call_duration_ms", "histogram", "Execution time of recent finished calls.")
-    for name, values in sorted(durations.items()):
-        tool = _label(name)
-        for bound in BUCKETS_MS:
-            count = sum(1 for v in values if v <= bound)
-            lines.append(f'toolq_call_duration_ms_bucket{{tool="{tool}",le="{bound}"}} {count}')
-        lines.append(f'toolq_call_duration_ms_bucket{{tool="{tool}",le="+Inf"}} {len(values)}')
-        lines.append(f'toolq_call_duration_ms_sum{{tool="{tool}"}} {sum(values):.3f}')
-        lines.append(f'toolq_call_duration_ms_count{{tool="{tool}"}} {len(values)}')
+    for cell in cells:
+        for name, values in sorted(cell.durations.items()):
+            tool = f'{cell.label}tool="{_label(name)}"'
+            for bound in BUCKETS_MS:
+                count = sum(1 for v in values if v <= bound)
+                lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="{bound}"}} {count}')
+            lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {len(values)}')
+            lines.append(f"toolq_call_duration_ms_sum{{{tool}}} {sum(values):.3f}")
+            lines.append(f"toolq_call_duration_ms_count{{{tool}}} {len(values)}")
     lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
+
+
+class _Cell:
+    """One cell's client, its label prefix and, once read, its recent calls' figures."""
+
+    def __init__(self, index: int | None, client: Client) -> None:
+        self.index = index
+        self.client = client
+        self.redis = client.redis
+        self.keys = client.keys
+        self.label = f'shard="{index}",' if index is not None else ""
+        self.states: Counter[tuple[str, str, str]] = Counter()
+        self.durations: dict[str, list[float]] = {}
+
+    def read_recent(self) -> None:
+        raw: Any = self.redis.zrange(self.keys.recent_calls, 0, -1)
+        ids = [as_text(c) for c in raw]
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in ids:
+            pipe.hmget(self.keys.call(call_id), "name", "risk", "status", "result")
+        for fields in pipe.execute() if ids else []:
+            name, risk, status, result = (f.decode() if f else "" for f in fields)
+            if not name:
+                continue
+            self.states[(name, risk, status)] += 1
+            if result:
+                duration = json.loads(result).get("duration_ms")
+                if duration is not None:
+                    self.durations.setdefault(name, []).append(float(duration))
 
 
 def _per_second(limit: RateLimit | str | None) -> float | None:

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
+from toolq.api.cells import CellParts
 from toolq.api.limits import parse_body, parse_decision
-from toolq.api.tickets import TicketStore
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
 from toolq.errors import PayloadError
@@ -40,26 +40,28 @@ def _call_json(result: CallResult) -> dict[str, Any]:
     return result.model_dump(mode="json", exclude_none=True)
 
 
-def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore) -> APIRouter:
-    """All ``/v1`` routes over one ``Client``; event streams are served by ``hub``."""
+def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
+    """All ``/v1`` routes over one ``Client``; event streams are served by ``parts``' hubs."""
     router = APIRouter(prefix="/v1")
     Caller = Annotated[Principal, Depends(auth)]
 
     def stream_reader(run_id: str, request: Request, ticket: str | None = None) -> Principal:
         # A ticket opens this run's event stream only; anything else needs the header.
         if ticket is not None:
-            return tickets.redeem(ticket, run_id)
+            return parts.tickets_for(run_id).redeem(ticket, run_id)
         principal: Principal = auth(request)
         return principal
 
     Reader = Annotated[Principal, Depends(stream_reader)]
     frames = FrameCache()
-    owners = client.owners
 
+    # With cells a run's (and a call's) owner is recorded in its cell.
     def run_of_tenant(run_id: str, caller: Principal, action: str = "read") -> None:
+        owners = client.cell_for_run(run_id).owners
         owners.check_tenant(run_id, caller.tenant, principal=caller.name, action=action)
 
     def call_of_tenant(call_id: str, caller: Principal, action: str = "read") -> None:
+        owners = client.cell_for_call(call_id).owners
         owners.check_call_tenant(call_id, caller.tenant, principal=caller.name, action=action)
 
     @router.get("/tools")
@@ -141,9 +143,9 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         caller.require_viewer()
         run_of_tenant(run_id, caller)
         return {
-            "ticket": tickets.issue(run_id, caller),
+            "ticket": parts.tickets_for(run_id).issue(run_id, caller),
             "run_id": run_id,
-            "expires_in": tickets.ttl,
+            "expires_in": parts.ttl,
         }
 
     @router.get("/runs/{run_id}/events", response_model=None)
@@ -167,28 +169,44 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         if start is not None:
             check_stream_id(start)
         if not follow:
-            backlog = await run_in_threadpool(client.log.read, run_id, start)
+            backlog = await run_in_threadpool(lambda: list(client.events(run_id, start)))
             return [e.model_dump(mode="json") for e in backlog]
-        hub.check_capacity()
+        parts.check_capacity()
+        # Finding a run's cell may ask Redis: off the event loop (and only with cells).
+        hub = (
+            parts.hubs[0]
+            if client.cells is None
+            else await run_in_threadpool(parts.hub_for, run_id)
+        )
         return StreamingResponse(
             _sse(hub, frames, run_id, start, request),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    @router.get("/approvals")
+    @router.get("/approvals", response_model=list[ApprovalRequest])
     def pending(
         caller: Caller,
         run_id: str | None = None,
         risk: str | None = None,
         tool: str | None = None,
-    ) -> list[ApprovalRequest]:
-        """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only."""
+    ) -> Any:
+        """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only.
+
+        With cells, those of every cell that answers; ``X-Toolq-Cells-Down`` lists the
+        cells that do not (comma-separated indexes).
+        """
         caller.require_viewer()
+        down = [] if run_id is not None else client.reachable()[1]
         found = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
-        if caller.tenant is None:
+        if caller.tenant is not None:
+            found = [request for request in found if request.tenant == caller.tenant]
+        if not down:
             return found
-        return [request for request in found if request.tenant == caller.tenant]
+        return JSONResponse(
+            [r.model_dump(mode="json") for r in found],
+            headers={"X-Toolq-Cells-Down": ",".join(str(c.index) for c in down)},
+        )
 
     @router.get("/approvals/{call_id}")
     def approval(call_id: str, caller: Caller) -> ApprovalRequest:
@@ -250,7 +268,8 @@ def build_router(client: Client, auth: Any, hub: EventHub, tickets: TicketStore)
         caller.require("submitter")
         call_of_tenant(call_id, caller, "undo calls of")
         admin = caller.has("admin")
-        if client.owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
+        owners = client.cell_for_call(call_id).owners
+        if owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
             gate = client.undo_gate(call_id)
             if gate is not None:
                 caller.require_approver(gate)

@@ -49,6 +49,17 @@ class AuditReport(BaseModel):
         """True when no entry is forged, altered or unexpectedly unsigned."""
         return self.invalid == 0 and self.unsigned == 0
 
+    def merged(self, other: AuditReport) -> AuditReport:
+        """The counts of two audit streams together (cells: one stream each)."""
+        return AuditReport(
+            total=self.total + other.total,
+            valid=self.valid + other.valid,
+            invalid=self.invalid + other.invalid,
+            unsigned=self.unsigned + other.unsigned,
+            unsigned_system=self.unsigned_system + other.unsigned_system,
+            bad_ids=[*self.bad_ids, *other.bad_ids],
+        )
+
 
 def check_entry(fields: dict[str, str], verifier: Verifier) -> str:
     """``valid``, ``invalid``, ``unsigned`` or ``unsigned_system`` for one entry."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import redis
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
@@ -26,7 +27,7 @@ from toolq.cli.common import (
 )
 from toolq.cli.ids import resolve_call_id
 from toolq.dispatch.client import Client
-from toolq.errors import ToolqError
+from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
 from toolq.registry.registry import ToolRegistry
 from toolq.signing import verifier_for
 
@@ -59,9 +60,28 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 def _resolve(client: Client, call_id: str) -> str:
     try:
-        return resolve_call_id(client.redis, client.keys, call_id)
+        if client.cells is None:
+            return resolve_call_id(client.redis, client.keys, call_id)
+        found: set[str] = set()
+        for _, cell in client.reachable()[0]:
+            try:
+                found.add(resolve_call_id(cell.redis, cell.keys, call_id))
+            except CallNotFoundError:
+                continue
+        if len(found) > 1:
+            shown = ", ".join(sorted(found))
+            raise AmbiguousIdError(
+                f"call id prefix {call_id!r} matches {len(found)} calls ({shown}); type more of it"
+            )
+        return found.pop() if found else call_id  # unknown: the command says so
     except ToolqError as exc:
         raise fail(str(exc)) from None
+
+
+def _warn_down(client: Client) -> None:
+    """Name on stderr each cell whose calls a listing could not include."""
+    for cell in client.reachable()[1]:
+        typer.echo(f"warning: {cell.name} does not answer: its calls are not listed", err=True)
 
 
 def _left(deadline: float | None) -> str:
@@ -110,7 +130,12 @@ def list_(
 ) -> None:
     """Pending calls, soonest deadline first, with full call ids."""
     with _client(app, redis_url) as client:
-        pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+        try:
+            pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+        if run_id is None:
+            _warn_down(client)
         if json_:
             print_json([request.model_dump(mode="json") for request in pending])
             return
@@ -218,11 +243,18 @@ def verify_audit_(
     if verifier is None:
         raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
     require_redis(settings)
-    backend = Backend(settings)
-    try:
-        report = verify_audit(backend.redis, settings, verifier)
-    finally:
-        backend.close()
+    report = None
+    for cell in range(len(settings.shards)) if settings.shards else [None]:
+        one = settings.for_cell(cell) if cell is not None else settings
+        backend = Backend(one)
+        try:
+            found = verify_audit(backend.redis, one, verifier)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise fail(f"cell {cell} does not answer: {exc}") from None
+        finally:
+            backend.close()
+        report = found if report is None else report.merged(found)
+    assert report is not None
     if json_:
         print_json(report.model_dump())
     else:

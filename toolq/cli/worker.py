@@ -13,6 +13,7 @@ from celery.signals import worker_init
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
+    cell_settings,
     load_registry,
     log_level_option,
     one_of,
@@ -44,9 +45,16 @@ def worker(
     log_level: str = log_level_option("info"),
     hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
     redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    shard: int | None = typer.Option(
+        None,
+        "--shard",
+        envvar="TOOLQ_SHARD",
+        min=0,
+        help="With TOOLQ_SHARDS: the cell (index in the list) to consume and sweep.",
+    ),
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
-    settings = settings_for(app, redis_url)
+    settings = cell_settings(settings_for(app, redis_url), shard)
     registry = load_registry(settings.app)
     verifier_for(settings)  # a malformed verify key stops the worker here, not per call
     levels = risk_list(risk)
@@ -56,7 +64,8 @@ def worker(
     keys = Keys(settings.key_prefix)
     if prefetch is None:
         prefetch = 1 if RiskLevel.DANGEROUS in levels else 4
-    name = hostname or f"toolq-{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
+    cell = f"cell{settings.shard}-" if settings.shard is not None else ""
+    name = hostname or f"toolq-{cell}{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
     if SecretBox.from_settings(settings) is None:  # a malformed key fails here, at start
         secretive = sorted(t.name for t in registry if t.secret_paths.any)
         if secretive:

@@ -18,6 +18,7 @@ from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import ApprovalMode, RunRules
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
+from toolq.cells import Cell
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.errors import ToolqError
@@ -112,6 +113,18 @@ class AsyncClient:
         Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
         return await asyncio.to_thread(self.sync.wait, call_ids, timeout=timeout, run_id=run_id)
+
+    async def cell_for_run(self, run_id: str) -> Client:
+        """The blocking single-cell client of the run's cell (``Client.cell_for_run``)."""
+        return await asyncio.to_thread(self.sync.cell_for_run, run_id)
+
+    async def cell_for_call(self, call_id: str) -> Client:
+        """The blocking single-cell client of the call's cell (``Client.cell_for_call``)."""
+        return await asyncio.to_thread(self.sync.cell_for_call, call_id)
+
+    async def reachable(self) -> tuple[list[tuple[int | None, Client]], list[Cell]]:
+        """The cells that answer and those that do not (``Client.reachable``)."""
+        return await asyncio.to_thread(self.sync.reachable)
 
     async def result(self, call_id: str) -> CallResult:
         """A call's current state and, once final, its outcome."""

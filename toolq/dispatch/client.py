@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import redis
 
 from toolq.approvals.policy import RunRules
+from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
+from toolq.cells import Cell, CellApprovals, Cells
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
 from toolq.errors import (
@@ -24,6 +26,8 @@ from toolq.models import CallResult, CallStatus, Event, EventType, ProviderForma
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
+
+T = TypeVar("T")
 
 
 class Batch:
@@ -145,7 +149,18 @@ class Client:
         """
         if backend is not None and backend.registry is not registry:
             raise ConfigurationError("the client's backend was built for another registry")
-        self.backend = backend or Backend(settings, registry, redis_client=redis_client)
+        self.cells: Cells | None = None
+        """With ``TOOLQ_SHARDS``: every cell; each run goes to its cell's ``Client``."""
+        self.cell_clients: list[Client] = []
+        """One single-cell ``Client`` per cell (empty without ``TOOLQ_SHARDS``)."""
+        chosen = backend.settings if backend is not None else (settings or Settings())
+        if backend is None and redis_client is None and chosen.shards:
+            self.cells = Cells(chosen, registry)
+            self.cell_clients = [Client(registry, backend=c.backend) for c in self.cells]
+            # The first cell's parts stand in below for code that names one store; every
+            # method that reads or writes a run or call goes to its cell instead.
+            backend = self.cells.cells[0].backend
+        self.backend = backend or Backend(chosen, registry, redis_client=redis_client)
         self.registry = registry
         self.settings = self.backend.settings
         self.keys = self.backend.keys
@@ -160,8 +175,49 @@ class Client:
             registry, self.store, self.publisher, self.settings, self.policy, owners=self.owners
         )
         self.undos = self.backend.undos
-        self.approval_store = self.backend.approvals
+        self.approval_store: ApprovalStore = (
+            CellApprovals(self.cells) if self.cells is not None else self.backend.approvals
+        )
         self.approvals = self.approval_store
+
+    # -- cells -------------------------------------------------------------------------------
+
+    def cell_for_run(self, run_id: str) -> Client:
+        """The single-cell client of the cell holding ``run_id`` (this client without cells).
+
+        Raises ``CellUnavailableError`` when that cell does not answer.
+        """
+        if self.cells is None:
+            return self
+        return self.cell_clients[self.cells.for_run(run_id).index]
+
+    def cell_for_call(self, call_id: str) -> Client:
+        """The single-cell client of the cell holding ``call_id`` (this client without cells)."""
+        if self.cells is None:
+            return self
+        return self.cell_clients[self.cells.for_call(call_id).index]
+
+    def reachable(self) -> tuple[list[tuple[int | None, Client]], list[Cell]]:
+        """For listings that merge every cell: the cells that answer, and those that do not.
+
+        Each answering cell as (its index, its client); without cells ``[(None, self)], []``.
+        """
+        if self.cells is None:
+            return [(None, self)], []
+        up, down = self.cells.split()
+        return [(c.index, self.cell_clients[c.index]) for c in up], down
+
+    def _on_run(self, run_id: str, act: Callable[[Client], T]) -> T:
+        assert self.cells is not None
+        cell = self.cells.for_run(run_id)
+        with cell.guard():
+            return act(self.cell_clients[cell.index])
+
+    def _on_call(self, call_id: str, act: Callable[[Client], T]) -> T:
+        assert self.cells is not None
+        cell = self.cells.for_call(call_id)
+        with cell.guard():
+            return act(self.cell_clients[cell.index])
 
     def dispatch(
         self,
@@ -180,8 +236,27 @@ class Client:
         The run belongs to the ``principal`` whose dispatch created it (``None`` included):
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
         ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
-        to one tenant, and an invalid name raises ``InvalidTenantError``.
+        to one tenant, and an invalid name raises ``InvalidTenantError``. With cells the run
+        goes to its cell (``cell_for_run``).
         """
+        if self.cells is not None:
+            run = run_id or uuid.uuid4().hex
+            cell = self.cells.for_run(run) if run_id else self.cells.for_new_run(run)
+            with cell.guard():
+                batch = self.cell_clients[cell.index].dispatch(
+                    payload,
+                    run_id=run,
+                    behavior=behavior,
+                    idempotency_key=idempotency_key,
+                    principal=principal,
+                    format=format,
+                    admin=admin,
+                    tenant=tenant,
+                )
+            self.cells.remember_run(run, cell)
+            for call_id in batch.call_ids:
+                self.cells.remember_call(call_id, cell)
+            return batch
         dispatched = self.dispatcher.dispatch(
             payload,
             run_id=run_id,
@@ -219,6 +294,8 @@ class Client:
         ids = list(call_ids)
         if not ids:
             return []
+        if self.cells is not None:
+            return self._on_call(ids[0], lambda c: c.wait(ids, timeout=timeout, run_id=run_id))
         run = run_id or self.store.run_id(ids[0])
         if run is None:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
@@ -227,10 +304,14 @@ class Client:
 
     def result(self, call_id: str) -> CallResult:
         """A call's current state and, once final, its outcome."""
+        if self.cells is not None:
+            return self._on_call(call_id, lambda c: c.result(call_id))
         return self.store.result(call_id)
 
     def results(self, run_id: str) -> list[CallResult]:
         """Current results of every call of a run, in dispatch order."""
+        if self.cells is not None:
+            return self._on_run(run_id, lambda c: c.results(run_id))
         return self.store.results(self.store.run_call_ids(run_id))
 
     def events(
@@ -242,6 +323,10 @@ class Client:
         timeout: float | None = None,
     ) -> Iterator[Event]:
         """A run's events after ``after`` (exclusive); ``follow`` keeps streaming new ones."""
+        if self.cells is not None:
+            return self._on_run(
+                run_id, lambda c: c.events(run_id, after, follow=follow, timeout=timeout)
+            )
         if follow:
             return self.log.follow(run_id, after, timeout=timeout)
         return iter(self.log.read(run_id, after))
@@ -250,6 +335,8 @@ class Client:
         self, run_id: str, format: ProviderFormat | str | None = None
     ) -> list[dict[str, Any]]:
         """A run's current results as provider tool-result messages."""
+        if self.cells is not None:
+            return self._on_run(run_id, lambda c: c.to_messages(run_id, format))
         results = self.results(run_id)
         fmt = format or next((r.format for r in results if r.format), None) or ProviderFormat.OPENAI
         return to_messages(results, fmt)
@@ -261,6 +348,10 @@ class Client:
 
         Only the run's owner (or ``admin``) may; others get ``NotRunOwnerError``.
         """
+        if self.cells is not None:
+            return self._on_call(
+                call_id, lambda c: c.cancel(call_id, principal=principal, admin=admin)
+            )
         run = self.owners.check_call(call_id, principal, admin=admin, action="cancel calls of")
         if run is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
@@ -291,6 +382,10 @@ class Client:
         API does). Raises ``UndoError`` when there is nothing to undo, it was undone
         already, or the handler failed (with its error).
         """
+        if self.cells is not None:
+            return self._on_call(
+                call_id, lambda c: c.undo(call_id, timeout, principal=principal, admin=admin)
+            )
         run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
         if run is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
@@ -330,6 +425,8 @@ class Client:
         A call is gated when its tool is DANGEROUS or would be parked by the default policy
         (its ``requires_approval`` says so, or its predicate fails on the arguments).
         """
+        if self.cells is not None:
+            return self._on_call(call_id, lambda c: c.undo_gate(call_id))
         envelope = self.store.envelope(call_id)
         tool = self.registry.get(envelope.name)
         if envelope.risk is RiskLevel.DANGEROUS or tool is None:
@@ -342,6 +439,9 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
+        if self.cells is not None:
+            self.cells.close()
+            return
         self.backend.close()
 
     def __enter__(self) -> Client:

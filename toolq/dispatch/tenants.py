@@ -97,15 +97,20 @@ def tool_limits(tool: Tool) -> ToolLimits:
 
 
 def calls_by_tenant(client: Client) -> dict[str, TenantCalls]:
-    """Unfinished calls per tenant, by state (records from before tenants: ``default``)."""
-    r = client.redis
-    keys = client.keys
-    pipe = r.pipeline(transaction=False)
-    for index in (keys.queued, keys.unsent, keys.pending_approvals, keys.running):
-        pipe.zrange(index, 0, -1)
-    ids = sorted({as_text(c) for found in pipe.execute() for c in found})
+    """Unfinished calls per tenant, by state (records from before tenants: ``default``).
+
+    With cells: the sum over every cell that answers.
+    """
     counts: Counter[tuple[str, str]] = Counter()
-    if ids:
+    for _, cell in client.reachable()[0]:
+        r = cell.redis
+        keys = cell.keys
+        pipe = r.pipeline(transaction=False)
+        for index in (keys.queued, keys.unsent, keys.pending_approvals, keys.running):
+            pipe.zrange(index, 0, -1)
+        ids = sorted({as_text(c) for found in pipe.execute() for c in found})
+        if not ids:
+            continue
         pipe = r.pipeline(transaction=False)
         for call_id in ids:
             pipe.hmget(keys.call(call_id), "status", "tenant")
@@ -130,8 +135,11 @@ def tenant_status(
     if config.budget is not None:
         at = time.time() if now is None else now
         period = period_of(config.budget, at)
-        raw: Any = client.redis.get(client.keys.tenant_spent(tenant, period.name))
-        used = float(raw) if raw else 0.0
+        # With cells each cell charges the runs it holds: the use is their sum.
+        used = 0.0
+        for _, cell in client.reachable()[0]:
+            raw: Any = cell.redis.get(cell.keys.tenant_spent(tenant, period.name))
+            used += float(raw) if raw else 0.0
         budget = BudgetUse(
             limit=config.budget.limit,
             per=config.budget.per,

@@ -128,8 +128,9 @@ class Bridge:
             return False
         try:
             tool.validate(arguments)
-            rules = self.client.policy.run_rules(self.run_id)
-            return self.client.policy.route(tool, arguments, rules) == "park"
+            policy = self.client.cell_for_run(self.run_id).policy  # the run's cell's rules
+            rules = policy.run_rules(self.run_id)
+            return policy.route(tool, arguments, rules) == "park"
         except ApprovalPredicateError:
             return True
         except ToolqError:

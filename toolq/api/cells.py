@@ -1,0 +1,82 @@
+"""The API's parts that live beside one Redis, one per cell: event hubs and ticket stores.
+
+Without ``TOOLQ_SHARDS`` there is one of each, over the process's Redis. With cells, a
+run's event stream is read by its cell's hub and its event tickets are kept in its cell,
+so a cell that is down takes only its own runs' streams with it.
+"""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from toolq.api.tickets import TicketStore
+from toolq.dispatch.client import Client
+from toolq.errors import OverloadedError
+from toolq.results.connection import RedisTarget
+from toolq.results.hub import RETRY_AFTER_SECONDS, EventHub
+from toolq.settings import Settings
+
+
+class CellParts:
+    """An ``EventHub`` and a ``TicketStore`` per cell; ``for_run`` picks a run's."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.max_streams = settings.max_event_streams
+        cells = client.cell_clients or [client]
+        self.hubs = [
+            EventHub(RedisTarget.of(c.settings), c.keys, settings.max_event_streams) for c in cells
+        ]
+        self.tickets = [TicketStore(c.redis, c.keys, settings.event_ticket_seconds) for c in cells]
+
+    def _index(self, run_id: str) -> int:
+        if self.client.cells is None:
+            return 0
+        return self.client.cells.for_run(run_id).index
+
+    def hub_for(self, run_id: str) -> EventHub:
+        """The hub of the run's cell (``CellUnavailableError`` when it is down)."""
+        return self.hubs[self._index(run_id)]
+
+    def tickets_for(self, run_id: str) -> TicketStore:
+        """The ticket store of the run's cell."""
+        return self.tickets[self._index(run_id)]
+
+    @property
+    def ttl(self) -> float:
+        """How long a ticket is valid (seconds)."""
+        return self.tickets[0].ttl
+
+    @property
+    def streams(self) -> int:
+        """Event streams this process serves, over every cell."""
+        return sum(h.streams for h in self.hubs)
+
+    def check_capacity(self) -> None:
+        """Raise ``OverloadedError`` when ``max_event_streams`` streams are open in all."""
+        if self.streams >= self.max_streams:
+            raise OverloadedError(
+                f"this API process serves {self.max_streams} event streams already; retry later",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
+
+    async def close(self) -> None:
+        """Close every hub."""
+        for hub in self.hubs:
+            await hub.close()
+
+
+def cells_health(client: Client) -> JSONResponse:
+    """``/healthz`` with cells: each cell up or down; 200 while one answers, else 503.
+
+    ``status`` is ``ok`` (every cell answers), ``degraded`` (some do not: their runs fail
+    with ``cell_unavailable``, the others' go on) or ``unhealthy`` (none answers).
+    """
+    assert client.cells is not None
+    up, down = client.cells.split()
+    cells = sorted(
+        [{"cell": c.index, "where": c.where, "up": c in up} for c in [*up, *down]],
+        key=lambda row: int(str(row["cell"])),
+    )
+    status = "ok" if not down else "degraded" if up else "unhealthy"
+    return JSONResponse({"status": status, "cells": cells}, status_code=503 if not up else 200)
