@@ -199,6 +199,21 @@ class Settings(BaseSettings):
     tenant → ``{"weight", "concurrency", "rate_limit", "budget"}``; ``"*"`` configures every
     tenant not named)."""
 
+    fair_share: bool | None = None
+    """Serve each risk queue's tenants by weight through the admission stage (README:
+    Fair share and limits). ``None``: on when ``TOOLQ_TENANTS`` names any tenant. Calls of
+    tools or tenants with a concurrency cap or rate limit go through admission either way.
+    Give every process (clients, API, workers) the same value and the same tenants."""
+    admission_depth: int = Field(16, gt=0)
+    """Most admitted messages waiting in one risk's Celery queue: admission keeps about this
+    many ahead of the workers (about their execution slots), the rest wait in backlogs."""
+    admission_hold: float = Field(120.0, gt=0)
+    """Seconds an admitted call that has not started yet keeps its concurrency slot (and
+    counts against its rate limit) before its hold lapses; START renews it to the lease."""
+    admission_window: int = Field(16, gt=0)
+    """How many calls from the head of a tenant's backlog admission looks at for one it may
+    admit (others ahead of it being throttled by their tool's limits)."""
+
     webhooks: list[Webhook] = Field(default_factory=list)
     """Endpoints notified of call events (``TOOLQ_WEBHOOKS``, JSON list of ``{"url", "events",
     "secret", "format"}``); workers deliver them. Give every worker the same list."""

@@ -22,6 +22,7 @@ from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.errors import ToolqError
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
@@ -58,12 +59,13 @@ class AsyncClient:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> AsyncBatch:
         """Parse the tool calls in ``payload`` and queue or park each; returns once stored.
 
         The run belongs to the ``principal`` whose dispatch created it (``None`` included):
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
-        ``admin``.
+        ``admin``. ``tenant``: whom the calls are run for (``toolq.quotas``).
         """
         batch = await asyncio.to_thread(
             self.sync.dispatch,
@@ -74,6 +76,7 @@ class AsyncClient:
             principal=principal,
             format=format,
             admin=admin,
+            tenant=tenant,
         )
         return AsyncBatch(batch)
 

@@ -21,6 +21,7 @@ from toolq.errors import (
     WaitTimeoutError,
 )
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
@@ -172,12 +173,13 @@ class Client:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> Batch:
         """Parse the tool calls in ``payload`` and queue or park each; returns at once.
 
         The run belongs to the ``principal`` whose dispatch created it (``None`` included):
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
-        ``admin``.
+        ``admin``. ``tenant``: whom the calls are run for (``toolq.quotas``).
         """
         dispatched = self.dispatcher.dispatch(
             payload,
@@ -187,6 +189,7 @@ class Client:
             principal=principal,
             format=format,
             admin=admin,
+            tenant=tenant,
         )
         return Batch(self, dispatched)
 

@@ -45,6 +45,8 @@ from toolq.models import (
     RpcId,
     ToolCall,
 )
+from toolq.quotas import DEFAULT_TENANT
+from toolq.results.admission import Admission
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
 from toolq.secretbox import SecretBox, seal_arguments
@@ -107,6 +109,7 @@ class Dispatcher:
         self.policy = policy
         self.owners = owners or RunOwners(store.redis, store.keys, settings)
         self.box = SecretBox.from_settings(settings)
+        self.admission = Admission(store)
 
     def dispatch(
         self,
@@ -118,15 +121,17 @@ class Dispatcher:
         principal: str | None = None,
         format: ProviderFormat | str | None = None,
         admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> Dispatched:
         """Store and route every tool call in ``payload``.
 
         Raises only for unreadable payloads and for a run owned by another principal
-        (``NotRunOwnerError``; ``admin`` may add calls to any run).
+        (``NotRunOwnerError``; ``admin`` may add calls to any run). ``tenant``: whom the
+        calls are run for (its share and limits, ``toolq.quotas``).
         """
         with dispatch_span(principal) as span:
             dispatched = self._dispatch(
-                payload, run_id, behavior, idempotency_key, principal, format, admin, span
+                payload, run_id, behavior, idempotency_key, principal, format, admin, span, tenant
             )
             span.dispatched(dispatched.run_id, dispatched.calls)
             return dispatched
@@ -141,6 +146,7 @@ class Dispatcher:
         format: ProviderFormat | str | None,
         admin: bool,
         span: DispatchSpan,
+        tenant: str = DEFAULT_TENANT,
     ) -> Dispatched:
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, format)
@@ -158,11 +164,19 @@ class Dispatcher:
             new_calls.append(
                 self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
             )
+            new_calls[-1].envelope.tenant = tenant
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
         new_calls, groups = self._messages(new_calls)
         replies = self.store.create_many(new_calls, groups)
+        backlogged = {
+            new.envelope.risk
+            for new, (outcome, _) in zip(new_calls, replies, strict=True)
+            if outcome == "new" and new.schedule and new.status is CallStatus.QUEUED
+        }
+        if backlogged:
+            self.admission.admit(backlogged)
         if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(
@@ -240,7 +254,14 @@ class Dispatcher:
         for window in range(0, len(calls), size):
             by_route: dict[tuple[str, float | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
-                if calls[i].status is CallStatus.QUEUED:
+                if calls[i].status is CallStatus.QUEUED and calls[i].schedule:
+                    # its own message, kept on its record until ADMIT pushes it
+                    env = calls[i].envelope
+                    message = self.publisher.message(
+                        env.call_id, env.risk, calls[i].timeout, env.run_id
+                    )
+                    calls[i] = dataclasses.replace(calls[i], message=message)
+                elif calls[i].status is CallStatus.QUEUED:
                     route = (calls[i].envelope.risk.value, calls[i].timeout)
                     by_route.setdefault(route, []).append(i)
             for members in by_route.values():
@@ -353,6 +374,9 @@ class Dispatcher:
             }
             if tool.has_preview:
                 fields["preview_state"] = PreviewState.PENDING.value
+            schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
+            if schedule is not None:
+                fields.update(schedule[1])
             return NewCall(
                 envelope,
                 CallStatus.AWAITING_APPROVAL,
@@ -364,12 +388,17 @@ class Dispatcher:
                 idempotency_key=key,
                 fields=fields,
                 admin=admin,
+                schedule=schedule[0] if schedule is not None else None,
             )
         data["status"] = CallStatus.QUEUED.value
         if tool.name in rules.always_approve:
             data["approved_by"] = "rule"
         # Workers verify gated calls: one that runs by a loosening rule carries its signature.
         signed = loosening_signature(tool, rules)
+        fields = {"approval": dumps(signed)} if signed is not None else {}
+        schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
+        if schedule is not None:
+            fields.update(schedule[1])
         return NewCall(
             envelope,
             CallStatus.QUEUED,
@@ -378,8 +407,9 @@ class Dispatcher:
             idempotent=tool.idempotent,
             timeout=timeout,
             idempotency_key=key,
-            fields={"approval": dumps(signed)} if signed is not None else None,
+            fields=fields or None,
             admin=admin,
+            schedule=schedule[0] if schedule is not None else None,
         )
 
 

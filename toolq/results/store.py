@@ -49,6 +49,9 @@ class NewCall:
     """``(queue, message)`` pushed with the record when the call is created queued."""
     admin: bool = False
     """The submitter is an admin: it may add calls to a run another principal owns."""
+    schedule: tuple[str, str] | None = None
+    """``(backlog, lane)`` of a call that goes through admission (``Admission.plan``): once
+    queued it waits in its backlog with its message, and ADMIT pushes it."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ class CallStore:
             admin=call.admin,
             refresh=refresh,
             fields=call.fields,
+            schedule=call.schedule,
         )
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:
@@ -371,6 +375,7 @@ class CallStore:
                     token=leases[call_id],
                     lease_ms=lease_ms,
                     now_ms=now_ms,
+                    record=k.call(call_id),
                 )
                 for call_id in ids
             ]

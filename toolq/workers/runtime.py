@@ -49,6 +49,7 @@ from toolq.models import (
 )
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
+from toolq.results.admission import Admission
 from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
@@ -161,6 +162,7 @@ class WorkerRuntime:
         self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
+        self.admission = Admission(self.store)
         self._loops = threading.local()
         self.threads = Threads(on_exit=self.release_thread)
         """Runs a batch's synchronous calls side by side."""
@@ -228,6 +230,7 @@ class WorkerRuntime:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             ended = [(*running.pop(f), f.result()) for f in done]
             held = self._within_lease(functools.partial(self.store.finish_many, ended))
+            self._admit_after([env for env, _, _ in ended])
             for (env, _, result), ok in zip(ended, held, strict=True):
                 if not ok:
                     log.warning(
@@ -428,6 +431,24 @@ class WorkerRuntime:
                 env.call_id,
                 dumps(result.status),
             )
+        self._admit_after([env])
+
+    def _admit_after(self, ended: Sequence[CallEnvelope]) -> None:
+        """Admit waiting calls of the risks of scheduled calls that ended (slots freed).
+
+        The sweeper admits them anyway on its next pass: a failure here only delays them.
+        """
+        risks = [
+            env.risk
+            for env in ended
+            if self.admission.applies(self.registry.get(env.name), env.tenant)
+        ]
+        if not risks:
+            return
+        try:
+            self.admission.admit(risks)
+        except redis.RedisError as exc:
+            log.info("admission after a finish failed (the sweeper admits): %s", exc)
 
     def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
         """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.

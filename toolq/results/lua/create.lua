@@ -1,10 +1,12 @@
 -- CREATE: a new call's record, its first event and, if it is runnable now, its message.
--- Includes lib/emit.lua and lib/push.lua.
+-- Includes lib/emit.lua, lib/push.lua and lib/sched.lua.
 --
 -- The idempotency key is claimed with the record, so a retried dispatch never creates a
 -- second call. A queued call's Celery message is pushed here, with the record: a call is
 -- queued exactly when its message is in the queue. Without a message ('') the call goes to
--- the unsent set and the sweeper sends it. The run's first call records its owner; a call
+-- the unsent set and the sweeper sends it. A scheduled queued call (schedule '1') gets
+-- no push: its message goes on its record and the call into its tenant's backlog, for
+-- ADMIT to push (lib/sched.lua); a queued call is in its backlog or has its message. The run's first call records its owner; a call
 -- by anyone else (unless admin is '1') is refused before anything is written.
 --
 -- The run's TTLs (its owner, call list and stream: result_ttl from the dispatch) are set by
@@ -26,6 +28,8 @@
 --   11 pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
 --   12 hook_types         event types webhooks want (Keys.webhook_events)
 --   13 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   14 backlog            the tenant's backlog of the risk (Keys.backlog; Keys.unsent if none)
+--   15 lane               the risk's lane (Keys.lane; Keys.unsent if none)
 -- ARGV
 --   1  call_id            2  status (queued | awaiting_approval | a final status)
 --   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
@@ -35,18 +39,19 @@
 --   14 timeout (s, '' = none)                        15 result (JSON, '' = not final)
 --   16 message ('' = leave it to the sweeper)        17 owner (RunOwner.encode)
 --   18 admin ('1' | '0')  19 refresh ('1': the dispatch's last call of this run)
---   20.. extra record field/value pairs
+--   20 schedule ('1': a queued call goes to its backlog, not to the queue)
+--   21.. extra record field/value pairs (a scheduled call's lane, backlog, weight, limits)
 -- Returns {'new', event_id} | {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
-local hook_types, outbox = KEYS[12], KEYS[13]
+local hook_types, outbox, backlog, lane = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local result, message, submitter, admin = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
-local refresh = ARGV[19] == '1'
-local FIRST_EXTRA = 20
+local refresh, schedule = ARGV[19] == '1', ARGV[20] == '1'
+local FIRST_EXTRA = 21
 
 local function refresh_run(owner_new)
   if not refresh then return end
@@ -81,7 +86,10 @@ if result ~= '' then redis.call('EXPIRE', call, ttl) end
 redis.call('RPUSH', run_calls, call_id)
 redis.call('ZADD', recent, now, call_id)
 if status == 'queued' then
-  if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
+  if schedule then
+    redis.call('HSET', call, 'message', message, 'admission', 'waiting')
+    sched_join(lane, backlog, call_id, false)
+  elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
   else redis.call('ZADD', unsent, now, call_id) end
 end
 if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, deadline, call_id) end

@@ -27,7 +27,7 @@ class Create(Script[CreateReply]):
 
     file = "create.lua"
     outcomes = get_args(CreateOutcome)
-    includes = ("emit", "push")
+    includes = ("emit", "push", "sched")
 
     def __call__(
         self,
@@ -54,10 +54,12 @@ class Create(Script[CreateReply]):
         admin: bool,
         refresh: bool,
         fields: dict[str, str] | None = None,
+        schedule: tuple[str, str] | None = None,
     ) -> Invocation[CreateReply]:
         """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
 
         ``refresh``: this is the dispatch's last call of its run, which sets the run's TTLs.
+        ``schedule``: ``(backlog, lane)`` of a call that goes through admission.
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
         return self.invoke(
@@ -74,6 +76,7 @@ class Create(Script[CreateReply]):
                 keys.queued,
                 keys.queue_pushes(queue) if message else keys.unsent,
                 *emit_keys(keys),
+                *(schedule or (keys.unsent, keys.unsent)),
             ],
             [
                 call_id,
@@ -95,6 +98,7 @@ class Create(Script[CreateReply]):
                 owner,
                 "1" if admin else "0",
                 "1" if refresh else "0",
+                "1" if schedule else "0",
                 *[item for pair in (fields or {}).items() for item in pair],
             ],
         )
@@ -166,7 +170,7 @@ class Start(Script[StartReply]):
 
     file = "start.lua"
     outcomes = get_args(StartOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -220,7 +224,7 @@ class Finish(Script[FinishOutcome]):
 
     file = "finish.lua"
     outcomes = get_args(FinishOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -307,12 +311,28 @@ class Renew(Script[bool]):
     """A lease extended if this token still holds it (``renew.lua``): call or undo lease."""
 
     file = "renew.lua"
+    includes = ("sched",)
 
     def __call__(
-        self, *, lease: str, running: str, call_id: str, token: str, lease_ms: int, now_ms: int
+        self,
+        *,
+        lease: str,
+        running: str,
+        call_id: str,
+        token: str,
+        lease_ms: int,
+        now_ms: int,
+        record: str | None = None,
     ) -> Invocation[bool]:
-        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them."""
-        return self.invoke([lease, running], [call_id, token, lease_ms, now_ms])
+        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them.
+
+        ``record``: the call's record, whose slots are renewed with its lease (an undo's
+        lease has none).
+        """
+        return self.invoke(
+            [lease, running, record or lease],
+            [call_id, token, lease_ms, now_ms, "1" if record else "0"],
+        )
 
     def parse(self, reply: Any) -> bool:
         """The typed outcome of a reply."""
@@ -335,7 +355,7 @@ class Transition(Script[TransitionReply]):
 
     file = "transition.lua"
     outcomes = get_args(TransitionOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -392,7 +412,7 @@ class Recover(Script[RecoverOutcome]):
 
     file = "recover.lua"
     outcomes = get_args(RecoverOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
