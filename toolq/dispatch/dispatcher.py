@@ -162,9 +162,10 @@ class Dispatcher:
         for position, call in enumerate(calls):
             key = _idempotency_key(call, position, idempotency_key)
             new_calls.append(
-                self._prepare(call, run, position, behavior, principal, key, run_rules, admin)
+                self._prepare(
+                    call, run, position, behavior, principal, key, run_rules, admin, tenant
+                )
             )
-            new_calls[-1].envelope.tenant = tenant
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
@@ -287,6 +288,7 @@ class Dispatcher:
         key: str,
         run_rules: RunRules,
         admin: bool,
+        tenant: str = DEFAULT_TENANT,
     ) -> NewCall:
         envelope = CallEnvelope(
             call_id=uuid.uuid4().hex,
@@ -297,6 +299,7 @@ class Dispatcher:
             format=call.format,
             behavior=behavior,
             principal=principal,
+            tenant=tenant,
             idempotency_key=key,
             position=position,
             rpc_id=call.rpc_id,
