@@ -12,6 +12,7 @@ Redis; runs the checker. Exit status: the checker's (non-zero when an invariant 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import shutil
 import signal
@@ -24,7 +25,7 @@ from bench.chaos import checker
 from bench.chaos.dump import dump_redis, unfinished
 from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, worker_specs
 from bench.chaos.history import DUMP, History
-from bench.chaos.load import LoadConfig, run_approver, run_client
+from bench.chaos.load import TENANTS, LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
 from bench.procs import exit_on_signal
 from toolq.cli.check import missing_queues
@@ -41,6 +42,7 @@ class ChaosConfig:
     clients: int = 4
     calls: int = 40
     inflight: int = 2
+    tenants: int = 3
     duration: float = 45.0
     workers: int = 4
     fault_interval: float = 4.0
@@ -71,6 +73,8 @@ def run(cfg: ChaosConfig) -> int:
         "TOOLQ_SWEEP_INTERVAL": "0.25",
         "TOOLQ_HEARTBEAT_SECONDS": "0.5",
     }
+    if cfg.tenants > 1:
+        worker_env["TOOLQ_TENANTS"] = json.dumps(TENANTS)
     pool = WorkerPool(worker_specs(cfg.workers), server.url, cfg.out, worker_env)
     ctx = multiprocessing.get_context("spawn")
     stop_approver = ctx.Event()
@@ -90,6 +94,7 @@ def run(cfg: ChaosConfig) -> int:
             start_at=time.time() + 2.0,
             wait_timeout=cfg.wait_timeout,
             inflight=cfg.inflight,
+            tenants=cfg.tenants,
             keys=keys,
         )
         history.append(
@@ -177,6 +182,9 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
     p.add_argument("--clients", type=int, default=4, help="client processes")
     p.add_argument("--calls", type=int, default=40, help="calls per client")
     p.add_argument("--inflight", type=int, default=2, help="dispatches each client keeps in flight")
+    p.add_argument(
+        "--tenants", type=int, default=3, help="client i dispatches for tenant i %% tenants"
+    )
     p.add_argument("--duration", type=float, default=45.0, help="seconds of load and faults")
     p.add_argument("--workers", type=int, default=4, help="toolq worker processes")
     p.add_argument("--fault-interval", type=float, default=4.0, help="seconds between faults")
@@ -214,6 +222,7 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         clients=a.clients,
         calls=a.calls,
         inflight=a.inflight,
+        tenants=a.tenants,
         duration=a.duration,
         workers=a.workers,
         fault_interval=a.fault_interval,
