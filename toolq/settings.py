@@ -207,6 +207,10 @@ class Settings(BaseSettings):
     admission_depth: int = Field(16, gt=0)
     """Most admitted messages waiting in one risk's Celery queue: admission keeps about this
     many ahead of the workers (about their execution slots), the rest wait in backlogs."""
+    admission_batch: int = Field(4, ge=1, le=256)
+    """Most scheduled calls (of one dispatch, risk and time limit, without limits) one
+    message carries: admission lets a message through at a time, so larger batches cost
+    other tenants' calls more wait; ``calls_per_message`` still bounds it."""
     admission_hold: float = Field(120.0, gt=0)
     """Seconds an admitted call that has not started yet keeps its concurrency slot (and
     counts against its rate limit) before its hold lapses; START renews it to the lease."""

@@ -101,7 +101,7 @@ def test_tenants_are_admitted_in_proportion_to_their_weights(
     inproc: InProcess, r: redis.Redis
 ) -> None:
     tenants = {"light": {"weight": 1}, "heavy": {"weight": 3}}
-    settings = make_settings(tenants=tenants, admission_depth=1)
+    settings = make_settings(tenants=tenants, admission_depth=1, admission_batch=1)
     with Client(registry, settings) as client:
         light = client.dispatch(
             [{"id": f"l{i}", "name": "work", "arguments": {"tag": "l", "seconds": 0}}
@@ -122,3 +122,25 @@ def test_tenants_are_admitted_in_proportion_to_their_weights(
     first = order[:20]
     # one queued message at a time: after the light tenant's head start, 3 heavy per light
     assert first.count("h") >= 13, order
+
+
+def test_a_scheduled_group_waits_as_one_entry_and_runs_without_its_cancelled_leader(
+    inproc: InProcess, r: redis.Redis
+) -> None:
+    settings = make_settings(tenants={"*": {}}, admission_depth=1, admission_batch=4)
+    with Client(registry, settings) as client:
+        calls = [{"id": f"w{i}", "name": "work", "arguments": {"tag": "x", "seconds": 0}}
+                 for i in range(4)]
+        first = client.dispatch(calls)  # one message of 4, admitted: the queue is full now
+        second = client.dispatch([{**c, "id": f"v{c['id']}"} for c in calls])
+        backlog = Keys().backlog(RiskLevel.SAFE, "default")
+        leader = second.calls[0].call_id
+        assert r.lrange(backlog, 0, -1) == [leader.encode()]  # the group, as one entry
+        assert r.hget(Keys().call(leader), "admission") == b"waiting"
+        client.cancel(leader)
+        inproc.start(app=APP, env={"TOOLQ_TENANTS": '{"*": {}}'})
+        assert [x.status for x in first.wait(timeout=30)] == [CallStatus.SUCCEEDED] * 4
+        statuses = [x.status for x in second.wait(timeout=30)]
+        assert statuses == [CallStatus.CANCELLED] + [CallStatus.SUCCEEDED] * 3
+    assert r.llen(DONE) == 7
+    assert not r.exists(backlog)

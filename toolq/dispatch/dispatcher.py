@@ -248,35 +248,43 @@ class Dispatcher:
         Groups are formed among ``calls_per_message`` consecutive calls; a call left alone
         gets its own message (``toolq.execute``). The script that creates a group creates
         the calls between its members too, so calls are created in dispatch order.
+        Scheduled calls (``Admission``) are grouped by backlog too, at most
+        ``admission_batch`` to a message (a message is what admission lets through at a
+        time); one with limits gets a message of its own (its limits are checked alone).
         """
         size = self.settings.calls_per_message
         calls = list(calls)
-        groups = []
+        groups: list[MessageGroup] = []
         for window in range(0, len(calls), size):
-            by_route: dict[tuple[str, float | None], list[int]] = {}
+            by_route: dict[tuple[str, float | None, tuple[str, str] | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
-                if calls[i].status is CallStatus.QUEUED and calls[i].schedule:
-                    # its own message, kept on its record until ADMIT pushes it
-                    env = calls[i].envelope
-                    message = self.publisher.message(
-                        env.call_id, env.risk, calls[i].timeout, env.run_id
-                    )
-                    calls[i] = dataclasses.replace(calls[i], message=message)
-                elif calls[i].status is CallStatus.QUEUED:
-                    route = (calls[i].envelope.risk.value, calls[i].timeout)
-                    by_route.setdefault(route, []).append(i)
-            for members in by_route.values():
-                first = calls[members[0]]
-                risk, timeout = first.envelope.risk, first.timeout
-                if len(members) == 1:
-                    env = first.envelope
-                    message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
-                    calls[members[0]] = dataclasses.replace(first, message=message)
+                call = calls[i]
+                if call.status is not CallStatus.QUEUED:
                     continue
-                carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
-                queue, batch = self.publisher.batch_message(carried, risk, timeout)
-                groups.append(MessageGroup(tuple(members), queue, batch))
+                if call.schedule and "limits" in (call.fields or {}):
+                    self._flush(calls, groups, [i])
+                    continue
+                route = (call.envelope.risk.value, call.timeout, call.schedule)
+                members = by_route.setdefault(route, [])
+                members.append(i)
+                if call.schedule and len(members) >= self.settings.admission_batch:
+                    self._flush(calls, groups, by_route.pop(route))
+            for members in by_route.values():
+                self._flush(calls, groups, members)
         return calls, groups
+
+    def _flush(self, calls: list[NewCall], groups: list[MessageGroup], members: list[int]) -> None:
+        """The message of ``members`` (positions in ``calls``): a lone call's, or a group's."""
+        first = calls[members[0]]
+        risk, timeout = first.envelope.risk, first.timeout
+        if len(members) == 1:
+            env = first.envelope
+            message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
+            calls[members[0]] = dataclasses.replace(first, message=message)
+            return
+        carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
+        queue, batch = self.publisher.batch_message(carried, risk, timeout)
+        groups.append(MessageGroup(tuple(members), queue, batch, first.schedule))
 
     def _prepare(
         self,

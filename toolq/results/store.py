@@ -61,6 +61,8 @@ class MessageGroup:
     members: tuple[int, ...]
     queue: str
     message: str
+    schedule: tuple[str, str] | None = None
+    """``(backlog, lane)`` of a group of scheduled calls: backlogged, not pushed."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,13 @@ class CallStore:
             ]
             messages = [(g.queue, g.message) for g in in_span]
             invocations.append(
-                scripts.CREATE_GROUP(keys=k, now=now, messages=messages, members=members)
+                scripts.CREATE_GROUP(
+                    keys=k,
+                    now=now,
+                    messages=messages,
+                    members=members,
+                    schedules=[g.schedule for g in in_span],
+                )
             )
         replies, acked = self.scripts.pipelined_after(
             invocations,

@@ -11,7 +11,10 @@
 -- A call over a limit stays in its backlog and gets one call.throttled event per episode
 -- (the record's 'throttled' mark names the limit; admission clears it). A backlog with no
 -- admissible call is passed over until the next ADMIT; an empty one leaves the lane.
--- Calls in a backlog no longer waiting (cancelled) are dropped from it here.
+-- Calls in a backlog no longer waiting (cancelled) are dropped from it here. A backlog
+-- entry may be a scheduled group's leader (its record 'carries' the group's ids): its
+-- message is pushed for the members still waiting, each noted as pushed, and counts as
+-- that many calls of its tenant (groups have no limits: Admission.plan).
 --
 -- KEYS
 --   1 lane        the risk's backlogs by virtual time (Keys.lane)
@@ -25,7 +28,7 @@
 -- ARGV
 --   1 now (s)   2 now_ms   3 depth   4 hold_ms   5 window   6 maxlen
 --   7 call_prefix   8 stream_prefix   9 stream_suffix
--- Returns {admitted, throttled (calls found over a limit)}.
+-- Returns {admitted (calls), throttled (calls found over a limit)}.
 local lane, queue, pushes, queued, hook_types, outbox =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, now_ms, depth, hold_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -65,13 +68,37 @@ local function throttle(call, call_id, run_id, mark, l, until_s)
                                        name = l.name, ['until'] = until_s}))
 end
 
--- The first admissible call of a backlog admitted; its weight, or nil if none was.
+-- A group's message pushed for its members still waiting; how many, 0 if none was.
+local function admit_group(message, ids)
+  local live = {}
+  for _, id in ipairs(cjson.decode(ids)) do
+    local member = call_prefix .. id
+    local g = redis.call('HMGET', member, 'status', 'admission')
+    if g[1] == 'queued' and g[2] == 'waiting' then live[#live + 1] = {member, id} end
+  end
+  if #live == 0 then return 0 end
+  redis.call('LPUSH', queue, message)
+  local seq = redis.call('INCR', pushes)
+  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
+  for _, c in ipairs(live) do
+    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag, 'admission', 'admitted')
+    redis.call('ZADD', queued, now, c[2])
+  end
+  return #live
+end
+
+-- The first admissible call (or group) of a backlog admitted: its weight and how many calls
+-- it was, or nil if none was.
 local function admit_from(backlog)
   for _, call_id in ipairs(redis.call('LRANGE', backlog, 0, window - 1)) do
     local call = call_prefix .. call_id
     local f = redis.call('HMGET', call, 'status', 'admission', 'message', 'limits', 'weight',
-                         'run_id', 'throttled')
-    if f[1] ~= 'queued' or f[2] ~= 'waiting' then
+                         'run_id', 'throttled', 'carries')
+    if f[8] then
+      redis.call('LREM', backlog, 1, call_id)
+      local n = admit_group(f[3], f[8])
+      if n > 0 then return tonumber(f[5]) or 1, n end
+    elseif f[1] ~= 'queued' or f[2] ~= 'waiting' then
       redis.call('LREM', backlog, 1, call_id)
     else
       local limits = sched_limits(f[4]) or {}
@@ -88,7 +115,7 @@ local function admit_from(backlog)
         for _, l in ipairs(limits) do redis.call('ZADD', l.key, now_ms + hold_ms, call_id) end
         redis.call('HSET', call, 'admission', 'admitted')
         if f[7] then redis.call('HDEL', call, 'throttled') end
-        return tonumber(f[5]) or 1
+        return tonumber(f[5]) or 1, 1
       end
     end
   end
@@ -102,10 +129,10 @@ while room > 0 do
     if b.open and (best == nil or b.score < best.score) then best = b end
   end
   if best == nil then break end
-  local weight = admit_from(best.key)
+  local weight, n = admit_from(best.key)
   if weight then
-    admitted, room = admitted + 1, room - 1
-    best.score = best.score + 1 / weight
+    admitted, room = admitted + n, room - 1
+    best.score = best.score + n / weight
   else
     best.open = false
   end

@@ -6,7 +6,8 @@
 -- queued exactly when its message is in the queue. Without a message ('') the call goes to
 -- the unsent set and the sweeper sends it. A scheduled queued call (schedule '1') gets
 -- no push: its message goes on its record and the call into its tenant's backlog, for
--- ADMIT to push (lib/sched.lua); a queued call is in its backlog or has its message. The run's first call records its owner; a call
+-- ADMIT to push (lib/sched.lua); a queued call is in its backlog or has its message (a
+-- scheduled group's member: its group's leader is in the backlog). The run's first call records its owner; a call
 -- by anyone else (unless admin is '1') is refused before anything is written.
 --
 -- The run's TTLs (its owner, call list and stream: result_ttl from the dispatch) are set by
@@ -87,8 +88,12 @@ redis.call('RPUSH', run_calls, call_id)
 redis.call('ZADD', recent, now, call_id)
 if status == 'queued' then
   if schedule then
-    redis.call('HSET', call, 'message', message, 'admission', 'waiting')
-    sched_join(lane, backlog, call_id, false)
+    -- without a message: a member of a scheduled group (CREATE_GROUP backlogs its leader)
+    redis.call('HSET', call, 'admission', 'waiting')
+    if message ~= '' then
+      redis.call('HSET', call, 'message', message)
+      sched_join(lane, backlog, call_id, false)
+    end
   elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
   else redis.call('ZADD', unsent, now, call_id) end
 end

@@ -5,6 +5,8 @@
 -- than max_recoveries times is queued again (into the unsent set: the sweeper sends it);
 -- any other failed as worker_lost. A scheduled call frees its slots, and when queued
 -- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
+-- A member of a scheduled group has no message of its own: it goes to the unsent set, and
+-- the sweeper sends it alone (admitted: such calls have no limits).
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -26,7 +28,7 @@ local max_recoveries, lost_result, timeout_result, run_id = ARGV[5], ARGV[6], AR
 
 if redis.call('EXISTS', lease) == 1 then return {'alive'} end
 local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
-                    'started_at', 'limits', 'lane', 'backlog')
+                    'started_at', 'limits', 'lane', 'backlog', 'message', 'carries')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
@@ -40,7 +42,7 @@ if timeout and started and t - started >= timeout then
 elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now)
   redis.call('HINCRBY', call, 'recoveries', 1)
-  if f[7] then
+  if f[7] and f[9] and not f[10] then
     redis.call('HSET', call, 'admission', 'waiting')
     sched_join(f[7], f[8], call_id, true)
   else

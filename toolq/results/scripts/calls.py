@@ -132,16 +132,25 @@ class CreateGroup(Script[list[CreateReply]]):
         now: str,
         messages: Sequence[tuple[str, str]],
         members: Sequence[tuple[str, int, Invocation[CreateReply]]],
+        schedules: Sequence[tuple[str, str] | None] = (),
     ) -> Invocation[list[CreateReply]]:
         """An invocation for ``(queue, message)`` groups and ``(call_id, group, CREATE)``.
 
         ``group`` numbers the call's message from 1 (its CREATE then has no message of its
-        own); 0 leaves the call's CREATE as it is.
+        own); 0 leaves the call's CREATE as it is. ``schedules``: per message, the
+        ``(backlog, lane)`` of a scheduled group (backlogged, not pushed), or ``None``.
         """
+        plans = list(schedules) or [None] * len(messages)
         call_keys: list[str] = [keys.queued, keys.unsent]
-        for queue, _ in messages:
-            call_keys.extend([queue, keys.queue_pushes(queue)])
-        args: list[Any] = [now, len(messages), len(members), *(m for _, m in messages)]
+        for (queue, _), plan in zip(messages, plans, strict=True):
+            call_keys.extend([queue, keys.queue_pushes(queue), *(plan or (keys.unsent,) * 2)])
+        args: list[Any] = [
+            now,
+            len(messages),
+            len(members),
+            *(m for _, m in messages),
+            *("1" if plan else "0" for plan in plans),
+        ]
         for call_id, group, member in members:
             call_keys.extend([keys.call(call_id), *member.keys])
             args.extend([call_id, group, len(member.keys), len(member.args), *member.args])

@@ -31,6 +31,16 @@ local function sched_join(lane, backlog, call_id, front)
   end
 end
 
+-- A scheduled group ({record, call_id} of its new calls, in order) into its backlog: its
+-- message and the ids it carries on its first call's record (the leader), the leader in
+-- the backlog (CREATE_GROUP).
+local function sched_group(lane, backlog, carried, message)
+  local ids = {}
+  for _, c in ipairs(carried) do ids[#ids + 1] = c[2] end
+  redis.call('HSET', carried[1][1], 'message', message, 'carries', cjson.encode(ids))
+  sched_join(lane, backlog, carried[1][2], false)
+end
+
 -- START: the slots held until the lease's end, the start counted at its time.
 local function sched_started(limits, call_id, now_ms, lease_ms)
   for _, l in ipairs(limits) do
