@@ -226,18 +226,21 @@ class WorkerRuntime:
             else:
                 future = self.threads.submit(self._run_sync, env, token, started.attempt)
             running[future] = (env, token)
+        finished: list[CallEnvelope] = []
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             ended = [(*running.pop(f), f.result()) for f in done]
             held = self._within_lease(functools.partial(self.store.finish_many, ended))
-            self._admit_after([env for env, _, _ in ended])
             for (env, _, result), ok in zip(ended, held, strict=True):
+                finished.append(env)
                 if not ok:
                     log.warning(
                         "call %s finished after losing its lease; result dropped: %s",
                         env.call_id,
                         dumps(result.status),
                     )
+        # the message's slot frees now (its calls have no limits: Admission.plan)
+        self._admit_after(finished)
 
     def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's synchronous call, on a sibling thread: its result, never an error."""
