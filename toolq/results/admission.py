@@ -22,6 +22,9 @@ from toolq.results.store import CallStore, dumps
 if TYPE_CHECKING:
     from toolq.registry.tool import Tool
 
+Plan = tuple[tuple[str, str], dict[str, str]]
+"""``((backlog, lane), record fields)`` of a scheduled call (``Admission.plan``)."""
+
 
 class Admission:
     """The admission stage over one ``CallStore`` (its Redis client, keys and settings)."""
@@ -30,6 +33,8 @@ class Admission:
         self.store = store
         self.settings = store.settings
         self.keys = store.keys
+        self._plans: dict[tuple[int, str, RiskLevel], Plan | None] = {}
+        """``plan``'s answers: a tool's and a tenant's limits are fixed for the process."""
 
     @property
     def fair_share(self) -> bool:
@@ -76,10 +81,17 @@ class Admission:
             for limit in (tool.concurrency, tool.rate_limit, config.concurrency, config.rate_limit)
         )
 
-    def plan(
-        self, tool: Tool, tenant: str, risk: RiskLevel
-    ) -> tuple[tuple[str, str], dict[str, str]] | None:
-        """``((backlog, lane), record fields)`` of a scheduled call; ``None`` for a direct one."""
+    def plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
+        """``((backlog, lane), record fields)`` of a scheduled call; ``None`` for a direct one.
+
+        The fields are shared between calls: copy them before changing them.
+        """
+        key = (id(tool), tenant, risk)
+        if key not in self._plans:
+            self._plans[key] = self._plan(tool, tenant, risk)
+        return self._plans[key]
+
+    def _plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
         if not self.applies(tool, tenant):
             return None
         backlog, lane = self.keys.backlog(risk, tenant), self.keys.lane(risk)
