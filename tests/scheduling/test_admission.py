@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 
@@ -9,7 +10,7 @@ import pytest
 import redis
 
 from tests.conftest import InProcess, make_settings
-from tests.tenancy_app import DONE, registry
+from tests.tenancy_app import CAPPED, DONE, registry
 from toolq import CallStatus, Client
 from toolq.keys import Keys
 from toolq.models import RiskLevel
@@ -144,3 +145,25 @@ def test_a_scheduled_group_waits_as_one_entry_and_runs_without_its_cancelled_lea
         assert statuses == [CallStatus.CANCELLED] + [CallStatus.SUCCEEDED] * 3
     assert r.llen(DONE) == 7
     assert not r.exists(backlog)
+
+
+def test_a_tenants_own_concurrency_cap_holds_below_the_tools(
+    inproc: InProcess, r: redis.Redis
+) -> None:
+    tenants = {"narrow": {"concurrency": 1}}
+    settings = make_settings(tenants=tenants)
+    inproc.start(app=APP, concurrency=4, env={"TOOLQ_TENANTS": json.dumps(tenants)})
+    with Client(registry, settings) as client:
+        batch = client.dispatch(
+            [{"id": f"c{i}", "name": "capped", "arguments": {"seconds": 0.3}} for i in range(3)],
+            tenant="narrow",
+        )
+        assert all(x.status is CallStatus.SUCCEEDED for x in batch.wait(timeout=30))
+        throttled = events(client, batch.run_id, "call.throttled")
+    recorded = [json.loads(x) for x in r.lrange(CAPPED, 0, -1)]
+    runs = sorted((start, end) for _, start, end in recorded)
+    assert len(runs) == 3
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs))  # one at a time
+    assert {(e["limit"], e["scope"], e["name"]) for e in throttled} == {
+        ("concurrency", "tenant", "narrow")
+    }
