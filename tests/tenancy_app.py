@@ -61,3 +61,10 @@ def solo(seconds: float, ctx: ToolContext) -> str:
 def gated_solo(ctx: ToolContext) -> str:
     started(ctx)
     return ctx.call_id
+
+
+@registry.tool(concurrency=1, idempotent=True)
+def solo_idempotent(seconds: float, ctx: ToolContext) -> str:
+    started(ctx)
+    time.sleep(seconds)
+    return ctx.call_id

@@ -141,6 +141,31 @@ def test_a_slot_held_by_a_killed_worker_is_freed_within_one_lease(
     assert lost.status is CallStatus.FAILED and lost.error_type == "worker_lost"
 
 
+def test_a_recovered_throttled_call_is_admitted_again_first_and_runs_once_more(
+    tenants_client: Client, workers: Workers, r: redis.Redis, wait_for: Callable[..., None]
+) -> None:
+    doomed = workers.start("safe", concurrency=2, **APP)
+    first = tenants_client.dispatch(
+        [{"id": "a", "name": "solo_idempotent", "arguments": {"seconds": 3}}]
+    )
+    a = first.calls[0].call_id
+    wait_for(lambda: r.exists(f"tenancy:started:{a}"), timeout=30)
+    second = tenants_client.dispatch(
+        [{"id": "b", "name": "solo_idempotent", "arguments": {"seconds": 0}}]
+    )
+    b = second.calls[0].call_id
+    workers.kill9(doomed)  # a dies mid-run holding the slot; b waits behind it
+    workers.start("safe", concurrency=2, **APP)
+    assert first.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
+    assert second.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
+    rec_a, rec_b = tenants_client.store.records([a, b])
+    assert rec_a is not None and rec_b is not None
+    assert rec_a["recoveries"] == "1" and rec_a["attempt"] == "2"
+    # recovery put a back at the front of its backlog: re-admitted before b, which waited
+    assert float(rec_a["started_at"]) < float(rec_b["started_at"])
+    assert r.zcard(Keys().slots("tool", "solo_idempotent")) == 0
+
+
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(appendonly=True, directory=str(tmp_path))
