@@ -664,7 +664,7 @@ class ApprovalStore:
         if outcome == "ok" and message and parked.record.get("lane"):
             # DECIDE put the approved call in its tenant's backlog: admit now, not at the
             # next sweep
-            Admission(self.store).admit([env.risk])
+            Admission(self.store).admit_soon([env.risk])
         if outcome in ("ok", "partial", "retry"):
             return outcome
         request = self._request(parked.record)

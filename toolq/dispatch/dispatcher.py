@@ -177,7 +177,7 @@ class Dispatcher:
             if outcome == "new" and new.schedule and new.status is CallStatus.QUEUED
         }
         if backlogged:
-            self.admission.admit(backlogged)
+            self.admission.admit_soon(backlogged)
         if any(outcome == NotRunOwnerError.code for outcome, _ in replies):
             self.owners.refuse(run, principal)
             raise NotRunOwnerError(

@@ -10,9 +10,12 @@ limits). Everything else goes straight to its queue, as before.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from toolq.models import RiskLevel
 from toolq.quotas import LimitKind, LimitScope, RateLimit, tenant_config
@@ -21,6 +24,8 @@ from toolq.results.store import CallStore, dumps
 
 if TYPE_CHECKING:
     from toolq.registry.tool import Tool
+
+log = logging.getLogger("toolq.admission")
 
 Plan = tuple[tuple[str, str], dict[str, str]]
 """``((backlog, lane), record fields)`` of a scheduled call (``Admission.plan``)."""
@@ -120,3 +125,13 @@ class Admission:
             ]
         )
         return sum(reply.admitted for reply in replies)
+
+    def admit_soon(self, risks: Iterable[RiskLevel]) -> None:
+        """``admit``, after a write that already succeeded: a failure is only logged.
+
+        The calls are in their backlogs; the sweeper's next pass admits them.
+        """
+        try:
+            self.admit(risks)
+        except redis.RedisError as exc:
+            log.info("admission failed (the sweeper admits): %s", exc)

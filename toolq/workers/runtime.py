@@ -446,12 +446,8 @@ class WorkerRuntime:
             for env in ended
             if self.admission.applies(self.registry.get(env.name), env.tenant)
         ]
-        if not risks:
-            return
-        try:
-            self.admission.admit(risks)
-        except redis.RedisError as exc:
-            log.info("admission after a finish failed (the sweeper admits): %s", exc)
+        if risks:
+            self.admission.admit_soon(risks)
 
     def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
         """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
