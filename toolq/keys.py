@@ -190,6 +190,47 @@ class Keys:
         """List (capped) of deliveries given up after their last attempt, newest first."""
         return f"{self.prefix}:webhooks:dead"
 
+    @property
+    def call_prefix(self) -> str:
+        """What precedes a call id in its record's key (``call``).
+
+        The admission script (``admit.lua``) names the records of the calls it finds in a
+        backlog with it.
+        """
+        return self.call("")
+
+    @property
+    def run_stream_parts(self) -> tuple[str, str]:
+        """What goes before and after a run id in ``run_stream``, for ``admit.lua``."""
+        before, _, after = self.run_stream("\0").partition("\0")
+        return before, after
+
+    def lane(self, risk: RiskLevel | str) -> str:
+        """Sorted set of one risk's backlogs (``backlog`` keys) that hold calls.
+
+        Scored by their tenant's virtual time: admission serves the lowest first.
+        """
+        return f"{self.prefix}:lane:{RiskLevel.parse(risk).value}"
+
+    def backlog(self, risk: RiskLevel | str, tenant: str) -> str:
+        """List of a tenant's calls of one risk waiting for admission, oldest first."""
+        return f"{self.prefix}:backlog:{RiskLevel.parse(risk).value}:{tenant}"
+
+    def slots(self, scope: str, name: str) -> str:
+        """Sorted set of the calls holding a concurrency slot of a tool or tenant (``scope``).
+
+        Scored by when the hold lapses (ms): admission + ``admission_hold``, then lease end.
+        """
+        return f"{self.prefix}:slots:{scope}:{name}"
+
+    def starts(self, scope: str, name: str) -> str:
+        """Sorted set of the calls counted by a tool's or tenant's rate limit.
+
+        Scored by their start (ms); an admitted call not started yet by admission +
+        ``admission_hold``.
+        """
+        return f"{self.prefix}:starts:{scope}:{name}"
+
     def call_match(self, call_id_prefix: str) -> str:
         """``SCAN`` pattern matching the call hashes whose id starts with ``call_id_prefix``."""
         escape = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})

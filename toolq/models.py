@@ -84,6 +84,7 @@ class EventType(StrEnum):
     STARTED = "call.started"
     PROGRESS = "call.progress"
     RETRYING = "call.retrying"
+    THROTTLED = "call.throttled"
     SUCCEEDED = "call.succeeded"
     FAILED = "call.failed"
     CANCELLED = "call.cancelled"
@@ -108,6 +109,15 @@ FINAL_EVENT_OF = {
 "final" (``CallStatus.is_final``, ``EventType.is_final`` and every waiter use it)."""
 FINAL_STATUSES = frozenset(FINAL_EVENT_OF)
 FINAL_EVENTS = frozenset(FINAL_EVENT_OF.values())
+
+
+class AdmissionState(StrEnum):
+    """A scheduled call's place in the admission stage (its record's ``admission``)."""
+
+    WAITING = "waiting"
+    """In its tenant's backlog, its message on its record, not pushed."""
+    ADMITTED = "admitted"
+    """Its message pushed onto its risk's queue by ADMIT."""
 
 
 class AuditOutcome(StrEnum):

@@ -26,6 +26,11 @@ _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 
 Period = Literal["minute", "hour", "day", "month"]
 
+LimitKind = Literal["concurrency", "rate_limit"]
+"""The limits the admission stage enforces, fleet-wide (``call.throttled`` names one)."""
+LimitScope = Literal["tool", "tenant"]
+"""What a limit belongs to: a tool (its attributes) or a tenant (``TenantConfig``)."""
+
 
 def valid_tenant(name: str) -> str:
     """``name`` if it is a valid tenant name, else a ``ValueError`` saying what is allowed."""

@@ -237,6 +237,26 @@ class Settings(BaseSettings):
     tenant → ``{"weight", "concurrency", "rate_limit", "budget"}``; ``"*"`` configures every
     tenant not named)."""
 
+    fair_share: bool | None = None
+    """Serve each risk queue's tenants by weight through the admission stage (README:
+    Fair share and limits). ``None``: on when ``TOOLQ_TENANTS`` names any tenant. Calls of
+    tools or tenants with a concurrency cap or rate limit go through admission either way.
+    Give every process (clients, API, workers) the same value and the same tenants."""
+    admission_depth: int = Field(8, gt=0)
+    """Most admitted messages waiting in one risk's Celery queue: admission keeps about this
+    many ahead of the workers (set it to about their execution slots: fewer leaves workers
+    idle, more makes a newcomer wait behind more calls); the rest wait in backlogs."""
+    admission_batch: int = Field(4, ge=1, le=256)
+    """Most scheduled calls (of one dispatch, risk and time limit, without limits) one
+    message carries: admission lets a message through at a time, so larger batches cost
+    other tenants' calls more wait; ``calls_per_message`` still bounds it."""
+    admission_hold: float = Field(120.0, gt=0)
+    """Seconds an admitted call that has not started yet keeps its concurrency slot (and
+    counts against its rate limit) before its hold lapses; START renews it to the lease."""
+    admission_window: int = Field(16, gt=0)
+    """How many calls from the head of a tenant's backlog admission looks at for one it may
+    admit (others ahead of it being throttled by their tool's limits)."""
+
     webhooks: list[Webhook] = Field(default_factory=list)
     """Endpoints notified of call events (``TOOLQ_WEBHOOKS``, JSON list of ``{"url", "events",
     "secret", "format"}``); workers deliver them. Give every worker the same list."""

@@ -103,6 +103,19 @@ def fast_lookup(key: str, ctx: ToolContext) -> dict[str, str]:
         return {"key": key, "value": key[::-1]}
 
 
+@registry.tool(concurrency=2, rate_limit="10/s")
+def throttled_work(ms: int, ctx: ToolContext) -> str:
+    """Work for ``ms`` milliseconds under fleet-wide limits: 2 at once, 10 starts a second."""
+    with recorded(ctx, "throttled_work"):
+        ctx.wait_cancelled(ms / 1000)
+        return "worked"
+
+
+THROTTLED_TOOL = "throttled_work"
+THROTTLED_CAP = 2
+"""``throttled_work``'s concurrency cap, which the checker reports the peak against."""
+
+
 # -- moderate: sleep a little -----------------------------------------------------------------
 
 

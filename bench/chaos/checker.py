@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.app import GATED_TOOLS, IDEMPOTENT_TOOLS
+from bench.chaos.app import GATED_TOOLS, IDEMPOTENT_TOOLS, THROTTLED_CAP, THROTTLED_TOOL
 from bench.chaos.history import DUMP, EXECUTIONS, HISTORY, REPORT, read_jsonl
 
 FINAL = frozenset({"succeeded", "failed", "denied", "expired", "cancelled"})
@@ -189,6 +189,7 @@ def check(out: Path) -> dict[str, Any]:
         if h["op"] == "fault" and h["kind"] in KILLS:
             kills[h["pgid"]].append(h["time"])
     duplicates, overlaps, phantoms = [], [], []
+    throttled_spans: list[tuple[float, float]] = []
     reruns: Counter[str] = Counter()
     unfinished_execs = 0
     for call_id, execs in executions.items():
@@ -220,6 +221,8 @@ def check(out: Path) -> dict[str, Any]:
                 finish, how = (min(after), "killed") if after else (end_of_run, "end_of_run")
             spans.append((begin, finish, how, ex["pid"]))
         spans.sort()
+        if any(e["tool"] == THROTTLED_TOOL for e in execs.values()):
+            throttled_spans.extend((begin, finish) for begin, finish, _, _ in spans)
         for a, b in itertools.pairwise(spans):
             if b[0] < a[1]:
                 overlaps.append({"call_id": call_id, "first": a, "second": b})
@@ -372,6 +375,11 @@ def check(out: Path) -> dict[str, Any]:
         "unexpected_worker_exits": unexpected_exits,
         "unnoticed_worker_exits": len(unnoticed_exits),
         "lost_message_resends": stranded,
+        "throttled_tool": {
+            "executions": len(throttled_spans),
+            "peak_at_once": _peak(throttled_spans),
+            "cap": THROTTLED_CAP,
+        },
         "details": {
             "lost": lost[:50],
             "duplicates": duplicates[:20],
@@ -386,6 +394,16 @@ def check(out: Path) -> dict[str, Any]:
     }
     (out / REPORT).write_text(json.dumps(report, indent=2))
     return report
+
+
+def _peak(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one instant (an end before a start at the same time)."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
 
 
 LOST_LINE = re.compile(r"call (\S+): message lost ([0-9.]+) s after it was queued")
@@ -443,6 +461,11 @@ def render(report: dict[str, Any]) -> str:
     lines.append(
         f"  lost messages re-sent: {st['n']}, stranded {json.dumps(st['stranded_s'])}, "
         f"queued-to-final {json.dumps(st['queued_to_final_s'])}, final {st['final']}"
+    )
+    th = report["throttled_tool"]
+    lines.append(
+        f"  throttled tool: {th['executions']} executions, at most {th['peak_at_once']} at once "
+        f"(cap {th['cap']}; an execution killed without an end counts until its kill)"
     )
     lines.append("  invariants")
     for name in INVARIANTS:

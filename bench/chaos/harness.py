@@ -31,7 +31,7 @@ from bench.chaos import checker
 from bench.chaos.dump import dump_redis, unfinished
 from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, WorkerSpec, worker_specs
 from bench.chaos.history import DUMP, History
-from bench.chaos.load import LoadConfig, run_approver, run_client
+from bench.chaos.load import TENANTS, LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
 from bench.procs import exit_on_signal
 from toolq.cli.check import missing_queues
@@ -48,6 +48,7 @@ class ChaosConfig:
     clients: int = 4
     calls: int = 40
     inflight: int = 2
+    tenants: int = 3
     duration: float = 45.0
     workers: int = 4
     fault_interval: float = 4.0
@@ -87,6 +88,8 @@ def run(cfg: ChaosConfig) -> int:
         "TOOLQ_HEARTBEAT_SECONDS": "0.5",
         **shards,
     }
+    if cfg.tenants > 1:
+        worker_env["TOOLQ_TENANTS"] = json.dumps(TENANTS)
     pools = [
         WorkerPool(
             _cell_specs(cfg.workers, None if one else i),
@@ -116,6 +119,7 @@ def run(cfg: ChaosConfig) -> int:
             start_at=time.time() + 2.0,
             wait_timeout=cfg.wait_timeout,
             inflight=cfg.inflight,
+            tenants=cfg.tenants,
             keys=keys,
             shards=() if one else tuple(urls),
         )
@@ -261,6 +265,9 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
     p.add_argument("--clients", type=int, default=4, help="client processes")
     p.add_argument("--calls", type=int, default=40, help="calls per client")
     p.add_argument("--inflight", type=int, default=2, help="dispatches each client keeps in flight")
+    p.add_argument(
+        "--tenants", type=int, default=3, help="client i dispatches for tenant i %% tenants"
+    )
     p.add_argument("--duration", type=float, default=45.0, help="seconds of load and faults")
     p.add_argument("--workers", type=int, default=4, help="toolq worker processes")
     p.add_argument("--fault-interval", type=float, default=4.0, help="seconds between faults")
@@ -299,6 +306,7 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         clients=a.clients,
         calls=a.calls,
         inflight=a.inflight,
+        tenants=a.tenants,
         duration=a.duration,
         workers=a.workers,
         fault_interval=a.fault_interval,

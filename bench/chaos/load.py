@@ -30,6 +30,9 @@ RACING_KEY = "chaos:racing-until"
 
 RETRYABLE = frozenset({"redis_unavailable", "redis_loading"})
 
+TENANTS = {"t0": {"weight": 2}, "*": {"weight": 1}}
+"""``TOOLQ_TENANTS`` of a run with several tenants (clients and workers)."""
+
 
 @dataclass(frozen=True)
 class LoadConfig:
@@ -44,6 +47,8 @@ class LoadConfig:
     dispatch_retry: float = 30.0
     wait_timeout: float = 90.0
     inflight: int = 2
+    tenants: int = 1
+    """Client ``i`` dispatches for tenant ``t{i % tenants}`` (``TENANTS`` gives their weights)."""
     racers: int = 4
     racing_share: float = 0.2
     deny_share: float = 0.1
@@ -59,6 +64,8 @@ class LoadConfig:
             values["approval_signing_key"] = self.keys.get("TOOLQ_APPROVAL_SIGNING_KEY")
         if self.shards:
             values["shards"] = list(self.shards)
+        if self.tenants > 1:
+            values["tenants"] = TENANTS
         return Settings(redis_url=self.redis_url, app="bench.chaos.app:registry", **values)  # type: ignore[arg-type]
 
 
@@ -66,8 +73,10 @@ def _payload(rng: random.Random, prefix: str, size: int) -> list[dict[str, Any]]
     calls = []
     for i in range(size):
         roll = rng.random()
-        if roll < 0.25:
+        if roll < 0.15:
             name, args = "fast_echo", {"text": f"t{rng.randrange(10**6)}"}
+        elif roll < 0.25:
+            name, args = "throttled_work", {"ms": rng.randrange(20, 200)}
         elif roll < 0.45:
             name, args = "fast_lookup", {"key": f"k{rng.randrange(10**6)}"}
         elif roll < 0.60:
@@ -125,7 +134,9 @@ def _client_thread(
         payload = _payload(rng, run_id, size)
         sent += size
         op += 1
-        call_ids = _dispatch(client, history, cfg, run_id, payload, principal=f"client-{index}")
+        call_ids = _dispatch(
+            client, history, cfg, run_id, payload, f"client-{index}", f"t{index % cfg.tenants}"
+        )
         if call_ids is not None:
             _wait(client, history, cfg, run_id, call_ids)
 
@@ -137,6 +148,7 @@ def _dispatch(
     run_id: str,
     payload: list[dict[str, Any]],
     principal: str,
+    tenant: str,
 ) -> list[str] | None:
     ids = [c["id"] for c in payload]
     tools = [c["name"] for c in payload]
@@ -147,7 +159,7 @@ def _dispatch(
         attempt += 1
         start = time.time()
         try:
-            batch = client.dispatch(payload, run_id=run_id, principal=principal)
+            batch = client.dispatch(payload, run_id=run_id, principal=principal, tenant=tenant)
         except Exception as exc:  # every failure goes to the history
             reason = error_reason(exc)
             common = {"run_id": run_id, "tool_call_ids": ids, "tools": tools, "op_start": first}

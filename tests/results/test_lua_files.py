@@ -12,7 +12,8 @@ import pytest
 
 from toolq import errors
 from toolq.approvals.store import EXPIRED_RESULT
-from toolq.models import AuditOutcome, CallStatus, EventType, UndoState
+from toolq.models import AdmissionState, AuditOutcome, CallStatus, EventType, UndoState
+from toolq.quotas import LimitKind
 from toolq.results import scripts
 from toolq.results.runner import Script, lua_source
 from toolq.results.undos import WORKER_LOST
@@ -61,7 +62,15 @@ def test_header_names_every_key_and_argument_bound_at_the_top(script: Script[obj
             assert line.startswith(("local ", "  KEYS[")), line
 
 
-@pytest.mark.parametrize("script", scripts.ALL, ids=lambda s: s.name)
+NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT}
+"""ADMIT finds its calls in the backlogs its lane names: it reaches their records (prefix
+from ``Keys.call_prefix``), limits' sets and run streams through names the lane and the
+records hold (README: Fair share and limits). Every other script is keyed through KEYS."""
+
+
+@pytest.mark.parametrize(
+    "script", [s for s in scripts.ALL if s not in NAMES_KEYS_FROM_RECORDS], ids=lambda s: s.name
+)
 def test_no_script_builds_a_key_name(script: Script[object]):
     # Every key a command touches is a local bound from KEYS (or a lib parameter fed one).
     source = body(script)
@@ -86,6 +95,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
     undo_states = {s.value for s in UndoState}
     event_types = {e.value for e in EventType}
     decisions = set(get_args(scripts.Decision))
+    admission = {s.value for s in AdmissionState} | set(get_args(LimitKind))
     audit_outcomes = {o.value for o in AuditOutcome}
     seen: dict[str, int] = {}
 
@@ -106,7 +116,8 @@ def test_states_events_and_error_types_come_from_models_and_errors():
         for word in found("compared", re.findall(r"[=~]= '([a-z_]+)'", source)):
             # CREATE_GROUP reads the replies of the CREATE it runs per call
             replies = set(scripts.CREATE.outcomes) if script is scripts.CREATE_GROUP else set()
-            assert word in statuses | undo_states | decisions | replies, (script.file, word)
+            allowed = statuses | undo_states | decisions | replies | admission
+            assert word in allowed, (script.file, word)
         for outcome in found("audit", re.findall(r"(?:audit\(|'outcome', )'([a-z:_]+)'", source)):
             assert outcome in audit_outcomes, (script.file, outcome)
         for code in re.findall(r'"error_type":\s*"(\w+)"', source):

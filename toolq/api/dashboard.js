@@ -6,10 +6,10 @@ const PAGE_SIZE = 50;
 let FINAL = new Set();  // the states a call never leaves: /v1/overview's final_states
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
-  "retrying", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
+  "retrying", "throttled", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
 const EVENT_STATE = { "call.queued": "queued", "call.awaiting_approval": "awaiting_approval",
   "call.approved": "queued", "call.denied": "denied", "call.expired": "expired", "call.started": "running",
-  "call.progress": "running", "call.retrying": "running", "call.succeeded": "succeeded",
+  "call.progress": "running", "call.retrying": "running", "call.throttled": "queued", "call.succeeded": "succeeded",
   "call.failed": "failed", "call.cancelled": "cancelled", "call.undone": "cancelled",
   "call.undo_failed": "failed" };
 

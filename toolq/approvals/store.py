@@ -42,6 +42,7 @@ from toolq.models import (
 )
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
+from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore, dumps
@@ -678,6 +679,10 @@ class ApprovalStore:
         outcome = reply.outcome
         if outcome in ("ok", "partial") and acked:
             acks.check(acked[-1], f"decision on call {call_id}")
+        if outcome == "ok" and message and parked.record.get("lane"):
+            # DECIDE put the approved call in its tenant's backlog: admit now, not at the
+            # next sweep
+            Admission(self.store).admit_soon([env.risk])
         if outcome in ("ok", "partial", "retry"):
             return outcome
         request = self._request(parked.record)

@@ -54,6 +54,7 @@ from toolq.models import (
     ToolCall,
 )
 from toolq.quotas import DEFAULT_TENANT, Budget, tenant_config, valid_tenant
+from toolq.results.admission import Admission
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.scripts import Charge, CreateOutcome
 from toolq.results.scripts.calls import BUDGET_LEFT_MARK
@@ -118,6 +119,7 @@ class Dispatcher:
         self.policy = policy
         self.owners = owners or RunOwners(store.redis, store.keys, settings)
         self.box = SecretBox.from_settings(settings)
+        self.admission = Admission(store)
 
     def dispatch(
         self,
@@ -135,7 +137,8 @@ class Dispatcher:
 
         Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``)
         and for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
-        calls to any run of the same tenant).
+        calls to any run of the same tenant). The tenant's share and limits
+        (``toolq.quotas``) decide when its queued calls reach a worker.
         """
         try:
             valid_tenant(tenant)
@@ -184,6 +187,13 @@ class Dispatcher:
                 new_calls[-1].envelope.tracestate = span.tracestate
         new_calls, groups = self._messages(new_calls)
         replies = self.store.create_many(new_calls, groups)
+        backlogged = {
+            new.envelope.risk
+            for new, (outcome, _) in zip(new_calls, replies, strict=True)
+            if outcome == "new" and new.schedule and new.status is CallStatus.QUEUED
+        }
+        if backlogged:
+            self.admission.admit_soon(backlogged)
         refused = [value for outcome, value in replies if outcome == NotRunOwnerError.code]
         if refused:
             self.owners.refuse(run, principal)
@@ -260,32 +270,46 @@ class Dispatcher:
         Groups are formed among ``calls_per_message`` consecutive calls; a call left alone
         gets its own message (``toolq.execute``). The script that creates a group creates
         the calls between its members too, so calls are created in dispatch order.
+        Scheduled calls (``Admission``) are grouped by backlog too, at most
+        ``admission_batch`` to a message (a message is what admission lets through at a
+        time); one with limits gets a message of its own (its limits are checked alone).
         """
         size = self.settings.calls_per_message
         calls = list(calls)
-        groups = []
+        groups: list[MessageGroup] = []
         for window in range(0, len(calls), size):
-            by_route: dict[tuple[str, float | None], list[int]] = {}
+            by_route: dict[tuple[str, float | None, tuple[str, str] | None], list[int]] = {}
             for i in range(window, min(window + size, len(calls))):
                 # A charged call its CREATE turns denied (over budget) stays in its group's
                 # message, as a duplicate does: CREATE_GROUP notes only the calls created
                 # queued, and a worker's START skips the others.
-                if calls[i].status is not CallStatus.QUEUED:
+                call = calls[i]
+                if call.status is not CallStatus.QUEUED:
                     continue
-                route = (calls[i].envelope.risk.value, calls[i].timeout)
-                by_route.setdefault(route, []).append(i)
+                if call.schedule and "limits" in (call.fields or {}):
+                    self._flush(calls, groups, [i])
+                    continue
+                route = (call.envelope.risk.value, call.timeout, call.schedule)
+                members = by_route.setdefault(route, [])
+                members.append(i)
+                if call.schedule and len(members) >= self.settings.admission_batch:
+                    self._flush(calls, groups, by_route.pop(route))
             for members in by_route.values():
-                first = calls[members[0]]
-                risk, timeout = first.envelope.risk, first.timeout
-                if len(members) == 1:
-                    env = first.envelope
-                    message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
-                    calls[members[0]] = dataclasses.replace(first, message=message)
-                    continue
-                carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
-                queue, batch = self.publisher.batch_message(carried, risk, timeout)
-                groups.append(MessageGroup(tuple(members), queue, batch))
+                self._flush(calls, groups, members)
         return calls, groups
+
+    def _flush(self, calls: list[NewCall], groups: list[MessageGroup], members: list[int]) -> None:
+        """The message of ``members`` (positions in ``calls``): a lone call's, or a group's."""
+        first = calls[members[0]]
+        risk, timeout = first.envelope.risk, first.timeout
+        if len(members) == 1:
+            env = first.envelope
+            message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
+            calls[members[0]] = dataclasses.replace(first, message=message)
+            return
+        carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
+        queue, batch = self.publisher.batch_message(carried, risk, timeout)
+        groups.append(MessageGroup(tuple(members), queue, batch, first.schedule))
 
     def _prepare(
         self,
@@ -426,6 +450,9 @@ class Dispatcher:
             }
             if tool.has_preview:
                 fields["preview_state"] = PreviewState.PENDING.value
+            schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
+            if schedule is not None:
+                fields.update(schedule[1])
             return NewCall(
                 envelope,
                 CallStatus.AWAITING_APPROVAL,
@@ -437,12 +464,17 @@ class Dispatcher:
                 idempotency_key=key,
                 fields=fields,
                 admin=admin,
+                schedule=schedule[0] if schedule is not None else None,
             )
         data["status"] = CallStatus.QUEUED.value
         if tool.name in rules.always_approve:
             data["approved_by"] = "rule"
         # Workers verify gated calls: one that runs by a loosening rule carries its signature.
         signed = loosening_signature(tool, rules)
+        fields = {"approval": dumps(signed)} if signed is not None else {}
+        schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
+        if schedule is not None:
+            fields.update(schedule[1])
         return NewCall(
             envelope,
             CallStatus.QUEUED,
@@ -451,8 +483,9 @@ class Dispatcher:
             idempotent=tool.idempotent,
             timeout=timeout,
             idempotency_key=key,
-            fields={"approval": dumps(signed)} if signed is not None else None,
+            fields=fields or None,
             admin=admin,
+            schedule=schedule[0] if schedule is not None else None,
         )
 
 

@@ -51,6 +51,9 @@ class NewCall:
     """The submitter is an admin: it may add calls to a run another principal owns."""
     charge: scripts.Charge | None = None
     """The call's cost against its tenant's budget, charged (or refused) with its creation."""
+    schedule: tuple[str, str] | None = None
+    """``(backlog, lane)`` of a call that goes through admission (``Admission.plan``): once
+    queued it waits in its backlog with its message, and ADMIT pushes it."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class MessageGroup:
     members: tuple[int, ...]
     queue: str
     message: str
+    schedule: tuple[str, str] | None = None
+    """``(backlog, lane)`` of a group of scheduled calls: backlogged, not pushed."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,13 @@ class CallStore:
             ]
             messages = [(g.queue, g.message) for g in in_span]
             invocations.append(
-                scripts.CREATE_GROUP(keys=k, now=now, messages=messages, members=members)
+                scripts.CREATE_GROUP(
+                    keys=k,
+                    now=now,
+                    messages=messages,
+                    members=members,
+                    schedules=[g.schedule for g in in_span],
+                )
             )
         replies, acked = self.scripts.pipelined_after(
             invocations,
@@ -217,6 +228,7 @@ class CallStore:
             tenant=env.tenant,
             charge=call.charge,
             fields=call.fields,
+            schedule=call.schedule,
         )
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:
@@ -377,6 +389,7 @@ class CallStore:
                     token=leases[call_id],
                     lease_ms=lease_ms,
                     now_ms=now_ms,
+                    record=k.call(call_id),
                 )
                 for call_id in ids
             ]

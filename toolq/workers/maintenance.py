@@ -24,6 +24,7 @@ from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
@@ -67,6 +68,7 @@ class Sweeper:
         self.keys = store.keys
         self.redis = store.redis
         self.undos = UndoStore(store)
+        self.admission = Admission(store)
         k = self.keys
         self._call_pushes = _Pushes(
             k.queued, k.lost_suspect, "status", CallStatus.QUEUED.value, "push_seq", "push_tag"
@@ -107,6 +109,8 @@ class Sweeper:
         counts["lost"] = self.resend_lost(now)
         counts["undo_worker_lost"] = self.recover_undos(now)
         counts["undo_lost"] = self.resend_lost_undos(now)
+        # throttle windows ending, holds lapsed, calls requeued into their backlogs
+        counts["admitted"] = self.admission.admit()
         return counts
 
     def resend_stranded(self, now: float) -> int:

@@ -49,6 +49,7 @@ from toolq.models import (
 )
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
+from toolq.results.admission import Admission
 from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
@@ -161,6 +162,7 @@ class WorkerRuntime:
         self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
+        self.admission = Admission(self.store)
         self._loops = threading.local()
         self.threads = Threads(on_exit=self.release_thread)
         """Runs a batch's synchronous calls side by side."""
@@ -224,17 +226,21 @@ class WorkerRuntime:
             else:
                 future = self.threads.submit(self._run_sync, env, token, started.attempt)
             running[future] = (env, token)
+        finished: list[CallEnvelope] = []
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             ended = [(*running.pop(f), f.result()) for f in done]
             held = self._within_lease(functools.partial(self.store.finish_many, ended))
             for (env, _, result), ok in zip(ended, held, strict=True):
+                finished.append(env)
                 if not ok:
                     log.warning(
                         "call %s finished after losing its lease; result dropped: %s",
                         env.call_id,
                         dumps(result.status),
                     )
+        # the message's slot frees now (its calls have no limits: Admission.plan)
+        self._admit_after(finished)
 
     def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's synchronous call, on a sibling thread: its result, never an error."""
@@ -428,6 +434,20 @@ class WorkerRuntime:
                 env.call_id,
                 dumps(result.status),
             )
+        self._admit_after([env])
+
+    def _admit_after(self, ended: Sequence[CallEnvelope]) -> None:
+        """Admit waiting calls of the risks of scheduled calls that ended (slots freed).
+
+        The sweeper admits them anyway on its next pass: a failure here only delays them.
+        """
+        risks = [
+            env.risk
+            for env in ended
+            if self.admission.applies(self.registry.get(env.name), env.tenant)
+        ]
+        if risks:
+            self.admission.admit_soon(risks)
 
     def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
         """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.

@@ -1,11 +1,15 @@
 -- CREATE: a new call's record, its first event and, if it is runnable now, its message.
--- Includes lib/emit.lua and lib/push.lua.
+-- Includes lib/emit.lua, lib/push.lua and lib/sched.lua.
 --
 -- The idempotency key is claimed with the record, so a retried dispatch never creates a
 -- second call. A queued call's Celery message is pushed here, with the record: a call is
 -- queued exactly when its message is in the queue. Without a message ('') the call goes to
--- the unsent set and the sweeper sends it. The run's first call records its owner; a call
--- by anyone else (unless admin is '1') is refused before anything is written.
+-- the unsent set and the sweeper sends it. A scheduled queued call (schedule '1') gets
+-- no push: its message goes on its record and the call into its tenant's backlog, for
+-- ADMIT to push (lib/sched.lua); a queued call is in its backlog or has its message (a
+-- scheduled group's member: its group's leader is in the backlog). The run's first call
+-- records its owner; a call by anyone else (unless admin is '1') is refused before
+-- anything is written.
 --
 -- The run's TTLs (its owner, call list and stream: result_ttl from the dispatch) are set by
 -- the dispatch's last CREATE of the run (refresh '1') rather than by every call, and by a
@@ -28,6 +32,8 @@
 --                         (Keys.tenant_spent; Keys.unsent when the call is not charged)
 --   13 hook_types         event types webhooks want (Keys.webhook_events)
 --   14 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   15 backlog            the tenant's backlog of the risk (Keys.backlog; Keys.unsent if none)
+--   16 lane               the risk's lane (Keys.lane; Keys.unsent if none)
 -- ARGV
 --   1  call_id            2  status (queued | awaiting_approval | a final status)
 --   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
@@ -44,19 +50,21 @@
 --   24 denied_result      result JSON of a call over budget; LEFT_MARK stands for what is left
 --   25 denied_data        its call.denied event data, with the same mark
 --   26 denied_envelope    the envelope stored instead when over budget ('' = the same)
---   27.. extra record field/value pairs
+--   27 schedule ('1': a queued call goes to its backlog, not to the queue)
+--   28.. extra record field/value pairs (a scheduled call's lane, backlog, weight, limits)
 --
 -- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
 -- counter INCRBYFLOAT, the record's 'charged' field), after the idempotency key is claimed,
 -- so a retried dispatch is never charged twice. A call whose cost would take the counter
 -- past the limit is created 'denied' (call.denied, error_type budget_exceeded) and charges
--- nothing; its message is not pushed and it is not parked.
+-- nothing; its message is not pushed, it is not parked and it joins no backlog.
 -- Returns {'new', event_id} | {'over_budget', event_id} (created denied) |
 -- {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
 local spent, hook_types, outbox = KEYS[12], KEYS[13], KEYS[14]
+local backlog, lane = KEYS[15], KEYS[16]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
@@ -64,7 +72,8 @@ local result, message, submitter, admin = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
 local refresh = ARGV[19] == '1'
 local tenant, cost_text, limit, spent_ttl = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
 local denied_result, denied_data, denied_envelope = ARGV[24], ARGV[25], ARGV[26]
-local FIRST_EXTRA = 27
+local schedule = ARGV[27] == '1'
+local FIRST_EXTRA = 28
 local LEFT_MARK = '__TOOLQ_BUDGET_LEFT__'
 local cost = tonumber(cost_text)
 
@@ -127,7 +136,14 @@ if result ~= '' then redis.call('EXPIRE', call, ttl) end
 redis.call('RPUSH', run_calls, call_id)
 redis.call('ZADD', recent, now, call_id)
 if status == 'queued' then
-  if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
+  if schedule then
+    -- without a message: a member of a scheduled group (CREATE_GROUP backlogs its leader)
+    redis.call('HSET', call, 'admission', 'waiting')
+    if message ~= '' then
+      redis.call('HSET', call, 'message', message)
+      sched_join(lane, backlog, call_id, false)
+    end
+  elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
   else redis.call('ZADD', unsent, now, call_id) end
 end
 if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, deadline, call_id) end

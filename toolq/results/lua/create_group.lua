@@ -13,14 +13,21 @@
 -- over its tenant's budget) is not noted; its id in the message finds no record (or a
 -- final one) and its worker skips it.
 --
+-- A scheduled group (its calls go through admission, lib/sched.lua) is not pushed: its
+-- message goes on its first new call's record (the leader) with the ids it carries
+-- ('carries', JSON), and the leader into the tenant's backlog; ADMIT pushes it for the
+-- members still waiting.
+--
 -- KEYS
 --   1 queued   calls pushed, by push time (Keys.queued)
 --   2 unsent   calls whose message is not sent yet (Keys.unsent)
---   then, per message: its queue, the queue's push counter (Keys.queue_pushes)
+--   then, per message: its queue, the queue's push counter (Keys.queue_pushes), the
+--     backlog and lane of a scheduled group (Keys.backlog, Keys.lane; else Keys.unsent)
 --   then, per call: its record (Keys.call), then its CREATE KEYS
 -- ARGV
 --   1 now (s)   2 m (messages)   3 n (calls)
 --   then the m messages (Publisher.batch_message)
+--   then, per message, '1' if its group is scheduled, else '0'
 --   then, per call: call_id, its message's number (1..m; 0: none),
 --   #its CREATE KEYS, #its CREATE ARGV, its CREATE ARGV
 -- Returns one CREATE reply per call, in order.
@@ -29,7 +36,7 @@ local now, m, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local all_keys, all_argv = KEYS, ARGV
 local replies, carried = {}, {}
 for g = 1, m do carried[g] = {} end
-local k, a = 3 + 2 * m, 4 + m
+local k, a = 3 + 4 * m, 4 + 2 * m
 for i = 1, n do
   local record, call_id, group = all_keys[k], all_argv[a], tonumber(all_argv[a + 1])
   local nkeys, nargs = tonumber(all_argv[a + 2]), tonumber(all_argv[a + 3])
@@ -43,8 +50,11 @@ for i = 1, n do
   end
 end
 for g = 1, m do
-  if #carried[g] > 0 then
-    push_batch(all_keys[1 + 2 * g], all_keys[2 + 2 * g], queued, unsent, carried[g],
+  local base = 4 * g - 1
+  if #carried[g] > 0 and all_argv[3 + m + g] == '1' then
+    sched_group(all_keys[base + 3], all_keys[base + 2], carried[g], all_argv[3 + g])
+  elseif #carried[g] > 0 then
+    push_batch(all_keys[base], all_keys[base + 1], queued, unsent, carried[g],
                all_argv[3 + g], now)
   end
 end

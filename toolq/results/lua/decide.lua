@@ -1,5 +1,5 @@
 -- DECIDE: a human's decision on a parked call, one compare-and-set, so exactly one of any
--- number of racing approvers wins. Includes lib/emit.lua and lib/push.lua.
+-- number of racing approvers wins. Includes lib/emit.lua, lib/push.lua and lib/sched.lua.
 --
 -- Past the deadline the call is expired here and then, not decided. The deciding process
 -- reads the record, computes the digest of the stored arguments itself, signs the outcome it
@@ -9,7 +9,8 @@
 -- An edit replaces the envelope and digest and resets the earlier approvals (they approved
 -- other arguments). Refusals are returned for the caller to audit; the audit entries written
 -- here carry signatures made by the caller (entry fields come from ARGV, so the signed bytes
--- are exactly the stored ones). The final approval pushes the call's message (as CREATE).
+-- are exactly the stored ones). The final approval pushes the call's message (as CREATE),
+-- or, for a scheduled call, puts it in its backlog with its message (lib/sched.lua).
 --
 -- KEYS
 --   1  call               the call's record (Keys.call)
@@ -46,7 +47,7 @@ local approvals_read, approvals_new, final, new_digest = ARGV[15], ARGV[16], ARG
 local approval, run_id, tool = ARGV[19], ARGV[20], ARGV[21]
 local audit_sig, expired_sig, digest, shown = ARGV[22], ARGV[23], ARGV[24], ARGV[25]
 
-local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers')
+local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers', 'lane', 'backlog')
 if not f[1] then return {'missing'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local function audit(outcome, audited, sig)
@@ -86,7 +87,10 @@ if final ~= '1' then
 end
 redis.call('HSET', call, 'status', 'queued', 'decided_by', by, 'approval', approval)
 redis.call('ZREM', pending_approvals, call_id)
-if message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
+if f[4] and message ~= '' then
+  redis.call('HSET', call, 'message', message, 'admission', 'waiting')
+  sched_join(f[4], f[5], call_id, false)
+elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
 else redis.call('ZADD', unsent, now, call_id) end
 audit('approved', digest, audit_sig)
 return {'ok', emit('call.approved', data)}

@@ -1,8 +1,9 @@
 -- FINISH: a running call's final state and its event; the undo data kept, if any.
--- Includes lib/emit.lua. Runs once per call on the worker's hot path (DirectScripts).
+-- Includes lib/emit.lua and lib/sched.lua. Runs once per call on the worker's hot path (DirectScripts).
 --
 -- A retry of the same finish (same token: the reply was lost) finds it done and changes
 -- nothing. A runner that lost the call (another token, or no longer running) is stale.
+-- A scheduled call's concurrency slots are freed (lib/sched.lua).
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -23,7 +24,7 @@ local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
 
-local f = redis.call('HMGET', call, 'status', 'token')
+local f = redis.call('HMGET', call, 'status', 'token', 'limits')
 if f[2] ~= token then return {'stale'} end
 if f[1] == status then return {'ok', ''} end
 if f[1] ~= 'running' then return {'stale'} end
@@ -34,6 +35,8 @@ redis.call('EXPIRE', call, ttl)
 -- takes it, and START writes the record's token in the same script.
 redis.call('DEL', lease)
 redis.call('ZREM', running, call_id)
+local limits = sched_limits(f[3])
+if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 return {'ok', emit(etype, data)}

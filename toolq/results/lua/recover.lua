@@ -1,8 +1,12 @@
--- RECOVER: a running call whose lease expired (its worker died). Includes lib/emit.lua.
+-- RECOVER: a running call whose lease expired (its worker died). Includes lib/emit.lua
+-- and lib/sched.lua.
 --
 -- Past its time limit the call failed with a timeout; an idempotent call recovered fewer
 -- than max_recoveries times is queued again (into the unsent set: the sweeper sends it);
--- any other failed as worker_lost.
+-- any other failed as worker_lost. A scheduled call frees its slots, and when queued
+-- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
+-- A member of a scheduled group has no message of its own: it goes to the unsent set, and
+-- the sweeper sends it alone (admitted: such calls have no limits).
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -24,11 +28,13 @@ local max_recoveries, lost_result, timeout_result, run_id = ARGV[5], ARGV[6], AR
 
 if redis.call('EXISTS', lease) == 1 then return {'alive'} end
 local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
-                    'started_at')
+                    'started_at', 'limits', 'lane', 'backlog', 'message', 'carries')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local t = tonumber(now)
+local limits = sched_limits(f[6])
+if limits then sched_release(limits, call_id, t * 1000) end
 local timeout, started = tonumber(f[4]), tonumber(f[5])
 local outcome, result = 'failed', lost_result
 if timeout and started and t - started >= timeout then
@@ -36,7 +42,12 @@ if timeout and started and t - started >= timeout then
 elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now)
   redis.call('HINCRBY', call, 'recoveries', 1)
-  redis.call('ZADD', unsent, now, call_id)
+  if f[7] and f[9] and not f[10] then
+    redis.call('HSET', call, 'admission', 'waiting')
+    sched_join(f[7], f[8], call_id, true)
+  else
+    redis.call('ZADD', unsent, now, call_id)
+  end
   emit('call.retrying',
        '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}')
   return {'requeue'}

@@ -1,15 +1,22 @@
--- RENEW: extend a lease still held by this token (call or undo lease).
+-- RENEW: extend a lease still held by this token (call or undo lease), and a scheduled
+-- call's concurrency slots with it. Includes lib/sched.lua.
 --
 -- KEYS
 --   1 lease    the lease (Keys.lease, or Keys.undo_lease for an undo)
 --   2 running  its index by lease end (Keys.running, or Keys.undoing)
+--   3 call     the call's record (Keys.call; for an undo, the undo lease again)
 -- ARGV
---   1 call_id   2 token   3 lease_ms   4 now_ms
+--   1 call_id   2 token   3 lease_ms   4 now_ms   5 slots ('1': a call's lease, '0': an undo's)
 -- Returns 1 (renewed) | 0 (the lease is no longer this token's).
-local lease, running = KEYS[1], KEYS[2]
-local call_id, token, lease_ms, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lease, running, call = KEYS[1], KEYS[2], KEYS[3]
+local call_id, token, lease_ms, now_ms, slots = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 if redis.call('GET', lease) ~= token then return 0 end
 redis.call('PEXPIRE', lease, lease_ms)
-redis.call('ZADD', running, tonumber(now_ms) + tonumber(lease_ms), call_id)
+local until_ms = tonumber(now_ms) + tonumber(lease_ms)
+redis.call('ZADD', running, until_ms, call_id)
+if slots == '1' then
+  local limits = sched_limits(redis.call('HGET', call, 'limits'))
+  if limits then sched_renew(limits, call_id, until_ms) end
+end
 return 1

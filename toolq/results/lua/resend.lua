@@ -1,6 +1,7 @@
 -- RESEND: the sweeper's re-send of a call still queued: its message pushed with the same
 -- bookkeeping as CREATE, and the call out of the unsent set, in one step.
--- Includes lib/push.lua.
+-- Includes lib/push.lua. A scheduled call waiting in its backlog is not sent: ADMIT
+-- sends it.
 --
 -- KEYS
 --   1 call     the call's record (Keys.call)
@@ -16,7 +17,8 @@ local call, queue, pushes, queued, unsent, suspect =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local call_id, message, now = ARGV[1], ARGV[2], ARGV[3]
 
-if redis.call('HGET', call, 'status') ~= 'queued' then
+local f = redis.call('HMGET', call, 'status', 'admission')
+if f[1] ~= 'queued' or f[2] == 'waiting' then
   redis.call('ZREM', queued, call_id)
   redis.call('ZREM', unsent, call_id)
   return 0

@@ -1,5 +1,8 @@
 -- TRANSITION: the generic compare-and-set of a call's status with its event, used by
--- cancel, approvals bookkeeping and the sweeper. Includes lib/emit.lua.
+-- cancel, approvals bookkeeping and the sweeper. Includes lib/emit.lua and lib/sched.lua.
+-- A call moved to a final state (a result given) frees a scheduled call's slots and its
+-- rate entry if it never started; a call cancelled in its backlog is dropped from it by
+-- the next ADMIT.
 --
 -- KEYS
 --   1 call               the call's record (Keys.call)
@@ -37,6 +40,8 @@ redis.call('HSET', call, 'status', to_status, 'updated_at', now)
 if result ~= '' then
   redis.call('HSET', call, 'result', result, 'finished_at', now)
   redis.call('EXPIRE', call, ttl)
+  local limits = sched_limits(redis.call('HGET', call, 'limits'))
+  if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 end
 for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
 redis.call('ZREM', pending_approvals, call_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolq.results.runner import Script
+from toolq.results.scripts.admission import ADMIT, Admit, AdmitReply
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
@@ -71,6 +72,7 @@ from toolq.results.scripts.undos import (
 from toolq.results.scripts.webhooks import WEBHOOK_CLAIM, WebhookClaim
 
 ALL: tuple[Script[Any], ...] = (
+    ADMIT,
     CREATE,
     CREATE_GROUP,
     START,
@@ -92,6 +94,7 @@ ALL: tuple[Script[Any], ...] = (
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
 __all__ = [
+    "ADMIT",
     "ALL",
     "CREATE",
     "CREATE_GROUP",
@@ -110,6 +113,8 @@ __all__ = [
     "UNDO_RESEND",
     "UNDO_START",
     "WEBHOOK_CLAIM",
+    "Admit",
+    "AdmitReply",
     "Charge",
     "Create",
     "CreateGroup",

@@ -26,7 +26,7 @@ class Decide(Script[DecideReply]):
 
     file = "decide.lua"
     outcomes = get_args(DecideOutcome)
-    includes = ("emit", "push")
+    includes = ("emit", "push", "sched")
 
     def __call__(
         self,

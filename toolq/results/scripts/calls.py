@@ -49,7 +49,7 @@ class Create(Script[CreateReply]):
 
     file = "create.lua"
     outcomes = get_args(CreateOutcome)
-    includes = ("emit", "push")
+    includes = ("emit", "push", "sched")
 
     def __call__(
         self,
@@ -78,11 +78,13 @@ class Create(Script[CreateReply]):
         tenant: str = DEFAULT_TENANT,
         charge: Charge | None = None,
         fields: dict[str, str] | None = None,
+        schedule: tuple[str, str] | None = None,
     ) -> Invocation[CreateReply]:
         """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
 
         ``refresh``: this is the dispatch's last call of its run, which sets the run's TTLs.
         ``charge``: the call's cost and its tenant's budget (``None``: nothing to charge).
+        ``schedule``: ``(backlog, lane)`` of a call that goes through admission.
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
         spent = keys.tenant_spent(tenant, charge.period) if charge else keys.unsent
@@ -101,6 +103,7 @@ class Create(Script[CreateReply]):
                 keys.queue_pushes(queue) if message else keys.unsent,
                 spent,
                 *emit_keys(keys),
+                *(schedule or (keys.unsent, keys.unsent)),
             ],
             [
                 call_id,
@@ -129,6 +132,7 @@ class Create(Script[CreateReply]):
                 charge.denied_result if charge else "",
                 charge.denied_data if charge else "",
                 charge.denied_envelope if charge else "",
+                "1" if schedule else "0",
                 *[item for pair in (fields or {}).items() for item in pair],
             ],
         )
@@ -162,16 +166,25 @@ class CreateGroup(Script[list[CreateReply]]):
         now: str,
         messages: Sequence[tuple[str, str]],
         members: Sequence[tuple[str, int, Invocation[CreateReply]]],
+        schedules: Sequence[tuple[str, str] | None] = (),
     ) -> Invocation[list[CreateReply]]:
         """An invocation for ``(queue, message)`` groups and ``(call_id, group, CREATE)``.
 
         ``group`` numbers the call's message from 1 (its CREATE then has no message of its
-        own); 0 leaves the call's CREATE as it is.
+        own); 0 leaves the call's CREATE as it is. ``schedules``: per message, the
+        ``(backlog, lane)`` of a scheduled group (backlogged, not pushed), or ``None``.
         """
+        plans = list(schedules) or [None] * len(messages)
         call_keys: list[str] = [keys.queued, keys.unsent]
-        for queue, _ in messages:
-            call_keys.extend([queue, keys.queue_pushes(queue)])
-        args: list[Any] = [now, len(messages), len(members), *(m for _, m in messages)]
+        for (queue, _), plan in zip(messages, plans, strict=True):
+            call_keys.extend([queue, keys.queue_pushes(queue), *(plan or (keys.unsent,) * 2)])
+        args: list[Any] = [
+            now,
+            len(messages),
+            len(members),
+            *(m for _, m in messages),
+            *("1" if plan else "0" for plan in plans),
+        ]
         for call_id, group, member in members:
             call_keys.extend([keys.call(call_id), *member.keys])
             args.extend([call_id, group, len(member.keys), len(member.args), *member.args])
@@ -200,7 +213,7 @@ class Start(Script[StartReply]):
 
     file = "start.lua"
     outcomes = get_args(StartOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -254,7 +267,7 @@ class Finish(Script[FinishOutcome]):
 
     file = "finish.lua"
     outcomes = get_args(FinishOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -341,12 +354,28 @@ class Renew(Script[bool]):
     """A lease extended if this token still holds it (``renew.lua``): call or undo lease."""
 
     file = "renew.lua"
+    includes = ("sched",)
 
     def __call__(
-        self, *, lease: str, running: str, call_id: str, token: str, lease_ms: int, now_ms: int
+        self,
+        *,
+        lease: str,
+        running: str,
+        call_id: str,
+        token: str,
+        lease_ms: int,
+        now_ms: int,
+        record: str | None = None,
     ) -> Invocation[bool]:
-        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them."""
-        return self.invoke([lease, running], [call_id, token, lease_ms, now_ms])
+        """An invocation: KEYS and ARGV as the header of ``renew.lua`` lists them.
+
+        ``record``: the call's record, whose slots are renewed with its lease (an undo's
+        lease has none).
+        """
+        return self.invoke(
+            [lease, running, record or lease],
+            [call_id, token, lease_ms, now_ms, "1" if record else "0"],
+        )
 
     def parse(self, reply: Any) -> bool:
         """The typed outcome of a reply."""
@@ -369,7 +398,7 @@ class Transition(Script[TransitionReply]):
 
     file = "transition.lua"
     outcomes = get_args(TransitionOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
@@ -426,7 +455,7 @@ class Recover(Script[RecoverOutcome]):
 
     file = "recover.lua"
     outcomes = get_args(RecoverOutcome)
-    includes = ("emit",)
+    includes = ("emit", "sched")
 
     def __call__(
         self,
