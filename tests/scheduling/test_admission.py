@@ -167,3 +167,29 @@ def test_a_tenants_own_concurrency_cap_holds_below_the_tools(
     assert {(e["limit"], e["scope"], e["name"]) for e in throttled} == {
         ("concurrency", "tenant", "narrow")
     }
+
+
+def test_the_tenants_report_counts_throttled_calls_and_slots_in_use(
+    tenants_client: Client, inproc: InProcess, r: redis.Redis, wait_for: Callable[..., None]
+) -> None:
+    from toolq.dispatch.tenants import tenants_report
+
+    inproc.start(app=APP, concurrency=4)
+    first = tenants_client.dispatch([{"id": "a", "name": "solo", "arguments": {"seconds": 2}}])
+    a = first.calls[0].call_id
+    wait_for(lambda: r.exists(f"tenancy:started:{a}"), message="the first call never started")
+    second = tenants_client.dispatch(
+        [{"id": f"b{i}", "name": "solo", "arguments": {"seconds": 0}} for i in range(2)]
+    )
+    wait_for(lambda: len(events(tenants_client, second.run_id, "call.throttled")) == 2)
+    report = tenants_report(tenants_client)
+    [default] = [t for t in report.tenants if t.tenant == "default"]
+    assert (default.calls.queued, default.calls.throttled, default.calls.running) == (2, 2, 1)
+    [solo] = [t for t in report.tools if t.name == "solo"]
+    assert solo.use is not None and solo.use.slots_held == 1
+    assert [x.status for x in second.wait(timeout=30)] == [CallStatus.SUCCEEDED] * 2
+    after = tenants_report(tenants_client)
+    [default] = [t for t in after.tenants if t.tenant == "default"]
+    assert (default.calls.queued, default.calls.throttled) == (0, 0)
+    [solo] = [t for t in after.tools if t.name == "solo"]
+    assert solo.use is not None and solo.use.slots_held == 0

@@ -216,12 +216,14 @@ def test_tenants_endpoint(api: TestClient, acme_run):
     (acme,) = mine.json()["tenants"]
     assert acme["tenant"] == "acme" and acme["configured"]
     assert (acme["weight"], acme["concurrency"], acme["rate_limit"]) == (2, 4, "100/60s")
-    assert acme["calls"] == {"queued": 1, "awaiting_approval": 1, "running": 0}
+    assert acme["calls"] == {"queued": 1, "awaiting_approval": 1, "running": 0, "throttled": 0}
     budget = acme["budget"]
     assert (budget["limit"], budget["used"], budget["left"], budget["per"]) == (5, 2, 3, "day")
     tools = {t["name"]: t for t in mine.json()["tools"]}
     assert tools["limited"] == {"name": "limited", "concurrency": 2, "rate_limit": "10/1s",
-                                "cost": 2.0, "cost_function": False}
+                                "cost": 2.0, "cost_function": False,
+                                "use": {"slots_held": 0, "recent_starts": 0}}
+    assert tools["printed"]["use"] is None  # no limits: nothing to use
     assert tools["printed"]["cost"] is None and tools["printed"]["cost_function"]
 
     refused(api.get("/v1/tenants/globex", headers=h("acme-t")), "wrong_tenant")

@@ -53,7 +53,7 @@ def test_dispatch_and_tenants_on_the_command_line(settings: Settings) -> None:
     assert table.returncode == 0, table.stderr
     acme_line = next(line for line in table.stdout.splitlines() if line.startswith("acme "))
     assert acme_line.split()[:7] == ["acme", "3", "-", "-", "1/month", "1", "0"]
-    assert any(line.split()[:4] == ["printed", "-", "-", "f(args)"]
+    assert any(line.split()[:6] == ["printed", "-", "-", "-", "-", "f(args)"]
                for line in table.stdout.splitlines())
 
     bad = toolq("dispatch", "--app", APP, "--tenant", "no spaces", settings=settings,

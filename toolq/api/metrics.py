@@ -134,6 +134,7 @@ def tenant_lines(client: Client) -> list[str]:
         label = tenant if tenant in named else OTHER_TENANTS
         for state in COUNTED:
             counts[(label, state.value)] += getattr(calls, state.value)
+        counts[(label, "throttled")] += calls.throttled
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_text: str) -> None:
@@ -147,6 +148,14 @@ def tenant_lines(client: Client) -> list[str]:
             lines.append(
                 f'toolq_tenant_calls{{tenant="{_label(label)}",state="{state.value}"}} {value}'
             )
+    metric(
+        "toolq_tenant_throttled_calls",
+        "gauge",
+        "Queued calls waiting because a concurrency or rate limit is reached.",
+    )
+    for label in [*named, OTHER_TENANTS]:
+        value = counts[(label, "throttled")]
+        lines.append(f'toolq_tenant_throttled_calls{{tenant="{_label(label)}"}} {value}')
     statuses = [tenant_status(client, tenant) for tenant in named]
     series: dict[str, tuple[str, dict[str, float | None]]] = {
         "toolq_tenant_weight": ("Share of each risk queue's workers.", {}),

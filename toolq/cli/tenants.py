@@ -30,6 +30,7 @@ COLUMNS = (
     "LEFT",
     "RESETS (UTC)",
     "QUEUED",
+    "THROTTLED",
     "PARKED",
     "RUNNING",
 )
@@ -77,6 +78,7 @@ def _row(status: TenantStatus) -> tuple[str, ...]:
         status.rate_limit or "-",
         *money,
         str(status.calls.queued),
+        str(status.calls.throttled),
         str(status.calls.awaiting_approval),
         str(status.calls.running),
     )
@@ -98,7 +100,9 @@ def render(report: TenantsReport) -> str:
         (
             t.name,
             str(t.concurrency) if t.concurrency is not None else "-",
+            str(t.use.slots_held) if t.use is not None and t.concurrency is not None else "-",
             t.rate_limit or "-",
+            str(t.use.recent_starts) if t.use is not None and t.rate_limit else "-",
             "f(args)" if t.cost_function else f"{t.cost:g}",
         )
         for t in report.tools
@@ -106,5 +110,5 @@ def render(report: TenantsReport) -> str:
     ]
     if tools:
         lines.append("")
-        lines.extend(_table(("TOOL", "CONC", "RATE", "COST"), tools))
+        lines.extend(_table(("TOOL", "CONC", "HELD", "RATE", "STARTED", "COST"), tools))
     return "\n".join(lines)

@@ -2,12 +2,15 @@
 
 Read at request time from Redis (``GET /v1/tenants``, ``toolq tenants``, ``/metrics``),
 nothing kept on the hot path: the counts come from the indexes of unfinished calls that
-the call scripts keep anyway (queued and unsent, parked, running) and each call's record
-field ``tenant``, so a read costs one pipelined ``HMGET`` per unfinished call.
+the call scripts keep anyway (queued and unsent, parked, running, and the admission
+stage's backlogs) and each call's record fields ``tenant`` and ``throttled``, so a read
+costs one pipelined ``HMGET`` per unfinished call; slot use is a ``ZCOUNT`` of the
+admission stage's slot and start sets.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -15,8 +18,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from toolq.dispatch.budgets import period_of
-from toolq.models import CallStatus
-from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, TenantConfig, tenant_config
+from toolq.keys import Keys
+from toolq.models import CallStatus, RiskLevel
+from toolq.quotas import (
+    ANY_TENANT,
+    DEFAULT_TENANT,
+    LimitScope,
+    RateLimit,
+    TenantConfig,
+    tenant_config,
+)
 from toolq.results.connection import as_text
 
 if TYPE_CHECKING:
@@ -45,6 +56,18 @@ class TenantCalls(BaseModel):
     queued: int = 0
     awaiting_approval: int = 0
     running: int = 0
+    throttled: int = 0
+    """Of the queued calls, those waiting in their backlog because a limit is reached
+    (``call.throttled``)."""
+
+
+class LimitUse(BaseModel):
+    """What a tool or tenant uses of its fleet-wide limits, now."""
+
+    slots_held: int = 0
+    """Calls holding one of its concurrency slots (admitted, not finished)."""
+    recent_starts: int = 0
+    """Starts counted in its rate limit's current window."""
 
 
 class TenantStatus(BaseModel):
@@ -58,6 +81,8 @@ class TenantStatus(BaseModel):
     rate_limit: str | None
     budget: BudgetUse | None
     calls: TenantCalls = Field(default_factory=TenantCalls)
+    use: LimitUse | None = None
+    """Its concurrency slots and rate-limit starts in use (``None`` without such limits)."""
 
 
 class ToolLimits(BaseModel):
@@ -69,6 +94,8 @@ class ToolLimits(BaseModel):
     cost: float | None
     """The cost of every call; ``None`` when a function of the arguments decides it."""
     cost_function: bool = False
+    use: LimitUse | None = None
+    """Its concurrency slots and rate-limit starts in use (``None`` without such limits)."""
 
 
 class TenantDetail(TenantStatus):
@@ -84,15 +111,17 @@ class TenantsReport(BaseModel):
     tools: list[ToolLimits]
 
 
-def tool_limits(tool: Tool) -> ToolLimits:
-    """``tool``'s limits as reported."""
+def tool_limits(tool: Tool, client: Client | None = None) -> ToolLimits:
+    """``tool``'s limits as reported; with ``client``, what it uses of them now."""
     function = callable(tool.cost)
+    rate = RateLimit.parse(tool.rate_limit) if tool.rate_limit is not None else None
     return ToolLimits(
         name=tool.name,
         concurrency=tool.concurrency,
-        rate_limit=str(tool.rate_limit) if tool.rate_limit is not None else None,
+        rate_limit=str(rate) if rate is not None else None,
         cost=None if callable(tool.cost) else float(tool.cost),
         cost_function=function,
+        use=limit_use(client, "tool", tool.name, tool.concurrency, rate) if client else None,
     )
 
 
@@ -108,21 +137,66 @@ def calls_by_tenant(client: Client) -> dict[str, TenantCalls]:
         pipe = r.pipeline(transaction=False)
         for index in (keys.queued, keys.unsent, keys.pending_approvals, keys.running):
             pipe.zrange(index, 0, -1)
-        ids = sorted({as_text(c) for found in pipe.execute() for c in found})
+        for level in RiskLevel:
+            pipe.zrange(keys.lane(level), 0, -1)
+        found = pipe.execute()
+        ids = {as_text(c) for listed in found[:4] for c in listed}
+        backlogs = [as_text(b) for lane in found[4:] for b in lane]
+        ids.update(_waiting(r, keys, backlogs))
         if not ids:
             continue
         pipe = r.pipeline(transaction=False)
-        for call_id in ids:
-            pipe.hmget(keys.call(call_id), "status", "tenant")
-        for status, tenant in pipe.execute():
+        for call_id in sorted(ids):
+            pipe.hmget(keys.call(call_id), "status", "tenant", "throttled")
+        for status, tenant, throttled in pipe.execute():
             if status is not None:
-                counts[(as_text(tenant) if tenant else DEFAULT_TENANT, as_text(status))] += 1
+                name = as_text(tenant) if tenant else DEFAULT_TENANT
+                counts[(name, as_text(status))] += 1
+                if throttled and as_text(status) == CallStatus.QUEUED.value:
+                    counts[(name, "throttled")] += 1
     out: dict[str, TenantCalls] = {}
     for (tenant, status), count in counts.items():
-        if status in {s.value for s in COUNTED}:
+        if status in {s.value for s in COUNTED} or status == "throttled":
             calls = out.setdefault(tenant, TenantCalls())
             setattr(calls, status, getattr(calls, status) + count)
     return out
+
+
+def _waiting(r: Any, keys: Keys, backlogs: list[str]) -> set[str]:
+    """The calls waiting in ``backlogs``: each entry, and the calls a group's leader carries."""
+    if not backlogs:
+        return set()
+    pipe = r.pipeline(transaction=False)
+    for backlog in backlogs:
+        pipe.lrange(backlog, 0, -1)
+    leaders = sorted({as_text(c) for listed in pipe.execute() for c in listed})
+    pipe = r.pipeline(transaction=False)
+    for call_id in leaders:
+        pipe.hget(keys.call(call_id), "carries")
+    waiting = set(leaders)
+    for carries in pipe.execute():
+        if carries:
+            waiting.update(str(c) for c in json.loads(carries))
+    return waiting
+
+
+def limit_use(
+    client: Client, scope: LimitScope, name: str, concurrency: int | None, rate: RateLimit | None
+) -> LimitUse | None:
+    """Slots held and recent starts of a tool's or tenant's limits, summed over every cell."""
+    if concurrency is None and rate is None:
+        return None
+    now_ms = int(time.time() * 1000)
+    use = LimitUse()
+    for _, cell in client.reachable()[0]:
+        pipe = cell.redis.pipeline(transaction=False)
+        pipe.zcount(cell.keys.slots(scope, name), now_ms, "+inf")
+        window_ms = int(rate.seconds * 1000) if rate is not None else 0
+        pipe.zcount(cell.keys.starts(scope, name), now_ms - window_ms, "+inf")
+        held, started = pipe.execute()
+        use.slots_held += int(held) if concurrency is not None else 0
+        use.recent_starts += int(started) if rate is not None else 0
+    return use
 
 
 def tenant_status(
@@ -156,6 +230,7 @@ def tenant_status(
         rate_limit=str(config.rate_limit) if config.rate_limit is not None else None,
         budget=budget,
         calls=calls or TenantCalls(),
+        use=limit_use(client, "tenant", tenant, config.concurrency, config.rate_limit),
     )
 
 
@@ -170,5 +245,5 @@ def tenants_report(client: Client, only: str | None = None) -> TenantsReport:
     now = time.time()
     return TenantsReport(
         tenants=[tenant_status(client, name, calls.get(name), now) for name in names],
-        tools=[tool_limits(tool) for tool in client.registry.list()],
+        tools=[tool_limits(tool, client) for tool in client.registry.list()],
     )
