@@ -2,7 +2,7 @@
 
     python -m bench.speed [--calls 300] [--batch 2000] [--repeat 3] [--io-calls 1000]
                           [--io-sleep 0.1]
-                          [--sections roundtrip,io,async,scaling,breakdown,profile,cells]
+                          [--sections roundtrip,io,async,scaling,breakdown,profile,cells,fairshare]
                           [--systems celery,dramatiq,arq,toolq] [--scaling 1,2,4]
                           [--dramatiq-tuned-threads 16] [--arq-poll-delay 0.002]
                           [--async-processes 2] [--async-threads 50] [--tiny]
@@ -57,7 +57,16 @@ from bench.redis_cost import (  # noqa: E402
 )
 from bench.setups import SLOTS, Setup, dramatiq_defaults, io_setups, roundtrip_setups  # noqa: E402
 
-SECTIONS = ("roundtrip", "io", "async", "scaling", "breakdown", "profile", "cells")
+SECTIONS = (
+    "roundtrip",
+    "io",
+    "async",
+    "scaling",
+    "breakdown",
+    "profile",
+    "cells",
+    "fairshare",
+)
 SYSTEMS = ("celery", "dramatiq", "arq", "toolq")
 
 
@@ -325,6 +334,24 @@ def speed(args: argparse.Namespace) -> int:
                 is not None
             ]
             print("\nCells (bench/cells_speed.py):\n" + render_cells(run.report["cells"]))
+        if "fairshare" in args.sections and "toolq" in args.systems:
+            from bench import fairshare_speed
+
+            fair = run.attempt(
+                "fair share, one tenant",
+                lambda: fairshare_speed.measure(
+                    run.procs,
+                    args.redis_url,
+                    logs,
+                    200 if args.tiny else args.batch,
+                    1 if args.tiny else 3,
+                    args.batch_timeout,
+                ),
+            )
+            run.report["fairshare"] = fair
+            if fair is not None:
+                print("\nFair share, one tenant (bench/fairshare_speed.py):")
+                print(fairshare_speed.render(fair))
         run.report["targets"] = speed_report.print_all(run.report, args)
         _finish(run, env, time.monotonic() - started)
     finally:

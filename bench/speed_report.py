@@ -206,6 +206,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     if a:
         add(f"async tools on <= 2 processes: <= 1.5x {a['ideal_s']:g} s", a["over_ideal"] <= 1.5,
             f"{a['seconds']:.2f} s = {a['over_ideal']:.1f}x")  # fmt: skip
+    f = report.get("fairshare")
+    if f:
+        add("fair share, one tenant: batch >= 0.90x without it (issue 18)",
+            f["ratio"] >= f["target_ratio"],
+            f"{f['fair_share_calls_per_s']:,.0f} vs {f['plain_calls_per_s']:,.0f} calls/s:"
+            f" {f['ratio']:.2f}x")  # fmt: skip
     if report.get("scaling"):
         pts = report["scaling"]
         add("scaling with 1, 2, 4 processes measured", None,

@@ -6,6 +6,7 @@ Round trip: ``client.call("noop", {})``. Batch: one ``client.dispatch`` of M cal
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -18,6 +19,7 @@ from bench.procs import READY_TIMEOUT, Procs, worker_env
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
 from toolq.models import CallStatus, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
 
 
 def toolq_argv(pool: str, concurrency: int) -> list[str]:
@@ -55,20 +57,28 @@ class ToolqWorker:
         concurrency: int = 2,
         log: Path | None = None,
         wrap: list[str] | None = None,
+        tenants: dict[str, Any] | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
         # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
         self.argv = [*(wrap or []), *toolq_argv(pool, concurrency)]
         self.log = log
-        self.settings = Settings(redis_url=redis_url)
+        # ``tenants``: TOOLQ_TENANTS of the worker and the client; ``tenant``: the batches'.
+        self.tenants = tenants
+        self.tenant = tenant
+        self.settings = Settings(redis_url=redis_url, tenants=tenants or {})
         self.client = Client(registry, self.settings)
         self.proc: Any = None
         self.last_run_id = ""
         """The run of the last ``batch`` (to look at its keys afterwards)."""
 
     def __enter__(self) -> ToolqWorker:
-        self.proc = self.procs.start(self.argv, worker_env(self.redis_url), self.log)
+        env = worker_env(self.redis_url)
+        if self.tenants is not None:
+            env["TOOLQ_TENANTS"] = json.dumps(self.tenants)
+        self.proc = self.procs.start(self.argv, env, self.log)
         try:
             self._wait_ready()
         except BaseException:
@@ -109,7 +119,7 @@ class ToolqWorker:
             {"id": f"call_{uuid.uuid4().hex}", "name": "noop", "arguments": {}} for _ in range(size)
         ]
         t0 = time.perf_counter()
-        batch = self.client.dispatch(payload)
+        batch = self.client.dispatch(payload, tenant=self.tenant)
         t1 = time.perf_counter()
         self.last_run_id = batch.run_id
         results = batch.wait(timeout=timeout)

@@ -24,7 +24,7 @@ def test_tiny_speed_run_measures_every_section(tmp_path: Path) -> None:
     out = tmp_path / "speed.json"
     argv = [
         sys.executable, "-m", "bench.speed", "--tiny", "--systems", "celery,toolq",
-        "--sections", "roundtrip,io,async,scaling,breakdown", "--scaling", "1,2",
+        "--sections", "roundtrip,io,async,scaling,breakdown,fairshare", "--scaling", "1,2",
         "--io-calls", "20", "--json", str(out), "--logs", str(tmp_path / "logs"),
     ]  # fmt: skip
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280)
@@ -54,6 +54,9 @@ def test_tiny_speed_run_measures_every_section(tmp_path: Path) -> None:
         assert r["calls"] == 20 and r["seconds"] >= 0.1
     assert report["async"]["seconds"] >= 0.1
     assert [p["processes"] for p in report["scaling"] if not p["pinned"]] == [1, 2]
+    fair = report["fairshare"]
+    assert fair["through_admission"] == {"plain": False, "fair_share": True}
+    assert fair["plain_calls_per_s"] > 0 and fair["fair_share_calls_per_s"] > 0
     assert all(p["calls_per_s"] > 0 for p in report["scaling"])
 
     # MONITOR saw toolq's own scripts, named, and the worker's share of each call.
@@ -65,5 +68,6 @@ def test_tiny_speed_run_measures_every_section(tmp_path: Path) -> None:
     verdicts = {t["target"]: t["verdict"] for t in report["targets"]}
     assert any("20 Redis commands" in t for t in verdicts), verdicts
     assert set(verdicts.values()) <= {"PASS", "MISS", "MEASURED"}
+    assert any(t.startswith("fair share, one tenant") for t in verdicts), verdicts
     for title in ("No-op calls", "toolq / best peer", "I/O-bound", "Scaling", "Issue 14 targets"):
         assert title in proc.stdout, shown
