@@ -18,8 +18,13 @@ DEFAULT_TENANT = "default"
 ANY_TENANT = "*"
 """The ``TOOLQ_TENANTS`` entry that configures every tenant not named."""
 
-TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
-"""What a tenant name may be: it appears in Redis keys and metric labels."""
+OTHER_TENANTS = "other"
+"""The metrics' ``tenant`` label of every tenant not named in ``TOOLQ_TENANTS`` (nor
+``default``); it cannot be configured as a tenant of its own."""
+
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+"""What a tenant name may be (the whole name: ``fullmatch``, so no trailing newline): it
+appears in Redis keys and metric labels."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
@@ -34,7 +39,7 @@ LimitScope = Literal["tool", "tenant"]
 
 def valid_tenant(name: str) -> str:
     """``name`` if it is a valid tenant name, else a ``ValueError`` saying what is allowed."""
-    if not TENANT_NAME.match(name):
+    if not isinstance(name, str) or not TENANT_NAME.fullmatch(name):
         raise ValueError(
             f"tenant {name!r} must be 1-64 characters: letters, digits and . _ : @ -"
             " (not starting with a symbol)"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -202,9 +203,7 @@ def test_a_foreign_call_id_is_refused_on_every_endpoint_and_unknown_ids_stay_404
 # -- tenant names ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param("acme\n", marks=OPEN), "acme ", "*", "\uff41cme", "acmé", "a" * 65]
-)
+@pytest.mark.parametrize("name", ["acme\n", "acme ", "*", "\uff41cme", "acmé", "a" * 65])
 def test_a_name_that_only_looks_like_a_tenant_is_refused(
     api: TestClient, configured: Settings, name: str
 ) -> None:
@@ -217,12 +216,12 @@ def test_a_name_that_only_looks_like_a_tenant_is_refused(
         json=one("free", "f", text="x"),
     )
     assert made.status_code == 400 and made.json()["error"]["code"] == "invalid_tenant"
-    assert api.get(f"/v1/tenants/{name}", headers=h("free-t")).status_code in (400, 404)
+    detail = api.get(f"/v1/tenants/{quote(name, safe='')}", headers=h("free-t"))
+    assert detail.status_code in (400, 404), detail.text
     with pytest.raises(ValidationError):
         ApiToken(principal="p", roles=["viewer"], tenant=name)
 
 
-@pytest.mark.xfail(strict=True, reason="attack works: fixed in a later commit")
 def test_the_metrics_bucket_other_cannot_be_configured_as_a_tenant(settings: Settings) -> None:
     with pytest.raises(ValidationError, match="other"):
         Settings(tenants={"other": TenantConfig(weight=2)})
