@@ -7,6 +7,7 @@ an API token names). ``TOOLQ_TENANTS`` maps tenant names to a ``TenantConfig``; 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -75,7 +76,7 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    limit: float = Field(ge=0)
+    limit: float = Field(ge=0, allow_inf_nan=False)
     per: Period = "day"
 
 
@@ -103,3 +104,14 @@ class TenantConfig(BaseModel):
 def tenant_config(tenants: dict[str, TenantConfig], tenant: str) -> TenantConfig:
     """The configuration of ``tenant``: its own entry, else ``"*"``, else the defaults."""
     return tenants.get(tenant) or tenants.get(ANY_TENANT) or TenantConfig()
+
+
+def finite_cost(value: object) -> bool:
+    """True for a cost: an int or float (not a bool), finite as a float, and >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        as_float = float(value)  # an int past ~1e308 has no float
+    except OverflowError:
+        return False
+    return math.isfinite(as_float) and as_float >= 0

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolq.errors import CostError
+from toolq.quotas import finite_cost
 
 if TYPE_CHECKING:
     from toolq.quotas import Budget
@@ -78,11 +79,9 @@ def cost_of(tool: Tool, arguments: dict[str, Any]) -> float:
             f"the cost of this call of {tool.name!r} could not be computed: "
             f"{type(exc).__name__}: {exc}"
         ) from None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise CostError(f"the cost function of {tool.name!r} returned {value!r}, not a number >= 0")
+    if not finite_cost(value):
+        shown = (
+            repr(value) if not isinstance(value, int) else f"an int of {value.bit_length()} bits"
+        )
+        raise CostError(f"the cost function of {tool.name!r} returned {shown}, not a number >= 0")
     return float(value)

@@ -15,7 +15,7 @@ from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgu
 from toolq.execution.context import ToolContext
 from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
-from toolq.quotas import RateLimit
+from toolq.quotas import RateLimit, finite_cost
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -83,11 +83,9 @@ class Tool:
                 self.rate_limit = RateLimit.parse(self.rate_limit)
             except ValueError as exc:
                 raise ConfigurationError(f"tool {self.name!r}: {exc}") from None
-        if not callable(self.cost) and (
-            isinstance(self.cost, bool) or not isinstance(self.cost, int | float) or self.cost < 0
-        ):
+        if not callable(self.cost) and not finite_cost(self.cost):
             raise ConfigurationError(
-                f"tool {self.name!r}: cost must be a number >= 0 or a function"
+                f"tool {self.name!r}: cost must be a finite number >= 0 or a function"
             )
         if self.allowed_behaviors is not None:
             self.allowed_behaviors = tuple(self.allowed_behaviors)
