@@ -243,6 +243,12 @@ def flat(text: str) -> str:
     return text
 
 
+@hostile.tool(cost=lambda pages: pages, risk=RiskLevel.DANGEROUS)
+def print_pages(pages: int) -> int:
+    """Costs one unit per page and needs an approval."""
+    return pages
+
+
 def spent(client: Client, tenant: str = "acme", budget: Budget = ACME_BUDGET) -> float:
     raw = client.redis.get(
         Keys(client.settings.key_prefix).tenant_spent(tenant, period_of(budget, time.time()).name)
@@ -328,3 +334,32 @@ def test_a_call_denied_for_budget_cannot_be_approved_or_resent(
     assert r.zscore(Keys().pending_approvals, over) is None
     assert r.zscore(Keys().unsent, over) is None and r.zscore(Keys().queued, over) is None
     assert api.get("/v1/approvals", headers=h("acme-approver-t")).json() == []
+
+
+def test_an_approver_cannot_edit_a_call_into_costing_more_than_it_was_charged(
+    configured: Settings, r: redis.Redis
+) -> None:
+    """The charge is made at dispatch: an edit raising the cost would spend past the budget."""
+    with Client(hostile, configured) as client:
+        batch = client.dispatch(
+            [
+                {"id": "p1", "name": "print_pages", "arguments": {"pages": 2}},
+                {"id": "p2", "name": "print_pages", "arguments": {"pages": 2}},
+            ],
+            tenant="acme",
+        )
+        first, second = (c.call_id for c in batch.calls)
+        assert spent(client) == 4
+        with pytest.raises(CostError, match="charged 2"):
+            client.approvals.approve(first, "amy", arguments={"pages": 1000})
+        assert r.hget(Keys().call(first), "status") == b"awaiting_approval"
+        assert client.approvals.get(first).arguments == {"pages": 2}
+        audit = [e for _, e in r.xrange(Keys().audit_stream)]
+        assert any(e[b"outcome"] == f"refused:{CostError.code}".encode() for e in audit)
+        # an edit that costs the same or less, or no edit, is approved as before
+        assert client.approvals.approve(first, "amy", arguments={"pages": 1}).status in (
+            CallStatus.QUEUED,
+            CallStatus.RUNNING,
+        )
+        assert client.approvals.approve(second, "amy").status is not CallStatus.AWAITING_APPROVAL
+        assert spent(client) == 4

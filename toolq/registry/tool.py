@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
+from toolq.errors import (
+    ApprovalPredicateError,
+    ConfigurationError,
+    CostError,
+    InvalidArgumentsError,
+)
 from toolq.execution.context import ToolContext
 from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
@@ -200,6 +205,31 @@ class Tool:
         if self.allowed_behaviors is None:
             return True
         return behavior in self.allowed_behaviors
+
+    def cost_of(self, arguments: dict[str, Any]) -> float:
+        """What a call with ``arguments`` costs; ``CostError`` when its ``cost`` cannot say.
+
+        A cost function gets the arguments as keyword arguments (as the handler would) and
+        must return a finite number >= 0.
+        """
+        cost = self.cost
+        if not callable(cost):
+            return float(cost)
+        try:
+            value = cost(**arguments)
+        except Exception as exc:
+            raise CostError(
+                f"the cost of this call of {self.name!r} could not be computed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if not finite_cost(value):
+            shown = (
+                f"an int of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+            )
+            raise CostError(
+                f"the cost function of {self.name!r} returned {shown}, not a number >= 0"
+            )
+        return float(value)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Schema-validated keyword arguments, then the tool's ``validate_args``."""
