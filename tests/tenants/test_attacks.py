@@ -363,3 +363,24 @@ def test_an_approver_cannot_edit_a_call_into_costing_more_than_it_was_charged(
         )
         assert client.approvals.approve(second, "amy").status is not CallStatus.AWAITING_APPROVAL
         assert spent(client) == 4
+
+
+@hostile.tool(cost=0.1)
+def tenth(text: str) -> str:
+    """Costs 0.1: sums of tenths are not exact in binary floating point."""
+    return text
+
+
+@pytest.mark.parametrize(("limit", "accepted"), [(0.3, 3), (1.0, 10), (0.7, 7)])
+def test_float_rounding_neither_denies_a_call_within_budget_nor_lets_one_past_it(
+    settings: Settings, limit: float, accepted: int
+) -> None:
+    budget = Budget(limit=limit, per="day")
+    tenants = {"acme": TenantConfig(budget=budget)}
+    with Client(hostile, settings.model_copy(update={"tenants": tenants})) as client:
+        statuses = [
+            client.dispatch(one("tenth", f"t{n}", text="x"), tenant="acme").calls[0].status
+            for n in range(accepted + 2)
+        ]
+        assert statuses == [CallStatus.QUEUED] * accepted + [CallStatus.DENIED] * 2
+        assert spent(client, budget=budget) == pytest.approx(limit)
