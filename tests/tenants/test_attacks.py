@@ -384,3 +384,43 @@ def test_float_rounding_neither_denies_a_call_within_budget_nor_lets_one_past_it
         ]
         assert statuses == [CallStatus.QUEUED] * accepted + [CallStatus.DENIED] * 2
         assert spent(client, budget=budget) == pytest.approx(limit)
+
+
+def test_a_ticket_taken_before_the_run_exists_opens_nothing_of_another_tenant(
+    api: TestClient,
+) -> None:
+    """Held: a ticket carries its holder's tenant, checked again when it is redeemed."""
+    issued = api.post("/v1/runs/later/events/ticket", headers=h("acme-t"))
+    assert issued.status_code == 200, issued.text
+    dispatch(api, "globex-t", "later", one("free", "g", text="globex-secret"))
+    backlog = api.get(
+        "/v1/runs/later/events", params={"ticket": issued.json()["ticket"], "follow": "false"}
+    )
+    assert backlog.status_code == 403 and "globex-secret" not in backlog.text
+    listed = api.get("/v1/overview", params={"run_id": "later"}, headers=h("acme-t"))
+    assert listed.json()["calls"] == []
+
+
+def test_idempotency_keys_and_call_ids_of_another_tenant_reveal_nothing(api: TestClient) -> None:
+    """Held: a dispatch into another tenant's run with its key and call id is refused
+    before the key is looked up; in one's own run the same key and id make a new call."""
+    key = {"Idempotency-Key": "k-1"}
+    (theirs,) = dispatch(api, "globex-t", "gx", one("free", "c1", text="x"))
+    made = api.post(
+        "/v1/runs/gx/calls", headers={**h("globex-t"), **key}, json=one("free", "c2", text="x")
+    )
+    their_keyed = made.json()["calls"][0]["call_id"]
+    for token, query in (("acme-t", ""), ("free-t", "?tenant=acme")):
+        for extra in ({}, key):
+            into = api.post(
+                f"/v1/runs/gx/calls{query}",
+                headers={**h(token), **extra},
+                json=one("free", "c1", text="x") + one("free", "c2", text="x"),
+            )
+            assert into.status_code == 403, into.text
+            assert theirs not in into.text and their_keyed not in into.text
+    own = api.post(
+        "/v1/runs/ac/calls", headers={**h("acme-t"), **key}, json=one("free", "c1", text="x")
+    )
+    (call,) = own.json()["calls"]
+    assert not call["duplicate"] and call["call_id"] not in (theirs, their_keyed)
