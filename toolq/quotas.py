@@ -7,6 +7,7 @@ an API token names). ``TOOLQ_TENANTS`` maps tenant names to a ``TenantConfig``; 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -18,8 +19,13 @@ DEFAULT_TENANT = "default"
 ANY_TENANT = "*"
 """The ``TOOLQ_TENANTS`` entry that configures every tenant not named."""
 
-TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")
-"""What a tenant name may be: it appears in Redis keys and metric labels."""
+OTHER_TENANTS = "other"
+"""The metrics' ``tenant`` label of every tenant not named in ``TOOLQ_TENANTS`` (nor
+``default``); it cannot be configured as a tenant of its own."""
+
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+"""What a tenant name may be (the whole name: ``fullmatch``, so no trailing newline): it
+appears in Redis keys and metric labels."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
@@ -34,7 +40,7 @@ LimitScope = Literal["tool", "tenant"]
 
 def valid_tenant(name: str) -> str:
     """``name`` if it is a valid tenant name, else a ``ValueError`` saying what is allowed."""
-    if not TENANT_NAME.match(name):
+    if not isinstance(name, str) or not TENANT_NAME.fullmatch(name):
         raise ValueError(
             f"tenant {name!r} must be 1-64 characters: letters, digits and . _ : @ -"
             " (not starting with a symbol)"
@@ -70,7 +76,7 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    limit: float = Field(ge=0)
+    limit: float = Field(ge=0, allow_inf_nan=False)
     per: Period = "day"
 
 
@@ -98,3 +104,14 @@ class TenantConfig(BaseModel):
 def tenant_config(tenants: dict[str, TenantConfig], tenant: str) -> TenantConfig:
     """The configuration of ``tenant``: its own entry, else ``"*"``, else the defaults."""
     return tenants.get(tenant) or tenants.get(ANY_TENANT) or TenantConfig()
+
+
+def finite_cost(value: object) -> bool:
+    """True for a cost: an int or float (not a bool), finite as a float, and >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        as_float = float(value)  # an int past ~1e308 has no float
+    except OverflowError:
+        return False
+    return math.isfinite(as_float) and as_float >= 0

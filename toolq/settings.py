@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import EventType, RiskLevel
-from toolq.quotas import ANY_TENANT, TenantConfig, valid_tenant
+from toolq.quotas import ANY_TENANT, OTHER_TENANTS, TenantConfig, valid_tenant
 
 
 class ApiToken(BaseModel):
@@ -277,6 +277,11 @@ class Settings(BaseSettings):
     @classmethod
     def _tenant_names(cls, tenants: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
         for name in tenants:
+            if name == OTHER_TENANTS:
+                raise ValueError(
+                    f"tenant {OTHER_TENANTS!r} cannot be configured: /metrics counts every "
+                    "tenant not named under that label"
+                )
             if name != ANY_TENANT:
                 valid_tenant(name)
         return tenants

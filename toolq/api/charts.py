@@ -15,11 +15,12 @@ from typing import Any
 
 from toolq.dispatch.client import Client
 from toolq.models import CallStatus
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 
 WINDOW_SECONDS = 3600
 BUCKET_SECONDS = 60
-_FIELDS = ("name", "status", "created_at", "updated_at", "finished_at", "result")
+_FIELDS = ("name", "status", "created_at", "updated_at", "finished_at", "result", "tenant")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -40,18 +41,23 @@ def _recent(client: Client, start: float) -> list[Any]:
     return pipe.execute() if ids else []
 
 
-def charts(client: Client, now: float | None = None) -> dict[str, Any]:
-    """Per-minute series over the last hour, oldest bucket first (every cell that answers)."""
+def charts(client: Client, now: float | None = None, tenant: str | None = None) -> dict[str, Any]:
+    """Per-minute series over the last hour, oldest bucket first (every cell that answers).
+
+    ``tenant``: count that tenant's calls only (a caller bound to it).
+    """
     now = time.time() if now is None else now
     buckets = WINDOW_SECONDS // BUCKET_SECONDS
     start = (math.floor(now / BUCKET_SECONDS) + 1) * BUCKET_SECONDS - WINDOW_SECONDS
     counts = {state.value: [0] * buckets for state in CallStatus}
     durations: dict[str, list[list[float]]] = {}
     for values in (v for _, cell in client.reachable()[0] for v in _recent(cell, start)):
-        name, status, created, updated, finished, result = (
+        name, status, created, updated, finished, result, owner = (
             as_text(v) if v is not None else "" for v in values
         )
         if not name or status not in counts:
+            continue
+        if tenant is not None and (owner or DEFAULT_TENANT) != tenant:
             continue
         at = float(finished or updated or created or 0)
         slot = int((at - start) // BUCKET_SECONDS)

@@ -2,9 +2,10 @@
 
 Queue depth and live workers per risk, each worker's heartbeat, the pending-approval
 count, and a page of the newest calls (state, duration, error) from the recent-calls
-index, filtered by run, tool, risk, state and a search text. Only small record fields are
-read: never envelopes, so never arguments or outputs. The overview also names the final
-call states (``FINAL_STATUSES``), so the page keeps no list of its own.
+index, filtered by run, tool, risk, state and a search text. A caller bound to a tenant
+sees its tenant's counts and calls only, never another tenant's figures or call ids. Only
+small record fields are read: never envelopes, so never arguments or outputs. The overview
+also names the final call states (``FINAL_STATUSES``), so the page keeps no list of its own.
 """
 
 import json
@@ -137,10 +138,47 @@ def worker_rows(workers: list[dict[str, Any]], now: float) -> list[dict[str, Any
     return sorted(rows, key=lambda row: str(row["hostname"]))
 
 
-def overview(client: Client, **filters: Any) -> dict[str, Any]:
+def tenant_figures(
+    client: Client, tenant: str, workers: list[dict[str, Any]]
+) -> tuple[dict[str, int], int, list[dict[str, Any]]]:
+    """What a caller bound to ``tenant`` may see of one cell's figures.
+
+    Its queued calls per risk (not the queues' message counts), its calls awaiting a
+    decision, and the live workers with only its calls among their current ones.
+    """
+    r = client.redis
+    keys = client.keys
+    pipe = r.pipeline(transaction=False)
+    for index in (keys.queued, keys.unsent, keys.pending_approvals):
+        pipe.zrange(index, 0, -1)
+    queued, unsent, parked = ({as_text(c) for c in found} for found in pipe.execute())
+    running = {str(c) for w in workers for c in w.get("current") or []}
+    ids = sorted(queued | unsent | parked | running)
+    pipe = r.pipeline(transaction=False)
+    for call_id in ids:
+        pipe.hmget(keys.call(call_id), "tenant", "risk", "status")
+    mine: dict[str, tuple[str, str]] = {}
+    for call_id, (owner, risk, status) in zip(ids, pipe.execute() if ids else [], strict=True):
+        if status is not None and (as_text(owner) if owner else DEFAULT_TENANT) == tenant:
+            mine[call_id] = (as_text(risk or b""), as_text(status))
+    queues = {level.value: 0 for level in RiskLevel}
+    for call_id in queued | unsent:
+        risk, status = mine.get(call_id, ("", ""))
+        if status == CallStatus.QUEUED.value and risk in queues:
+            queues[risk] += 1
+    pending = sum(
+        1 for c in parked if mine.get(c, ("", ""))[1] == CallStatus.AWAITING_APPROVAL.value
+    )
+    visible = [{**w, "current": [c for c in w.get("current") or [] if c in mine]} for w in workers]
+    return queues, pending, visible
+
+
+def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[str, Any]:
     """Queues, workers, pending count and a page of recent calls, as the dashboard shows them.
 
-    ``has_more`` says whether a next page exists (one more call was looked for);
+    ``scope``: the tenant a caller is bound to, whose figures replace the fleet's
+    (``tenant_figures``). ``has_more`` says whether a next page exists (one more call was
+    looked for);
     ``final_states`` are the states a call never leaves. With cells the figures add up
     every cell that answers, the calls are merged newest first, and ``cells`` says which
     cells answer (``{"cell", "where", "up"}`` each).
@@ -160,16 +198,18 @@ def overview(client: Client, **filters: Any) -> dict[str, Any]:
         r = cell.redis
         keys = cell.keys
         workers = live_workers(cell.settings)
+        if scope is not None:
+            mine, parked, workers = tenant_figures(cell, scope, workers)
         for level in RiskLevel:
             queue = keys.queue_for(level)
-            queues[level.value] += r.llen(queue)
+            queues[level.value] += r.llen(queue) if scope is None else mine[level.value]
             alive[level.value] += sum(1 for w in workers if queue in w.get("queues", []))
         rows = worker_rows(workers, time.time())
         if index is not None:
             for row in rows:
                 row["cell"] = index
         worker_list.extend(rows)
-        pending += r.zcard(keys.pending_approvals)
+        pending += r.zcard(keys.pending_approvals) if scope is None else parked
         if len(reachable) == 1:
             calls = recent_calls(cell, **filters, offset=offset, limit=limit + 1)
         else:
@@ -255,7 +295,7 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
             "offset": offset,
             "limit": limit,
         }
-        return await run_in_threadpool(lambda: overview(client, **filters))
+        return await run_in_threadpool(lambda: overview(client, caller.tenant, **filters))
 
     @router.get("/calls/{call_id}/actions")
     async def get_call_actions(call_id: str, caller: Caller) -> dict[str, Any]:
@@ -270,8 +310,11 @@ def build_dashboard_router(client: Client, auth: Any) -> APIRouter:
 
     @router.get("/charts")
     async def get_charts(caller: Caller) -> dict[str, Any]:
-        """Calls per second by state and p50/p99 duration per tool, per minute, last hour."""
+        """Calls per second by state and p50/p99 duration per tool, per minute, last hour.
+
+        A tenant-bound caller's charts count its tenant's calls only.
+        """
         caller.require_viewer()
-        return await run_in_threadpool(charts, client)
+        return await run_in_threadpool(lambda: charts(client, tenant=caller.tenant))
 
     return router

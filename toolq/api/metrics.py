@@ -19,12 +19,9 @@ from typing import Any
 from toolq.dispatch.client import Client
 from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_status, tool_limits
 from toolq.models import RiskLevel
-from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, RateLimit
+from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
 from toolq.workers.heartbeat import live_workers
-
-OTHER_TENANTS = "other"
-"""The ``tenant`` label of every tenant not named in ``TOOLQ_TENANTS`` (nor ``default``)."""
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 

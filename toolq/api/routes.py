@@ -8,7 +8,7 @@ and approval of another tenant is refused as another owner's is (403 ``not_owner
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -21,7 +21,7 @@ from toolq.api.cells import CellParts
 from toolq.api.limits import parse_body, parse_decision
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
-from toolq.errors import PayloadError
+from toolq.errors import NotRunOwnerError, PayloadError
 from toolq.models import CallResult, Event, ProviderFormat
 from toolq.results.events import check_stream_id, stream_id_key
 from toolq.results.hub import EventHub, Listener
@@ -170,6 +170,8 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
             check_stream_id(start)
         if not follow:
             backlog = await run_in_threadpool(lambda: list(client.events(run_id, start)))
+            if backlog:  # the run may have been created since the check
+                await run_in_threadpool(run_of_tenant, run_id, caller)
             return [e.model_dump(mode="json") for e in backlog]
         parts.check_capacity()
         # Finding a run's cell may ask Redis: off the event loop (and only with cells).
@@ -178,8 +180,11 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
             if client.cells is None
             else await run_in_threadpool(parts.hub_for, run_id)
         )
+        # A stream may be opened before its run exists; the run's first event is written
+        # with its owner, so a bound caller's tenant is checked again before the first frame.
+        verify = None if caller.tenant is None else (lambda: run_of_tenant(run_id, caller))
         return StreamingResponse(
-            _sse(hub, frames, run_id, start, request),
+            _sse(hub, frames, run_id, start, request, verify),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -314,9 +319,18 @@ class FrameCache:
 
 
 async def _sse(
-    hub: EventHub, frame: FrameCache, run_id: str, after: str | None, request: Request
+    hub: EventHub,
+    frame: FrameCache,
+    run_id: str,
+    after: str | None,
+    request: Request,
+    verify: Callable[[], None] | None = None,
 ) -> AsyncIterator[str]:
-    """The run's events after ``after``, then live ones from the hub, until the client leaves."""
+    """The run's events after ``after``, then live ones from the hub, until the client leaves.
+
+    ``verify`` (raising ``NotRunOwnerError``) is called once before the first event is
+    sent; a refusal ends the stream without it.
+    """
     listener, pending = await hub.join(run_id, after)
     last = stream_id_key(after) if after else None
     idle = 0.0
@@ -329,6 +343,12 @@ async def _sse(
                 if last is None or key > last:  # the backlog and the hub may overlap
                     last = key
                     frames.append(frame(event))
+            if frames and verify is not None:
+                try:
+                    await run_in_threadpool(verify)
+                except NotRunOwnerError:
+                    return
+                verify = None
             if frames:
                 yield "".join(frames)
             if listener.lagged:

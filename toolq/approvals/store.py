@@ -25,6 +25,7 @@ from toolq.errors import (
     ApprovalDeniedError,
     ApprovalExpiredError,
     CallNotFoundError,
+    CostError,
     DigestMismatchError,
     InvalidArgumentsError,
     NotAuthorizedError,
@@ -40,6 +41,7 @@ from toolq.models import (
     CallStatus,
     RiskLevel,
 )
+from toolq.quotas import tenant_config
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
 from toolq.results.admission import Admission
@@ -52,6 +54,7 @@ from toolq.signing import signer_for
 if TYPE_CHECKING:
     from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
+    from toolq.registry.tool import Tool
 
 EXPIRED_RESULT = {
     "error": "approval expired: nobody approved this call before its deadline, so it did not run",
@@ -267,10 +270,12 @@ class ApprovalStore:
                 tool = self.registry.require(parked.envelope.name)
                 stored = merge_edit(self.box, tool, call_id, arguments, parked.envelope.arguments)
                 try:
-                    # decrypted in memory only, to validate what will run
-                    tool.validate(open_arguments(self.box, tool, call_id, stored))
-                except InvalidArgumentsError:
-                    self._audit(request, by, AuditOutcome.refused(InvalidArgumentsError.code))
+                    # decrypted in memory only, to validate (and price) what will run
+                    plain = open_arguments(self.box, tool, call_id, stored)
+                    tool.validate(plain)
+                    self._check_cost(parked, tool, plain)
+                except (InvalidArgumentsError, CostError) as exc:
+                    self._audit(request, by, AuditOutcome.refused(exc.code))
                     raise
                 first = parked.envelope.original_arguments
                 edited = parked.envelope.model_copy(
@@ -560,6 +565,23 @@ class ApprovalStore:
                 by=by,
             )
         return request
+
+    def _check_cost(self, parked: Parked, tool: Tool, arguments: dict[str, Any]) -> None:
+        """Refuse an edit that makes a call cost more than its tenant was charged for it.
+
+        The budget is charged when the call is accepted (``create.lua``); a costlier edit
+        would run past what was reserved, so it is refused (deny, and dispatch anew).
+        """
+        if tenant_config(self.settings.tenants, parked.envelope.tenant).budget is None:
+            return
+        charged = float(parked.record.get("charged") or 0)
+        cost = tool.cost_of(arguments)
+        if cost > charged:
+            raise CostError(
+                f"call {parked.envelope.call_id}: the edited arguments cost {cost:g} but the "
+                f"call was charged {charged:g} when it was accepted; an edit may not raise a "
+                "call's cost (deny it and dispatch the call again)"
+            )
 
     def _required(self, parked: Parked) -> int:
         # The registry's risk, not the record's: a Redis writer could lower the latter.

@@ -1,10 +1,11 @@
-"""Budgets: what a call costs, and the calendar period (UTC) its charge falls in.
+"""Budgets: the calendar period (UTC) a charge falls in (a call's cost: ``Tool.cost_of``).
 
 A call's cost is charged to its tenant's budget by the script that creates the call
 (``create.lua``), so the charge and the call are one write: a retried dispatch finds the
 call (``dup``) and charges nothing, and a call that would take the tenant past its limit is
 created ``denied`` (``budget_exceeded``) instead of queued or parked. A charge is never
-returned (see the README, "Budgets").
+returned, and an approver's edit may not raise a call's cost past its charge (see the
+README, "Budgets").
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-
-from toolq.errors import CostError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from toolq.quotas import Budget
-    from toolq.registry.tool import Tool
 
 KEY_GRACE_SECONDS = 3600
 """A period's spent counter outlives the period by this much (clocks of API and Redis)."""
@@ -60,29 +58,3 @@ def period_of(budget: Budget, now: float) -> BudgetPeriod:
         end = start.replace(year=next_month[0], month=next_month[1])
     name = f"{budget.per}:{start.strftime('%Y-%m-%dT%H:%M')}"
     return BudgetPeriod(name, start.timestamp(), end.timestamp())
-
-
-def cost_of(tool: Tool, arguments: dict[str, Any]) -> float:
-    """What a call of ``tool`` with ``arguments`` costs; ``CostError`` when it cannot say.
-
-    A cost function gets the arguments as keyword arguments (as the handler would) and
-    must return a finite number >= 0.
-    """
-    cost = tool.cost
-    if not callable(cost):
-        return float(cost)
-    try:
-        value = cost(**arguments)
-    except Exception as exc:
-        raise CostError(
-            f"the cost of this call of {tool.name!r} could not be computed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise CostError(f"the cost function of {tool.name!r} returned {value!r}, not a number >= 0")
-    return float(value)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
-from toolq.dispatch.budgets import cost_of, period_of
+from toolq.dispatch.budgets import period_of
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import (
@@ -357,7 +357,7 @@ class Dispatcher:
             self.registry.check_enabled(tool)
             tool.validate(call.arguments)
             if budget is not None:
-                cost = cost_of(tool, call.arguments)
+                cost = tool.cost_of(call.arguments)
             # The predicate sees the plaintext (in memory only); the store gets it sealed.
             route = self.policy.route(tool, call.arguments, run_rules)
             envelope.arguments = seal_arguments(self.box, tool, envelope.call_id, call.arguments)

@@ -11,11 +11,16 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from toolq.errors import ApprovalPredicateError, ConfigurationError, InvalidArgumentsError
+from toolq.errors import (
+    ApprovalPredicateError,
+    ConfigurationError,
+    CostError,
+    InvalidArgumentsError,
+)
 from toolq.execution.context import ToolContext
 from toolq.execution.middleware import Middleware
 from toolq.models import RiskLevel
-from toolq.quotas import RateLimit
+from toolq.quotas import RateLimit, finite_cost
 from toolq.registry.schema import (
     ArgumentSchema,
     DictSchema,
@@ -83,11 +88,9 @@ class Tool:
                 self.rate_limit = RateLimit.parse(self.rate_limit)
             except ValueError as exc:
                 raise ConfigurationError(f"tool {self.name!r}: {exc}") from None
-        if not callable(self.cost) and (
-            isinstance(self.cost, bool) or not isinstance(self.cost, int | float) or self.cost < 0
-        ):
+        if not callable(self.cost) and not finite_cost(self.cost):
             raise ConfigurationError(
-                f"tool {self.name!r}: cost must be a number >= 0 or a function"
+                f"tool {self.name!r}: cost must be a finite number >= 0 or a function"
             )
         if self.allowed_behaviors is not None:
             self.allowed_behaviors = tuple(self.allowed_behaviors)
@@ -202,6 +205,31 @@ class Tool:
         if self.allowed_behaviors is None:
             return True
         return behavior in self.allowed_behaviors
+
+    def cost_of(self, arguments: dict[str, Any]) -> float:
+        """What a call with ``arguments`` costs; ``CostError`` when its ``cost`` cannot say.
+
+        A cost function gets the arguments as keyword arguments (as the handler would) and
+        must return a finite number >= 0.
+        """
+        cost = self.cost
+        if not callable(cost):
+            return float(cost)
+        try:
+            value = cost(**arguments)
+        except Exception as exc:
+            raise CostError(
+                f"the cost of this call of {self.name!r} could not be computed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if not finite_cost(value):
+            shown = (
+                f"an int of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+            )
+            raise CostError(
+                f"the cost function of {self.name!r} returned {shown}, not a number >= 0"
+            )
+        return float(value)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Schema-validated keyword arguments, then the tool's ``validate_args``."""

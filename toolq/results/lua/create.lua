@@ -56,8 +56,9 @@
 -- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
 -- counter INCRBYFLOAT, the record's 'charged' field), after the idempotency key is claimed,
 -- so a retried dispatch is never charged twice. A call whose cost would take the counter
--- past the limit is created 'denied' (call.denied, error_type budget_exceeded) and charges
--- nothing; its message is not pushed, it is not parked and it joins no backlog.
+-- past the limit (by more than BUDGET_SLACK of it: float rounding) is created 'denied'
+-- (call.denied, error_type budget_exceeded) and charges nothing; its message is not pushed,
+-- it is not parked and it joins no backlog.
 -- Returns {'new', event_id} | {'over_budget', event_id} (created denied) |
 -- {'dup', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -75,6 +76,7 @@ local denied_result, denied_data, denied_envelope = ARGV[24], ARGV[25], ARGV[26]
 local schedule = ARGV[27] == '1'
 local FIRST_EXTRA = 28
 local LEFT_MARK = '__TOOLQ_BUDGET_LEFT__'
+local BUDGET_SLACK = 1e-9
 local cost = tonumber(cost_text)
 
 local DEFAULT_TENANT = 'default'
@@ -108,8 +110,10 @@ if owner_new then
 end
 local charged, over_budget = nil, false
 if cost > 0 and limit ~= '' and (status == 'queued' or status == 'awaiting_approval') then
-  local used = tonumber(redis.call('GET', spent) or '0')
-  if used + cost > tonumber(limit) then
+  local used, most = tonumber(redis.call('GET', spent) or '0'), tonumber(limit)
+  -- Sums of binary floats drift (0.1 + 0.1 + 0.1 > 0.3): a billionth of the limit is
+  -- forgiven, so ten calls of 0.1 fit a budget of 1.
+  if used + cost > most + BUDGET_SLACK * math.max(1, most) then
     local left = tostring(math.max(0, tonumber(limit) - used))
     status, etype, over_budget = 'denied', 'call.denied', true
     result = string.gsub(denied_result, LEFT_MARK, left)
