@@ -145,7 +145,7 @@ def _argsrepr(args: list[Any]) -> str:
     """The ``argsrepr`` header: ``repr`` cut at Celery's 1,024 characters.
 
     Celery computes it with ``saferepr``, which walks nested lists one token at a time:
-    a quarter of a batch dispatch's client time. toolq's arguments are lists of id
+    about a tenth of a batch dispatch's client CPU. toolq's arguments are lists of id
     strings, whose ``repr`` is the same text.
     """
     text = repr(args)
