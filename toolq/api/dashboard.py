@@ -197,7 +197,7 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
     for index, cell in reachable:
         r = cell.redis
         keys = cell.keys
-        workers = live_workers(cell.settings)
+        workers = live_workers(cell.settings, cell.redis)
         if scope is not None:
             mine, parked, workers = tenant_figures(cell, scope, workers)
         for level in RiskLevel:

@@ -56,7 +56,7 @@ def render(client: Client) -> str:
             lines.append(f'toolq_queue_depth{{{cell.label}risk="{level.value}"}} {depth}')
     metric("toolq_workers_alive", "gauge", "Live workers consuming each risk queue.")
     for cell in cells:
-        workers = live_workers(cell.client.settings)
+        workers = live_workers(cell.client.settings, cell.redis)
         for level in RiskLevel:
             queue = cell.keys.queue_for(level)
             alive = len([w for w in workers if queue in w.get("queues", [])])

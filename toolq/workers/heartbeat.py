@@ -64,15 +64,20 @@ def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, An
     client.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
 
 
-def live_workers(settings: Settings) -> list[dict[str, Any]]:
-    """Heartbeats of the workers alive now."""
-    client = probe_client(settings, 2)
+def live_workers(settings: Settings, client: redis.Redis | None = None) -> list[dict[str, Any]]:
+    """Heartbeats of the workers alive now, read with ``client`` (else a short-lived probe).
+
+    Readers that poll (the dashboard, ``/metrics``) pass their own client: a probe is a new
+    connection, and its authentication, on every poll.
+    """
+    reader = client or probe_client(settings, 2)
     try:
-        keys = list(client.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
-        values = client.mget(keys) if keys else []
+        keys = list(reader.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
+        values = reader.mget(keys) if keys else []
         return [json.loads(v) for v in values if v]
     finally:
-        client.close()
+        if client is None:
+            reader.close()
 
 
 def missing_queues(settings: Settings, levels: list[RiskLevel]) -> list[str]:
