@@ -9,7 +9,14 @@ from pathlib import Path
 
 import toolq
 from toolq import errors
-from toolq.models import FINAL_EVENT_OF, FINAL_EVENTS, FINAL_STATUSES, CallStatus, EventType
+from toolq.models import (
+    FINAL_EVENT_OF,
+    FINAL_EVENTS,
+    FINAL_STATUSES,
+    AdmissionState,
+    CallStatus,
+    EventType,
+)
 
 PACKAGE = Path(toolq.__file__).parent
 
@@ -79,3 +86,11 @@ def test_the_dashboard_gets_the_final_states_from_the_api() -> None:
             assert names != final, f"{script.name} lists the final states: [{listed}]"
     dashboard = (PACKAGE / "api" / "dashboard.js").read_text(encoding="utf-8")
     assert 'FINAL = new Set((await api("v1/overview?limit=1")).final_states)' in dashboard
+
+
+def test_the_scripts_write_only_the_admission_states_models_names() -> None:
+    lua = Path(toolq.__file__).parent / "results" / "lua"
+    text = "\n".join(p.read_text() for p in lua.rglob("*.lua"))
+    hsets = [line for line in text.splitlines() if "'HSET'" in line]
+    written = {v for line in hsets for v in re.findall(r"'admission',\s*'(\w+)'", line)}
+    assert written == {state.value for state in AdmissionState}
