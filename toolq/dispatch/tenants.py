@@ -155,8 +155,9 @@ def calls_by_tenant(client: Client) -> dict[str, TenantCalls]:
                 if throttled and as_text(status) == CallStatus.QUEUED.value:
                     counts[(name, "throttled")] += 1
     out: dict[str, TenantCalls] = {}
+    reported = {s.value for s in COUNTED} | {"throttled"}
     for (tenant, status), count in counts.items():
-        if status in {s.value for s in COUNTED} or status == "throttled":
+        if status in reported:
             calls = out.setdefault(tenant, TenantCalls())
             setattr(calls, status, getattr(calls, status) + count)
     return out

@@ -75,16 +75,10 @@ class Admission:
         return {"kind": kind, "scope": scope, "name": name, "key": key, "cap": cap}
 
     def applies(self, tool: Tool | None, tenant: str) -> bool:
-        """Whether a call of ``tool`` for ``tenant`` goes through admission."""
-        if self.fair_share:
-            return True
+        """Whether a call of ``tool`` for ``tenant`` goes through admission (``plan``'s)."""
         if tool is None:
-            return False
-        config = tenant_config(self.settings.tenants, tenant)
-        return any(
-            limit is not None
-            for limit in (tool.concurrency, tool.rate_limit, config.concurrency, config.rate_limit)
-        )
+            return self.fair_share
+        return self.plan(tool, tenant, tool.risk) is not None
 
     def plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
         """``((backlog, lane), record fields)`` of a scheduled call; ``None`` for a direct one.
@@ -97,10 +91,10 @@ class Admission:
         return self._plans[key]
 
     def _plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
-        if not self.applies(tool, tenant):
+        limits = self.limits(tool, tenant)
+        if not (limits or self.fair_share):
             return None
         backlog, lane = self.keys.backlog(risk, tenant), self.keys.lane(risk)
-        limits = self.limits(tool, tenant)
         weight = tenant_config(self.settings.tenants, tenant).weight
         fields = {"lane": lane, "backlog": backlog, "weight": repr(weight), "tenant": tenant}
         if limits:

@@ -266,19 +266,8 @@ class CallStore:
         run_id = run_id or self.run_id(call_id)
         if run_id is None:
             return Started("missing")
-        now = time.time()
         reply, acked = self.scripts.direct_after(
-            scripts.START(
-                keys=self.keys,
-                call_id=call_id,
-                run_id=run_id,
-                token=token,
-                lease_ms=int(self.settings.lease_seconds * 1000),
-                now=repr(now),
-                maxlen=self._maxlen,
-                cancel_result=dumps(cancelled),
-                now_ms=int(now * 1000),
-            ),
+            self._start(call_id, run_id, token, dumps(cancelled), time.time()),
             self.acks.commands(),
         )
         if reply.outcome == "ok" and acked:
@@ -293,20 +282,10 @@ class CallStore:
         Each call gets its own lease and answer, exactly as from ``start`` (and, with
         ``min_replicas_ack``, ``ReplicationError`` when the replicas do not confirm).
         """
-        now = time.time()
+        now, cancel_result = time.time(), dumps(cancelled)
         replies, acked = self.scripts.pipelined_after(
             [
-                scripts.START(
-                    keys=self.keys,
-                    call_id=call_id,
-                    run_id=run_id,
-                    token=token,
-                    lease_ms=int(self.settings.lease_seconds * 1000),
-                    now=repr(now),
-                    maxlen=self._maxlen,
-                    cancel_result=dumps(cancelled),
-                    now_ms=int(now * 1000),
-                )
+                self._start(call_id, run_id, token, cancel_result, now)
                 for call_id, run_id, token in calls
             ],
             self.acks.commands(),
@@ -314,6 +293,21 @@ class CallStore:
         if acked and any(reply.outcome == "ok" for reply in replies):
             self.acks.check(acked[-1], f"start of {len(calls)} call(s)")
         return [_started(reply) for reply in replies]
+
+    def _start(
+        self, call_id: str, run_id: str, token: str, cancel_result: str, now: float
+    ) -> Invocation[scripts.StartReply]:
+        return scripts.START(
+            keys=self.keys,
+            call_id=call_id,
+            run_id=run_id,
+            token=token,
+            lease_ms=int(self.settings.lease_seconds * 1000),
+            now=repr(now),
+            maxlen=self._maxlen,
+            cancel_result=cancel_result,
+            now_ms=int(now * 1000),
+        )
 
     def progress(
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]

@@ -243,29 +243,14 @@ class WorkerRuntime:
         self._admit_after(finished)
 
     def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
-        """A batch's synchronous call, on a sibling thread: its result, never an error."""
-        try:
-            with call_span(env, execution) as span:
-                if span.recording:
-                    self._trace_approval(env, span)
-                body = self._body(env, token, execution, span)
-                if isinstance(body, CallResult):
-                    result = body
-                else:
-                    coro, ctx = body
-                    self.keeper.add(env.call_id, token, ctx)
-                    try:
-                        result = self._loop().run_until_complete(coro)
-                    finally:
-                        self.keeper.remove(env.call_id)
-                span.finish(result)
-                return result
-        except Exception as exc:  # the executor reports failures; this is a toolq bug
-            log.exception("executor crashed on call %s", env.call_id)
-            return _crashed(env, exc)
+        """A batch's synchronous call, on a sibling thread (its own loop): ``_run_async``."""
+        return self._loop().run_until_complete(self._run_async(env, token, execution))
 
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
-        """A batch's ``async def`` call, on the process's event loop: its result, never an error.
+        """A batch's call, on an event loop: its result, never an error.
+
+        ``async def`` calls run on the process's loop; synchronous ones on their thread's
+        (``_run_sync``).
 
         Its approval check (gated calls: one read) and progress events reach Redis from
         the loop's thread, briefly holding up the other coroutines.
