@@ -223,6 +223,18 @@ class Cells:
             )
         raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
 
+    def on_run(self, run_id: str, act: Callable[[Cell], T]) -> T:
+        """``act`` on the run's cell, under its ``guard``."""
+        cell = self.for_run(run_id)
+        with cell.guard():
+            return act(cell)
+
+    def on_call(self, call_id: str, act: Callable[[Cell], T]) -> T:
+        """``act`` on the call's cell, under its ``guard``."""
+        cell = self.for_call(call_id)
+        with cell.guard():
+            return act(cell)
+
     def remember_call(self, call_id: str, cell: Cell) -> None:
         """Note where a call just created lives."""
         self._remember(self._calls, call_id, cell.index)
@@ -260,14 +272,10 @@ class CellApprovals(ApprovalStore):
         self.cells = cells
 
     def _on_call(self, call_id: str, act: Callable[[ApprovalStore], T]) -> T:
-        cell = self.cells.for_call(call_id)
-        with cell.guard():
-            return act(cell.backend.approvals)
+        return self.cells.on_call(call_id, lambda cell: act(cell.backend.approvals))
 
     def _on_run(self, run_id: str, act: Callable[[ApprovalStore], T]) -> T:
-        cell = self.cells.for_run(run_id)
-        with cell.guard():
-            return act(cell.backend.approvals)
+        return self.cells.on_run(run_id, lambda cell: act(cell.backend.approvals))
 
     def _each(self, read: Callable[[ApprovalStore], list[T]]) -> list[T]:
         up, _ = self.cells.split()

@@ -74,9 +74,6 @@ def cells_health(client: Client) -> JSONResponse:
     """
     assert client.cells is not None
     up, down = client.cells.split()
-    cells = sorted(
-        [{"cell": c.index, "where": c.where, "up": c in up} for c in [*up, *down]],
-        key=lambda row: int(str(row["cell"])),
-    )
+    cells = [{"cell": c.index, "where": c.where, "up": c in up} for c in client.cells]
     status = "ok" if not down else "degraded" if up else "unhealthy"
     return JSONResponse({"status": status, "cells": cells}, status_code=503 if not up else 200)

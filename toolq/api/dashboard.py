@@ -199,17 +199,24 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
         keys = cell.keys
         workers = live_workers(cell.settings, cell.redis)
         if scope is not None:
-            mine, parked, workers = tenant_figures(cell, scope, workers)
+            depth, parked, workers = tenant_figures(cell, scope, workers)
+        else:
+            pipe = r.pipeline(transaction=False)
+            for level in RiskLevel:
+                pipe.llen(keys.queue_for(level))
+            pipe.zcard(keys.pending_approvals)
+            *depths, parked = pipe.execute()
+            depth = {level.value: n for level, n in zip(RiskLevel, depths, strict=True)}
         for level in RiskLevel:
             queue = keys.queue_for(level)
-            queues[level.value] += r.llen(queue) if scope is None else mine[level.value]
+            queues[level.value] += depth[level.value]
             alive[level.value] += sum(1 for w in workers if queue in w.get("queues", []))
         rows = worker_rows(workers, time.time())
         if index is not None:
             for row in rows:
                 row["cell"] = index
         worker_list.extend(rows)
-        pending += r.zcard(keys.pending_approvals) if scope is None else parked
+        pending += parked
         if len(reachable) == 1:
             calls = recent_calls(cell, **filters, offset=offset, limit=limit + 1)
         else:

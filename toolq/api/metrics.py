@@ -51,8 +51,9 @@ def render(client: Client) -> str:
             lines.append(f'toolq_cell_up{{shard="{index}"}} {0 if index in lost else 1}')
     metric("toolq_queue_depth", "gauge", "Messages waiting in each risk queue.")
     for cell in cells:
+        cell.read_depths()
         for level in RiskLevel:
-            depth = cell.redis.llen(cell.keys.queue_for(level))
+            depth = cell.depths[level]
             lines.append(f'toolq_queue_depth{{{cell.label}risk="{level.value}"}} {depth}')
     metric("toolq_workers_alive", "gauge", "Live workers consuming each risk queue.")
     for cell in cells:
@@ -64,9 +65,7 @@ def render(client: Client) -> str:
     metric("toolq_pending_approvals", "gauge", "Calls awaiting a human decision.")
     for cell in cells:
         labels = f"{{{cell.label.rstrip(',')}}}" if cell.label else ""
-        lines.append(
-            f"toolq_pending_approvals{labels} {cell.redis.zcard(cell.keys.pending_approvals)}"
-        )
+        lines.append(f"toolq_pending_approvals{labels} {cell.pending}")
     for cell in cells:
         cell.read_recent()
     metric("toolq_calls", "gauge", "Recent calls by tool, risk and state.")
@@ -101,6 +100,17 @@ class _Cell:
         self.label = f'shard="{index}",' if index is not None else ""
         self.states: Counter[tuple[str, str, str]] = Counter()
         self.durations: dict[str, list[float]] = {}
+        self.depths: dict[RiskLevel, int] = {}
+        self.pending = 0
+
+    def read_depths(self) -> None:
+        """Each risk queue's depth and the pending-approval count, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for level in RiskLevel:
+            pipe.llen(self.keys.queue_for(level))
+        pipe.zcard(self.keys.pending_approvals)
+        *depths, self.pending = pipe.execute()
+        self.depths = dict(zip(RiskLevel, depths, strict=True))
 
     def read_recent(self) -> None:
         raw: Any = self.redis.zrange(self.keys.recent_calls, 0, -1)
@@ -120,7 +130,10 @@ class _Cell:
 
 
 def _per_second(limit: RateLimit | str | None) -> float | None:
-    return None if limit is None else RateLimit.parse(limit).count / RateLimit.parse(limit).seconds
+    if limit is None:
+        return None
+    rate = RateLimit.parse(limit)
+    return rate.count / rate.seconds
 
 
 def tenant_lines(client: Client) -> list[str]:

@@ -209,15 +209,11 @@ class Client:
 
     def _on_run(self, run_id: str, act: Callable[[Client], T]) -> T:
         assert self.cells is not None
-        cell = self.cells.for_run(run_id)
-        with cell.guard():
-            return act(self.cell_clients[cell.index])
+        return self.cells.on_run(run_id, lambda cell: act(self.cell_clients[cell.index]))
 
     def _on_call(self, call_id: str, act: Callable[[Client], T]) -> T:
         assert self.cells is not None
-        cell = self.cells.for_call(call_id)
-        with cell.guard():
-            return act(self.cell_clients[cell.index])
+        return self.cells.on_call(call_id, lambda cell: act(self.cell_clients[cell.index]))
 
     def dispatch(
         self,
