@@ -242,11 +242,11 @@ class Settings(BaseSettings):
     Fair share and limits). ``None``: on when ``TOOLQ_TENANTS`` names any tenant. Calls of
     tools or tenants with a concurrency cap or rate limit go through admission either way.
     Give every process (clients, API, workers) the same value and the same tenants."""
-    admission_depth: int = Field(4, gt=0)
+    admission_depth: int = Field(2, gt=0)
     """Most admitted messages waiting in one risk's Celery queue: admission keeps about this
-    many ahead of the workers (set it to about their execution slots: fewer leaves workers
-    idle, more makes a newcomer wait behind more calls); the rest wait in backlogs."""
-    admission_batch: int = Field(8, ge=1, le=256)
+    many ahead of the workers (fewer can leave workers idle between messages, more makes a
+    newcomer wait behind more calls: README, Fair share's cost); the rest wait in backlogs."""
+    admission_batch: int = Field(16, ge=1, le=256)
     """Most scheduled calls (of one dispatch, risk and time limit, without limits) one
     message carries: admission lets a message through at a time, so larger batches cost
     other tenants' calls more wait; ``calls_per_message`` still bounds it."""

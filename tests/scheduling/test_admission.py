@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -96,6 +98,33 @@ def test_an_approved_call_goes_through_admission(
     assert record[b"admission"] == b"admitted"
     started = sorted(float(r.get(f"tenancy:started:{c}")) for c in (g1, g2))  # type: ignore[arg-type]
     assert len(started) == 2
+
+
+def test_a_large_dispatch_is_admitted_while_its_later_calls_are_still_being_created(
+    r: redis.Redis, redis_client: redis.Redis
+) -> None:
+    # The dispatch's pipeline runs ADMIT after each group it creates: a worker's first
+    # message reaches it while the rest are still being created, as direct messages do
+    # (before, admission waited for the whole pipeline: workers idled through it).
+    settings = make_settings(tenants={"acme": {}})
+    keys, run_id = Keys(), "big-run"
+    queue = keys.queue_for(RiskLevel.SAFE)
+    seen: list[int] = []
+
+    def consume() -> None:
+        with redis.Redis(connection_pool=redis_client.connection_pool) as consumer:
+            assert consumer.brpop([queue], timeout=30) is not None
+            seen.append(consumer.llen(keys.run_calls(run_id)))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    with Client(registry, settings) as client:
+        time.sleep(0.2)  # the consumer is blocked on the queue
+        calls = [{"id": f"c{i}", "name": "work", "arguments": {"tag": "x"}} for i in range(3000)]
+        client.dispatch(calls, run_id=run_id, tenant="acme")
+    consumer.join(timeout=30)
+    assert r.llen(keys.run_calls(run_id)) == 3000
+    assert seen and seen[0] < 3000, seen  # the first message came before the last create
 
 
 def test_tenants_are_admitted_in_proportion_to_their_weights(

@@ -186,7 +186,7 @@ class Dispatcher:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
         new_calls, groups = self._messages(new_calls)
-        replies = self.store.create_many(new_calls, groups)
+        replies = self.store.create_many(new_calls, groups, admit=self.admission.invocation)
         backlogged = {
             new.envelope.risk
             for new, (outcome, _) in zip(new_calls, replies, strict=True)

@@ -20,6 +20,7 @@ import redis
 from toolq.models import RiskLevel
 from toolq.quotas import LimitKind, LimitScope, RateLimit, tenant_config
 from toolq.results import scripts
+from toolq.results.runner import Invocation
 from toolq.results.store import CallStore, dumps
 
 if TYPE_CHECKING:
@@ -105,20 +106,23 @@ class Admission:
         """Run ADMIT for each of ``risks`` (one round trip); how many calls it admitted."""
         now_ms = int(time.time() * 1000)
         replies = self.store.scripts.pipelined(
-            [
-                scripts.ADMIT(
-                    keys=self.keys,
-                    risk=risk,
-                    now_ms=now_ms,
-                    depth=self.settings.admission_depth,
-                    hold_ms=int(self.settings.admission_hold * 1000),
-                    window=self.settings.admission_window,
-                    maxlen=self.settings.stream_maxlen,
-                )
-                for risk in dict.fromkeys(risks)
-            ]
+            [self.invocation(risk, now_ms) for risk in dict.fromkeys(risks)]
         )
         return sum(reply.admitted for reply in replies)
+
+    def invocation(
+        self, risk: RiskLevel, now_ms: int | None = None
+    ) -> Invocation[scripts.AdmitReply]:
+        """One ADMIT of ``risk``, to run in a pipeline (``admit``; a dispatch's creates)."""
+        return scripts.ADMIT(
+            keys=self.keys,
+            risk=risk,
+            now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+            depth=self.settings.admission_depth,
+            hold_ms=int(self.settings.admission_hold * 1000),
+            window=self.settings.admission_window,
+            maxlen=self.settings.stream_maxlen,
+        )
 
     def admit_soon(self, risks: Iterable[RiskLevel]) -> None:
         """``admit``, after a write that already succeeded: a failure is only logged.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,7 +12,14 @@ import redis
 
 from toolq.errors import CallNotFoundError, ToolTimeoutError, WorkerLostError
 from toolq.keys import Keys
-from toolq.models import FINAL_EVENT_OF, CallEnvelope, CallResult, CallStatus, EventType
+from toolq.models import (
+    FINAL_EVENT_OF,
+    CallEnvelope,
+    CallResult,
+    CallStatus,
+    EventType,
+    RiskLevel,
+)
 from toolq.results import scripts
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
@@ -132,7 +139,10 @@ class CallStore:
     # -- creation ----------------------------------------------------------------------------
 
     def create_many(
-        self, calls: Sequence[NewCall], groups: Sequence[MessageGroup] = ()
+        self,
+        calls: Sequence[NewCall],
+        groups: Sequence[MessageGroup] = (),
+        admit: Callable[[RiskLevel], Invocation[Any]] | None = None,
     ) -> list[tuple[str, str]]:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
@@ -143,7 +153,10 @@ class CallStore:
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script
-        with the group's message instead of their own (``create_group.lua``). With
+        with the group's message instead of their own (``create_group.lua``). ``admit``
+        (``Admission.invocation``) is run for a risk after each script that put calls of it
+        in a backlog, in the same pipeline: workers get the first calls while the rest are
+        still being created, as they get direct calls' messages. With
         ``min_replicas_ack`` the same round trip waits for the replicas (``ReplicationError``
         when too few confirm).
         """
@@ -152,39 +165,21 @@ class CallStore:
         # The last call of each run sets the run's TTLs, once for the whole dispatch.
         last = {call.envelope.run_id: i for i, call in enumerate(calls)}
         invocations: list[Invocation[Any]] = []
-        spans: list[range] = []
-        for span, in_span in _spans(len(calls), groups):
-            spans.append(span)
+        creates: list[int] = []  # where each span's script is in ``invocations``
+        spans = _spans(len(calls), groups)
+        for n, (span, in_span) in enumerate(spans, 1):
+            creates.append(len(invocations))
             if not groups:
                 i = span.start
                 invocations.append(self._create(calls[i], now, last[calls[i].envelope.run_id] == i))
-                continue
-            # With groups, every call goes through CREATE_GROUP: one script for the whole
-            # pipeline, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in order.
-            number = {i: n for n, g in enumerate(in_span, 1) for i in g.members}
-            members = [
-                (
-                    calls[i].envelope.call_id,
-                    number.get(i, 0),
-                    self._create(
-                        calls[i],
-                        now,
-                        last[calls[i].envelope.run_id] == i,
-                        with_message=i not in number,
-                    ),
-                )
-                for i in span
-            ]
-            messages = [(g.queue, g.message) for g in in_span]
-            invocations.append(
-                scripts.CREATE_GROUP(
-                    keys=k,
-                    now=now,
-                    messages=messages,
-                    members=members,
-                    schedules=[g.schedule for g in in_span],
-                )
-            )
+            else:
+                # With groups, every call goes through CREATE_GROUP: one script for all the
+                # creates, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in
+                # order (an ADMIT between them that ran is not rerun: the caller admits after).
+                invocations.append(self._create_group(calls, span, in_span, now, last))
+            if admit is not None and n < len(spans):
+                backlogged = {calls[i].envelope.risk for i in span if calls[i].schedule}
+                invocations.extend(admit(risk) for risk in sorted(backlogged))
         replies, acked = self.scripts.pipelined_after(
             invocations,
             self.acks.commands(),
@@ -193,9 +188,41 @@ class CallStore:
         if acked:
             self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
         found: list[scripts.CreateReply] = []
-        for _, reply in zip(spans, replies, strict=True):
+        for position in creates:
+            reply = replies[position]
             found.extend(reply if isinstance(reply, list) else [reply])
         return [(reply.outcome, reply.value) for reply in found]
+
+    def _create_group(
+        self,
+        calls: Sequence[NewCall],
+        span: range,
+        in_span: Sequence[MessageGroup],
+        now: str,
+        last: dict[str, int],
+    ) -> Invocation[list[scripts.CreateReply]]:
+        """CREATE_GROUP of the calls at ``span``, with the messages of its groups."""
+        number = {i: n for n, g in enumerate(in_span, 1) for i in g.members}
+        members = [
+            (
+                calls[i].envelope.call_id,
+                number.get(i, 0),
+                self._create(
+                    calls[i],
+                    now,
+                    last[calls[i].envelope.run_id] == i,
+                    with_message=i not in number,
+                ),
+            )
+            for i in span
+        ]
+        return scripts.CREATE_GROUP(
+            keys=self.keys,
+            now=now,
+            messages=[(g.queue, g.message) for g in in_span],
+            members=members,
+            schedules=[g.schedule for g in in_span],
+        )
 
     def _create(
         self, call: NewCall, now: str, refresh: bool, *, with_message: bool = True
