@@ -344,7 +344,7 @@ def speed(args: argparse.Namespace) -> int:
                     args.redis_url,
                     logs,
                     200 if args.tiny else args.batch,
-                    1 if args.tiny else 3,
+                    1 if args.tiny else 5,
                     args.batch_timeout,
                 ),
             )

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
-from tests.conftest import InProcess, make_settings
+from tests.conftest import InProcess, Workers, make_settings
 from tests.tenancy_app import CAPPED, DONE, registry
 from toolq import CallStatus, Client
 from toolq.keys import Keys
@@ -101,30 +99,34 @@ def test_an_approved_call_goes_through_admission(
 
 
 def test_a_large_dispatch_is_admitted_while_its_later_calls_are_still_being_created(
-    r: redis.Redis, redis_client: redis.Redis
+    workers: Workers, r: redis.Redis
 ) -> None:
-    # The dispatch's pipeline runs ADMIT after each group it creates: a worker's first
-    # message reaches it while the rest are still being created, as direct messages do
-    # (before, admission waited for the whole pipeline: workers idled through it).
-    settings = make_settings(tenants={"acme": {}})
-    keys, run_id = Keys(), "big-run"
-    queue = keys.queue_for(RiskLevel.SAFE)
-    seen: list[int] = []
-
-    def consume() -> None:
-        with redis.Redis(connection_pool=redis_client.connection_pool) as consumer:
-            assert consumer.brpop([queue], timeout=30) is not None
-            seen.append(consumer.llen(keys.run_calls(run_id)))
-
-    consumer = threading.Thread(target=consume)
-    consumer.start()
-    with Client(registry, settings) as client:
-        time.sleep(0.2)  # the consumer is blocked on the queue
-        calls = [{"id": f"c{i}", "name": "work", "arguments": {"tag": "x"}} for i in range(3000)]
-        client.dispatch(calls, run_id=run_id, tenant="acme")
-    consumer.join(timeout=30)
-    assert r.llen(keys.run_calls(run_id)) == 3000
-    assert seen and seen[0] < 3000, seen  # the first message came before the last create
+    # The dispatch's pipeline runs ADMIT every message's worth of backlogged calls: a
+    # worker starts the first calls while the rest are still being created, as it does
+    # with direct messages (before, admission waited for the whole pipeline). The run's
+    # stream is in execution order, so a call.started ahead of the last call.queued shows
+    # it, whatever the clocks say.
+    tenants = {"acme": {}}
+    # No sweep during the test: its ADMITs would admit mid-dispatch anyway.
+    workers.start(
+        "safe",
+        concurrency=2,
+        TOOLQ_APP=APP,
+        TOOLQ_TENANTS=json.dumps(tenants),
+        TOOLQ_SWEEP_INTERVAL="60",
+    )
+    with Client(registry, make_settings(tenants=tenants)) as client:
+        calls = [
+            {"id": f"c{i}", "name": "work", "arguments": {"tag": "x", "seconds": 0}}
+            for i in range(3000)
+        ]
+        # Its scripts loaded first: a NOSCRIPT retry reruns the creates without the ADMITs.
+        client.dispatch(calls[:20], tenant="acme").wait(timeout=30)
+        batch = client.dispatch(calls, tenant="acme")
+        order = [f[b"type"].decode() for _, f in r.xrange(Keys().run_stream(batch.run_id))]
+        last_created = max(i for i, etype in enumerate(order) if etype == "call.queued")
+        assert "call.started" in order[:last_created], "no call started before the last create"
+        assert all(x.status is CallStatus.SUCCEEDED for x in batch.wait(timeout=120))
 
 
 def test_tenants_are_admitted_in_proportion_to_their_weights(

@@ -154,9 +154,9 @@ class CallStore:
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script
         with the group's message instead of their own (``create_group.lua``). ``admit``
-        (``Admission.invocation``) is run for a risk after each script that put calls of it
-        in a backlog, in the same pipeline: workers get the first calls while the rest are
-        still being created, as they get direct calls' messages. With
+        (``Admission.invocation``) is run in the same pipeline each time about a message's
+        worth of calls (``admission_batch``) went into backlogs: workers get the first calls
+        while the rest are still being created, as they get direct calls' messages. With
         ``min_replicas_ack`` the same round trip waits for the replicas (``ReplicationError``
         when too few confirm).
         """
@@ -166,6 +166,7 @@ class CallStore:
         last = {call.envelope.run_id: i for i, call in enumerate(calls)}
         invocations: list[Invocation[Any]] = []
         creates: list[int] = []  # where each span's script is in ``invocations``
+        backlogged: list[RiskLevel] = []  # of the scheduled calls created since an ADMIT
         spans = _spans(len(calls), groups)
         for n, (span, in_span) in enumerate(spans, 1):
             creates.append(len(invocations))
@@ -177,9 +178,12 @@ class CallStore:
                 # creates, so a NOSCRIPT retry (Redis lost its scripts) reruns them all, in
                 # order (an ADMIT between them that ran is not rerun: the caller admits after).
                 invocations.append(self._create_group(calls, span, in_span, now, last))
-            if admit is not None and n < len(spans):
-                backlogged = {calls[i].envelope.risk for i in span if calls[i].schedule}
-                invocations.extend(admit(risk) for risk in sorted(backlogged))
+            if admit is None:
+                continue
+            backlogged.extend(calls[i].envelope.risk for i in span if calls[i].schedule)
+            if len(backlogged) >= self.settings.admission_batch and n < len(spans):
+                invocations.extend(admit(risk) for risk in sorted(set(backlogged)))
+                backlogged.clear()
         replies, acked = self.scripts.pipelined_after(
             invocations,
             self.acks.commands(),
