@@ -101,6 +101,11 @@ class Cell:
             self._ok_at = 0.0
             raise self.unavailable(_reason(exc)) from exc
 
+    def guarded(self, inner: Iterator[T]) -> Iterator[T]:
+        """``inner`` iterated under ``guard``: a cell lost mid-stream is CellUnavailableError."""
+        with self.guard():
+            yield from inner
+
     def close(self) -> None:
         """Close the cell's probe and backend."""
         self._probe.close()

@@ -275,6 +275,7 @@ def test_one_cell_killed_leaves_the_other_serving(cell_servers: CellServers) -> 
             first = client.dispatch(echo("before"), run_id=doomed).call_ids[0]
             assert client.wait([first], timeout=20)[0].status is CallStatus.SUCCEEDED
             parked = client.dispatch(wipe("kept"), run_id=healthy).call_ids[0]
+            stranded = client.dispatch(wipe("stranded"), run_id=doomed)  # parked in cell 1
             cell_servers.kill9(1)
             # A request already past the cell's check rides out the Redis client's retries
             # (~15 s) before it fails; one that comes after the check's trust window is over
@@ -297,6 +298,15 @@ def test_one_cell_killed_leaves_the_other_serving(cell_servers: CellServers) -> 
             assert "cell 1" in lost.value.message
             with pytest.raises(CellUnavailableError):
                 client.results(doomed)
+            # A batch of that cell fails as its client does: waiting, reading, following.
+            with pytest.raises(CellUnavailableError):
+                stranded.wait(5)
+            with pytest.raises(CellUnavailableError):
+                stranded.results()
+            with pytest.raises(CellUnavailableError):
+                next(stranded.events(follow=True, timeout=5))
+            with pytest.raises(CellUnavailableError):
+                next(client.events(doomed, follow=True, timeout=5))
             with pytest.raises(CellUnavailableError):
                 Client(registry, settings).result(first)  # not remembered: probed, cell down
             # Listings: what the healthy cell has.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import redis
@@ -35,6 +36,8 @@ class Batch:
 
     def __init__(self, client: Client, dispatched: Dispatched) -> None:
         self._client = client
+        self.cell: Cell | None = None
+        """With cells, the cell its run lives in: losing it mid-way is ``CellUnavailableError``."""
         self._first_event = dispatched.first_event
         self.run_id = dispatched.run_id
         self.calls: list[CallRef] = dispatched.calls
@@ -59,8 +62,12 @@ class Batch:
         Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
         if self._final is None:
-            self._final = self._wait(timeout)
+            with self._guard():
+                self._final = self._wait(timeout)
         return list(self._final)
+
+    def _guard(self) -> AbstractContextManager[None]:
+        return nullcontext() if self.cell is None else self.cell.guard()
 
     def _wait(self, timeout: float | None) -> list[CallResult]:
         final = {c.call_id for c in self.calls if c.status.is_final}
@@ -95,12 +102,17 @@ class Batch:
 
     def results(self) -> list[CallResult]:
         """Current results in call order, final or not."""
-        return self._client.store.results(self.call_ids)
+        with self._guard():
+            return self._client.store.results(self.call_ids)
 
     def events(
         self, after: str | None = None, *, follow: bool = True, timeout: float | None = None
     ) -> Iterator[Event]:
         """The run's events; with ``follow`` keep streaming until every call is final."""
+        with self._guard():
+            yield from self._events(after, follow, timeout)
+
+    def _events(self, after: str | None, follow: bool, timeout: float | None) -> Iterator[Event]:
         if not follow:
             yield from self._client.events(self.run_id, after=after)
             return
@@ -252,6 +264,7 @@ class Client:
             self.cells.remember_run(run, cell)
             for call_id in batch.call_ids:
                 self.cells.remember_call(call_id, cell)
+            batch.cell = cell
             return batch
         dispatched = self.dispatcher.dispatch(
             payload,
@@ -320,8 +333,12 @@ class Client:
     ) -> Iterator[Event]:
         """A run's events after ``after`` (exclusive); ``follow`` keeps streaming new ones."""
         if self.cells is not None:
-            return self._on_run(
-                run_id, lambda c: c.events(run_id, after, follow=follow, timeout=timeout)
+            cell_clients = self.cell_clients
+            return self.cells.on_run(
+                run_id,
+                lambda cell: cell.guarded(
+                    cell_clients[cell.index].events(run_id, after, follow=follow, timeout=timeout)
+                ),
             )
         if follow:
             return self.log.follow(run_id, after, timeout=timeout)
