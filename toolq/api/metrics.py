@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from toolq.dispatch.client import Client
-from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_status, tool_limits
+from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, tool_limits
 from toolq.models import RiskLevel
 from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
@@ -166,7 +166,7 @@ def tenant_lines(client: Client) -> list[str]:
     for label in [*named, OTHER_TENANTS]:
         value = counts[(label, "throttled")]
         lines.append(f'toolq_tenant_throttled_calls{{tenant="{_label(label)}"}} {value}')
-    statuses = [tenant_status(client, tenant) for tenant in named]
+    statuses = tenant_statuses(client, named)
     series: dict[str, tuple[str, dict[str, float | None]]] = {
         "toolq_tenant_weight": ("Share of each risk queue's workers.", {}),
         "toolq_tenant_concurrency_limit": ("Most calls running at once, fleet-wide.", {}),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -111,17 +112,16 @@ class TenantsReport(BaseModel):
     tools: list[ToolLimits]
 
 
-def tool_limits(tool: Tool, client: Client | None = None) -> ToolLimits:
-    """``tool``'s limits as reported; with ``client``, what it uses of them now."""
-    function = callable(tool.cost)
+def tool_limits(tool: Tool, use: LimitUse | None = None) -> ToolLimits:
+    """``tool``'s limits as reported, with ``use`` (what it uses of them now) if read."""
     rate = RateLimit.parse(tool.rate_limit) if tool.rate_limit is not None else None
     return ToolLimits(
         name=tool.name,
         concurrency=tool.concurrency,
         rate_limit=str(rate) if rate is not None else None,
         cost=None if callable(tool.cost) else float(tool.cost),
-        cost_function=function,
-        use=limit_use(client, "tool", tool.name, tool.concurrency, rate) if client else None,
+        cost_function=callable(tool.cost),
+        use=use,
     )
 
 
@@ -181,58 +181,130 @@ def _waiting(r: Any, keys: Keys, backlogs: list[str]) -> set[str]:
     return waiting
 
 
-def limit_use(
-    client: Client, scope: LimitScope, name: str, concurrency: int | None, rate: RateLimit | None
-) -> LimitUse | None:
-    """Slots held and recent starts of a tool's or tenant's limits, summed over every cell."""
+class _Summed:
+    """Numeric reads summed over every cell that answers: one pipeline per cell for all."""
+
+    def __init__(self) -> None:
+        self._reads: list[Callable[[Any, Keys], object]] = []
+
+    def add(self, read: Callable[[Any, Keys], object]) -> int:
+        """Queue ``read(pipeline, cell's keys)``; its total's index in ``run``'s answer."""
+        self._reads.append(read)
+        return len(self._reads) - 1
+
+    def run(self, client: Client) -> list[float]:
+        totals = [0.0] * len(self._reads)
+        if not self._reads:
+            return totals
+        for _, cell in client.reachable()[0]:
+            pipe = cell.redis.pipeline(transaction=False)
+            for read in self._reads:
+                read(pipe, cell.keys)
+            for i, raw in enumerate(pipe.execute()):
+                totals[i] += float(raw) if raw else 0.0
+        return totals
+
+
+_UseReads = tuple[int | None, int | None]
+"""Where a limit's slots held and recent starts are in ``_Summed.run``'s answer."""
+
+
+def _use_reads(
+    reads: _Summed,
+    scope: LimitScope,
+    name: str,
+    concurrency: int | None,
+    rate: RateLimit | None,
+    now_ms: int,
+) -> _UseReads | None:
+    """Queue the reads of a tool's or tenant's limit use (``None``: it has no limits)."""
     if concurrency is None and rate is None:
         return None
-    now_ms = int(time.time() * 1000)
-    use = LimitUse()
-    for _, cell in client.reachable()[0]:
-        pipe = cell.redis.pipeline(transaction=False)
-        pipe.zcount(cell.keys.slots(scope, name), now_ms, "+inf")
-        window_ms = int(rate.seconds * 1000) if rate is not None else 0
-        pipe.zcount(cell.keys.starts(scope, name), now_ms - window_ms, "+inf")
-        held, started = pipe.execute()
-        use.slots_held += int(held) if concurrency is not None else 0
-        use.recent_starts += int(started) if rate is not None else 0
-    return use
+    held = started = None
+    if concurrency is not None:
+        held = reads.add(lambda pipe, keys: pipe.zcount(keys.slots(scope, name), now_ms, "+inf"))
+    if rate is not None:
+        since = now_ms - int(rate.seconds * 1000)
+        started = reads.add(lambda pipe, keys: pipe.zcount(keys.starts(scope, name), since, "+inf"))
+    return held, started
 
 
-def tenant_status(
-    client: Client, tenant: str, calls: TenantCalls | None = None, now: float | None = None
-) -> TenantStatus:
-    """One tenant's configuration, budget use and (given or) no calls."""
-    tenants = client.settings.tenants
-    config: TenantConfig = tenant_config(tenants, tenant)
-    budget = None
-    if config.budget is not None:
-        at = time.time() if now is None else now
-        period = period_of(config.budget, at)
-        # With cells each cell charges the runs it holds: the use is their sum.
-        used = 0.0
-        for _, cell in client.reachable()[0]:
-            raw: Any = cell.redis.get(cell.keys.tenant_spent(tenant, period.name))
-            used += float(raw) if raw else 0.0
-        budget = BudgetUse(
-            limit=config.budget.limit,
-            per=config.budget.per,
-            used=used,
-            left=max(0.0, config.budget.limit - used),
-            period_start=period.start,
-            resets_at=period.end,
-        )
-    return TenantStatus(
-        tenant=tenant,
-        configured=tenant in tenants and tenant != ANY_TENANT,
-        weight=config.weight,
-        concurrency=config.concurrency,
-        rate_limit=str(config.rate_limit) if config.rate_limit is not None else None,
-        budget=budget,
-        calls=calls or TenantCalls(),
-        use=limit_use(client, "tenant", tenant, config.concurrency, config.rate_limit),
+def _use(totals: list[float], at: _UseReads | None) -> LimitUse | None:
+    if at is None:
+        return None
+    held, started = at
+    return LimitUse(
+        slots_held=int(totals[held]) if held is not None else 0,
+        recent_starts=int(totals[started]) if started is not None else 0,
     )
+
+
+def tenant_statuses(
+    client: Client,
+    names: Sequence[str],
+    calls: dict[str, TenantCalls] | None = None,
+    now: float | None = None,
+) -> list[TenantStatus]:
+    """Tenants' configuration, budget use, limit use and (given or) no calls.
+
+    One pipeline per cell reads every tenant's budget and limits (with cells each cell
+    charges and counts the runs it holds: the figures are their sums).
+    """
+    at = time.time() if now is None else now
+    now_ms = int(at * 1000)
+    reads = _Summed()
+    planned = []
+    for tenant in names:
+        config: TenantConfig = tenant_config(client.settings.tenants, tenant)
+        period = period_of(config.budget, at) if config.budget is not None else None
+        spent = None
+        if period is not None:
+            spent = reads.add(_spent(tenant, period.name))
+        use = _use_reads(reads, "tenant", tenant, config.concurrency, config.rate_limit, now_ms)
+        planned.append((tenant, config, period, spent, use))
+    totals = reads.run(client)
+    statuses = []
+    for tenant, config, period, spent, use in planned:
+        budget = None
+        if config.budget is not None and period is not None and spent is not None:
+            used = totals[spent]
+            budget = BudgetUse(
+                limit=config.budget.limit,
+                per=config.budget.per,
+                used=used,
+                left=max(0.0, config.budget.limit - used),
+                period_start=period.start,
+                resets_at=period.end,
+            )
+        statuses.append(
+            TenantStatus(
+                tenant=tenant,
+                configured=tenant in client.settings.tenants and tenant != ANY_TENANT,
+                weight=config.weight,
+                concurrency=config.concurrency,
+                rate_limit=str(config.rate_limit) if config.rate_limit is not None else None,
+                budget=budget,
+                calls=(calls or {}).get(tenant) or TenantCalls(),
+                use=_use(totals, use),
+            )
+        )
+    return statuses
+
+
+def _spent(tenant: str, period: str) -> Callable[[Any, Keys], object]:
+    return lambda pipe, keys: pipe.get(keys.tenant_spent(tenant, period))
+
+
+def tools_in_use(client: Client) -> list[ToolLimits]:
+    """Every tool's limits and what it uses of them now (one pipeline per cell)."""
+    now_ms = int(time.time() * 1000)
+    reads = _Summed()
+    planned = []
+    for tool in client.registry.list():
+        rate = RateLimit.parse(tool.rate_limit) if tool.rate_limit is not None else None
+        planned.append((tool, _use_reads(reads, "tool", tool.name, tool.concurrency, rate, now_ms)))
+    totals = reads.run(client)
+    return [tool_limits(tool, _use(totals, at)) for tool, at in planned]
 
 
 def tenants_report(client: Client, only: str | None = None) -> TenantsReport:
@@ -243,8 +315,4 @@ def tenants_report(client: Client, only: str | None = None) -> TenantsReport:
     else:
         configured = {name for name in client.settings.tenants if name != ANY_TENANT}
         names = sorted(configured | set(calls) | {DEFAULT_TENANT})
-    now = time.time()
-    return TenantsReport(
-        tenants=[tenant_status(client, name, calls.get(name), now) for name in names],
-        tools=[tool_limits(tool, client) for tool in client.registry.list()],
-    )
+    return TenantsReport(tenants=tenant_statuses(client, names, calls), tools=tools_in_use(client))
