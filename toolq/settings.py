@@ -320,6 +320,11 @@ class Settings(BaseSettings):
             )
         return self
 
+    @property
+    def fair_share_on(self) -> bool:
+        """Whether every runnable call goes through admission (``fair_share``, else tenants)."""
+        return bool(self.tenants) if self.fair_share is None else self.fair_share
+
     def draining(self, index: int) -> bool:
         """True when cell ``index`` of ``shards`` takes no new runs."""
         cell = self.shards[index]

@@ -99,7 +99,7 @@ def test_a_busy_tenant_does_not_delay_another_by_more_than_its_share(
     settings = make_settings(tenants=tenants)
     env = {**APP, "TOOLQ_TENANTS": json.dumps(tenants)}
     for _ in range(2):
-        workers.start("safe", concurrency=4, **env)
+        workers.start("safe", pool="prefork", concurrency=2, **env)
     with Client(registry, settings) as client:
         a = client.dispatch(
             [{"id": f"a{i}", "name": "work", "arguments": {"tag": "A"}} for i in range(400)],
@@ -114,6 +114,43 @@ def test_a_busy_tenant_does_not_delay_another_by_more_than_its_share(
         a_before_b = done[: max(i for i, tag in enumerate(done) if tag == "B")].count("A")
         assert a_before_b < 100, a_before_b
         assert all(x.status is CallStatus.SUCCEEDED for x in a.wait(timeout=120))
+
+
+def fleet_for_a_busy_tenant(workers: Workers, prefetch: int | None) -> int:
+    """A's calls that end after B's dispatch and before B's call, once A runs steadily."""
+    tenants = {"*": {"weight": 1}}
+    env = {**APP, "TOOLQ_TENANTS": json.dumps(tenants)}
+    for _ in range(2):
+        workers.start("safe", pool="prefork", concurrency=1, prefetch=prefetch, **env)
+    r = redis.Redis.from_url(workers.settings.redis_url)
+    with Client(registry, make_settings(tenants=tenants)) as client:
+        a = client.dispatch(
+            [
+                {"id": f"a{i}", "name": "work", "arguments": {"tag": "A", "seconds": 0.2}}
+                for i in range(480)
+            ],
+            tenant="A",
+        )
+        deadline = time.monotonic() + 30
+        while r.llen(DONE) < 160 and time.monotonic() < deadline:  # A runs steadily
+            time.sleep(0.05)
+        mark = r.llen(DONE)
+        b = client.dispatch([{"id": "b", "name": "work", "arguments": {"tag": "B"}}], tenant="B")
+        assert b.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
+        done = [x.decode() for x in r.lrange(DONE, 0, -1)]
+        a.wait(timeout=120)
+    return done.index("B") - mark
+
+
+def test_a_newcomer_waits_behind_admissions_not_behind_workers_reserves(
+    workers: Workers, r: redis.Redis
+) -> None:
+    # With fair share a worker reserves no messages ahead (prefetch 1 by default): what it
+    # reserved would have left admission's count, and its reserve would fill with the busy
+    # tenant's messages, ahead of every newcomer. Here B's call waits for the 2 running
+    # messages and the 2 admitted ones (16 calls each), not for 6 reserved ones more.
+    ahead = fleet_for_a_busy_tenant(workers, prefetch=None)
+    assert ahead < 100, ahead
 
 
 def test_a_slot_held_by_a_killed_worker_is_freed_within_one_lease(

@@ -40,7 +40,7 @@ def worker(
     concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Processes/threads."),
     pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
     prefetch: int | None = typer.Option(
-        None, help="Prefetch multiplier (default 1 with dangerous, else 4)."
+        None, help="Prefetch multiplier (default 1 with dangerous or fair share, else 4)."
     ),
     log_level: str = log_level_option("info"),
     hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
@@ -63,7 +63,9 @@ def worker(
             tool.check_runtime()  # e.g. the sandbox's namespaces: refuse to start without them
     keys = Keys(settings.key_prefix)
     if prefetch is None:
-        prefetch = 1 if RiskLevel.DANGEROUS in levels else 4
+        # Fair share: a message a worker holds in reserve has left admission's count, so
+        # reserves would fill with a busy tenant's messages, ahead of every newcomer.
+        prefetch = 1 if RiskLevel.DANGEROUS in levels or settings.fair_share_on else 4
     cell = f"cell{settings.shard}-" if settings.shard is not None else ""
     name = hostname or f"toolq-{cell}{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
     if SecretBox.from_settings(settings) is None:  # a malformed key fails here, at start

@@ -45,8 +45,7 @@ class Admission:
     @property
     def fair_share(self) -> bool:
         """Whether every runnable call goes through admission (not only limited ones)."""
-        chosen = self.settings.fair_share
-        return bool(self.settings.tenants) if chosen is None else chosen
+        return self.settings.fair_share_on
 
     def limits(self, tool: Tool, tenant: str) -> list[dict[str, Any]]:
         """The limits a call of ``tool`` for ``tenant`` counts against.
