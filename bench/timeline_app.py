@@ -1,0 +1,101 @@
+"""``bench.apps:registry`` with probes, for ``bench.async_timeline``'s workers.
+
+``toolq worker --app bench.timeline_app:registry`` serves the same tools; with
+``BENCH_TIMELINE_LOG`` set to a directory, each worker process also appends one JSON line per
+step of a message to ``<dir>/<pid>.jsonl``, stamped with ``time.time()``:
+
+- ``received``: Celery's consumer decoded the message (``task_received``, its thread);
+- ``prerun`` / ``postrun``: a pool thread began / ended its task (``task_prerun``/``postrun``);
+- ``start_many`` / ``finish_many``: one round trip of ``CallStore.start_many`` /
+  ``finish_many`` (wrapped here, nothing else changed): when it was sent, when its reply was
+  back, and the calls it carried.
+
+Every line names the calls it is about, so the timeline joins them to the calls' records.
+The probes cost a ``time.time()`` and a line written per step (about 200 lines a run).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from celery import signals
+
+from bench.apps import registry
+from toolq.results.store import CallStore
+from toolq.workers.heartbeat import calls_of
+
+__all__ = ["registry"]
+
+LOG_ENV = "BENCH_TIMELINE_LOG"
+
+
+class _Log:
+    """This process's lines, written as they come (a stopped worker loses none)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+
+    def note(self, step: str, calls: Sequence[str], **times: float) -> None:
+        line = json.dumps(
+            {
+                "step": step,
+                "pid": os.getpid(),
+                "thread": threading.get_ident(),
+                "calls": list(calls),
+                **times,
+            }
+        )
+        with self._lock, (self.directory / f"{os.getpid()}.jsonl").open("a") as out:
+            out.write(line + "\n")
+
+
+def _timed(log: _Log, name: str, call_id: Callable[[Any], str]) -> None:
+    """Wrap ``CallStore.<name>`` to note each round trip and the calls it carried."""
+    original = getattr(CallStore, name)
+
+    @functools.wraps(original)
+    def timed(self: CallStore, items: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        sent = time.time()
+        try:
+            return original(self, items, *args, **kwargs)
+        finally:
+            log.note(name, [call_id(item) for item in items], sent=sent, back=time.time())
+
+    setattr(CallStore, name, timed)
+
+
+def _install(log: _Log) -> None:
+    def received(request: Any = None, **_: Any) -> None:
+        if request is not None:
+            log.note("received", calls_of(request), at=time.time())
+
+    def prerun(args: Any = None, **_: Any) -> None:
+        log.note("prerun", _task_calls(args), at=time.time())
+
+    def postrun(args: Any = None, **_: Any) -> None:
+        log.note("postrun", _task_calls(args), at=time.time())
+
+    signals.task_received.connect(received, weak=False, dispatch_uid="bench.timeline.received")
+    signals.task_prerun.connect(prerun, weak=False, dispatch_uid="bench.timeline.prerun")
+    signals.task_postrun.connect(postrun, weak=False, dispatch_uid="bench.timeline.postrun")
+    _timed(log, "start_many", lambda triple: str(triple[0]))
+    _timed(log, "finish_many", lambda item: str(item[0].call_id))
+
+
+def _task_calls(args: Any) -> list[str]:
+    """The call ids of a ``toolq.execute_many`` task's arguments (``[]`` for other tasks)."""
+    if isinstance(args, list | tuple) and args and isinstance(args[0], list):
+        return [str(pair[0]) for pair in args[0] if isinstance(pair, list) and pair]
+    return []
+
+
+if os.environ.get(LOG_ENV):
+    _install(_Log(Path(os.environ[LOG_ENV])))
