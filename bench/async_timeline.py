@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -97,6 +99,32 @@ class Run:
     per_pid: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
+def _thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of process ``pid``, by native id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _by_thread(
+    log_dir: Path, pid: int, before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    """CPU seconds between two ``_thread_cpu`` readings, by thread name (numbers dropped)."""
+    names_file = log_dir / f"{pid}.threads.json"
+    names = json.loads(names_file.read_text()) if names_file.exists() else {}
+    out: dict[str, float] = defaultdict(float)
+    for tid, cpu in after.items():
+        name = re.sub(r"[-_]\d+(_\d+)?$", "", names.get(str(tid), "(unnamed)"))
+        out[name] += cpu - before.get(tid, 0.0)
+    return dict(out)
+
+
 def _ms_of(entry_id: bytes) -> float:
     return int(entry_id.split(b"-")[0]) / 1000
 
@@ -141,6 +169,7 @@ def one_run(
     ]
     xreads: list[tuple[float, float, int]] = []
     cpu0 = [tree_cpu_s(w.proc.pid) for w in workers]
+    threads0 = [_thread_cpu(w.proc.pid) for w in workers]
     with measured(r) as cost, _xreads(side.client, xreads):
         c0, t0 = own_cpu_s(), time.time()
         batch = side.client.dispatch(payload)
@@ -149,6 +178,10 @@ def one_run(
         c2, t2 = own_cpu_s(), time.time()
     time.sleep(0.3)  # the workers' last log lines (FINISH replies) are written after the events
     workers_cpu = sum(tree_cpu_s(w.proc.pid) for w in workers) - sum(cpu0)
+    threads: dict[str, float] = defaultdict(float)
+    for w, before in zip(workers, threads0, strict=True):
+        for name, spent in _by_thread(log_dir, w.proc.pid, before, _thread_cpu(w.proc.pid)).items():
+            threads[name] += spent
     bad = [x for x in results if x.status is not CallStatus.SUCCEEDED]
     if bad:
         raise RuntimeError(f"{len(bad)} calls did not succeed, e.g. {bad[0]}")
@@ -197,6 +230,8 @@ def one_run(
         "client dispatch": c1 - c0,
         "client wait": c2 - c1,
         "workers": workers_cpu,
+        # indented: the workers' CPU by thread (a part of the line above)
+        **{f"  {name}": v for name, v in sorted(threads.items(), key=lambda kv: -kv[1])},
         "redis": cost[0].cpu_s,
     }
     return Run(
@@ -234,14 +269,34 @@ def summary(run: Run) -> dict[str, Any]:
         for step, trips in run.round_trips.items()
     }
     out["cpu"] = dict(run.cpu)
-    out["cpu"]["total"] = sum(run.cpu.values())
+    out["cpu"]["total"] = sum(v for k, v in run.cpu.items() if not k.startswith(" "))
     out["cpu"]["cores x wall"] = run.wall_cores
+    out["consumer gap when backlogged"] = _consumer_gaps(run)
     lags = [c["ended"] - c["began"] for c in calls]
     out["handler over its sleep, max"] = max(lags)
     out["processes"] = {
         str(p): {k: int(v) for k, v in got.items()} for p, got in sorted(run.per_pid.items())
     }
     return out
+
+
+def _consumer_gaps(run: Run) -> tuple[float, float, float, float]:
+    """Time between two messages a consumer received while the second was already queued.
+
+    That is how long one process's consumer takes per message when it has a backlog.
+    """
+    messages: dict[int, dict[float, float]] = defaultdict(dict)  # pid -> received -> created
+    for call_id, c in run.points.items():
+        if "received" in c and "created" in c:
+            got = messages[run.pid[call_id]]
+            got[c["received"]] = min(got.get(c["received"], c["created"]), c["created"])
+    gaps = []
+    for got in messages.values():
+        order = sorted(got.items())
+        for (before, _), (received, created) in itertools.pairwise(order):
+            if created < before:
+                gaps.append(received - before)
+    return _quantiles(gaps) if gaps else (0.0, 0.0, 0.0, 0.0)
 
 
 def _median_of(summaries: list[dict[str, Any]], *path: str) -> Any:
@@ -295,11 +350,18 @@ def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load
             f"  {step:<12} {count:>6.0f} trips, {items:6.1f} items each, "
             f"p50 {p50 * 1000:.1f} ms, max {top * 1000:.1f} ms"
         )
-    print("\nCPU seconds spent during the run (median of runs)")
+    print("\nCPU spent during the run (median of runs): seconds, µs per call")
     for k in summaries[0]["cpu"]:
-        print(f"  {k:<16}{med('cpu', k):>8.3f}")
+        if all(k in s["cpu"] for s in summaries):
+            v = med("cpu", k)
+            print(f"  {k:<28}{v:>8.3f}{v * 1e6 / args.calls:>8.0f}")
+    gaps = zip(("min", "median", "p90", "max"), med("consumer gap when backlogged"), strict=True)
     print(
-        f"\nhandler over its {args.sleep:g} s sleep, worst call: "
+        "\na consumer's time per message while its queue had a backlog (received to received), "
+        "ms: " + ", ".join(f"{k} {v * 1000:.1f}" for k, v in gaps)
+    )
+    print(
+        f"handler over its {args.sleep:g} s sleep, worst call: "
         f"{(med('handler over its sleep, max') - args.sleep) * 1000:.1f} ms"
     )
     print(

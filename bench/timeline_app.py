@@ -10,6 +10,8 @@ step of a message to ``<dir>/<pid>.jsonl``, stamped with ``time.time()``:
   ``finish_many`` (wrapped here, nothing else changed): when it was sent, when its reply was
   back, and the calls it carried.
 
+After each task, ``<dir>/<pid>.threads.json`` maps the process's native thread ids to their
+names, so the timeline can split the process's CPU (``/proc/<pid>/task``) by thread.
 Every line names the calls it is about, so the timeline joins them to the calls' records.
 The probes cost a ``time.time()`` and a line written per step (about 200 lines a run).
 """
@@ -56,6 +58,12 @@ class _Log:
         with self._lock, (self.directory / f"{os.getpid()}.jsonl").open("a") as out:
             out.write(line + "\n")
 
+    def name_threads(self) -> None:
+        """Write ``{native thread id: name}`` of this process (to split its CPU by thread)."""
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        with self._lock:
+            (self.directory / f"{os.getpid()}.threads.json").write_text(json.dumps(names))
+
 
 def _timed(log: _Log, name: str, call_id: Callable[[Any], str]) -> None:
     """Wrap ``CallStore.<name>`` to note each round trip and the calls it carried."""
@@ -82,6 +90,7 @@ def _install(log: _Log) -> None:
 
     def postrun(args: Any = None, **_: Any) -> None:
         log.note("postrun", _task_calls(args), at=time.time())
+        log.name_threads()
 
     signals.task_received.connect(received, weak=False, dispatch_uid="bench.timeline.received")
     signals.task_prerun.connect(prerun, weak=False, dispatch_uid="bench.timeline.prerun")
@@ -99,3 +108,8 @@ def _task_calls(args: Any) -> list[str]:
 
 if os.environ.get(LOG_ENV):
     _install(_Log(Path(os.environ[LOG_ENV])))
+
+if os.environ.get("BENCH_SWITCH_INTERVAL"):  # experiment: a shorter GIL hand-off
+    import sys
+
+    sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
