@@ -268,6 +268,12 @@ def summary(run: Run) -> dict[str, Any]:
         }
         for step, trips in run.round_trips.items()
     }
+    last_read = max(back for _, back, _ in run.round_trips["xread"])
+    finished = max(c.get("finished", 0.0) for c in calls)
+    out["tail"] = {
+        "last FINISH ran -> its XREAD answered": last_read - finished,
+        "XREAD answered -> wait() returned": run.total - last_read,
+    }
     out["cpu"] = dict(run.cpu)
     out["cpu"]["total"] = sum(v for k, v in run.cpu.items() if not k.startswith(" "))
     out["cpu"]["cores x wall"] = run.wall_cores
@@ -350,6 +356,10 @@ def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load
             f"  {step:<12} {count:>6.0f} trips, {items:6.1f} items each, "
             f"p50 {p50 * 1000:.1f} ms, max {top * 1000:.1f} ms"
         )
+    print(
+        "\nThe waiter's tail (ms; median of runs): "
+        + ", ".join(f"{k} {med('tail', k) * 1000:.1f}" for k in summaries[0]["tail"])
+    )
     print("\nCPU spent during the run (median of runs): seconds, µs per call")
     for k in summaries[0]["cpu"]:
         if all(k in s["cpu"] for s in summaries):
