@@ -97,6 +97,8 @@ class Run:
     cpu: dict[str, float]
     wall_cores: float = 0.0
     per_pid: dict[int, dict[str, float]] = field(default_factory=dict)
+    consumer: dict[str, list[float]] = field(default_factory=dict)
+    """Each consumer's message cycles: seconds in each of ``CYCLE``'s parts."""
 
 
 def _thread_cpu(pid: int) -> dict[int, float]:
@@ -201,9 +203,14 @@ def one_run(
             points[fields[b"call_id"].decode()][point] = _ms_of(entry_id) - t0
     trips: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     per_pid: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    brpops: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for path in log_dir.glob("*.jsonl"):
         for line in path.read_text().splitlines():
             note = json.loads(line)
+            if note["step"].startswith("brpop"):
+                if t0 <= note.get("at", note.get("began", 0.0)) <= t2:
+                    brpops[note["pid"]].append(note)
+                continue
             # Only this run's calls (a line of the run before may come late).
             step, calls = note["step"], [c for c in note["calls"] if c in points]
             if not calls:
@@ -226,6 +233,11 @@ def one_run(
         stamps["t0"] = 0.0
         stamps["returned"] = t2 - t0
     trips["xread"] = [(a - t0, b - t0, n) for a, b, n in xreads]
+    created: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for call_id, c in points.items():
+        if "received" in c and "created" in c:
+            created[pid[call_id]].append((c["received"] + t0, c["created"] + t0))
+    consumer = _consumer_cycles(brpops, created)
     cpu = {
         "client dispatch": c1 - c0,
         "client wait": c2 - c1,
@@ -243,6 +255,7 @@ def one_run(
         cpu,
         (t2 - t0) * (os.cpu_count() or 1),
         {p: dict(v) for p, v in per_pid.items()},
+        consumer,
     )
 
 
@@ -278,11 +291,49 @@ def summary(run: Run) -> dict[str, Any]:
     out["cpu"]["total"] = sum(v for k, v in run.cpu.items() if not k.startswith(" "))
     out["cpu"]["cores x wall"] = run.wall_cores
     out["consumer gap when backlogged"] = _consumer_gaps(run)
+    out["consumer cycle"] = {
+        part: _quantiles(v) if v else (0.0, 0.0, 0.0, 0.0) for part, v in run.consumer.items()
+    }
     lags = [c["ended"] - c["began"] for c in calls]
     out["handler over its sleep, max"] = max(lags)
     out["processes"] = {
         str(p): {k: int(v) for k, v in got.items()} for p, got in sorted(run.per_pid.items())
     }
+    return out
+
+
+CYCLE = (
+    "BRPOP sent -> its reply read",
+    "reply read -> message handed to the pool",
+    "handed -> next BRPOP sent",
+)
+
+
+def _consumer_cycles(
+    brpops: dict[int, list[dict[str, Any]]], created: dict[int, list[tuple[float, float]]]
+) -> dict[str, list[float]]:
+    """Each consumer's cycles for messages already queued when it asked for them.
+
+    ``brpops``: a process's ``bench.timeline_app`` notes; ``created``: its messages'
+    ``(received, created)`` (``time.time()``). A cycle is cut at the notes (``CYCLE``).
+    """
+    out: dict[str, list[float]] = {part: [] for part in CYCLE}
+    for pid, notes in brpops.items():
+        sent: float | None = None
+        handled: float | None = None
+        for note in sorted(notes, key=lambda n: n.get("at", n.get("began", 0.0))):
+            if note["step"] == "brpop_sent":
+                if handled is not None:
+                    out[CYCLE[2]].append(note["at"] - handled)
+                sent, handled = note["at"], None
+                continue
+            began, end = note["began"], note["handled"]
+            message = [c for r, c in created.get(pid, []) if began <= r <= end]
+            if sent is not None and message and message[0] < sent:
+                out[CYCLE[0]].append(began - sent)
+                out[CYCLE[1]].append(end - began)
+                handled = end
+            sent = None
     return out
 
 
@@ -370,6 +421,12 @@ def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load
         "\na consumer's time per message while its queue had a backlog (received to received), "
         "ms: " + ", ".join(f"{k} {v * 1000:.1f}" for k, v in gaps)
     )
+    print(
+        f"{'a consumer cycle, message already queued (ms)':<48}"
+        f"{'min':>8}{'median':>8}{'p90':>8}{'max':>8}"
+    )
+    for part in CYCLE:
+        print(f"{part:<48}" + "".join(f"{v * 1000:>8.1f}" for v in med("consumer cycle", part)))
     print(
         f"handler over its {args.sleep:g} s sleep, worst call: "
         f"{(med('handler over its sleep, max') - args.sleep) * 1000:.1f} ms"

@@ -6,6 +6,8 @@ step of a message to ``<dir>/<pid>.jsonl``, stamped with ``time.time()``:
 
 - ``received``: Celery's consumer decoded the message (``task_received``, its thread);
 - ``prerun`` / ``postrun``: a pool thread began / ended its task (``task_prerun``/``postrun``);
+- ``brpop_sent`` / ``brpop_read``: the consumer's BRPOP for the next message, and its
+  handling of the reply (``_timed_kombu``);
 - ``start_many`` / ``finish_many``: one round trip of ``CallStore.start_many`` /
   ``finish_many`` (wrapped here, nothing else changed): when it was sent, when its reply was
   back, and the calls it carried.
@@ -80,6 +82,34 @@ def _timed(log: _Log, name: str, call_id: Callable[[Any], str]) -> None:
     setattr(CallStore, name, timed)
 
 
+def _timed_kombu(log: _Log) -> None:
+    """Note each BRPOP the consumer sends and each reply it handles (kombu's Redis channel).
+
+    ``brpop`` lines: ``sent`` when the consumer asked for the next message; ``read`` when
+    it began reading the reply; ``handled`` when it had delivered that message (kombu's
+    ``unacked`` bookkeeping, Celery's strategy and ``task_received``, the pool's submit).
+    """
+    from kombu.transport import redis as transport
+
+    start, read = transport.Channel._brpop_start, transport.Channel._brpop_read
+
+    @functools.wraps(start)
+    def brpop_start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        log.note("brpop_sent", [], at=time.time())
+        return start(self, *args, **kwargs)
+
+    @functools.wraps(read)
+    def brpop_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.time()
+        try:
+            return read(self, *args, **kwargs)
+        finally:
+            log.note("brpop_read", [], began=began, handled=time.time())
+
+    transport.Channel._brpop_start = brpop_start
+    transport.Channel._brpop_read = brpop_read
+
+
 def _install(log: _Log) -> None:
     def received(request: Any = None, **_: Any) -> None:
         if request is not None:
@@ -97,6 +127,7 @@ def _install(log: _Log) -> None:
     signals.task_postrun.connect(postrun, weak=False, dispatch_uid="bench.timeline.postrun")
     _timed(log, "start_many", lambda triple: str(triple[0]))
     _timed(log, "finish_many", lambda item: str(item[0].call_id))
+    _timed_kombu(log)
 
 
 def _task_calls(args: Any) -> list[str]:
