@@ -106,7 +106,13 @@ class EventLoop:
                 if future.cancelled():
                     coro.close()
                     continue
-                task = loop.create_task(coro)
+                try:
+                    task = loop.create_task(coro)
+                except Exception as exc:  # as run_coroutine_threadsafe: the future gets it
+                    coro.close()
+                    if future.set_running_or_notify_cancel():
+                        future.set_exception(exc)
+                    continue
                 task.add_done_callback(functools.partial(_settle, future))
 
         loop.call_soon_threadsafe(start)
