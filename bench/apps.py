@@ -2,7 +2,8 @@
 
 ``registry``: a toolq registry (``toolq worker --app bench.apps:registry``) with a no-op tool,
 a no-op that needs approval (``gated``), a progress emitter (``ticker``) and two sleepers for
-the I/O-bound case (``nap``, blocking; ``anap``, ``async def``).
+the I/O-bound case (``nap``, blocking; ``anap``, ``async def``; ``anap_stamped``, ``anap`` that
+says where and when it slept, for ``bench.async_timeline``).
 ``raw_celery``: a minimal plain Celery app with a no-op task and a sleeping one (``nap``),
 configured like toolq's (JSON only, late acks) plus a Redis result backend; its broker/backend
 URL comes from ``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
@@ -46,6 +47,14 @@ def nap(seconds: float) -> None:
 async def anap(seconds: float) -> None:
     """Sleep ``seconds`` on the event loop (an I/O-bound async call)."""
     await asyncio.sleep(seconds)
+
+
+@registry.tool()
+async def anap_stamped(seconds: float) -> dict[str, float]:
+    """``anap`` that returns its process id and when its sleep began and ended (``time.time``)."""
+    began = time.time()
+    await asyncio.sleep(seconds)
+    return {"pid": os.getpid(), "began": began, "ended": time.time()}
 
 
 @registry.tool()

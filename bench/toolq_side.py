@@ -21,16 +21,18 @@ from toolq.cli.check import missing_queues
 from toolq.models import CallStatus, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 
+APP = "bench.apps:registry"
 
-def toolq_argv(pool: str, concurrency: int) -> list[str]:
-    """``toolq worker`` serving ``bench.apps:registry`` on the SAFE queue."""
+
+def toolq_argv(pool: str, concurrency: int, app: str = APP) -> list[str]:
+    """``toolq worker`` serving ``app`` on the SAFE queue."""
     return [
         sys.executable,
         "-m",
         "toolq",
         "worker",
         "--app",
-        "bench.apps:registry",
+        app,
         "--risk",
         "safe",
         "--pool",
@@ -59,11 +61,16 @@ class ToolqWorker:
         wrap: list[str] | None = None,
         tenants: dict[str, Any] | None = None,
         tenant: str = DEFAULT_TENANT,
+        app: str = APP,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
         # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
-        self.argv = [*(wrap or []), *toolq_argv(pool, concurrency)]
+        # ``app``: another module serving ``bench.apps:registry`` (e.g. with probes), and
+        # ``env`` what it reads.
+        self.argv = [*(wrap or []), *toolq_argv(pool, concurrency, app)]
+        self.env = env or {}
         self.log = log
         # ``tenants``: TOOLQ_TENANTS of the worker and the client; ``tenant``: the batches'.
         self.tenants = tenants
@@ -75,7 +82,7 @@ class ToolqWorker:
         """The run of the last ``batch`` (to look at its keys afterwards)."""
 
     def __enter__(self) -> ToolqWorker:
-        env = worker_env(self.redis_url)
+        env = {**worker_env(self.redis_url), **self.env}
         if self.tenants is not None:
             env["TOOLQ_TENANTS"] = json.dumps(self.tenants)
         self.proc = self.procs.start(self.argv, env, self.log)

@@ -51,3 +51,34 @@ def test_one_loop_runs_many_coroutines_at_once():
     idents = {f.result(10) for f in [loop.submit(nap()) for _ in range(500)]}
     assert time.monotonic() - start < 2.0  # side by side, not one after another
     assert len(idents) == 1 and idents != {threading.get_ident()}
+
+
+def test_a_batch_of_coroutines_reaches_the_loop_in_one_wake_up(monkeypatch):
+    loop = EventLoop()
+    running = loop.loop()
+    gate = threading.Event()
+    running.call_soon_threadsafe(gate.wait, 5)  # the loop waits until the futures are set up
+    wake_ups = []
+    wake = running.call_soon_threadsafe
+    monkeypatch.setattr(
+        running, "call_soon_threadsafe", lambda *a, **k: (wake_ups.append(a), wake(*a, **k))[1]
+    )
+    ran = []
+
+    async def echo(i: int) -> int:
+        ran.append(i)
+        await asyncio.sleep(0.01)
+        if i == 3:
+            raise ValueError(i)
+        return i
+
+    futures = loop.submit_many([echo(i) for i in range(16)])
+    futures[5].cancel()  # before the loop got to it: never started
+    gate.set()
+    assert isinstance(futures[3].exception(5), ValueError)
+    assert [f.result(5) for i, f in enumerate(futures) if i not in (3, 5)] == [
+        i for i in range(16) if i not in (3, 5)
+    ]
+    assert futures[5].cancelled() and 5 not in ran
+    assert len(wake_ups) == 1  # one per coroutine before: 16
+    loop.close()

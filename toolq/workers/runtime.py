@@ -215,6 +215,7 @@ class WorkerRuntime:
         triples = [(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)]
         starts = self._start_many(triples)
         running: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
+        on_loop: list[tuple[CallEnvelope, str, int]] = []
         for (call_id, _), token, started in zip(calls, tokens, starts, strict=True):
             if started.outcome != "ok" or started.envelope is None:
                 log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
@@ -222,9 +223,15 @@ class WorkerRuntime:
             env = started.envelope
             tool = self.registry.get(env.name)
             if tool is not None and runs_async(tool):
-                future = self.event_loop.submit(self._run_async(env, token, started.attempt))
+                on_loop.append((env, token, started.attempt))
             else:
                 future = self.threads.submit(self._run_sync, env, token, started.attempt)
+                running[future] = (env, token)
+        # The message's coroutines reach the loop together: one wake-up of its thread.
+        coros = [self._run_async(env, token, attempt) for env, token, attempt in on_loop]
+        for future, (env, token, _) in zip(
+            self.event_loop.submit_many(coros), on_loop, strict=True
+        ):
             running[future] = (env, token)
         finished: list[CallEnvelope] = []
         while running:
