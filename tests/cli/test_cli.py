@@ -135,6 +135,9 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
         "PYTHONPATH": str(ROOT),
         "TOOLQ_HEARTBEAT_SECONDS": "0.5",
     }
+    # Started with SIGINT ignored, as a script's background job (or a test worker whose
+    # earlier tests left it so) starts it: Ctrl-C must stop it all the same.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -155,6 +158,7 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
         text=True,
         start_new_session=True,
     )
+    signal.signal(signal.SIGINT, previous)
     try:
         lines = []
         deadline = time.monotonic() + 60

@@ -76,6 +76,9 @@ def dev(
         shards=shards,
     )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C stops the stack even when this process was started with SIGINT ignored (as a
+    # background job of a script, or under a test runner): Python then installs no handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if api:
             stack.start_api(host=API_HOST, port=port, tokens=tokens)
