@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
+from bench.figures import percentile  # noqa: E402
 from bench.redis_cost import measured, own_cpu_s, private_redis, tree_cpu_s  # noqa: E402
 
 POINTS = (
@@ -133,9 +134,7 @@ def _ms_of(entry_id: bytes) -> float:
 
 def _quantiles(values: list[float]) -> tuple[float, float, float, float]:
     """min, median, 90th percentile and max."""
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return ordered[0], statistics.median(ordered), p90, ordered[-1]
+    return min(values), statistics.median(values), percentile(values, 90), max(values)
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """``Admission``: which calls wait in the admission stage, and ADMIT, which lets them go.
 
-A call is scheduled when fair share is on (``Settings.fair_share``; by default when
+A call is scheduled when fair share is on (``Settings.fair_share_on``: by default when
 ``TOOLQ_TENANTS`` names tenants) or when its tool or its tenant has a concurrency cap or a
 rate limit. A scheduled call, once runnable, waits in its tenant's backlog of its risk
 (``Keys.backlog``) with its Celery message on its record, and ``admit.lua`` pushes it onto
@@ -42,11 +42,6 @@ class Admission:
         self._plans: dict[tuple[int, str, RiskLevel], Plan | None] = {}
         """``plan``'s answers: a tool's and a tenant's limits are fixed for the process."""
 
-    @property
-    def fair_share(self) -> bool:
-        """Whether every runnable call goes through admission (not only limited ones)."""
-        return self.settings.fair_share_on
-
     def limits(self, tool: Tool, tenant: str) -> list[dict[str, Any]]:
         """The limits a call of ``tool`` for ``tenant`` counts against.
 
@@ -77,7 +72,7 @@ class Admission:
     def applies(self, tool: Tool | None, tenant: str) -> bool:
         """Whether a call of ``tool`` for ``tenant`` goes through admission (``plan``'s)."""
         if tool is None:
-            return self.fair_share
+            return self.settings.fair_share_on
         return self.plan(tool, tenant, tool.risk) is not None
 
     def plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
@@ -92,7 +87,7 @@ class Admission:
 
     def _plan(self, tool: Tool, tenant: str, risk: RiskLevel) -> Plan | None:
         limits = self.limits(tool, tenant)
-        if not (limits or self.fair_share):
+        if not (limits or self.settings.fair_share_on):
             return None
         backlog, lane = self.keys.backlog(risk, tenant), self.keys.lane(risk)
         weight = tenant_config(self.settings.tenants, tenant).weight
