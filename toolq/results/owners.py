@@ -129,11 +129,10 @@ class RunOwners:
         """``check_tenant`` for the run of a call; unknown calls pass (left to the caller)."""
         if tenant is None:
             return
-        run_id, raw = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner"])
-        if run_id is None:
+        found = self._call_owner(call_id)
+        if found is None:
             return
-        run = as_text(run_id)
-        owner = RunOwner.decode(raw) if raw else self.get(run)
+        run, owner, _ = found
         if owner is not None and owner.tenant_name != tenant:
             self.refuse(run, principal, call_id=call_id)
             raise _foreign_tenant(run, principal, action)
@@ -151,11 +150,10 @@ class RunOwners:
 
         Returns the call's run id, ``None`` for an unknown call (left to the caller).
         """
-        run_id, raw, tool = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner", "name"])
-        if run_id is None:
+        found = self._call_owner(call_id)
+        if found is None:
             return None
-        run = as_text(run_id)
-        owner = RunOwner.decode(raw) if raw else self.get(run)
+        run, owner, tool = found
         self._enforce(
             owner,
             run,
@@ -163,10 +161,18 @@ class RunOwners:
             admin=admin,
             action=action,
             call_id=call_id,
-            tool=as_text(tool or ""),
+            tool=tool,
             tenant=tenant,
         )
         return run
+
+    def _call_owner(self, call_id: str) -> tuple[str, RunOwner | None, str] | None:
+        """A call's run, the run's owner (from the record, else the run) and its tool."""
+        run_id, raw, tool = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner", "name"])
+        if run_id is None:
+            return None
+        run = as_text(run_id)
+        return run, RunOwner.decode(raw) if raw else self.get(run), as_text(tool or "")
 
     def _enforce(
         self,
