@@ -69,3 +69,11 @@ def test_readme_is_short_and_its_links_into_the_site_resolve():
     assert targets, "the README links into the docs site"
     missing = [t for t in targets if not (ROOT / t).is_file()]
     assert missing == []
+
+
+def test_python_reference_documents_every_public_name():
+    import toolq
+
+    page = (DOCS / "reference/python.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^::: toolq\.(\w+)$", page, re.M))
+    assert documented == set(toolq.__all__) - {"__version__"}

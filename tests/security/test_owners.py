@@ -278,7 +278,7 @@ def test_library_runs_without_principals_keep_working(client, inproc):
 
 def test_raising_predicate_fails_only_its_call(api, inproc, r):
     inproc.start()
-    # The README's predicate `lambda a: a["amount"] > 100` meets the string "5000".
+    # The approvals guide's predicate `lambda a: a["amount"] > 100` meets the string "5000".
     made = post(api, "/v1/runs/pay/calls", "owner-t",
                 json=calls(("t1", "transfer", {"amount": "5000"}),
                            ("t2", "transfer", {"amount": 5}),
