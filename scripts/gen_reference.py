@@ -62,10 +62,7 @@ def constraints(field: Any) -> str:
 
 def default_text(field: Any) -> str:
     """The default as it would be written in the environment (JSON for containers)."""
-    if field.default_factory is not None:
-        value = field.default_factory()
-    else:
-        value = field.default
+    value = field.default_factory() if field.default_factory is not None else field.default
     if value is None:
         return "unset"
     if isinstance(value, bool):
@@ -133,8 +130,8 @@ def settings_page() -> str:
     for model in (ApiToken, TenantConfig, Budget, Webhook, UrlCell, SentinelCell):
         lines += shape(model)
     lines += [
-        "A rate limit is written `\"N/s\"`, `\"N/m\"`, `\"N/h\"`, `\"N/d\"` or with a count of",
-        "units (`\"5/10s\"`).",
+        'A rate limit is written `"N/s"`, `"N/m"`, `"N/h"`, `"N/d"` or with a count of',
+        'units (`"5/10s"`).',
         "",
     ]
     return "\n".join(lines)
@@ -249,7 +246,8 @@ def http_page() -> str:
         "# HTTP API",
         "",
         f"{schema['info']['description']} Every endpoint below needs",
-        "`Authorization: Bearer <token>` (tokens and roles: [HTTP API guide](../guide/http-api.md));",
+        "`Authorization: Bearer <token>` (tokens and roles:",
+        "[HTTP API guide](../guide/http-api.md));",
         "`/healthz` and the dashboard's files are open. Errors are JSON,",
         '`{"error": {"code": "...", "message": "..."}}`. The live schema is served at',
         "`/openapi.json`, and Swagger UI at `/docs`, by every `toolq api`.",

@@ -21,7 +21,8 @@ DOCS = ROOT / "docs"
 
 
 def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts/gen_reference.py")
+    path = ROOT / "scripts/gen_reference.py"
+    spec = importlib.util.spec_from_file_location("gen_reference", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -47,7 +48,7 @@ def test_every_setting_is_on_the_settings_page():
 
 def test_generated_pages_are_current():
     stale = generator().stale()
-    assert stale == [], f"docs/reference/{stale} differ from the code: run python scripts/gen_reference.py"
+    assert stale == [], f"{stale} differ from the code: run python scripts/gen_reference.py"
 
 
 def test_settings_page_shows_type_default_and_description():

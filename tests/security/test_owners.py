@@ -1,4 +1,4 @@
-"""Runs have owners (issue 11, findings 4, 8, 9): each attack performed over real HTTP.
+"""Runs have owners: each attack performed over real HTTP.
 
 The API is served by uvicorn on a free port over the suite's Redis; calls run on an
 in-process worker (``toolq.testing``), and the tools of ``tests.apps`` record every execution (and
