@@ -93,7 +93,7 @@ def dev(
         ):
             typer.echo(
                 "warning: this Redis accepts unauthenticated connections: anything that can "
-                "reach it can forge calls (README: Redis authentication & ACLs)",
+                "reach it can forge calls (docs/operations/redis-acls.md)",
                 err=True,
             )
         typer.echo(f"toolq dev: {len(registry)} tools from {settings.app}")
