@@ -16,7 +16,7 @@
 
 Only one worker runs at a time (raw first, then toolq), each in its own process group;
 they are stopped (SIGTERM, then SIGKILL) on exit or error, and the database is flushed
-before and after. Use a database nothing else uses (default 14).
+before and after: a private ``redis-server``, or with ``--redis-url`` an empty database.
 """
 
 from __future__ import annotations
