@@ -156,12 +156,25 @@ def cell_settings(settings: Settings, shard: int | None) -> Settings:
     return settings.for_cell(shard)
 
 
-def load_registry(reference: str | None) -> ToolRegistry:
-    """Import ``module:attribute`` (the current directory is importable, as with uvicorn)."""
+def load_registry(reference: str | None, settings: Settings | None = None) -> ToolRegistry:
+    """Import ``module:attribute`` (the current directory is importable, as with uvicorn).
+
+    With ``settings``, the upstream MCP servers of ``TOOLQ_MCP_SERVERS`` are added too (and
+    are enough without an app: a gateway of upstream tools only).
+    """
+    if settings is not None and (reference or settings.mcp_servers):
+        from toolq.cli.upstreams import add_upstreams
+
+        registry = _import_registry(reference) if reference else ToolRegistry()
+        return add_upstreams(registry, settings)
     if not reference:
         raise ConfigurationError(
             "no tool registry given: pass --app module:registry or set TOOLQ_APP"
         )
+    return _import_registry(reference)
+
+
+def _import_registry(reference: str) -> ToolRegistry:
     module_name, _, attribute = reference.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
