@@ -70,7 +70,8 @@ class ToolOptions(BaseModel):
 
     def over(self, base: ToolOptions) -> ToolOptions:
         """These options over ``base``: every field set here wins."""
-        return base.model_copy(update=self.model_dump(exclude_none=True))
+        given = {name: getattr(self, name) for name in type(self).model_fields}
+        return base.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
 class McpSandbox(BaseModel):

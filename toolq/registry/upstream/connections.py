@@ -12,10 +12,13 @@ the last start failed.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
@@ -27,6 +30,8 @@ T = TypeVar("T")
 
 RESTART_DELAY = 1.0
 """Seconds between a failed start of a server and the next attempt."""
+EXIT_GRACE = 10.0
+"""Seconds the process's exit waits for its sessions to close (stdio servers to stop)."""
 
 Transport = Callable[[str | None], tuple[Opener, StdioExit | None]]
 """The transport of a session for a tenant: its opener, and how a stdio server ended."""
@@ -44,6 +49,17 @@ class SessionLoop:
             target=self.loop.run_forever, name="toolq-upstream", daemon=True
         )
         self.thread.start()
+        self.connections: weakref.WeakSet[Connections] = weakref.WeakSet()
+        # A daemon thread dies with the interpreter: stop the servers first, while it runs.
+        atexit.register(self.shutdown)
+
+    def shutdown(self) -> None:
+        """Close the sessions of this process (at exit: stdio servers are stopped)."""
+        if self._current is None or self._current[1] is not self or os.getpid() != self._current[0]:
+            return  # a fork's copy: the sessions (and the thread) are the parent's
+        for connections in list(self.connections):
+            with contextlib.suppress(Exception):
+                self.run(connections.close(), timeout=EXIT_GRACE)
 
     @classmethod
     def current(cls) -> SessionLoop:
@@ -82,6 +98,7 @@ class Connections:
         if self._pid != os.getpid():  # a forked child: its parent's sessions are not ours
             self._pid = os.getpid()
             self._sessions, self._locks, self._failed_at = {}, {}, {}
+            SessionLoop.current().connections.add(self)
         found = self._sessions.get(scope)
         if found is not None and found.alive:
             return found
