@@ -28,8 +28,13 @@ from mcp.shared.exceptions import MCPError
 OBJECT = "object"
 
 
-def _tool(name: str, properties: dict[str, Any], annotations: dict[str, Any] | None,
-          description: str, output: dict[str, Any] | None = None) -> types.Tool:
+def _tool(
+    name: str,
+    properties: dict[str, Any],
+    annotations: dict[str, Any] | None,
+    description: str,
+    output: dict[str, Any] | None = None,
+) -> types.Tool:
     schema = {"type": OBJECT, "properties": properties, "required": sorted(properties)}
     return types.Tool.model_validate(
         {
@@ -45,18 +50,35 @@ def _tool(name: str, properties: dict[str, Any], annotations: dict[str, Any] | N
 STRING = {"type": "string"}
 TOOLS = [
     _tool("read_note", {"name": STRING}, {"readOnlyHint": True}, "Read a note."),
-    _tool("append_note", {"name": STRING, "text": STRING},
-          {"readOnlyHint": False, "destructiveHint": False}, "Append text to a note."),
+    _tool(
+        "append_note",
+        {"name": STRING, "text": STRING},
+        {"readOnlyHint": False, "destructiveHint": False},
+        "Append text to a note.",
+    ),
     _tool("delete_note", {"name": STRING}, {"destructiveHint": True}, "Delete a note."),
     _tool("mystery", {"x": {"type": "integer"}}, None, "Does something it does not say."),
-    _tool("count", {"steps": {"type": "integer"}, "delay": {"type": "number"}},
-          {"readOnlyHint": True}, "Count up, reporting progress at each step."),
-    _tool("hang", {"seconds": {"type": "number"}},
-          {"readOnlyHint": False, "destructiveHint": False}, "Work for a while, changing things."),
+    _tool(
+        "count",
+        {"steps": {"type": "integer"}, "delay": {"type": "number"}},
+        {"readOnlyHint": True},
+        "Count up, reporting progress at each step.",
+    ),
+    _tool(
+        "hang",
+        {"seconds": {"type": "number"}},
+        {"readOnlyHint": False, "destructiveHint": False},
+        "Work for a while, changing things.",
+    ),
     _tool("fail", {}, {"readOnlyHint": True}, "Always fails."),
     _tool("reject", {}, {"readOnlyHint": True}, "Answers with a JSON-RPC error."),
-    _tool("double", {"x": {"type": "integer"}}, {"readOnlyHint": True}, "Twice x.",
-          {"type": OBJECT, "properties": {"double": {"type": "integer"}}, "required": ["double"]}),
+    _tool(
+        "double",
+        {"x": {"type": "integer"}},
+        {"readOnlyHint": True},
+        "Twice x.",
+        {"type": OBJECT, "properties": {"double": {"type": "integer"}}, "required": ["double"]},
+    ),
     _tool("grow", {}, {"readOnlyHint": False, "destructiveHint": False}, "Add a tool."),
     _tool("whoami", {}, {"readOnlyHint": True}, "The tenant this connection is for."),
     _tool("environ", {}, {"readOnlyHint": True}, "The names of the environment variables."),
@@ -85,14 +107,16 @@ class Upstream:
         token = str(headers.get("authorization", "")).removeprefix("Bearer ")
         return self.tokens.get(token)
 
-    async def list_tools(self, ctx: ServerRequestContext[Any, Any],
-                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         if ctx.session not in self.sessions:
             self.sessions.append(ctx.session)
         return types.ListToolsResult(tools=self.tools)
 
-    async def call_tool(self, ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
         self.record({"tool": name, "arguments": args, "tenant": self.tenant(ctx), "event": "call"})
         text = await self.run(name, args, ctx)
@@ -100,8 +124,9 @@ class Upstream:
             return text
         return types.CallToolResult(content=[types.TextContent(text=text)])
 
-    async def run(self, name: str, args: dict[str, Any],
-                  ctx: ServerRequestContext[Any, Any]) -> str | types.CallToolResult:
+    async def run(
+        self, name: str, args: dict[str, Any], ctx: ServerRequestContext[Any, Any]
+    ) -> str | types.CallToolResult:
         if name == "read_note":
             return self.notes.get(args["name"], "")
         if name == "append_note":
@@ -148,8 +173,9 @@ class Upstream:
             return "extra"
         if name == "environ":
             return json.dumps(sorted(os.environ))
-        return types.CallToolResult(content=[types.TextContent(text=f"no tool {name}")],
-                                    is_error=True)
+        return types.CallToolResult(
+            content=[types.TextContent(text=f"no tool {name}")], is_error=True
+        )
 
 
 class RequireToken:
