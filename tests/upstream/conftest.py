@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,17 @@ def record(tmp_path: Path) -> Path:
 @pytest.fixture
 def wait_records_fn() -> Callable[..., list[dict]]:
     return wait_records
+
+
+@contextmanager
+def serve_api(settings: Any, registry: Any, tokens: Any) -> Iterator[str]:
+    """The HTTP API (and dashboard) over ``registry``, in a thread, for the test's duration."""
+    from tests.conftest import serve
+    from toolq.api.app import create_app
+
+    served = serve(create_app(settings, registry, tokens=tokens))
+    url = next(served)
+    try:
+        yield url
+    finally:
+        next(served, None)
