@@ -16,11 +16,11 @@ from importlib.metadata import version
 from typing import Any
 
 import anyio
-import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from toolq.errors import UpstreamError, UpstreamUnavailableError
 from toolq.registry.upstream.definitions import UpstreamTool
@@ -30,14 +30,6 @@ log = logging.getLogger("toolq.upstream")
 
 CLIENT = types.Implementation(name="toolq", version=version("toolq"))
 Listed = Callable[[list[UpstreamTool]], None]
-_LOST = (
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    anyio.EndOfStream,
-    httpx2.TransportError,
-    OSError,
-)
-"""What a transport raises when the connection went away under a request."""
 
 
 class SessionLost(Exception):
@@ -205,7 +197,15 @@ class UpstreamSession:
                 server=self.server,
                 rpc_code=exc.error.code,
             ) from None
-        except _LOST:
+        except ValidationError:
+            raise UpstreamError(
+                f"upstream MCP server {self.server!r} answered the call of {name!r} with "
+                "something that is not a tool result",
+                server=self.server,
+            ) from None
+        except Exception as exc:
+            # The transport failed under the request: whether the server ran it is unknown.
+            log.warning("upstream MCP server %r: %r during a call", self.server, exc)
             self.close()
             raise SessionLost(sent=True) from None
 
