@@ -133,8 +133,8 @@ def test_a_sealed_credential_opens_only_for_its_tenant_and_key(
         moved = registry.invoke("tickets_whoami", {}, context=ToolContext(tenant="globex"))
         assert moved.status is CallStatus.FAILED and moved.error_type == "upstream_unavailable"
         assert "cannot be opened" in (moved.error or "")
-        toolset.secrets = SecretBox(SecretBox.generate_key())  # another key opens nothing
-        toolset.connections._sessions.clear()
+        toolset.close()  # new sessions, opened with another key: they open nothing
+        toolset.secrets = SecretBox(SecretBox.generate_key())
         other = registry.invoke("tickets_whoami", {}, context=ToolContext(tenant="acme"))
         assert other.status is CallStatus.FAILED and other.error_type == "upstream_unavailable"
         [message] = to_messages([moved], "openai")

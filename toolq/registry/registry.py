@@ -30,7 +30,8 @@ from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
 from toolq.upstreams import McpServer, ToolOptions
 
 if TYPE_CHECKING:
-    from toolq.registry.upstream.toolset import CredentialOpener, McpToolset
+    from toolq.registry.upstream.credentials import CredentialOpener
+    from toolq.registry.upstream.toolset import McpToolset
     from toolq.registry.upstream.transports import Launcher
 
 

@@ -7,9 +7,10 @@ The configuration models are in ``toolq.upstreams``; the sandbox and the opener 
 credentials sit in higher layers and are handed in.
 """
 
+from toolq.registry.upstream.credentials import CredentialOpener
 from toolq.registry.upstream.definitions import Manifest, UpstreamTool, risk_of
 from toolq.registry.upstream.tool import McpTool
-from toolq.registry.upstream.toolset import CredentialOpener, McpToolset
+from toolq.registry.upstream.toolset import McpToolset
 from toolq.registry.upstream.transports import Launch, Launcher
 
 __all__ = [

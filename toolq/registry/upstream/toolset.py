@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import anyio
-from pydantic import SecretStr
 
 from toolq.errors import (
     ConfigurationError,
@@ -41,7 +40,9 @@ from toolq.execution.context import ToolContext
 from toolq.models import ToolOutput
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.tool import Tool
+from toolq.registry.upstream import credentials
 from toolq.registry.upstream.connections import Connections, SessionLoop
+from toolq.registry.upstream.credentials import CredentialOpener
 from toolq.registry.upstream.definitions import Manifest, UpstreamTool
 from toolq.registry.upstream.session import SessionLost, UpstreamSession, connected, list_tools
 from toolq.registry.upstream.tool import McpTool, output_of, tool_name
@@ -54,7 +55,7 @@ from toolq.registry.upstream.transports import (
     http,
     stdio,
 )
-from toolq.upstreams import McpServer, is_sealed_credential
+from toolq.upstreams import McpServer
 
 log = logging.getLogger("toolq.upstream")
 
@@ -72,14 +73,6 @@ class ToolTarget(Protocol):
 
     def unregister(self, name: str) -> bool:
         """Remove a tool."""
-        ...
-
-
-class CredentialOpener(Protocol):
-    """Opens sealed credentials (``toolq.secretbox.SecretBox`` is one)."""
-
-    def open_credential(self, sealed: str, server: str, scope: str, name: str) -> str:
-        """The plaintext of a value sealed for this server, tenant scope and name."""
         ...
 
 
@@ -233,10 +226,10 @@ class McpToolset:
         """How a session for ``tenant`` connects (None: with the server's own credentials)."""
         server = self.server
         if server.url is not None:
-            url, headers = server.url, self._headers(tenant)
-            return (lambda: http(url, headers)), None
+            url, sent = server.url, credentials.headers(server, self.secrets, tenant)
+            return (lambda: http(url, sent)), None
         exit = StdioExit()
-        env = {name: self._reveal(value, "", f"env:{name}") for name, value in server.env.items()}
+        env = credentials.environment(server, self.secrets)
         return (lambda: self._stdio(env, exit)), exit
 
     @contextlib.asynccontextmanager
@@ -250,48 +243,6 @@ class McpToolset:
         if self.sandbox is not None:
             return self.sandbox.launch(self.server.command, env)
         return direct(self.server.command, env, self.server.cwd)
-
-    def _headers(self, tenant: str | None) -> dict[str, str]:
-        server = self.server
-        headers = {
-            name: self._reveal(value, "", f"header:{name}")
-            for name, value in server.headers.items()
-        }
-        if tenant is None or not server.tenant_headers:
-            return headers
-        scope = server.credential_scope(tenant)
-        if scope is None:
-            raise self._no_credentials(tenant)
-        own = server.tenant_headers[scope]
-        headers.update(
-            {name: self._reveal(value, scope, f"header:{name}") for name, value in own.items()}
-        )
-        return headers
-
-    def _no_credentials(self, tenant: str) -> UpstreamUnavailableError:
-        return UpstreamUnavailableError(
-            f"upstream MCP server {self.server.name!r} has no credentials for tenant {tenant!r}",
-            server=self.server.name,
-        )
-
-    def _reveal(self, value: SecretStr, scope: str, name: str) -> str:
-        plain = value.get_secret_value()
-        if not is_sealed_credential(plain):
-            return plain
-        where = f"{name} of MCP server {self.server.name!r}"
-        if scope:
-            where += f" (tenant {scope!r})"
-        if self.secrets is None:
-            raise UpstreamUnavailableError(
-                f"{where} is sealed and this process has no TOOLQ_SECRETS_KEY to open it",
-                server=self.server.name,
-            )
-        try:
-            return self.secrets.open_credential(plain, self.server.name, scope, name)
-        except ToolqError as exc:
-            raise UpstreamUnavailableError(
-                f"{where} cannot be opened: {exc.message}", server=self.server.name
-            ) from None
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -309,7 +260,7 @@ class McpToolset:
         tenant = ctx.tenant or DEFAULT_TENANT
         scope = self.server.credential_scope(tenant)
         if scope is None:
-            raise self._no_credentials(tenant)
+            raise credentials.no_credentials(self.server, tenant)
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             data = {"progress": progress, "total": total, "message": message}
