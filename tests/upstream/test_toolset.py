@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.upstream.conftest import HttpUpstream, records, stdio_command
+from tests.upstream.conftest import HttpUpstream, records, stdio_command, wait_records
 from toolq import CallStatus, RiskLevel, ToolRegistry
 from toolq.errors import ConfigurationError
 from toolq.execution.context import ToolContext
@@ -207,3 +208,35 @@ def test_a_stdio_server_gets_no_environment_but_its_own(record: Path, monkeypatc
     names = json.loads(registry.invoke("notes_environ", {}).content[0].text)
     assert "NOTES_TOKEN" in names and "TOOLQ_SECRETS_KEY" not in names
     assert set(names) <= {"NOTES_TOKEN", "PATH", "HOME", "LANG", "LC_CTYPE"}
+
+
+def test_progress_and_cancel_over_streamable_http(http_upstream: HttpUpstream) -> None:
+    registry = ToolRegistry()
+    toolset = registry.mcp_server(
+        "tickets", url=http_upstream.url, headers={"Authorization": "Bearer tok-lister-5b1d"}
+    )
+    seen: list[dict] = []
+    ctx = ToolContext(progress_sink=seen.append)
+    outcome: list = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            registry.invoke("tickets_count", {"steps": 400, "delay": 0.05}, context=ctx)
+        )
+    )
+    try:
+        worker.start()
+        deadline = time.monotonic() + 20
+        while len(seen) < 2:
+            assert time.monotonic() < deadline, "no progress arrived"
+            time.sleep(0.02)
+        ctx.cancel()
+        worker.join(20)
+        [result] = outcome
+        assert result.status is CallStatus.CANCELLED
+        assert seen[:2] == [
+            {"progress": 1.0, "total": 400.0, "message": "step 1"},
+            {"progress": 2.0, "total": 400.0, "message": "step 2"},
+        ]
+        wait_records(http_upstream.record, tool="count", event="cancelled")
+    finally:
+        toolset.close()
