@@ -34,8 +34,13 @@ def _tool(
     annotations: dict[str, Any] | None,
     description: str,
     output: dict[str, Any] | None = None,
+    optional: dict[str, Any] | None = None,
 ) -> types.Tool:
-    schema = {"type": OBJECT, "properties": properties, "required": sorted(properties)}
+    schema = {
+        "type": OBJECT,
+        "properties": {**properties, **(optional or {})},
+        "required": sorted(properties),
+    }
     return types.Tool.model_validate(
         {
             "name": name,
@@ -55,6 +60,7 @@ TOOLS = [
         {"name": STRING, "text": STRING},
         {"readOnlyHint": False, "destructiveHint": False},
         "Append text to a note.",
+        optional={"newline": {"type": "boolean", "default": False}},
     ),
     _tool("delete_note", {"name": STRING}, {"destructiveHint": True}, "Delete a note."),
     _tool("mystery", {"x": {"type": "integer"}}, None, "Does something it does not say."),
@@ -130,7 +136,8 @@ class Upstream:
         if name == "read_note":
             return self.notes.get(args["name"], "")
         if name == "append_note":
-            self.notes[args["name"]] = self.notes.get(args["name"], "") + args["text"]
+            line = args["text"] + ("\n" if args.get("newline", False) else "")
+            self.notes[args["name"]] = self.notes.get(args["name"], "") + line
             return self.notes[args["name"]]
         if name == "delete_note":
             self.notes.pop(args["name"], None)

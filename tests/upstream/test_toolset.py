@@ -125,6 +125,11 @@ def test_structured_output_and_arguments_reach_the_server_as_given(record: Path)
     registry.mcp_server("notes", command=stdio_command(record))
     done = registry.invoke("notes_double", {"x": 21})
     assert done.status is CallStatus.SUCCEEDED and done.output == {"double": 42}
+    # The schema has a default for "newline": the server applies it, toolq adds nothing.
+    assert registry.require("notes_append_note").input_schema["properties"]["newline"] == {
+        "type": "boolean",
+        "default": False,
+    }
     registry.invoke("notes_append_note", {"name": "todo", "text": ", eggs"})
     assert records(record, tool="append_note")[0]["arguments"] == {"name": "todo", "text": ", eggs"}
 

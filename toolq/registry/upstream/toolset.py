@@ -248,12 +248,8 @@ class McpToolset:
 
     async def call(self, tool: McpTool, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run one call on the server; the request runs on this process's session loop."""
+        # Cancelling the awaiting task (a cancel, a time limit) cancels the request there.
         future = SessionLoop.current().submit(self._call(tool, arguments, ctx))
-
-        def stop() -> None:
-            future.cancel()
-
-        ctx.on_cancel(stop)
         return await asyncio.wrap_future(future)
 
     async def _call(self, tool: McpTool, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
