@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -74,6 +75,7 @@ from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolq.builtins import seccomp
 from toolq.builtins._supervisor import PRIVATE_DIRS
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutionError
@@ -207,17 +209,20 @@ class Sandbox:
         self._checked = False
 
     def check(self) -> None:
-        """Set up the namespaces once, as a call would; ConfigurationError if refused.
+        """Set up a call's confinement once, as a call would; ConfigurationError if refused.
 
-        Workers run it at start, so a host that cannot isolate is found before any call.
+        Workers run it at start, so a host that cannot isolate (namespaces) or confine (the
+        seccomp filter, in every mode) is found before any call.
         """
-        if self.isolation == "none" or self._checked:
+        if self._checked:
             return
         try:
             result = self.run(
                 ["(check)"], ToolContext(), cwd="/", timeout=CHECK_TIMEOUT, probe=True
             )
         except ToolExecutionError as exc:
+            if not exc.details.get("isolation"):
+                raise ConfigurationError(f"the sandbox cannot confine commands: {exc}") from None
             raise ConfigurationError(
                 f"the sandbox cannot isolate commands on this host: {exc}. Namespaces need "
                 "CAP_SYS_ADMIN: run the worker as root (in a container: cap_add SYS_ADMIN and "
@@ -227,6 +232,11 @@ class Sandbox:
         if result.exit_code != 0:
             raise ConfigurationError(f"the sandbox start-up check failed: {result}")
         self._checked = True
+
+    @functools.cached_property
+    def filter(self) -> bytes:
+        """The seccomp program of this machine (ConfigurationError on another architecture)."""
+        return seccomp.program()
 
     def usable(self, path: str) -> bool:
         """Tell whether the sandboxed user can execute the program at ``path``."""
@@ -284,6 +294,7 @@ class Sandbox:
             "files": host_scratch,
             "workspace": self.home,
             "probe": probe,
+            "seccomp": self.filter.hex(),
             "cwd": cwd,
             "uid": limits.user if self.drop_privileges else None,
             "gid": limits.group if self.drop_privileges else None,
@@ -350,7 +361,10 @@ class Sandbox:
                     " and their parent directories must be accessible to that user)"
                 )
             error = errors[0]["error"]
-            raise ToolExecutionError(f"sandbox could not start {argv[0]!r}: {error}{hint}")
+            raise ToolExecutionError(
+                f"sandbox could not start {argv[0]!r}: {error}{hint}",
+                isolation=bool(errors[0].get("isolation")),
+            )
         final: dict[str, Any] = next((line for line in lines if "error" not in line), {})
         code = final.get("exit", -final["signal"] if "signal" in final else None)
         return SandboxResult(
