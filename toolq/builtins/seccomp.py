@@ -42,13 +42,17 @@ CLONE_NEW_FLAGS = 0x7E020000
 X32_SYSCALL_BIT = 0x40000000
 
 DENIED = (
-    "ptrace process_vm_readv process_vm_writev process_madvise pidfd_getfd "
-    "unshare setns mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig "
-    "fsmount fspick mount_setattr bpf perf_event_open userfaultfd keyctl add_key request_key "
-    "init_module finit_module delete_module kexec_load kexec_file_load io_uring_setup "
-    "io_uring_enter io_uring_register open_by_handle_at reboot swapon swapoff acct quotactl "
-    "syslog vhangup"
-).split()
+    # other processes
+    *("ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd"),
+    # namespaces and mounts
+    *("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree"),
+    *("move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"),
+    # the kernel's larger surfaces
+    *("bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key"),
+    *("init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load"),
+    *("io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at"),
+    *("reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup"),
+)
 """Syscalls refused on every architecture."""
 
 
