@@ -87,5 +87,5 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
         ("call.approved", c1, "bob"),
     ])
     dead = [json.loads(x) for x in r.lrange(keys.webhook_dead, 0, -1)]
-    assert all(d["error"].startswith("refused: ") and d["attempts"] == 1 for d in dead), dead
+    assert all(d["error"].startswith("unverified: ") and d["attempts"] == 1 for d in dead), dead
     assert sorted(d["call_id"] for d in dead) == sorted([c2, c2, c1, c2, c2])

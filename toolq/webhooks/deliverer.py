@@ -108,7 +108,7 @@ class WebhookDeliverer(threading.Thread):
             notice = self.provenance.notice(claimed, {event.value for event in hook.events})
         except Unverified as exc:
             log.warning("delivery %s to endpoint %s refused: %s", delivery_id, hook.id, exc)
-            self.outbox.give_up(claimed, f"refused: {exc}")
+            self.outbox.give_up(claimed, f"unverified: {exc}")
             return
         error = self.post(hook, notice)
         if error is None:
