@@ -11,6 +11,7 @@
     ├── InvalidArgumentsError       arguments that do not match the schema (also a ValueError)
     ├── PayloadError                a payload toolq cannot read, or one over a limit
     │   └── InvalidTenantError      a tenant name that is not one
+    ├── CallIdConflictError         a call id (or idempotency key) reused for another call
     ├── ToolDeniedError             gated: behavior, disabled category, unavailable tool
     │   └── BudgetExceededError     the call would take its tenant over its budget
     ├── CostError                   a tool's cost function raised or returned no number
@@ -114,6 +115,17 @@ class PayloadError(ToolqError, ValueError):
     """A payload toolq cannot read, or one over a configured limit."""
 
     code = "invalid_payload"
+
+
+class CallIdConflictError(ToolqError):
+    """A call id (or idempotency key) reused in its run for another tool or other arguments.
+
+    Refused, with nothing written: an id never hands back a call other than the one it names.
+
+    ``details``: ``call_id`` (the call the id names) and ``tool_call_id``.
+    """
+
+    code = "call_id_conflict"
 
 
 class ToolDeniedError(ToolqError):

@@ -21,6 +21,7 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.ApprovalExpiredError, 409),
     (errors.DigestMismatchError, 409),
     (errors.UndoError, 409),
+    (errors.CallIdConflictError, 409),
     (errors.InvalidArgumentsError, 422),
     (errors.PayloadError, 400),
     (errors.WaitTimeoutError, 504),
