@@ -121,6 +121,9 @@ def test_approvers_policy_and_quorum_take_the_risk_from_the_registry(
         for always in (False, True):
             with pytest.raises(NotAuthorizedError, match="not allowed for dangerous"):
                 client.approvals.approve(call_id, by="sam", always=always)
+        decided = client.approvals.decide_run("policy", "sam", approve=[call_id],
+                                              deny={call_id: "no"})
+        assert isinstance(decided[call_id], NotAuthorizedError)
         # One approver is not a quorum, whatever the record says the risk is.
         assert client.approvals.approve(call_id, by="alice").status is CallStatus.AWAITING_APPROVAL
         assert client.approvals.rules("policy").signatures == {}
