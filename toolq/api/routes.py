@@ -84,7 +84,9 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
         The tenant is the token's when it names one (a request naming another: 403
         ``wrong_tenant``); else ``?tenant=`` or a top-level ``"tenant"`` of a JSON object
-        body, else ``default``.
+        body, else ``default``. Provider call ids (or the ``Idempotency-Key``) already used
+        in the run for another tool or other arguments: 409 ``call_id_conflict``, nothing
+        written (in a batch with other calls, only that call fails, as a call of its own).
         """
         caller.require("submitter")
         payload = parse_body(await request.body(), client.settings)
