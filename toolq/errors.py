@@ -11,7 +11,6 @@
     ├── InvalidArgumentsError       arguments that do not match the schema (also a ValueError)
     ├── PayloadError                a payload toolq cannot read, or one over a limit
     │   └── InvalidTenantError      a tenant name that is not one
-    ├── CallIdConflictError         a call id (or idempotency key) reused for another call
     ├── ToolDeniedError             gated: behavior, disabled category, unavailable tool
     │   └── BudgetExceededError     the call would take its tenant over its budget
     ├── CostError                   a tool's cost function raised or returned no number
@@ -22,6 +21,7 @@
     │   └── WorkerLostError         the worker died while running a non-idempotent call
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
+    ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
     │   ├── ApprovalDeniedError     a human said no
     │   ├── ApprovalExpiredError    nobody decided before the deadline
@@ -117,17 +117,6 @@ class PayloadError(ToolqError, ValueError):
     code = "invalid_payload"
 
 
-class CallIdConflictError(ToolqError):
-    """A call id (or idempotency key) reused in its run for another tool or other arguments.
-
-    Refused, with nothing written: an id never hands back a call other than the one it names.
-
-    ``details``: ``call_id`` (the call the id names) and ``tool_call_id``.
-    """
-
-    code = "call_id_conflict"
-
-
 class ToolDeniedError(ToolqError):
     """A call refused before running: behavior not allowed, category disabled, unavailable."""
 
@@ -192,6 +181,15 @@ class CallNotFoundError(ToolqError, LookupError):
     """No call has that id."""
 
     code = "call_not_found"
+
+
+class CallIdConflictError(ToolqError):
+    """A provider call id already names a call of another tool or with other arguments.
+
+    A call id names one call: the second use is refused, and nothing is decided or run.
+    """
+
+    code = "call_id_conflict"
 
 
 class ApprovalError(ToolqError):
