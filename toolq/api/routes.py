@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api.auth import Principal
 from toolq.api.cells import CellParts
 from toolq.api.limits import parse_body, parse_decision
+from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
 from toolq.errors import NotRunOwnerError, PayloadError
@@ -83,7 +84,9 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
         The tenant is the token's when it names one (a request naming another: 403
         ``wrong_tenant``); else ``?tenant=`` or a top-level ``"tenant"`` of a JSON object
-        body, else ``default``.
+        body, else ``default``. Provider call ids (or the ``Idempotency-Key``) already used
+        in the run for another tool or other arguments: 409 ``call_id_conflict``, nothing
+        written (in a batch with other calls, only that call fails, as a call of its own).
         """
         caller.require("submitter")
         payload = parse_body(await request.body(), client.settings)
@@ -229,7 +232,10 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
     def _may_decide(call_id: str, caller: Principal) -> None:
         call_of_tenant(call_id, caller, "decide calls of")
-        caller.require_approver(client.approvals.get(call_id).risk)
+        # The role of the tool's risk in this process's registry: the record's is data any
+        # Redis writer can lower.
+        tool = client.approvals.get(call_id).name
+        caller.require_approver(decided_risk(client.registry, tool))
 
     def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
         decision = body or Approve()
