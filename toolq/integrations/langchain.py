@@ -81,8 +81,7 @@ class ToolqTool(BaseTool):
     def _run(self, config: RunnableConfig, **arguments: Any) -> Any:
         bridge, call_id = self._call(config)
         state = _submitted(bridge, call_id, self.name, arguments)
-        if state.status is CallStatus.AWAITING_APPROVAL:
-            self._await_decision(bridge, state)
+        self._await_decision(bridge, state)
         return _returned(bridge.wait(state.call_id))
 
     async def _arun(self, config: RunnableConfig, **arguments: Any) -> Any:
@@ -90,9 +89,7 @@ class ToolqTool(BaseTool):
         # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
         # call it dispatched without knowing its id
         state = _submitted(bridge, call_id, self.name, arguments)
-        if state.status is CallStatus.AWAITING_APPROVAL:
-            # interrupt() raises; the call stays parked for the resume
-            self._await_decision(bridge, state)
+        self._await_decision(bridge, state)  # interrupt() raises; the call stays parked
         with bridge.cancelled_with_task(state.call_id):
             return _returned(await bridge.result(state.call_id))
 
@@ -104,14 +101,16 @@ class ToolqTool(BaseTool):
     def _await_decision(self, bridge: Bridge, state: CallResult) -> None:
         """Interrupt the graph until an approver decided the call in toolq.
 
-        Each resume replays the interrupts before it (LangGraph re-runs the tool), so the
-        call's state is read before each one: a decision made meanwhile ends the loop.
+        A call that was ever parked interrupts at least once, so every resume value is
+        read (and one that tries to decide is refused) whenever the approver decided. Each
+        resume replays the interrupts before it (LangGraph re-runs the tool); after each
+        answer the call's state is read again, and the loop ends once toolq decided it.
         A resume that withdraws the call raises ``ToolException`` with its reason.
         """
+        request = bridge.request(state.call_id)
+        if request.deadline is None:
+            return  # never parked
         while True:
-            request = bridge.request(state.call_id)
-            if request.status is not CallStatus.AWAITING_APPROVAL:
-                return
             answer = interrupt(
                 {
                     "type": APPROVAL_REQUEST,
@@ -119,6 +118,7 @@ class ToolqTool(BaseTool):
                     "call_id": state.call_id,
                     "run_id": bridge.run_id,
                     "name": self.name,
+                    "status": request.status.value,
                     "arguments": request.arguments,
                     "risk": request.risk.value,
                     "digest": request.digest,
@@ -131,7 +131,10 @@ class ToolqTool(BaseTool):
                 withdrawn = bridge.withdraw(state.call_id)
                 if withdrawn.status is CallStatus.CANCELLED:
                     raise ToolException(f"not run: {reason}")
-                return  # an approver decided first: their decision stands
+                return  # it started (or ended) already: its outcome stands
+            request = bridge.request(state.call_id)
+            if request.status is not CallStatus.AWAITING_APPROVAL:
+                return
 
 
 def toolq_tools(
