@@ -35,11 +35,11 @@ def child_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def run_child(module: str, settings: Settings, *args: str) -> str:
+def run_child(module: str, settings: Settings, *args: str, **env: str) -> str:
     """Run ``python -m module args`` as a separate process; its stdout (it must exit 0)."""
     done = subprocess.run(
         [sys.executable, "-m", module, *args],
-        env=child_env(settings),
+        env={**child_env(settings), **env},
         cwd=ROOT,
         capture_output=True,
         text=True,

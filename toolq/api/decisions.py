@@ -6,8 +6,6 @@ shows the call, and ``POST /v1/decisions/{call_id}/approve`` or ``/deny`` decide
 the token as the bearer: the decision is recorded as the approver who asked for the token.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
