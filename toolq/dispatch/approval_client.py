@@ -16,14 +16,15 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import quote
-
-import httpx
 
 from toolq import errors
 from toolq.approvals.models import ApprovalRequest
 from toolq.models import CallResult, RiskLevel
+
+if TYPE_CHECKING:
+    import httpx
 
 DECISION_TOKEN_PREFIX = "tqd_"
 """How a decision token starts (an API token never does)."""
@@ -154,6 +155,8 @@ class ApprovalClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx  # imported here: `import toolq` stays free of it
+
         self._requests = _Requests(token)
         self.http = httpx.Client(
             base_url=base_url.rstrip("/"),
@@ -223,6 +226,8 @@ class AsyncApprovalClient:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        import httpx
+
         self._requests = _Requests(token)
         self.http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
