@@ -1,4 +1,4 @@
-"""Where the time of issue 14's async case goes: a timeline of each call, then a breakdown.
+"""Where the time of the speed benchmark's async case goes: each call's timeline, a breakdown.
 
     python -m bench.async_timeline [--calls 1000] [--sleep 0.1] [--processes 2] [--threads 50]
                                    [--repeat 5] [--json PATH] [--logs DIR]

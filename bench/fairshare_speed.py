@@ -5,7 +5,7 @@
 (no ``TOOLQ_TENANTS``: no admission stage), then with ``TOOLQ_TENANTS`` naming one tenant
 (fair share on, every call through its tenant's backlog and ``ADMIT``), the batches
 dispatched for that tenant; ``rounds`` times each, alternating, so both see the same load.
-The issue's target: fair share costs at most 10% of batch throughput.
+The target: fair share costs at most 10% of batch throughput.
 """
 
 from __future__ import annotations

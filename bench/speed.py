@@ -1,4 +1,4 @@
-"""Issue 14's speed benchmark: toolq against raw Celery, dramatiq and arq on one private Redis.
+"""The speed benchmark: toolq against raw Celery, dramatiq and arq on one private Redis.
 
     python -m bench.speed [--calls 300] [--batch 2000] [--repeat 3] [--io-calls 1000]
                           [--io-sleep 0.1]

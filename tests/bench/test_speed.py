@@ -69,5 +69,5 @@ def test_tiny_speed_run_measures_every_section(tmp_path: Path) -> None:
     assert any("20 Redis commands" in t for t in verdicts), verdicts
     assert set(verdicts.values()) <= {"PASS", "MISS", "MEASURED"}
     assert any(t.startswith("fair share, one tenant") for t in verdicts), verdicts
-    for title in ("No-op calls", "toolq / best peer", "I/O-bound", "Scaling", "Issue 14 targets"):
+    for title in ("No-op calls", "toolq / best peer", "I/O-bound", "Scaling", "Speed targets"):
         assert title in proc.stdout, shown

@@ -1,7 +1,8 @@
-"""The README's HTTP API examples, run as written with real ``curl`` against a live stack.
+"""The HTTP API guide's examples, run as written with real ``curl`` against a live stack.
 
-The curl block is read from README.md; only what the README says to replace is replaced
-(``CALL_ID``, ``DIGEST``, ``TICKET``), plus the port (8000 may be taken on a test machine).
+The curl block is read from docs/guide/http-api.md; only what the page says to replace is
+replaced (``CALL_ID``, ``DIGEST``, ``TICKET``), plus the port (8000 may be taken on a test
+machine).
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command"),
 ]
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGE = (ROOT / "docs/guide/http-api.md").read_text(encoding="utf-8")
 APP = "examples.demo_app:registry"
 
 
-def readme_tokens() -> str:
-    """``TOOLQ_API_TOKENS`` as the README's export line sets it (evaluated by bash)."""
-    export = re.search(r"^export TOOLQ_API_TOKENS='.*?'$", README, re.M | re.S)
-    assert export, "README lost its TOOLQ_API_TOKENS export"
+def documented_tokens() -> str:
+    """``TOOLQ_API_TOKENS`` as the page's export line sets it (evaluated by bash)."""
+    export = re.search(r"^export TOOLQ_API_TOKENS='.*?'$", PAGE, re.M | re.S)
+    assert export, "the HTTP API guide lost its TOOLQ_API_TOKENS export"
     done = subprocess.run(
         ["bash", "-c", export.group(0) + '\nprintf %s "$TOOLQ_API_TOKENS"'],
         capture_output=True, text=True, check=True,
@@ -41,10 +42,10 @@ def readme_tokens() -> str:
     return done.stdout
 
 
-def readme_curls() -> tuple[str, list[str]]:
-    """The ``H=...`` line and each curl command of the README's API block."""
-    block = re.search(r"```bash\n(H='Authorization: Bearer agent-token'\n.*?)```", README, re.S)
-    assert block, "README lost its curl block"
+def documented_curls() -> tuple[str, list[str]]:
+    """The ``H=...`` line and each curl command of the page's API block."""
+    block = re.search(r"```bash\n(H='Authorization: Bearer agent-token'\n.*?)```", PAGE, re.S)
+    assert block, "the HTTP API guide lost its curl block"
     joined = block.group(1).replace("\\\n", " ")
     lines = [line for line in joined.splitlines() if line.strip()]
     commands: list[str] = []
@@ -64,7 +65,7 @@ def stack(settings, workers, tmp_path) -> Iterator[str]:
     environ = {
         **os.environ,
         "TOOLQ_REDIS_URL": settings.redis_url,
-        "TOOLQ_API_TOKENS": readme_tokens(),
+        "TOOLQ_API_TOKENS": documented_tokens(),
         "PYTHONPATH": str(ROOT),
         **env,
     }
@@ -91,7 +92,7 @@ def stack(settings, workers, tmp_path) -> Iterator[str]:
 
 
 def curl(header_line: str, command: str, port: int, **values: str) -> tuple[int, str]:
-    """Run one README command in bash, as written but for the substitutions."""
+    """Run one documented command in bash, as written but for the substitutions."""
     command = command.replace("localhost:8000", f"127.0.0.1:{port}")
     for name, value in values.items():
         command = command.replace(name, value)
@@ -102,9 +103,9 @@ def curl(header_line: str, command: str, port: int, **values: str) -> tuple[int,
     return int(status), body
 
 
-def test_readme_curl_examples_work_as_written(stack):
+def test_http_api_guide_curl_examples_work_as_written(stack):
     port = int(stack.rsplit(":", 1)[1])
-    header, commands = readme_curls()
+    header, commands = documented_curls()
     by_path = {}
     for command in commands:
         found = re.search(r"localhost:8000(\S*)", command)
