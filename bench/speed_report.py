@@ -238,11 +238,11 @@ def print_all(report: dict[str, Any], args: argparse.Namespace) -> list[dict[str
     io_table(io, report.get("async"))
     scaling_table(report.get("scaling") or [], args.batch)
     if report.get("breakdown"):
-        from bench.breakdown import print_breakdown
+        from bench.probes.breakdown import print_breakdown
 
         print_breakdown(report["breakdown"])
     if report.get("profile"):
-        from bench.profile import print_profile
+        from bench.probes.profile import print_profile
 
         print_profile(report["profile"])
     verdicts = targets(report)

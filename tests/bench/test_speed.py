@@ -1,7 +1,7 @@
 """``python -m bench.speed --tiny`` end to end: raw Celery and toolq, on a private Redis.
 
 The script starts its own ``redis-server`` (never the suite's); with tiny sizes every asked
-section must be measured, the JSON must hold every figure and each issue-14 target a verdict.
+section must be measured, the JSON must hold every figure and each speed target a verdict.
 dramatiq and arq are left to the full run (dramatiq is not in the ``test`` extra, arq needs
 a virtualenv of its own); py-spy's profile too (it is not a dependency).
 """

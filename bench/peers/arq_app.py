@@ -1,7 +1,8 @@
 """The arq app of the comparison: a no-op job function and the worker's settings.
 
 Loaded only by arq's own virtualenv (``bench/.venvs/arq``; arq pins ``redis<6``, toolq needs
-``redis>=6.1``): ``arq bench.arq_app.WorkerSettings --custom-log-dict bench.arq_app.LOG_CONFIG``.
+``redis>=6.1``):
+``arq bench.peers.arq_app.WorkerSettings --custom-log-dict bench.peers.arq_app.LOG_CONFIG``.
 ``WorkerSettings`` is built on first use from ``BENCH_REDIS_URL`` and ``BENCH_ARQ_POLL_DELAY``
 (seconds between the worker's polls of the queue; arq's default is 0.5). Each worker process
 marks itself ready in Redis (``READY_PREFIX`` + pid) once it is connected. The module imports

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.figures import sequential
+from bench.peers.toolq_side import ToolqWorker
 from bench.procs import Procs
-from bench.toolq_side import ToolqWorker
 
 ONE_TENANT = {"acme": {}}
 """``TOOLQ_TENANTS`` of the fair-share runs: one tenant, default weight, no limits."""

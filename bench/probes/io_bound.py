@@ -17,8 +17,8 @@ def celery_naps(side: Any, n: int, seconds: float, timeout: float) -> float:
     """``n`` ``nap`` tasks on one producer, collected with ``join_native``."""
     from celery.result import ResultSet
 
-    from bench.apps import RAW_NAP, RAW_QUEUE
-    from bench.raw_celery_side import JOIN_INTERVAL
+    from bench.peers.apps import RAW_NAP, RAW_QUEUE
+    from bench.peers.raw_celery_side import JOIN_INTERVAL
 
     task = side.app.tasks[RAW_NAP]
     t0 = time.perf_counter()

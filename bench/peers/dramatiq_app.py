@@ -1,7 +1,7 @@
 """The dramatiq app of the comparison: a no-op and a sleeping actor on a Redis broker,
 results in Redis.
 
-``dramatiq bench.dramatiq_app:setup [--processes P --threads T]`` runs its worker: each worker
+``dramatiq bench.peers.dramatiq_app:setup [--processes P --threads T]`` runs its worker: each worker
 process calls ``setup``, which builds the broker on ``BENCH_REDIS_URL`` and marks the process
 ready in Redis (``READY_PREFIX`` + pid) so the benchmark knows when all of them are up.
 """

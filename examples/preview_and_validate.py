@@ -1,12 +1,16 @@
-"""roura_agent's custom tools on toolq: a timestamp, a previewed replace, a validated fetch.
+"""Tool classes: a JSON-schema enum, a preview the approver sees first, ``validate_args``.
 
-Run it against a local stack: in one shell ``toolq dev --app examples.roura_tools:registry``
-(from the repository root), in another ``python -m examples.roura_tools`` with the same
-``TOOLQ_REDIS_URL``. It asks for the timestamp in each enum format (and one format the
-JSON schema refuses), runs a MODERATE replace that waits for approval so the approver sees
-its preview and diff first (this script approves it itself), and shows ``validate_args``
-refusing a bad URL before anything is queued. The valid fetch targets a throwaway
-``http.server`` on 127.0.0.1 that the script starts, so no internet is needed.
+Ported from roura_agent's custom tools. Run it against a local stack from the repository root,
+with the same ``TOOLQ_REDIS_URL`` in both shells::
+
+    toolq dev --app examples.preview_and_validate:registry   # shell 1
+    python -m examples.preview_and_validate                  # shell 2
+
+It asks for the timestamp in each enum format (and one format the JSON schema refuses), runs a
+MODERATE replace that waits for approval so the approver sees its preview and diff first (this
+script approves it itself), and shows ``validate_args`` refusing a bad URL before anything is
+queued. The valid fetch targets a throwaway ``http.server`` on 127.0.0.1 that the script starts,
+so no internet is needed.
 """
 
 from __future__ import annotations
@@ -183,7 +187,7 @@ def local_server() -> Iterator[str]:
 
 def example(client: Client) -> None:
     """Timestamps, a previewed and approved replace, a refused and a valid fetch."""
-    run_id = f"roura-{uuid.uuid4().hex[:8]}"
+    run_id = f"preview-{uuid.uuid4().hex[:8]}"
 
     calls = [
         {"id": f"ts_{fmt}", "name": "custom.timestamp", "arguments": {"format": fmt}}
@@ -195,7 +199,7 @@ def example(client: Client) -> None:
     expect([r.ok for r in stamps] == [True, True, True, False], "timestamps went wrong")
     expect(isinstance(stamps[1].output["timestamp"], int), "unix timestamp is not an int")
 
-    target = example_dir("roura") / "notes.txt"
+    target = example_dir("preview_and_validate") / "notes.txt"
     target.write_text("the cat sat on the mat\nthe cat slept\n")
     replace = client.dispatch(
         [

@@ -1,4 +1,4 @@
-"""Raw Celery as a ``Side``: a plain ``celery worker`` on ``bench.apps:raw_celery`` and a client.
+"""Raw Celery as a ``Side``: ``celery worker`` on ``bench.peers.apps:raw_celery`` and a client.
 
 Round trip: ``apply_async(...).get()``. Batch: M ``apply_async`` on one producer connection,
 collected with ``ResultSet.join_native()`` (results read in bulk from the Redis backend).
@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.result import ResultSet
 
-from bench.apps import RAW_QUEUE, RAW_TASK, make_raw_celery
+from bench.peers.apps import RAW_QUEUE, RAW_TASK, make_raw_celery
 from bench.procs import READY_TIMEOUT, Procs, worker_env
 
 JOIN_INTERVAL = 0.005
@@ -31,7 +31,7 @@ def raw_argv(pool: str, concurrency: int) -> list[str]:
         "-m",
         "celery",
         "-A",
-        "bench.apps:raw_celery",
+        "bench.peers.apps:raw_celery",
         "worker",
         "--queues",
         RAW_QUEUE,

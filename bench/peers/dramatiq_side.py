@@ -22,7 +22,7 @@ from typing import Any
 
 import dramatiq
 
-from bench.dramatiq_app import READY_PREFIX, make_dramatiq
+from bench.peers.dramatiq_app import READY_PREFIX, make_dramatiq
 from bench.procs import READY_TIMEOUT, Procs, wait_for_keys, worker_env
 
 RESULT_TIMEOUT_MS = 30_000
@@ -32,7 +32,7 @@ def dramatiq_defaults() -> dict[str, int]:
     """The processes and threads dramatiq's CLI uses when given neither (this install)."""
     from dramatiq.cli import make_argument_parser
 
-    parsed = make_argument_parser().parse_args(["bench.dramatiq_app:setup"])  # type: ignore[no-untyped-call]
+    parsed = make_argument_parser().parse_args(["bench.peers.dramatiq_app:setup"])  # type: ignore[no-untyped-call]
     return {"processes": int(parsed.processes), "threads": int(parsed.threads)}
 
 
@@ -66,7 +66,7 @@ class DramatiqWorker:
     @property
     def argv(self) -> list[str]:
         """The worker's command line."""
-        argv = [sys.executable, "-m", "dramatiq", "bench.dramatiq_app:setup"]
+        argv = [sys.executable, "-m", "dramatiq", "bench.peers.dramatiq_app:setup"]
         if self.processes_arg is not None:
             argv += ["--processes", str(self.processes_arg)]
         if self.threads_arg is not None:

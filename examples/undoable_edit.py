@@ -1,11 +1,15 @@
-"""stageflow's tools example on toolq: GreetTool, an undoable edit_document, parse_and_resolve.
+"""An edit approved on its diff, then undone; behavior gating; provider calls resolved.
 
-Run it against a local stack: in one shell ``toolq dev --app examples.stageflow_tools:registry``
-(from the repository root), in another ``python -m examples.stageflow_tools`` with the same
-``TOOLQ_REDIS_URL``. It triages provider tool calls into resolved and unresolved, greets Alice
-on a worker, edits a document (kept in a JSON file under ``$TOOLQ_EXAMPLES_DIR``, default
-the temp dir, so workers and script share it) after approving it on the approver's diff,
-undoes the edit, and shows that ``allowed_behaviors`` refuses the edit outside ``doc_edit``.
+Ported from stageflow's tools example. Run it against a local stack from the repository root,
+with the same ``TOOLQ_REDIS_URL`` in both shells::
+
+    toolq dev --app examples.undoable_edit:registry   # shell 1
+    python -m examples.undoable_edit                  # shell 2
+
+It triages provider tool calls into resolved and unresolved, greets Alice on a worker, edits a
+document (kept in a JSON file under ``$TOOLQ_EXAMPLES_DIR``, default the temp dir, so workers
+and script share it) after approving it on the approver's diff, undoes the edit, and shows that
+``allowed_behaviors`` refuses the edit outside ``doc_edit``.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ registry.register(GreetTool)
 
 def documents_file() -> Path:
     """The JSON document store the workers and this script share."""
-    return example_dir("stageflow") / "documents.json"
+    return example_dir("undoable_edit") / "documents.json"
 
 
 def get_document(doc_id: str) -> str:
@@ -175,7 +179,7 @@ TOOL_CALLS = [  # an OpenAI-style assistant turn
 def example(client: Client) -> None:
     """Triage, greet, edit with approval and a diff, undo, behavior gating."""
     set_document("doc-1", "first draft")
-    run_id = f"stageflow-{uuid.uuid4().hex[:8]}"
+    run_id = f"edit-{uuid.uuid4().hex[:8]}"
 
     resolved, unresolved = parse_and_resolve(TOOL_CALLS)
     for bad in unresolved:

@@ -1,14 +1,17 @@
-"""MassGen's tool system on toolq: categories, a streaming tool, the built-in tools.
+"""Tool categories switched off and on, a streaming tool, the built-in file and python tools.
 
-Run it against a local stack: in one shell ``toolq dev --app examples.massgen_tools:registry``
-(from the repository root), in another ``python -m examples.massgen_tools`` with the same
-``TOOLQ_REDIS_URL`` and ``TOOLQ_EXAMPLES_DIR`` (the built-in tools' workspace is
-``$TOOLQ_EXAMPLES_DIR/massgen``, default under the temp dir). It runs MassGen's
-``custom_tool__my_tool``, prints its schema for each backend, disables the ``data_science``
-category (its schema vanishes and its call is denied at dispatch; categories are state of
-the dispatching process's registry), streams a progress-reporting async-generator tool and
-prints each event as it arrives, then uses ``toolq.builtins``: writes, appends and reads a
-CSV in the workspace and runs a DANGEROUS ``run_python`` on it, approved by the script.
+Ported from MassGen's tool system. Run it against a local stack from the repository root, with
+the same ``TOOLQ_REDIS_URL`` and ``TOOLQ_EXAMPLES_DIR`` in both shells (the built-in tools'
+workspace is ``$TOOLQ_EXAMPLES_DIR/categories_and_builtins``, default under the temp dir)::
+
+    toolq dev --app examples.categories_and_builtins:registry   # shell 1
+    python -m examples.categories_and_builtins                  # shell 2
+
+It runs MassGen's ``custom_tool__my_tool``, prints its schema for each backend, disables the
+``data_science`` category (its schema vanishes and its call is denied at dispatch; categories
+are state of the dispatching process's registry), streams a progress-reporting async-generator
+tool and prints each event as it arrives, then uses ``toolq.builtins``: writes, appends and
+reads a CSV in the workspace and runs a DANGEROUS ``run_python`` on it, approved by the script.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from examples._shared import connect, example_dir, expect, parked, run, show
 from toolq import CallStatus, Client, EventType, TextContent, ToolOutput, ToolRegistry
 
 registry = ToolRegistry()
-WORKSPACE = example_dir("massgen")  # the built-in tools are jailed to it
+WORKSPACE = example_dir("categories_and_builtins")  # the built-in tools are jailed to it
 
 registry.setup_category("data_science", description="Data analysis tools", enabled=True)
 
@@ -78,7 +81,7 @@ print("rows:", len(rows), "sum of b:", sum(int(r["b"]) for r in rows))
 
 def example(client: Client) -> None:
     """Custom tool, formatters, categories, streaming, built-in file and Python tools."""
-    run_id = f"massgen-{uuid.uuid4().hex[:8]}"
+    run_id = f"categories-{uuid.uuid4().hex[:8]}"
 
     [processed] = client.dispatch(
         [{"id": "t1", "name": "custom_tool__my_tool", "arguments": {"param": "test"}}],

@@ -1,12 +1,12 @@
 """Apps the benchmark workers load.
 
-``registry``: a toolq registry (``toolq worker --app bench.apps:registry``) with a no-op tool,
+``registry``: a toolq registry (``toolq worker --app bench.peers.apps:registry``) with a no-op tool,
 a no-op that needs approval (``gated``), a progress emitter (``ticker``) and two sleepers for
 the I/O-bound case (``nap``, blocking; ``anap``, ``async def``; ``anap_stamped``, ``anap`` that
-says where and when it slept, for ``bench.async_timeline``).
+says where and when it slept, for ``bench.probes.async_timeline``).
 ``raw_celery``: a minimal plain Celery app with a no-op task and a sleeping one (``nap``),
 configured like toolq's (JSON only, late acks) plus a Redis result backend; its broker/backend
-URL comes from ``BENCH_REDIS_URL`` (``celery -A bench.apps:raw_celery worker``).
+URL comes from ``BENCH_REDIS_URL`` (``celery -A bench.peers.apps:raw_celery worker``).
 """
 
 from __future__ import annotations

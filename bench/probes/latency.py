@@ -1,6 +1,6 @@
 """toolq-only latencies: approval decision → execution start, and event delivery to a reader.
 
-Both run against a live ``toolq worker`` on ``bench.apps:registry`` through a ``Client``, and
+Both run against a live ``toolq worker`` on ``bench.peers.apps:registry`` through a ``Client``, and
 compare wall-clock timestamps taken in different processes of this one machine.
 """
 

@@ -1,4 +1,4 @@
-"""toolq as a ``Side``: ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it.
+"""toolq as a ``Side``: ``toolq worker`` on ``bench.peers.apps:registry`` and a ``Client`` of it.
 
 Round trip: ``client.call("noop", {})``. Batch: one ``client.dispatch`` of M calls, then
 ``batch.wait()``.
@@ -14,14 +14,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench.apps import registry
+from bench.peers.apps import registry
 from bench.procs import READY_TIMEOUT, Procs, worker_env
 from toolq import Client, Settings
 from toolq.cli.check import missing_queues
 from toolq.models import CallStatus, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 
-APP = "bench.apps:registry"
+APP = "bench.peers.apps:registry"
 
 
 def toolq_argv(pool: str, concurrency: int, app: str = APP) -> list[str]:
@@ -45,7 +45,7 @@ def toolq_argv(pool: str, concurrency: int, app: str = APP) -> list[str]:
 
 
 class ToolqWorker:
-    """A ``toolq worker`` on ``bench.apps:registry`` and a ``Client`` of it (a ``Side``)."""
+    """A ``toolq worker`` on ``bench.peers.apps:registry`` and a ``Client`` of it (a ``Side``)."""
 
     name = "toolq"
     batch_how = "client.dispatch([M calls]) + batch.wait()"
@@ -67,7 +67,7 @@ class ToolqWorker:
         self.procs = procs
         self.redis_url = redis_url
         # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
-        # ``app``: another module serving ``bench.apps:registry`` (e.g. with probes), and
+        # ``app``: another module serving ``bench.peers.apps:registry`` (e.g. with probes), and
         # ``env`` what it reads.
         self.argv = [*(wrap or []), *toolq_argv(pool, concurrency, app)]
         self.env = env or {}

@@ -4,7 +4,7 @@ and with the API alone (no tracer provider: the default).
 Each mode runs in a fresh interpreter; the figure is the time of one dispatch hook plus one
 worker hook (enter, report, exit), i.e. what tracing adds to one call end to end.
 
-    python bench/telemetry_overhead.py [--n 100000]
+    python -m bench.probes.telemetry_overhead [--n 100000]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import sys, time, json

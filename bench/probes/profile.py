@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.redis_cost import tree_cpu_s
+from bench.probes.redis_cost import tree_cpu_s
 
 RATE = 400
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
@@ -79,7 +79,7 @@ def profile(run: Any) -> dict[str, Any]:
     """Sample a default toolq worker through back-to-back batches for ``--profile-seconds``."""
     import os
 
-    from bench.setups import toolq
+    from bench.peers.setups import toolq
 
     a = run.args
     spy = _py_spy()

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from bench.memory import shape
+from bench.probes.memory import shape
 
 IDLE_S = 10.0
 SINGLE_CALLS = 20
@@ -178,7 +178,7 @@ def breakdown(run: Any) -> dict[str, Any]:
     """MONITOR single calls, a batch and the idle worker of a default toolq worker."""
     import os
 
-    from bench.setups import toolq
+    from bench.peers.setups import toolq
 
     a = run.args
     scripts = script_names()

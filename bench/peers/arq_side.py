@@ -2,8 +2,8 @@
 
 arq pins ``redis<6`` and toolq needs ``redis>=6.1``, so arq never enters toolq's environment:
 ``ensure_venv`` makes ``bench/.venvs/arq`` (``python -m venv`` + ``pip install 'arq>=0.26'``) on
-first use. Both the workers (``arq bench.arq_app.WorkerSettings``) and the client
-(``python -m bench.arq_client``, which prints JSON) run from that venv.
+first use. Both the workers (``arq bench.peers.arq_app.WorkerSettings``) and the client
+(``python -m bench.peers.arq_client``, which prints JSON) run from that venv.
 
 Concurrency: ``processes`` separate worker processes (arq has no process pool of its own),
 each an asyncio loop with arq's default ``max_jobs=10``. Both the workers' queue polls and the
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.arq_app import READY_PREFIX
 from bench.figures import WARMUP, Figures
+from bench.peers.arq_app import READY_PREFIX
 from bench.procs import READY_TIMEOUT, ROOT, Procs, tail, wait_for_keys, worker_env
 
 VENV = ROOT / "bench" / ".venvs" / "arq"
@@ -77,9 +77,9 @@ def arq_workers(
     env = {**worker_env(redis_url), "BENCH_ARQ_POLL_DELAY": repr(poll_delay)}
     worker = [
         str(bin_dir / "arq"),
-        "bench.arq_app.WorkerSettings",
+        "bench.peers.arq_app.WorkerSettings",
         "--custom-log-dict",
-        "bench.arq_app.LOG_CONFIG",
+        "bench.peers.arq_app.LOG_CONFIG",
     ]
     workers = [procs.start(worker, env, log) for _ in range(processes)]
     try:
@@ -140,11 +140,11 @@ def arq_client(
     timeout: float,
     warmup: int = WARMUP,
 ) -> dict[str, Any]:
-    """Run ``bench.arq_client`` in arq's venv; its JSON figures."""
+    """Run ``bench.peers.arq_client`` in arq's venv; its JSON figures."""
     argv = [
         str(bin_dir / "python"),
         "-m",
-        "bench.arq_client",
+        "bench.peers.arq_client",
         "--redis-url",
         redis_url,
         "--calls",

@@ -1,6 +1,6 @@
-"""``bench.apps:registry`` with probes, for ``bench.async_timeline``'s workers.
+"""``bench.peers.apps:registry`` with probes, for ``bench.probes.async_timeline``'s workers.
 
-``toolq worker --app bench.timeline_app:registry`` serves the same tools; with
+``toolq worker --app bench.probes.timeline_app:registry`` serves the same tools; with
 ``BENCH_TIMELINE_LOG`` set to a directory, each worker process also appends one JSON line per
 step of a message to ``<dir>/<pid>.jsonl``, stamped with ``time.time()``:
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from celery import signals
 
-from bench.apps import registry
+from bench.peers.apps import registry
 from toolq.results.store import CallStore
 from toolq.workers.heartbeat import calls_of
 

@@ -1,7 +1,7 @@
 """The arq client of the comparison; runs in arq's own virtualenv and prints JSON figures.
 
-    python -m bench.arq_client --redis-url URL [--calls 300] [--batch 2000] [--warmup 20]
-                               [--poll-delay 0.002] [--timeout 120]
+    python -m bench.peers.arq_client --redis-url URL [--calls 300] [--batch 2000] [--warmup 20]
+                                     [--poll-delay 0.002] [--timeout 120]
 
 Round trip: ``enqueue_job("noop")`` + ``job.result(poll_delay=...)``: arq has no blocking
 result wait, ``Job.result`` polls the result key (every 0.5 s by default; here every

@@ -1,7 +1,7 @@
 """The worker configurations of ``bench.speed``: each system at its defaults, then tuned.
 
 A ``Setup`` starts one system's workers (as a context manager yielding a running ``Side``);
-arq is driven from its own virtualenv (``bench.arq_side``), so its setups carry only options.
+arq is driven from its own virtualenv (``bench.peers.arq_side``), so its setups carry only options.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def celery(pool: str, concurrency: int, wrap: list[str] | None = None) -> Callab
     """Start raw Celery with ``pool`` and ``concurrency``."""
 
     def start(procs: Procs, url: str, log: Path) -> AbstractContextManager[Any]:
-        from bench.raw_celery_side import RawCeleryWorker
+        from bench.peers.raw_celery_side import RawCeleryWorker
 
         return RawCeleryWorker(procs, url, pool=pool, concurrency=concurrency, log=log, wrap=wrap)
 
@@ -46,7 +46,7 @@ def toolq(pool: str, concurrency: int, wrap: list[str] | None = None) -> Callabl
     """Start one ``toolq worker`` with ``pool`` and ``concurrency``."""
 
     def start(procs: Procs, url: str, log: Path) -> AbstractContextManager[Any]:
-        from bench.toolq_side import ToolqWorker
+        from bench.peers.toolq_side import ToolqWorker
 
         return ToolqWorker(procs, url, pool=pool, concurrency=concurrency, log=log, wrap=wrap)
 
@@ -57,7 +57,7 @@ def dramatiq(processes: int | None, threads: int | None) -> Callable[..., Any]:
     """Start dramatiq; ``None`` leaves the option to dramatiq's default."""
 
     def start(procs: Procs, url: str, log: Path) -> AbstractContextManager[Any]:
-        from bench.dramatiq_side import DramatiqWorker
+        from bench.peers.dramatiq_side import DramatiqWorker
 
         return DramatiqWorker(procs, url, processes=processes, threads=threads, log=log)
 
@@ -67,7 +67,7 @@ def dramatiq(processes: int | None, threads: int | None) -> Callable[..., Any]:
 def dramatiq_defaults() -> dict[str, int]:
     """dramatiq's CLI defaults in this install (``{}`` when dramatiq is missing)."""
     try:
-        from bench.dramatiq_side import dramatiq_defaults as read
+        from bench.peers.dramatiq_side import dramatiq_defaults as read
     except ImportError:
         return {}
     return read()

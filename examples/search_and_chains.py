@@ -1,12 +1,16 @@
-"""codomyrmex's tool_use example on toolq: tagged tools, search, invoke, and a ToolChain.
+"""Tagged tools found by search, invoked in process and on a worker, and a ToolChain.
 
-Run it against a local stack: in one shell ``toolq dev --app examples.codomyrmex_tools:registry``
-(from the repository root), in another ``python -m examples.codomyrmex_tools`` with the same
-``TOOLQ_REDIS_URL``. It registers tools with ``@registry.tool`` and tags, searches them by
-any/all tags and by name, invokes one in process and one on a worker (both report
-``duration_ms``), prints a tool as an MCP definition, validates a broken chain, and runs
-codomyrmex's fetch → parse chain (plus a third step) where every step is a queued call and
-later steps read earlier outputs through dot-notation paths.
+Ported from codomyrmex's tool_use example. Run it against a local stack from the repository
+root, with the same ``TOOLQ_REDIS_URL`` in both shells::
+
+    toolq dev --app examples.search_and_chains:registry   # shell 1
+    python -m examples.search_and_chains                  # shell 2
+
+It registers tools with ``@registry.tool`` and tags, searches them by any/all tags and by name,
+invokes one in process and one on a worker (both report ``duration_ms``), prints a tool as an
+MCP definition, validates a broken chain, and runs codomyrmex's fetch → parse chain (plus a
+third step) where every step is a queued call and later steps read earlier outputs through
+dot-notation paths.
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ def example(client: Client) -> None:
     )
     print(repr(chain))
     result = chain.execute(
-        {"url": "https://example.com"}, run_id=f"codomyrmex-{uuid.uuid4().hex[:8]}", timeout=60
+        {"url": "https://example.com"}, run_id=f"chain-{uuid.uuid4().hex[:8]}", timeout=60
     )
     show("chain", {k: v for k, v in result.to_dict().items() if k != "step_results"})
     expect(result.success, f"chain failed: {result.errors}")

@@ -1,16 +1,19 @@
-"""pai-agent-sdk's Toolset on toolq: hooks in order, error recovery, timeout/retry, HITL lists.
+"""Hooks in order, an error turned into a message, retries and a timeout, approval rules.
 
-Run it against a local stack: in one shell ``toolq dev --app examples.pai_toolset:registry``
-(from the repository root), in another ``python -m examples.pai_toolset`` with the same
-``TOOLQ_REDIS_URL``. Hooks run on the worker; each one reports itself as a
-``call.progress`` event, so the script prints the order they ran in:
-global_pre → tool_pre → execute → tool_post → global_post (and the ``Monitoring``
-middleware, registered first, outermost, last). A tool post-hook turns
+Ported from pai-agent-sdk's Toolset. Run it against a local stack from the repository root, with
+the same ``TOOLQ_REDIS_URL`` in both shells::
+
+    toolq dev --app examples.hooks_and_retries:registry   # shell 1
+    python -m examples.hooks_and_retries                  # shell 2
+
+Hooks run on the worker; each one reports itself as a ``call.progress`` event, so the script
+prints the order they ran in: global_pre → tool_pre → execute → tool_post → global_post (and the
+``Monitoring`` middleware, registered first, outermost, last). A tool post-hook turns
 ``FileNotFoundError`` into a friendly message; a flaky tool succeeds on its third attempt
 (``retries=``, ``retry_on=``) and a slow one hits its ``timeout=``. Finally the run's
 ``need_user_approve_tools`` (``approvals.set_rules(run_id, approve_tools=[...])``) parks a
-``shell`` call, is exported with ``export_state`` and restored onto a new run, where it
-parks ``shell`` again; the script approves both itself.
+``shell`` call, is exported with ``export_state`` and restored onto a new run, where it parks
+``shell`` again; the script approves both itself.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ registry = ToolRegistry()
 
 def workspace() -> Path:
     """The directory ``read_file`` and ``shell`` work in (shared by workers and script)."""
-    return example_dir("pai")
+    return example_dir("hooks_and_retries")
 
 
 class ReadFileTool(Tool):
@@ -200,7 +203,7 @@ def approve_parked(client: Client, result_id: str) -> None:
 def example(client: Client) -> None:
     """Hook order, error recovery, retry and timeout, approval lists exported and restored."""
     (workspace() / "notes.txt").write_text("alpha\n")
-    run_id = f"pai-{uuid.uuid4().hex[:8]}"
+    run_id = f"hooks-{uuid.uuid4().hex[:8]}"
     print(registry.instructions())
 
     batch = client.dispatch(

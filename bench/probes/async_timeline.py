@@ -1,14 +1,14 @@
 """Where the time of the speed benchmark's async case goes: each call's timeline, a breakdown.
 
-    python -m bench.async_timeline [--calls 1000] [--sleep 0.1] [--processes 2] [--threads 50]
-                                   [--repeat 5] [--json PATH] [--logs DIR]
+    python -m bench.probes.async_timeline [--calls 1000] [--sleep 0.1] [--processes 2]
+                                          [--threads 50] [--repeat 5] [--json PATH] [--logs DIR]
 
 Runs the case as ``bench.speed --sections async`` does: a private Redis, ``--processes`` x
 ``toolq worker --pool threads -c --threads`` (prefetch multiplier 4, toolq's default without
 the dangerous queue), one ``client.dispatch`` of ``--calls`` ``async def`` calls that each
 sleep ``--sleep`` s, then ``wait``. The tool is ``anap_stamped`` (``anap`` returning its pid
-and when its sleep began and ended), and the workers load ``bench.timeline_app``, which notes
-when each message was received and when each ``START``/``FINISH`` round trip was sent and
+and when its sleep began and ended), and the workers load ``bench.probes.timeline_app``, which
+notes when each message was received and when each ``START``/``FINISH`` round trip was sent and
 answered. For every call, relative to the dispatch's start:
 
     created      its CREATE_GROUP ran       (the ``call.queued`` event id: Redis clock, ms)
@@ -48,14 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
 from bench.figures import percentile  # noqa: E402
-from bench.redis_cost import measured, own_cpu_s, private_redis, tree_cpu_s  # noqa: E402
+from bench.probes.redis_cost import measured, own_cpu_s, private_redis, tree_cpu_s  # noqa: E402
 
 POINTS = (
     "created",
@@ -313,7 +313,7 @@ def _consumer_cycles(
 ) -> dict[str, list[float]]:
     """Each consumer's cycles for messages already queued when it asked for them.
 
-    ``brpops``: a process's ``bench.timeline_app`` notes; ``created``: its messages'
+    ``brpops``: a process's ``bench.probes.timeline_app`` notes; ``created``: its messages'
     ``(received, created)`` (``time.time()``). A cycle is cut at the notes (``CYCLE``).
     """
     out: dict[str, list[float]] = {part: [] for part in CYCLE}
@@ -441,8 +441,8 @@ def print_report(summaries: list[dict[str, Any]], args: argparse.Namespace, load
 
 def timeline(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Start Redis and the workers, warm up, then ``--repeat`` runs; their summaries."""
+    from bench.peers.toolq_side import ToolqWorker
     from bench.procs import Procs
-    from bench.toolq_side import ToolqWorker
     from toolq.cli.check import live_workers
 
     logs = Path(args.logs or tempfile.mkdtemp(prefix="toolq-timeline-"))
@@ -461,7 +461,7 @@ def timeline(args: argparse.Namespace) -> list[dict[str, Any]]:
                     pool="threads",
                     concurrency=args.threads,
                     log=logs / f"worker-{i}.log",
-                    app="bench.timeline_app:registry",
+                    app="bench.probes.timeline_app:registry",
                     env=env,
                 )
             )

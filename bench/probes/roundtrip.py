@@ -1,22 +1,22 @@
 """Round-trip latency and batch throughput: plain Celery vs toolq, same Redis, pool and concurrency.
 
-    python bench/roundtrip.py [--calls 300] [--batch 2000] [--pool prefork|threads|solo]
-                              [--concurrency 2] [--redis-url URL]
-                              [--rounds 1] [--batch-timeout 120] [--only raw|toolq] [--json PATH]
+    python -m bench.probes.roundtrip [--calls 300] [--batch 2000] [--pool prefork|threads|solo]
+                                     [--concurrency 2] [--redis-url URL] [--rounds 1]
+                                     [--batch-timeout 120] [--only raw|toolq] [--json PATH]
 
-1. Raw Celery: a minimal Celery app (bench.apps:raw_celery; Redis broker + Redis result
+1. Raw Celery: a minimal Celery app (bench.peers.apps:raw_celery; Redis broker + Redis result
    backend, JSON, acks_late) and a real ``celery worker`` on queue ``bench.raw``.
    Sequential ``apply_async(...).get()`` round trips, then a batch of M ``apply_async``
    (one producer connection) collected with ``ResultSet.join_native(interval=0.005)`` (the
    fastest idiomatic collector for the Redis backend: it reads results in bulk instead of
    one ``get()`` per task; the default 0.5 s interval can leave it idle after the last result).
-2. toolq: ``bench.apps:registry`` (one no-op tool) served by ``python -m toolq worker``.
+2. toolq: ``bench.peers.apps:registry`` (one no-op tool) served by ``python -m toolq worker``.
    Sequential ``client.call("noop", {})``, then one ``client.dispatch([...M calls...])`` and
    ``batch.wait()``.
 
 Only one worker runs at a time (raw first, then toolq), each in its own process group;
 they are stopped (SIGTERM, then SIGKILL) on exit or error, and the database is flushed
-before and after. Use a database nothing else uses (default 14).
+before and after: a private ``redis-server``, or with ``--redis-url`` an empty database.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
 from bench.figures import WARMUP, Figures, measure, percentile, sequential  # noqa: E402
+from bench.peers.raw_celery_side import RawCeleryWorker  # noqa: E402
+from bench.peers.toolq_side import ToolqWorker  # noqa: E402
 from bench.procs import READY_TIMEOUT, Procs, bench_redis, exit_on_signal, worker_env  # noqa: E402
-from bench.raw_celery_side import RawCeleryWorker  # noqa: E402
-from bench.toolq_side import ToolqWorker  # noqa: E402
 
 __all__ = [
     "READY_TIMEOUT",
