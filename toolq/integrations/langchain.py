@@ -102,10 +102,10 @@ class ToolqTool(BaseTool):
         """Interrupt the graph until an approver decided the call in toolq.
 
         A call that was ever parked interrupts at least once, so every resume value is
-        read (and one that tries to decide is refused) whenever the approver decided. Each
-        resume replays the interrupts before it (LangGraph re-runs the tool); after each
-        answer the call's state is read again, and the loop ends once toolq decided it.
-        A resume that withdraws the call raises ``ToolException`` with its reason.
+        read and checked, even one given after the approver decided. Each resume replays
+        the interrupts before it (LangGraph re-runs the tool); after each answer the call's
+        state is read again, and the loop ends once toolq decided it. A resume that
+        withdraws the call raises ``ToolException`` with its reason.
         """
         request = bridge.request(state.call_id)
         if request.deadline is None:
