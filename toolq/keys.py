@@ -129,6 +129,10 @@ class Keys:
         """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""
         return f"{self.prefix}:ticket:{digest}"
 
+    def decision_token_spent(self, nonce: str) -> str:
+        """String ``1`` (with a TTL past the token's expiry): that decision token was used."""
+        return f"{self.prefix}:decision-token:{nonce}"
+
     @property
     def queued(self) -> str:
         """Sorted set of queued calls whose message was pushed, scored by push time (s)."""
