@@ -31,10 +31,10 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.apps import registry  # noqa: E402
+from bench.peers.apps import registry  # noqa: E402
+from bench.peers.toolq_side import toolq_argv  # noqa: E402
+from bench.probes.redis_cost import Cost, machine_busy, measured, private_redis  # noqa: E402
 from bench.procs import READY_TIMEOUT, Procs, worker_env  # noqa: E402
-from bench.redis_cost import Cost, machine_busy, measured, private_redis  # noqa: E402
-from bench.toolq_side import toolq_argv  # noqa: E402
 from toolq import Client, Settings  # noqa: E402
 from toolq.cli.check import missing_queues  # noqa: E402
 from toolq.models import CallStatus, RiskLevel  # noqa: E402

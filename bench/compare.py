@@ -1,6 +1,6 @@
 """toolq against raw Celery, dramatiq and arq in one run: absolute figures and ratios.
 
-    python bench/compare.py [--quick] [--sections roundtrip,approval,events,scaling]
+    python -m bench.compare [--quick] [--sections roundtrip,approval,events,scaling]
                             [--systems celery,toolq,dramatiq,arq] [--rounds 2] [--calls 300]
                             [--batch 2000] [--concurrency 2] [--pool prefork]
                             [--approvals 100] [--events 500] [--event-interval 0.005]
@@ -52,13 +52,14 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench import scaling, tables  # noqa: E402
+from bench import tables  # noqa: E402
 from bench.figures import WARMUP, Figures, measure  # noqa: E402
+from bench.probes import scaling  # noqa: E402
+from bench.probes.roundtrip import RawCeleryWorker, ToolqWorker, environment, merge  # noqa: E402
 from bench.procs import Procs, bench_redis, exit_on_signal  # noqa: E402
-from bench.roundtrip import RawCeleryWorker, ToolqWorker, environment, merge  # noqa: E402
 
 if TYPE_CHECKING:
-    from bench.dramatiq_side import DramatiqWorker
+    from bench.peers.dramatiq_side import DramatiqWorker
 
 T = TypeVar("T")
 WorkerSide = Union[RawCeleryWorker, ToolqWorker, "DramatiqWorker"]
@@ -164,7 +165,7 @@ def _roundtrip_of(run: Run, system: str) -> tuple[Figures, str]:
     a = run.args
     log = run.log(f"roundtrip-{system}")
     if system == "arq":
-        from bench.arq_side import run_arq
+        from bench.peers.arq_side import run_arq
 
         arq = run_arq(
             run.procs,
@@ -197,7 +198,7 @@ def _side(run: Run, system: str, processes: int, log: Path) -> WorkerSide:
     if system == "toolq":
         return ToolqWorker(run.procs, a.redis_url, pool=a.pool, concurrency=processes, log=log)
     try:
-        from bench.dramatiq_side import DramatiqWorker
+        from bench.peers.dramatiq_side import DramatiqWorker
     except ImportError as exc:
         raise RuntimeError(f"dramatiq is not installed ({exc}); pip install -e '.[bench]'") from exc
     side = DramatiqWorker(run.procs, a.redis_url, processes=processes, log=log)
@@ -217,7 +218,7 @@ def _how(system: str, batch_how: str) -> str:
 
 def latency_sections(run: Run, sections: list[str]) -> None:
     """Approval → start and event delivery, on one toolq worker."""
-    from bench.latency import approval_latency, event_latency
+    from bench.probes.latency import approval_latency, event_latency
 
     a = run.args
 
@@ -403,7 +404,7 @@ def finish(run: Run, env: dict[str, Any], seconds: float) -> None:
     print(f"Run took {seconds:.0f} s; versions: {run.report.get('versions', {})}")
     if run.args.json:
         document = {
-            "command": ["python", "bench/compare.py", *sys.argv[1:]],
+            "command": ["python", "-m", "bench.compare", *sys.argv[1:]],
             "env": env,
             "options": {k: v for k, v in vars(run.args).items() if k not in ("json", "logs")},
             **run.report,

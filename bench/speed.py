@@ -1,4 +1,4 @@
-"""Issue 14's speed benchmark: toolq against raw Celery, dramatiq and arq on one private Redis.
+"""The speed benchmark: toolq against raw Celery, dramatiq and arq on one private Redis.
 
     python -m bench.speed [--calls 300] [--batch 2000] [--repeat 3] [--io-calls 1000]
                           [--io-sleep 0.1]
@@ -10,14 +10,14 @@
 
 Every system runs alone (one at a time) on the same private ``redis-server`` (Redis 7 when
 ``/usr/bin/redis-server`` exists; never the system instance), each at its own defaults first,
-then tuned (``bench/setups.py`` says which and why). For each: p50/p99 of ``--calls``
+then tuned (``bench/peers/setups.py`` says which and why). For each: p50/p99 of ``--calls``
 sequential no-op round trips (after 20 warm-up), then ``--repeat`` batches of ``--batch`` no-op
 calls (the median batch counts);
 Redis CPU (``used_cpu_user+used_cpu_sys``) and commands (``INFO commandstats``, which counts
 the commands Lua scripts issue: checked and printed) per call over each phase; Redis memory
 per finished call and its keys for toolq. Then the I/O-bound case, async tools, scaling with
 pinned cores, where toolq's Redis commands go (MONITOR) and where its worker CPU goes
-(py-spy). Prints one table with ratios and every issue-14 target as PASS/MISS.
+(py-spy). Prints one table with ratios and every speed target as PASS/MISS.
 
 Exit status 0 when everything asked for was measured, 1 when something was not.
 """
@@ -46,8 +46,8 @@ import redis  # noqa: E402
 from bench import speed_report  # noqa: E402
 from bench.compare import Run, _hiredis  # noqa: E402
 from bench.figures import WARMUP, percentile, sequential  # noqa: E402
-from bench.procs import exit_on_signal  # noqa: E402
-from bench.redis_cost import (  # noqa: E402
+from bench.peers.setups import SLOTS, Setup, dramatiq_defaults, io_setups, roundtrip_setups  # noqa: E402
+from bench.probes.redis_cost import (  # noqa: E402
     machine_busy,
     measured,
     own_cpu_s,
@@ -55,7 +55,7 @@ from bench.redis_cost import (  # noqa: E402
     scripts_counted,
     tree_cpu_s,
 )
-from bench.setups import SLOTS, Setup, dramatiq_defaults, io_setups, roundtrip_setups  # noqa: E402
+from bench.procs import exit_on_signal  # noqa: E402
 
 SECTIONS = (
     "roundtrip",
@@ -87,7 +87,7 @@ def roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
         workers_s, client_s = tree_cpu_s(side.proc.pid) - workers0, own_cpu_s() - client0
         keys: dict[str, Any] = {}
         if setup.system == "toolq":
-            from bench.memory import call_hash, key_kinds, run_keys
+            from bench.probes.memory import call_hash, key_kinds, run_keys
             from toolq.keys import Keys
 
             keys = {
@@ -104,7 +104,7 @@ def roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
 
 def arq_roundtrip(run: Run, setup: Setup) -> dict[str, Any]:
     """arq: its client (own venv) once for the round trips, once for the batch."""
-    from bench.arq_side import arq_client, arq_workers, versions_of
+    from bench.peers.arq_side import arq_client, arq_workers, versions_of
 
     a = run.args
     poll, procs = setup.options["poll_delay"], setup.options["processes"]
@@ -169,7 +169,7 @@ def _row(
 
 def io_bound(run: Run, setup: Setup) -> dict[str, Any]:
     """``--io-calls`` calls that each sleep ``--io-sleep`` on 50 slots."""
-    from bench.io_bound import naps
+    from bench.probes.io_bound import naps
 
     a = run.args
     assert setup.start is not None
@@ -187,8 +187,8 @@ def async_tools(run: Run) -> dict[str, Any]:
     """``--io-calls`` ``async def`` tools on ``--async-processes`` toolq worker processes."""
     from contextlib import ExitStack
 
-    from bench.io_bound import toolq_naps
-    from bench.toolq_side import ToolqWorker
+    from bench.peers.toolq_side import ToolqWorker
+    from bench.probes.io_bound import toolq_naps
     from toolq.cli.check import live_workers
 
     a = run.args
@@ -231,7 +231,7 @@ def pinning() -> dict[str, Any]:
 
 def scaling(run: Run, processes: int, pinned: bool) -> dict[str, Any]:
     """One ``--batch`` batch on one toolq worker with ``processes`` prefork processes."""
-    from bench.setups import toolq
+    from bench.peers.setups import toolq
 
     a = run.args
     pins = pinning() if pinned else {}
@@ -308,11 +308,11 @@ def speed(args: argparse.Namespace) -> int:
                 is not None
             ]
         if "breakdown" in args.sections:
-            from bench.breakdown import breakdown
+            from bench.probes.breakdown import breakdown
 
             run.report["breakdown"] = run.attempt("toolq command breakdown", lambda: breakdown(run))
         if "profile" in args.sections:
-            from bench.profile import profile
+            from bench.probes.profile import profile
 
             run.report["profile"] = run.attempt("toolq worker profile", lambda: profile(run))
         if "cells" in args.sections:
@@ -335,11 +335,11 @@ def speed(args: argparse.Namespace) -> int:
             ]
             print("\nCells (bench/cells_speed.py):\n" + render_cells(run.report["cells"]))
         if "fairshare" in args.sections and "toolq" in args.systems:
-            from bench import fairshare_speed
+            from bench.probes import fairshare
 
             fair = run.attempt(
                 "fair share, one tenant",
-                lambda: fairshare_speed.measure(
+                lambda: fairshare.measure(
                     run.procs,
                     args.redis_url,
                     logs,
@@ -350,8 +350,8 @@ def speed(args: argparse.Namespace) -> int:
             )
             run.report["fairshare"] = fair
             if fair is not None:
-                print("\nFair share, one tenant (bench/fairshare_speed.py):")
-                print(fairshare_speed.render(fair))
+                print("\nFair share, one tenant (bench/probes/fairshare.py):")
+                print(fairshare.render(fair))
         run.report["targets"] = speed_report.print_all(run.report, args)
         _finish(run, env, time.monotonic() - started)
     finally:

@@ -1,4 +1,4 @@
-"""The tables of ``bench.speed``: the issue's table, ratios, memory, I/O, scaling, targets."""
+"""The tables of ``bench.speed``: the systems' table, ratios, memory, I/O, scaling, targets."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _f(value: float | None, fmt: str) -> str:
 
 
 def main_table(rows: list[dict[str, Any]], io: list[dict[str, Any]]) -> None:
-    """One row per system and configuration, like issue 14's table."""
+    """One row per system and configuration, like the speed report's table."""
     io_by_system = {r["system"]: r for r in io}
     head = (
         f"{'system':<30}{'':<8}{'p50 ms':>8}{'p99 ms':>8}{'batch/s':>9}"
@@ -166,7 +166,7 @@ def scaling_table(points: list[dict[str, Any]], batch: int) -> None:
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 14's targets, each with the figures it was judged on and PASS/MISS."""
+    """The speed targets, each with the figures it was judged on and PASS/MISS."""
     rows = {r["key"]: r for r in report.get("roundtrip", [])}
     io = {r["system"]: r for r in report.get("io", [])}
     out: list[dict[str, Any]] = []
@@ -208,7 +208,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{a['seconds']:.2f} s = {a['over_ideal']:.1f}x")  # fmt: skip
     f = report.get("fairshare")
     if f:
-        add("fair share, one tenant: batch >= 0.90x without it (issue 18)",
+        add("fair share, one tenant: batch >= 0.90x without it",
             f["ratio"] >= f["target_ratio"],
             f"{f['fair_share_calls_per_s']:,.0f} vs {f['plain_calls_per_s']:,.0f} calls/s:"
             f" {f['ratio']:.2f}x")  # fmt: skip
@@ -238,16 +238,16 @@ def print_all(report: dict[str, Any], args: argparse.Namespace) -> list[dict[str
     io_table(io, report.get("async"))
     scaling_table(report.get("scaling") or [], args.batch)
     if report.get("breakdown"):
-        from bench.breakdown import print_breakdown
+        from bench.probes.breakdown import print_breakdown
 
         print_breakdown(report["breakdown"])
     if report.get("profile"):
-        from bench.profile import print_profile
+        from bench.probes.profile import print_profile
 
         print_profile(report["profile"])
     verdicts = targets(report)
     if verdicts:
-        heading("Issue 14 targets")
+        heading("Speed targets")
         for v in verdicts:
             print(f"{v['verdict']:<9}{v['target']}: {v['detail']}")
     return verdicts

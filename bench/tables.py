@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.figures import Figures
-from bench.scaling import BatchPoint, growth
+from bench.probes.scaling import BatchPoint, growth
 
 RATIO_NOTE = (
     "ratios are toolq / other: above 1 for latency or time means toolq is slower; "

@@ -1,4 +1,4 @@
-"""Helpers the seed-document examples share: connecting, a scratch directory, approving."""
+"""Helpers the examples share: connecting, a scratch directory, approving."""
 
 from __future__ import annotations
 

@@ -144,6 +144,10 @@ class Keys:
         """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""
         return f"{self.prefix}:ticket:{digest}"
 
+    def decision_token_spent(self, nonce: str) -> str:
+        """String ``1`` (with a TTL past the token's expiry): that decision token was used."""
+        return f"{self.prefix}:decision-token:{nonce}"
+
     @property
     def queued(self) -> str:
         """Sorted set of queued calls whose message was pushed, scored by push time (s)."""
@@ -248,8 +252,27 @@ class Keys:
 
     def call_match(self, call_id_prefix: str) -> str:
         """``SCAN`` pattern matching the call hashes whose id starts with ``call_id_prefix``."""
-        escape = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
-        return f"{self.prefix.translate(escape)}:call:{call_id_prefix.translate(escape)}*"
+        return f"{_glob_escaped(self.prefix)}:call:{_glob_escaped(call_id_prefix)}*"
+
+    @property
+    def namespace_matches(self) -> tuple[str, ...]:
+        """``SCAN`` patterns of every key of this prefix.
+
+        toolq's own keys, its Celery queues and kombu's binding tables of those queues
+        (named after them).
+        """
+        prefix = _glob_escaped(self.prefix)
+        return (
+            f"{prefix}:*",
+            f"{prefix}.*",
+            f"_kombu.binding.{prefix}.*",
+            f"_kombu.binding_permanent.{prefix}.*",
+        )
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` with the ``SCAN MATCH`` glob characters escaped."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 WEBHOOK_GROUP = "toolq-webhooks"

@@ -103,7 +103,8 @@ class SentinelCell(BaseModel):
     """A cell of ``TOOLQ_SHARDS`` found through Redis Sentinel: its Sentinels and service name.
 
     The master's password and database come from ``TOOLQ_REDIS_URL``, as for ``TOOLQ_SENTINELS``.
-    ``draining``: no new run goes to the cell; its runs are still found (README: Cells).
+    ``draining``: no new run goes to the cell; its runs are still found (docs:
+    operations/cells.md).
     """
 
     sentinels: list[str] = Field(min_length=1)
@@ -133,7 +134,11 @@ Cell = str | UrlCell | SentinelCell
 class Settings(BaseSettings):
     """Configuration for every toolq process; read from ``TOOLQ_*`` environment variables."""
 
-    model_config = SettingsConfigDict(env_prefix="TOOLQ_", extra="ignore")
+    # Each field's docstring is its description: docs/reference/settings.md is generated
+    # from them (scripts/gen_reference.py), and a test fails on a field without one.
+    model_config = SettingsConfigDict(
+        env_prefix="TOOLQ_", extra="ignore", use_attribute_docstrings=True
+    )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Redis for the broker, call records and event streams. With ``sentinels`` it
@@ -154,8 +159,8 @@ class Settings(BaseSettings):
     shards: list[Cell] = Field(default_factory=list)
     """Independent Redis cells runs are spread over (``TOOLQ_SHARDS``, JSON list: each a
     Redis URL or ``{"sentinels": ["host:port", ...], "master": "name"}``; ``{"url": ...,
-    "draining": true}`` takes no new runs). Empty: one cell,
-    the Redis of ``redis_url`` / ``sentinels``. A run lives in one cell (README: Cells)."""
+    "draining": true}`` takes no new runs). Empty: one cell, the Redis of ``redis_url`` /
+    ``sentinels``. A run lives in one cell (docs: operations/cells.md)."""
     shard: int | None = Field(None, ge=0)
     """The cell a worker consumes and sweeps (``TOOLQ_SHARD``, ``toolq worker --shard``)."""
     app: str | None = None
@@ -198,7 +203,7 @@ class Settings(BaseSettings):
     calls_per_message: int = Field(16, ge=1, le=256)
     """Most queued calls of one risk (and time limit) one broker message carries when a
     dispatch holds several; 1 sends one message per call. A worker runs a message's calls
-    concurrently, each under its own lease (README: Dispatching to workers)."""
+    concurrently, each under its own lease (docs: guide/dispatching.md)."""
 
     max_string_bytes: int = Field(1024 * 1024, gt=0)
     """Longest string accepted anywhere in an HTTP request body."""
@@ -229,6 +234,8 @@ class Settings(BaseSettings):
     """Open event streams one API process serves; past it, 503 with ``Retry-After``."""
     event_ticket_seconds: float = Field(60.0, gt=0)
     """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
+    decision_token_seconds: float = Field(900.0, gt=0, le=86400)
+    """How long a decision token (``POST /v1/approvals/{call_id}/decision-token``) is valid."""
     max_reason_bytes: int = Field(4096, gt=0)
     """Longest deny reason or approval note accepted by the HTTP API."""
 
@@ -238,14 +245,15 @@ class Settings(BaseSettings):
     tenant not named)."""
 
     fair_share: bool | None = None
-    """Serve each risk queue's tenants by weight through the admission stage (README:
-    Fair share and limits). ``None``: on when ``TOOLQ_TENANTS`` names any tenant. Calls of
+    """Serve each risk queue's tenants by weight through the admission stage (docs:
+    guide/fair-share.md). ``None``: on when ``TOOLQ_TENANTS`` names any tenant. Calls of
     tools or tenants with a concurrency cap or rate limit go through admission either way.
     Give every process (clients, API, workers) the same value and the same tenants."""
     admission_depth: int = Field(2, gt=0)
     """Most admitted messages waiting in one risk's Celery queue: admission keeps about this
     many ahead of the workers (fewer can leave workers idle between messages, more makes a
-    newcomer wait behind more calls: README, Fair share's cost); the rest wait in backlogs."""
+    newcomer wait behind more calls: docs/benchmarks, "Fair share's cost"); the rest wait in
+    backlogs."""
     admission_batch: int = Field(16, ge=1, le=256)
     """Most scheduled calls (of one dispatch, risk and time limit, without limits) one
     message carries: admission lets a message through at a time, so larger batches cost

@@ -63,7 +63,7 @@ def test_quorum_over_http_runs_only_what_both_approved(pair, inproc, r):
 
 
 def test_local_stack_workers_verify_and_only_the_api_signs(r):
-    stack = Stack.start("tests.apps:registry", "redis://127.0.0.1:1/0", concurrency=1)
+    stack = Stack.start("tests.apps:registry", concurrency=1)  # its own embedded Redis
     try:
         stack.wait_ready()
         assert stack.signing_key and stack.verify_keys

@@ -1,4 +1,4 @@
-"""``bench/compare.py --quick`` end to end, raw Celery and toolq, on a database of its own.
+"""``python -m bench.compare --quick`` end to end, raw Celery and toolq, on a database of its own.
 
 Runs the script in a subprocess against the suite's Redis server on database 11 (13 is the
 suite's), with tiny sizes; every section must be measured and written to the JSON file, and
@@ -37,7 +37,7 @@ def positive(summary: dict[str, Any], n: int) -> None:
 def test_quick_compare_measures_every_section(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
     argv = [
-        sys.executable, "bench/compare.py", "--quick", "--systems", "celery,toolq",
+        sys.executable, "-m", "bench.compare", "--quick", "--systems", "celery,toolq",
         "--calls", "10", "--batch", "100", "--approvals", "5", "--events", "20",
         "--sizes", "10,100", "--processes", "1,2",
         "--redis-url", bench_url(), "--json", str(out), "--logs", str(tmp_path / "logs"),

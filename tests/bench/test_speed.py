@@ -1,7 +1,7 @@
 """``python -m bench.speed --tiny`` end to end: raw Celery and toolq, on a private Redis.
 
 The script starts its own ``redis-server`` (never the suite's); with tiny sizes every asked
-section must be measured, the JSON must hold every figure and each issue-14 target a verdict.
+section must be measured, the JSON must hold every figure and each speed target a verdict.
 dramatiq and arq are left to the full run (dramatiq is not in the ``test`` extra, arq needs
 a virtualenv of its own); py-spy's profile too (it is not a dependency).
 """
@@ -69,5 +69,5 @@ def test_tiny_speed_run_measures_every_section(tmp_path: Path) -> None:
     assert any("20 Redis commands" in t for t in verdicts), verdicts
     assert set(verdicts.values()) <= {"PASS", "MISS", "MEASURED"}
     assert any(t.startswith("fair share, one tenant") for t in verdicts), verdicts
-    for title in ("No-op calls", "toolq / best peer", "I/O-bound", "Scaling", "Issue 14 targets"):
+    for title in ("No-op calls", "toolq / best peer", "I/O-bound", "Scaling", "Speed targets"):
         assert title in proc.stdout, shown

@@ -73,7 +73,7 @@ def test_builtins_through_workers(
 def test_sandboxed_code_on_a_root_worker_cannot_reach_redis(
     builtins_client: Client, workers: Workers, workspace: Path, settings: Settings, r: Redis
 ) -> None:
-    """Issue 11's first finding, through a real worker: approved code connects to Redis."""
+    """Through a real worker: approved sandboxed code tries to connect to Redis."""
     from tests.builtins.test_isolation import REDIS_ATTACK, redis_target
 
     client = builtins_client

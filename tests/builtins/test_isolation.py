@@ -118,7 +118,7 @@ def redis_target(settings: Settings) -> list[str]:
 def test_redis_and_api_are_out_of_reach(
     workspace: Path, settings: Settings, r: redis.Redis, api_url: str, mode: str
 ) -> None:
-    """The issue's attack: sandboxed code opens TCP to Redis (password and all) and the API."""
+    """The attack: sandboxed code opens TCP to Redis (password and all) and the API."""
     reachable = mode != "namespaces"
     reg = make_registry(workspace, mode)
     target = redis_target(settings)

@@ -13,7 +13,7 @@ import pytest
 from anthropic.types import ToolParam
 from pydantic import TypeAdapter
 
-from tests.conftest import ROOT
+from tests.conftest import OWNED_MARK, ROOT
 from toolq import CallStatus
 
 pytestmark = pytest.mark.e2e
@@ -146,6 +146,8 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
             "dev",
             "--app",
             "tests.apps:registry",
+            "--redis-url",
+            settings.redis_url,
             "--pool",
             "threads",
             "--port",
@@ -193,27 +195,58 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_demo_runs_on_an_embedded_redis(tmp_path):
-    environ = {
-        **os.environ,
-        "TOOLQ_REDIS_URL": "redis://127.0.0.1:1/0",
-        "TOOLQ_DEMO_DIR": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "toolq", "demo"],
+def _demo(*args: str, tmp: object, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolq", "demo", *args],
         capture_output=True,
         text=True,
-        env=environ,
+        env={**os.environ, "TMPDIR": str(tmp), **env},
         cwd=ROOT,
         timeout=120,
     )
+
+
+def _kept_keys(r) -> set[bytes]:
+    # kombu's own table of binding deadlines (Celery's remote-control fanout) is shared by
+    # every Celery worker of a Redis and swept by kombu itself
+    return set(r.keys("*")) - {OWNED_MARK.encode(), b"_kombu.binding_deadlines"}
+
+
+def test_demo_runs_on_its_own_redis_even_when_another_answers(r, settings, tmp_path):
+    # the attack on a shared machine: the demo would run on (and leave keys in) a Redis
+    # someone else owns, because TOOLQ_REDIS_URL names it or it answers on the default port
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = _demo(tmp=scratch, TOOLQ_REDIS_URL=settings.redis_url, TOOLQ_DEMO_DIR=str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "embedded redis-server" in done.stdout
+    assert "TOOLQ_REDIS_URL is ignored" in done.stdout
     assert "call.approved" in done.stdout
     messages = json.loads(done.stdout[done.stdout.index("[\n") :])
     assert len(messages) == 3 and all(m["role"] == "tool" for m in messages)
     assert (tmp_path / "toolq-demo" / "archived.txt").exists()
     assert CallStatus.SUCCEEDED.value in done.stdout
+    assert not _kept_keys(r)  # nothing was written to the Redis it does not own
+    assert not list(scratch.iterdir())  # its Redis, worker log and files are gone
+
+
+def test_demo_on_a_given_redis_removes_every_key_it_wrote(r, settings, tmp_path):
+    r.set("toolq:call:someone-elses", "x")  # a toolq of someone else's on the same Redis
+    done = _demo("--redis-url", settings.redis_url, tmp=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "existing Redis" in done.stdout and "removed the demo's" in done.stdout
+    assert settings.redis_url.split("@")[0] not in done.stdout or ":***@" in done.stdout
+    assert _kept_keys(r) == {b"toolq:call:someone-elses"}
+    assert not list(tmp_path.iterdir())
+
+
+def test_dev_refuses_a_given_redis_that_does_not_answer(settings, tmp_path):
+    dead = "redis://127.0.0.1:1/0"
+    done = toolq("dev", "--app", "tests.apps:registry", "--redis-url", dead, "--no-api",
+                 settings=settings, timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr  # a configuration error
+    assert "nothing answers at redis://127.0.0.1:1/0" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_path, wait_for):

@@ -1,4 +1,4 @@
-"""Attacks on the HTTP API over real HTTP (issue 11, findings 6, 7, 9, 10): each now fails.
+"""Attacks on the HTTP API over real HTTP: each now fails.
 
 Tokens in URLs, event tickets used beyond their run, their time or their read-only grant,
 a flood of event streams, malformed event ids, oversize decision bodies, missing headers,

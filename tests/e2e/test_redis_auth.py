@@ -1,5 +1,6 @@
 """Redis is never open: ``toolq dev``'s Redis needs its password, ``toolq check`` flags an
-open Redis, and the README's ACL users are enough to run a worker, the API and a client."""
+open Redis, and the documented ACL users (docs/operations/redis-acls.md) are enough for a
+worker, the API and a client."""
 
 from __future__ import annotations
 
@@ -158,7 +159,7 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
 
 
 def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
-    """The README's ACL users (redis-users.conf.example) are enough, and nothing is denied."""
+    """The documented ACL users (redis-users.conf.example) are enough, and nothing is denied."""
     import json
     import secrets
     import tempfile

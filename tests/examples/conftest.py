@@ -30,7 +30,7 @@ def shared_dir() -> Iterator[Path]:
 def run_example(
     settings: Settings, inproc: InProcess, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Runner:
-    """``run_example("stageflow_tools")`` → (main()'s exit code, the example module)."""
+    """``run_example("undoable_edit")`` → (main()'s exit code, the example module)."""
     monkeypatch.setenv("TOOLQ_EXAMPLES_DIR", str(shared_dir))
 
     def run(name: str) -> tuple[int, ModuleType]:

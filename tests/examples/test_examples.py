@@ -1,4 +1,4 @@
-"""Each seed document's example, run unattended against real workers."""
+"""Each example, run unattended against real workers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tests.examples.conftest import Runner
 pytestmark = pytest.mark.e2e
 
 
-def test_stageflow_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
-    code, module = run_example("stageflow_tools")
+def test_undoable_edit(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, module = run_example("undoable_edit")
     out = capsys.readouterr().out
     assert code == 0, out
     assert json.loads(module.documents_file().read_text()) == {"doc-1": "first draft"}  # undone
@@ -22,11 +22,11 @@ def test_stageflow_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]
     assert "edit_document in behavior 'chat': denied" in out
 
 
-def test_roura_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
-    code, module = run_example("roura_tools")
+def test_preview_and_validate(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, module = run_example("preview_and_validate")
     out = capsys.readouterr().out
     assert code == 0, out
-    notes = module.example_dir("roura") / "notes.txt"
+    notes = module.example_dir("preview_and_validate") / "notes.txt"
     assert notes.read_text() == "the dog sat on the mat\nthe dog slept\n"
     assert '"occurrences": 2' in out and "+the dog sat on the mat" in out
     assert "ts_rfc2822: failed" in out
@@ -36,8 +36,8 @@ def test_roura_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]) ->
     assert "hello from a local http.server" in out
 
 
-def test_codomyrmex_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _ = run_example("codomyrmex_tools")
+def test_search_and_chains(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = run_example("search_and_chains")
     out = capsys.readouterr().out
     assert code == 0, out
     assert "on a worker: math.sqrt -> 4.0 in" in out
@@ -46,8 +46,8 @@ def test_codomyrmex_tools(run_example: Runner, capsys: pytest.CaptureFixture[str
     assert "invalid input: failed: invalid arguments for 'math.sqrt'" in out
 
 
-def test_pai_toolset(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _ = run_example("pai_toolset")
+def test_hooks_and_retries(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = run_example("hooks_and_retries")
     out = capsys.readouterr().out
     assert code == 0, out
     assert (
@@ -60,8 +60,8 @@ def test_pai_toolset(run_example: Runner, capsys: pytest.CaptureFixture[str]) ->
     assert "shell in the restored run -> 'restored\\n'" in out
 
 
-def test_massgen_tools(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
-    code, module = run_example("massgen_tools")
+def test_categories_and_builtins(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, module = run_example("categories_and_builtins")
     out = capsys.readouterr().out
     assert code == 0, out
     assert (module.WORKSPACE / "data.csv").read_text() == "a,b\n1,2\n3,4\n5,6\n"

@@ -65,7 +65,7 @@ def test_header_names_every_key_and_argument_bound_at_the_top(script: Script[obj
 NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT}
 """ADMIT finds its calls in the backlogs its lane names: it reaches their records (prefix
 from ``Keys.call_prefix``), limits' sets and run streams through names the lane and the
-records hold (README: Fair share and limits). Every other script is keyed through KEYS."""
+records hold (docs: guide/fair-share.md). Every other script is keyed through KEYS."""
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Runs have owners (issue 11, findings 4, 8, 9): each attack performed over real HTTP.
+"""Runs have owners: each attack performed over real HTTP.
 
 The API is served by uvicorn on a free port over the suite's Redis; calls run on an
 in-process worker (``toolq.testing``), and the tools of ``tests.apps`` record every execution (and
@@ -281,7 +281,7 @@ def test_library_runs_without_principals_keep_working(client, inproc):
 
 def test_raising_predicate_fails_only_its_call(api, inproc, r):
     inproc.start()
-    # The README's predicate `lambda a: a["amount"] > 100` meets the string "5000".
+    # The approvals guide's predicate `lambda a: a["amount"] > 100` meets the string "5000".
     made = post(api, "/v1/runs/pay/calls", "owner-t",
                 json=calls(("t1", "transfer", {"amount": "5000"}),
                            ("t2", "transfer", {"amount": 5}),

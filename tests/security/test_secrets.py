@@ -92,7 +92,7 @@ def test_secret_arguments_never_leak(api, workers, r, tmp_path: Path):  # noqa: 
     assert r.hget(f"toolq:call:{call_id}", "status") == CallStatus.SUCCEEDED.value.encode()
 
 
-# -- findings 2 and 3 of issue 11, and what encryption at rest adds ---------------------------
+# -- secrets in calls that never ran or sit in nested models; what encryption at rest adds ---
 
 FINAL = {"succeeded", "failed", "denied", "expired", "cancelled"}
 
@@ -143,7 +143,7 @@ def assert_nowhere(secrets: list[str], texts: list[str], r) -> None:
 
 
 def test_viewer_reads_never_parked_and_failed_calls_masked(api, workers, r, tmp_path):  # noqa: F811
-    """Finding 2: no secret through /v1/approvals/{id} of a call that was never parked."""
+    """No secret through /v1/approvals/{id} of a call that was never parked."""
     log = tmp_path / "worker.log"
     workers.start(log=log, loglevel="debug")
     secrets = [f"sk-finding2-{i}-9c1e5b2d4f6a" for i in range(6)]
@@ -197,7 +197,8 @@ def test_viewer_reads_never_parked_and_failed_calls_masked(api, workers, r, tmp_
 
 
 def test_secrets_nested_in_models_lists_and_dicts(api, inproc, r):  # noqa: F811
-    """Finding 3, and approve-with-edit: a masked secret kept as is runs with the original."""
+    """Secrets nested in models, lists and dicts, and approve-with-edit: a masked secret kept
+    as is runs with the original."""
     inproc.start()
     one, two, auth, new = (f"sk-finding3-{n}-5b2d4f6a8c" for n in ("one", "two", "auth", "new"))
     posted = httpx.post(

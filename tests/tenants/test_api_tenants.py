@@ -1,4 +1,4 @@
-"""Tenants over HTTP (issue 18): a tenant-bound token acts for its tenant only.
+"""Tenants over HTTP: a tenant-bound token acts for its tenant only.
 
 Each refusal is an attack performed through the API (FastAPI's ``TestClient`` over the
 app and the suite's Redis): another tenant's token, holding every role but admin (or

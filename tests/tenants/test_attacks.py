@@ -1,4 +1,4 @@
-"""Attacks on tenant isolation and budgets (issue 18), each performed for real.
+"""Attacks on tenant isolation and budgets, each performed for real.
 
 A token bound to tenant ``acme`` tries to learn about or read tenant ``globex``'s calls
 through the HTTP API (a real uvicorn where a stream is involved); budgets are attacked

@@ -1,4 +1,4 @@
-"""Budgets (issue 18): a call's cost is charged with its creation; over budget, it is denied.
+"""Budgets: a call's cost is charged with its creation; over budget, it is denied.
 
 Calls run on an in-process worker over the suite's Redis; the spent counter in Redis and
 the calls' final states are the ground truth.

@@ -1,4 +1,4 @@
-"""``toolq dispatch --tenant``, ``toolq tenants``, ``toolq mcp --tenant`` (issue 18)."""
+"""``toolq dispatch --tenant``, ``toolq tenants``, ``toolq mcp --tenant``."""
 
 from __future__ import annotations
 

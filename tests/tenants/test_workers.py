@@ -1,4 +1,4 @@
-"""Budgets against real worker processes (issue 18, "Done when"): two ``toolq worker``s."""
+"""Budgets against real worker processes: two ``toolq worker``s."""
 
 from __future__ import annotations
 

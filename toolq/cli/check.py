@@ -106,7 +106,7 @@ def check(
         # Anyone who can reach the port could rewrite parked calls and read arguments.
         typer.echo(
             f"warning: Redis at {where} accepts unauthenticated connections; set requirepass "
-            "or ACL users (README: Redis authentication & ACLs)",
+            "or ACL users (docs/operations/redis-acls.md)",
             err=True,
         )
         if not allow_open_redis:

@@ -1,9 +1,15 @@
-"""``toolq demo``: a scripted scenario on a local stack (embedded Redis if none answers)."""
+"""``toolq demo``: a scripted scenario on a stack of its own, removed when it ends.
+
+It runs on an embedded, password-protected Redis unless ``--redis-url`` names another one;
+there it works under a key prefix of its own (so no worker already serving that Redis takes
+its messages) and deletes every key of that prefix at the end.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -11,10 +17,13 @@ import uuid
 
 import typer
 
-from toolq.cli.common import REDIS_HELP, load_registry, print_json, settings_for
-from toolq.cli.stack import Stack
+from toolq.cli.common import load_registry, print_json
+from toolq.cli.stack import Stack, remove_namespace
 from toolq.dispatch.client import Client
+from toolq.keys import Keys
 from toolq.models import CallStatus, Event
+from toolq.redis_target import redacted
+from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 
 DEMO_APP = "examples.demo_app:registry"
@@ -62,27 +71,54 @@ def _show(event: Event) -> None:
 
 def demo(
     app: str = typer.Option(DEMO_APP, "--app", help="Registry to run the scenario with."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = typer.Option(
+        None,
+        "--redis-url",
+        help="Run on this Redis instead of an embedded one (its keys are removed afterwards).",
+    ),
 ) -> None:
     """Dispatch parallel calls, stream events, approve the dangerous one, print messages."""
-    settings = settings_for(app, redis_url)
     registry = load_registry(app)
-    log_path = os.path.join(tempfile.gettempdir(), "toolq-demo-workers.log")
-    typer.echo(f"starting Redis and workers (worker log: {log_path})…")
-    stack = Stack.start(app, settings.redis_url, concurrency=2, log_path=log_path)
+    if redis_url is None and os.environ.get("TOOLQ_REDIS_URL"):
+        typer.echo("note: TOOLQ_REDIS_URL is ignored: the demo runs on a Redis of its own")
+    prefix = "toolq" if redis_url is None else f"toolq-demo-{uuid.uuid4().hex[:8]}"
+    scratch = tempfile.mkdtemp(prefix="toolq-demo-")
+    log_path = os.path.join(scratch, "workers.log")
+    env = {"TOOLQ_KEY_PREFIX": prefix}
+    if not os.environ.get("TOOLQ_DEMO_DIR"):
+        env["TOOLQ_DEMO_DIR"] = scratch  # the demo tools' files go with the rest
+    typer.echo("starting Redis and workers…")
+    stack = Stack.start(app, redis_url, concurrency=2, log_path=log_path, env=env)
+    ok = False
     try:
-        stack.wait_ready()
-        where = "embedded redis-server" if stack.embedded else "existing Redis"
-        typer.echo(f"redis {stack.redis_url} ({where}); workers: safe, moderate, dangerous\n")
-        client = Client(
-            registry,
-            Settings(
-                redis_url=stack.redis_url,
-                app=app,
-                secrets_key=stack.secrets_key,
-                approval_signing_key=stack.signing_key,
-            ),
-        )
+        ok = _scenario(stack, registry, app, prefix)
+    finally:
+        stack.stop()
+        if redis_url is not None:
+            removed = remove_namespace(redis_url, Keys(prefix))
+            where = redacted(redis_url)
+            typer.echo(f"\nremoved the demo's {removed} keys ({prefix}*) from {where}")
+        if ok:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            typer.echo(f"worker log kept at {log_path}", err=True)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _scenario(stack: Stack, registry: ToolRegistry, app: str, prefix: str) -> bool:
+    """Run the scenario on a started stack; True when every call succeeded."""
+    stack.wait_ready()
+    where = "embedded redis-server" if stack.embedded else "existing Redis"
+    typer.echo(f"redis {redacted(stack.redis_url)} ({where}); workers: safe, moderate, dangerous\n")
+    settings = Settings(
+        redis_url=stack.redis_url,
+        app=app,
+        key_prefix=prefix,
+        secrets_key=stack.secrets_key,
+        approval_signing_key=stack.signing_key,
+    )
+    with Client(registry, settings) as client:
         batch = client.dispatch(demo_response(), principal="demo-agent")
         typer.echo(f"dispatched run {batch.run_id}:")
         for ref in batch.calls:
@@ -107,8 +143,4 @@ def demo(
             typer.echo(f"  {result.name:<16} {result.status.value:<10} {json.dumps(result.output)}")
         typer.echo("\nOpenAI tool messages for the next turn:")
         print_json(batch.to_messages())
-        client.close()
-        if not all(r.status is CallStatus.SUCCEEDED for r in results):
-            raise typer.Exit(1)
-    finally:
-        stack.stop()
+    return all(r.status is CallStatus.SUCCEEDED for r in results)

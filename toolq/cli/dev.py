@@ -1,8 +1,13 @@
-"""``toolq dev``: Redis (embedded when none answers) and workers for every risk level."""
+"""``toolq dev``: Redis, workers for every risk level and the API, in one command.
+
+Redis is an embedded, password-protected one the stack owns, unless ``--redis-url`` names
+another: running on a Redis it does not own is always an explicit choice.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -11,7 +16,6 @@ import typer
 from toolq.cli.check import accepts_unauthenticated
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
     load_registry,
     log_level_option,
     one_of,
@@ -25,6 +29,9 @@ from toolq.models import RiskLevel
 from toolq.settings import ApiToken
 
 API_HOST = "127.0.0.1"
+DEFAULT_REDIS_PORT = 6379
+"""Where the embedded Redis listens when that port is free, so tools and examples that
+default to ``redis://127.0.0.1:6379`` find it; otherwise on a random port."""
 
 
 def dev_tokens() -> dict[str, ApiToken]:
@@ -46,7 +53,11 @@ def dev(
     concurrency: int = typer.Option(2, "--concurrency", "-c", help="Per safe/moderate worker."),
     pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
     log_level: str = log_level_option("warning"),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = typer.Option(
+        None,
+        "--redis-url",
+        help="Use this running Redis instead of an embedded one (TOOLQ_REDIS_URL is ignored).",
+    ),
     api: bool = typer.Option(True, help="Also serve the HTTP API and dashboard."),
     port: int = typer.Option(8000, help="Port of the HTTP API and dashboard."),
     shards: int = typer.Option(
@@ -60,16 +71,23 @@ def dev(
     """
     from toolq.api.auth import load_tokens
 
-    settings = settings_for(app, redis_url)
+    settings = settings_for(app)
     registry = load_registry(settings.app)  # fail fast, before starting anything
     assert settings.app is not None
     if api:
         require_free_port(API_HOST, port)
     configured = load_tokens(settings)
     tokens = None if configured else dev_tokens()
+    if redis_url is None and os.environ.get("TOOLQ_REDIS_URL"):
+        typer.echo(
+            "note: TOOLQ_REDIS_URL is ignored: toolq dev runs a Redis of its own "
+            '(--redis-url "$TOOLQ_REDIS_URL" uses that one)',
+            err=True,
+        )
     stack = Stack.start(
         settings.app,
-        settings.redis_url,
+        redis_url,
+        port=DEFAULT_REDIS_PORT,
         concurrency=concurrency,
         pool=pool,
         loglevel=log_level,
@@ -93,7 +111,7 @@ def dev(
         ):
             typer.echo(
                 "warning: this Redis accepts unauthenticated connections: anything that can "
-                "reach it can forge calls (README: Redis authentication & ACLs)",
+                "reach it can forge calls (docs/operations/redis-acls.md)",
                 err=True,
             )
         typer.echo(f"toolq dev: {len(registry)} tools from {settings.app}")

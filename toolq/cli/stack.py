@@ -13,12 +13,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import redis
 
 from toolq.errors import ConfigurationError
+from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_target import redacted
 from toolq.secretbox import SecretBox
 from toolq.settings import ApiToken
 
@@ -46,20 +47,18 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def embedded_port(url: str) -> int | None:
-    """The port of a local ``url`` when it is free for an embedded Redis, else ``None``.
-
-    Examples started without the printed ``export`` line then still find the server at
-    the address they default to (and get a clear NOAUTH instead of a long retry).
-    """
+def remove_namespace(url: str, keys: Keys) -> int:
+    """Delete every key of ``keys``' prefix (``Keys.namespace_matches``) at ``url``; how many."""
+    client = redis.Redis.from_url(url)
+    removed = 0
     try:
-        parts = urlsplit(url)
-        port = parts.port or 6379
-    except ValueError:
-        return None
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
-        return None
-    return port if port_is_free(port) else None
+        for match in keys.namespace_matches:
+            batch = list(client.scan_iter(match=match, count=500))
+            if batch:
+                removed += int(client.delete(*batch))
+    finally:
+        client.close()
+    return removed
 
 
 def _free_port() -> int:
@@ -142,11 +141,6 @@ class EmbeddedRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _db_of(url: str) -> int:
-    path = urlsplit(url).path.strip("/")
-    return int(path) if path.isdigit() else 0
-
-
 def approval_keys() -> tuple[str, str]:
     """The stack's ``(signing key, verify keys)``.
 
@@ -186,40 +180,52 @@ class Stack:
     """``TOOLQ_SECRETS_KEY`` of every process started: the environment's, else a new one."""
     cells: list[EmbeddedRedis] = field(default_factory=list)
     """With ``shards`` > 1: one embedded Redis per cell (``TOOLQ_SHARDS`` of every process)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the environment of every process the stack starts."""
 
     @classmethod
     def start(
         cls,
         app: str,
-        redis_url: str,
+        redis_url: str | None = None,
         *,
         concurrency: int = 2,
         pool: str = "prefork",
         loglevel: str = "warning",
         log_path: str | None = None,
         shards: int = 1,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> Stack:
-        """Start Redis (embedded when ``redis_url`` does not answer) and the workers.
+        """Start Redis and the workers.
 
-        An embedded Redis gets a random password; the URL carrying it reaches the workers
-        and the API through their environment, never their command line. It listens on the
-        port of ``redis_url`` when that is a free local port, else on a random one.
+        Without ``redis_url`` the stack runs its own embedded Redis with a random password
+        (on ``port`` when that local port is free, else on a random one); the URL carrying
+        the password reaches the workers and the API through their environment, never
+        their command line. With ``redis_url`` it uses that server, which must answer:
+        running on a Redis the stack does not own is always the caller's explicit choice.
+        ``env`` is added to every process's environment.
 
-        ``shards`` > 1: that many embedded Redis cells on random ports instead (``redis_url``
-        unused), each with a worker per risk level (``toolq worker --shard N``).
+        ``shards`` > 1: that many embedded Redis cells on random ports instead, each with a
+        worker per risk level (``toolq worker --shard N``).
         """
         if shards > 1:
             return cls._start_cells(app, concurrency, pool, loglevel, log_path, shards)
         embedded = None
-        if not redis_answers(redis_url):
+        if redis_url is None:
+            free = port is not None and port_is_free(port)
             embedded = EmbeddedRedis(
-                password=secrets.token_urlsafe(24),
-                port=embedded_port(redis_url),
-                db=_db_of(redis_url),
+                password=secrets.token_urlsafe(24), port=port if free else None
             )
             embedded.start()
             redis_url = embedded.url
+        elif not redis_answers(redis_url):
+            raise ConfigurationError(
+                f"nothing answers at {redacted(redis_url)}: start that Redis, or leave out "
+                "--redis-url to run on an embedded one"
+            )
         stack = cls(app, redis_url, concurrency, pool, loglevel, embedded, log_path)
+        stack.env = dict(env or {})
         stack.signing_key, stack.verify_keys = approval_keys()
         stack.secrets_key = os.environ.get("TOOLQ_SECRETS_KEY") or SecretBox.generate_key()
         try:
@@ -263,6 +269,7 @@ class Stack:
             "TOOLQ_APPROVAL_VERIFY_KEYS": self.verify_keys,
             "TOOLQ_SECRETS_KEY": self.secrets_key,
             **self._cell_env(),
+            **self.env,
         }
         env.pop("TOOLQ_APPROVAL_SIGNING_KEY", None)  # workers never hold the signing key
         concurrency = 1 if level is RiskLevel.DANGEROUS else self.concurrency
@@ -296,7 +303,8 @@ class Stack:
         from toolq.workers.heartbeat import missing_queues
 
         urls = [c.url for c in self.cells] or [self.redis_url]
-        cells = [Settings(redis_url=url) for url in urls]
+        prefix = self.env.get("TOOLQ_KEY_PREFIX") or os.environ.get("TOOLQ_KEY_PREFIX", "toolq")
+        cells = [Settings(redis_url=url, key_prefix=prefix) for url in urls]
         deadline = time.monotonic() + timeout
         while any(missing_queues(settings, list(RiskLevel)) for settings in cells):
             for level, proc in self.workers.items():
@@ -324,6 +332,7 @@ class Stack:
             "TOOLQ_APPROVAL_SIGNING_KEY": self.signing_key,
             "TOOLQ_SECRETS_KEY": self.secrets_key,
             **self._cell_env(),
+            **self.env,
         }
         if tokens is not None:
             env["TOOLQ_API_TOKENS"] = json.dumps({k: v.model_dump() for k, v in tokens.items()})

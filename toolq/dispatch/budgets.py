@@ -5,7 +5,7 @@ A call's cost is charged to its tenant's budget by the script that creates the c
 call (``dup``) and charges nothing, and a call that would take the tenant past its limit is
 created ``denied`` (``budget_exceeded``) instead of queued or parked. A charge is never
 returned, and an approver's edit may not raise a call's cost past its charge (see the
-README, "Budgets").
+docs: guide/tenants.md, "Budgets").
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A call is scheduled when fair share is on (``Settings.fair_share_on``: by defaul
 ``TOOLQ_TENANTS`` names tenants) or when its tool or its tenant has a concurrency cap or a
 rate limit. A scheduled call, once runnable, waits in its tenant's backlog of its risk
 (``Keys.backlog``) with its Celery message on its record, and ``admit.lua`` pushes it onto
-the risk's queue when its tenant's turn comes and its limits allow (README: Fair share and
-limits). Everything else goes straight to its queue, as before.
+the risk's queue when its tenant's turn comes and its limits allow (docs:
+guide/fair-share.md). Everything else goes straight to its queue, as before.
 """
 
 from __future__ import annotations

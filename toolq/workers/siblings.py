@@ -93,7 +93,7 @@ class EventLoop:
         Each wake-up from another thread is a write to the loop's self-pipe and a hand-off
         of the GIL to the loop's thread and back: one per coroutine
         (``asyncio.run_coroutine_threadsafe`` each) cost a batch message's thread about a
-        tenth of its time (``bench.async_timeline``). A future cancelled before the loop
+        tenth of its time (``bench.probes.async_timeline``). A future cancelled before the loop
         gets to it never starts its coroutine.
         """
         if not coros:
