@@ -41,6 +41,8 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
         other = approver.dispatch(call("c2", "wipe", target="prod"), run_id=run, principal="agent")
         (c1,), (c2,) = first.call_ids, other.call_ids
         approver.approvals.approve(c1, by="alice")  # one of two: alice's own signature
+        # sent on her own signature, before any final decision exists
+        wait_until(lambda: any(x.json["type"] == "call.approved" for x in receiver.of("/hook")))
 
         def forge_event(call_id: str, by: str) -> str:
             data = json.dumps({"by": by, "decision": "approved", "status": "queued"})

@@ -23,9 +23,9 @@ from typing import Any
 import redis
 
 from toolq.keys import Keys
-from toolq.models import EventType
+from toolq.models import CallEnvelope, EventType, RiskLevel
 from toolq.results.connection import as_text
-from toolq.signing import VERSION, Verifier
+from toolq.signing import Verifier, call_facts
 from toolq.webhooks.outbox import Claimed
 from toolq.webhooks.payload import Notice
 
@@ -57,7 +57,7 @@ class Provenance:
         etype, call_id = event.get("type", ""), event.get("call_id", "")
         if etype not in wanted:
             raise Unverified(f"event {event_id} is a {etype!r}, which the endpoint does not take")
-        fields = ("run_id", "name", "risk", "approval", "approvers")
+        fields = ("run_id", "name", "risk", "approval", "approvers", "envelope")
         raw: Any = self.redis.hmget(self.keys.call(call_id), fields)
         record = {name: as_text(value) for name, value in zip(fields, raw, strict=True) if value}
         if record.get("run_id", run_id) != run_id:
@@ -126,25 +126,24 @@ class Provenance:
     def _approved_in_quorum(
         self, by: str, call_id: str, run_id: str, record: dict[str, str]
     ) -> bool:
-        """True when ``by``'s own signed approval (one of a quorum) is on the record."""
+        """True when ``by``'s own signed approval (one of a quorum) is on the record.
+
+        The facts are the record's: one a Redis writer changed (a lowered risk) no longer
+        matches the signature, and the notification is refused.
+        """
         assert self.verifier is not None
         try:
+            envelope = CallEnvelope.model_validate_json(record.get("envelope", ""))
+            risk = RiskLevel(record.get("risk", ""))
             approvals = json.loads(record.get("approvers") or "[]")
         except ValueError:
+            return False
+        if (envelope.call_id, envelope.run_id) != (call_id, run_id):
             return False
         for approval in approvals if isinstance(approvals, list) else []:
             if not isinstance(approval, dict) or approval.get("by") != by:
                 continue
-            payload = {
-                "call_id": call_id,
-                "run_id": run_id,
-                "tool": record.get("name", ""),
-                "digest": approval.get("digest"),
-                "by": by,
-                "ts": approval.get("ts"),
-                "v": VERSION,
-                "kind": "approval",
-            }
-            if self.verifier.valid(payload, str(approval.get("sig", ""))):
+            facts = call_facts(envelope, risk, str(approval.get("digest", "")))
+            if self.verifier.approves(facts, approval):
                 return True
         return False
