@@ -4,12 +4,15 @@ its syscall numbers against the kernel headers of this machine."""
 from __future__ import annotations
 
 import errno
+import platform
 import re
 import struct
 from pathlib import Path
 
 import pytest
 
+from toolq import CallStatus, ToolRegistry
+from toolq.builtins import shell
 from toolq.builtins.seccomp import (
     AF_INET,
     AF_INET6,
@@ -81,9 +84,20 @@ def test_each_architecture_gets_its_own_refusals(machine: str) -> None:
         assert decide(code, own, X32_SYSCALL_BIT | 39) == KILL
 
 
-def test_other_machines_are_refused() -> None:
+def test_other_machines_are_refused(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ConfigurationError, match="knows x86_64 and aarch64, not 'riscv64'"):
         program("riscv64")
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    registry = ToolRegistry()
+    registry.include(shell(root=workspace, isolation="none"))
+    with pytest.raises(ConfigurationError, match="not 'riscv64'"):
+        registry.require("run_shell").check_runtime()  # the worker refuses to start
+    marker = workspace / "ran"
+    result = registry.invoke("run_shell", {"argv": ["touch", str(marker)]})
+    assert result.status is CallStatus.FAILED and result.error_type == "configuration_error"
+    assert not marker.exists()
 
 
 HEADERS = {
