@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api.auth import AuthenticationError, Principal
 from toolq.api.decision_tokens import DecisionGrant, DecisionTokens
 from toolq.api.limits import decision_body_schema, parse_decision
+from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.approval_client import DECISION_TOKEN_PREFIX
 from toolq.dispatch.client import Client
@@ -24,7 +25,7 @@ from toolq.errors import (
     ReplicationError,
     ToolqError,
 )
-from toolq.models import CallResult, CallStatus, RiskLevel
+from toolq.models import CallResult, CallStatus
 
 
 def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) -> APIRouter:
@@ -74,8 +75,7 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
         )
         request = client.approvals.get(call_id)
         # The registry's risk: a Redis writer could lower the record's.
-        tool = client.registry.get(request.name)
-        risk = tool.risk if tool is not None else RiskLevel.DANGEROUS
+        risk = decided_risk(client.registry, request.name)
         caller.require_approver(risk)
         reason = cell.policy.refusal(risk, request.submitter, caller.name)
         if reason is not None:
