@@ -99,6 +99,21 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def refusals(self) -> str:
+        """Hash of counters of requests the run-owner checks refused: ``refused``, ``audited``."""
+        return f"{self.prefix}:refusals"
+
+    def refusal_mark(self, principal: str, run_id: str, call_id: str) -> str:
+        """String (TTL) set while a principal's refusal on a run (or call) is audited."""
+        encoded = json.dumps([principal, run_id, call_id], separators=(",", ":"))
+        return f"{self.prefix}:refusals:mark:{hashlib.sha256(encoded.encode()).hexdigest()}"
+
+    def refusal_budget(self, principal: str) -> str:
+        """String (TTL) counting a principal's audited refusals in the current window."""
+        digest = hashlib.sha256(json.dumps([principal]).encode()).hexdigest()
+        return f"{self.prefix}:refusals:budget:{digest}"
+
+    @property
     def replication_mark(self) -> str:
         """String written before each ``WAIT``, so the wait also covers writes found made.
 

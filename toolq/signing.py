@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from toolq.errors import ConfigurationError
+from toolq.models import CallEnvelope, RiskLevel
 from toolq.settings import Settings
 
 Kind = Literal["decision", "approval", "rule", "audit"]
@@ -123,6 +124,19 @@ def generate_pair() -> tuple[str, str]:
     return private_text(key), public_text(key.public_key())
 
 
+def call_facts(envelope: CallEnvelope, risk: RiskLevel, digest: str) -> dict[str, Any]:
+    """The facts of a call an approval is signed over, beside its own fields."""
+    return {
+        "call_id": envelope.call_id,
+        "run_id": envelope.run_id,
+        "tool": envelope.name,
+        "risk": risk.value,
+        "digest": digest,
+        "submitter": envelope.principal,
+        "tenant": envelope.tenant,
+    }
+
+
 class Signer:
     """Signs payloads with the approvers' private key."""
 
@@ -169,6 +183,21 @@ class Verifier:
             except InvalidSignature:
                 continue
         return False
+
+    def approves(self, facts: Mapping[str, Any], approval: Mapping[str, Any]) -> bool:
+        """True when one approver's part of a quorum is signed over ``facts`` (``call_facts``).
+
+        ``approval`` is as a record keeps it: ``{"by", "ts", "sig", ...}``.
+        """
+        signature = approval.get("sig")
+        payload = {
+            **facts,
+            "by": approval.get("by"),
+            "ts": approval.get("ts"),
+            "v": VERSIONS["approval"],
+            "kind": "approval",
+        }
+        return isinstance(signature, str) and self.valid(payload, signature)
 
     def payload(self, signed: Any, kind: Kind) -> dict[str, Any] | None:
         """The payload of a signed object of ``kind`` if its signature is valid, else None."""

@@ -20,24 +20,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolq.models import CallEnvelope, RiskLevel
-from toolq.signing import VERSIONS, Signer, Verifier, parse_public_keys
+from toolq.signing import Signer, Verifier, call_facts, parse_public_keys
 
 if TYPE_CHECKING:
     from toolq.registry.registry import ToolRegistry
     from toolq.settings import Settings
-
-
-def call_facts(envelope: CallEnvelope, risk: RiskLevel, digest: str) -> dict[str, Any]:
-    """The facts of a call an approval is signed over, beside its own fields."""
-    return {
-        "call_id": envelope.call_id,
-        "run_id": envelope.run_id,
-        "tool": envelope.name,
-        "risk": risk.value,
-        "digest": digest,
-        "submitter": envelope.principal,
-        "tenant": envelope.tenant,
-    }
 
 
 def decided_risk(registry: ToolRegistry, tool: str) -> RiskLevel:
@@ -84,19 +71,7 @@ class Authority:
         """
         if self.verifier is None:
             return approvals
-        kept = []
-        for approval in approvals:
-            payload = {
-                **facts,
-                "by": approval.get("by"),
-                "ts": approval.get("ts"),
-                "v": VERSIONS["approval"],
-                "kind": "approval",
-            }
-            signature = approval.get("sig")
-            if isinstance(signature, str) and self.verifier.valid(payload, signature):
-                kept.append(approval)
-        return kept
+        return [approval for approval in approvals if self.verifier.approves(facts, approval)]
 
     def sign_approval(self, facts: dict[str, Any], by: str, ts: str) -> str | None:
         """``by``'s signature over its part of a quorum (None: this process cannot sign)."""

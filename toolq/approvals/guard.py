@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolq.approvals.authority import call_facts
 from toolq.approvals.policy import ApprovalMode, RunRules, digest_arguments, route
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
-from toolq.signing import Verifier
+from toolq.signing import Verifier, call_facts
 
 
 class ApprovalGuard:
