@@ -1,6 +1,6 @@
-"""LangGraph on toolq: a parked call interrupts the graph; Command(resume=...) decides it.
+"""LangGraph on toolq: a parked call interrupts the graph; a person decides; it resumes.
 
-See ``examples/frameworks_tools.py`` for how to start the workers.
+See ``examples/frameworks_tools.py`` for how to start the stack and what to export.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from examples.frameworks_tools import registry
+from examples.frameworks_tools import person, registry
 from toolq import Client, Settings
-from toolq.approvals.models import Deny
 from toolq.integrations.langchain import approval_requests, resume_command, toolq_tools
 
 
@@ -29,13 +28,19 @@ def main() -> None:
         {"name": "delete_user", "args": {"user": "ann"}, "id": "c2", "type": "tool_call"},
     ]
     model = Model(responses=[AIMessage(content="", tool_calls=calls), AIMessage(content="ok")])
-    with Client(registry, Settings()) as client:
+    with Client(registry, Settings()) as client:  # the agent: Redis credentials only
         agent = create_agent(model, toolq_tools(client), checkpointer=InMemorySaver())
         config = {"configurable": {"thread_id": "example-thread"}}
         out = agent.invoke({"messages": [("user", "remove ann")]}, config)
-        print("parked:", list(approval_requests(out["__interrupt__"])))
-        command = resume_command(out["__interrupt__"], {"c2": Deny(reason="ann is a customer")})
-        done = agent.invoke(command, config)
+        pending = approval_requests(out["__interrupt__"])
+        print("parked:", list(pending))
+        # The person denies over HTTP with their own token; the model will read why.
+        with person() as approver:
+            for interrupt in pending.values():
+                approver.deny(interrupt.value["call_id"], "ann is a customer")
+        # True only answers the interrupt: the tool reads the decision toolq holds.
+        done = agent.invoke(resume_command(out["__interrupt__"], dict.fromkeys(pending, True)),
+                            config)
         for message in done["messages"]:
             print(type(message).__name__, message.content)
 

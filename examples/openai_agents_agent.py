@@ -1,12 +1,15 @@
-"""OpenAI Agents SDK on toolq: a parked call is a run interruption; approve and resume.
+"""OpenAI Agents SDK on toolq: a parked call is a run interruption; a person decides; resume.
 
-See ``examples/frameworks_tools.py`` for how to start the workers.
+The person decides through the app's own approval screen, which holds a one-time decision
+token the person asked the API for, not their API token. See ``examples/frameworks_tools.py``
+for how to start the stack and what to export.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 from agents import Agent, Runner, set_tracing_disabled
@@ -19,8 +22,8 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from examples.frameworks_tools import registry
-from toolq import Client, Settings
+from examples.frameworks_tools import person, registry
+from toolq import ApprovalClient, Client, Settings
 from toolq.integrations.openai_agents import ToolqAgentTools
 
 set_tracing_disabled(True)
@@ -50,14 +53,25 @@ class Scripted(Model):
 
 
 async def main() -> None:
-    with Client(registry, Settings()) as client:
+    with Client(registry, Settings()) as client:  # the agent: Redis credentials only
         tools = ToolqAgentTools(client, run_id="example-agents-run")
         agent = Agent(name="ops", model=Scripted(), tools=list(tools.tools))
         first = await Runner.run(agent, "remove ann")
         state = first.to_state()
         for item in first.interruptions:
-            print("parked:", item.raw_item.call_id)
-            tools.approve(state, item, arguments={"user": "ann-test"})
+            call_id = tools.call_for(item)
+            assert call_id is not None
+            # The person asks the API for a token good for one decision on this call, as
+            # them, and hands it to the app's approval screen.
+            with person() as approver:
+                grant = approver.decision_token(call_id)
+            print("parked:", item.raw_item.name, "decision token for", grant.approver)
+            # The app's screen: it shows the call and makes the person's one decision.
+            url = os.environ.get("TOOLQ_API_URL", "http://127.0.0.1:8000")
+            with ApprovalClient(url, grant.token) as screen:
+                print("shown:", screen.get(call_id).arguments)
+                screen.approve(call_id, arguments={"user": "ann-test"})
+            state.approve(item)  # tells the SDK to go on; toolq holds the decision
         result = await Runner.run(agent, state)
         print(result.final_output)
 

@@ -221,6 +221,13 @@ def rotate_keys(
     return f"rotated {len(keys)} keys of {service}"
 
 
+@registry.tool(risk=RiskLevel.DANGEROUS)
+def purge(ctx: ToolContext, scope: str = "cache") -> str:
+    """Pretend to purge a scope, the cache unless told (records the execution; parked)."""
+    record(ctx, f"purge {scope}")
+    return f"purged {scope}"
+
+
 @registry.tool(risk=RiskLevel.DANGEROUS, approval_timeout=1.0)
 def hurry(ctx: ToolContext) -> str:
     """A dangerous call whose approval must come within a second."""

@@ -8,6 +8,8 @@ workers, stream every step, and render the results as the provider's own message
 from toolq.backend import Backend
 from toolq.chains import ChainResult, ChainStep, ToolChain
 from toolq.dispatch import (
+    ApprovalClient,
+    AsyncApprovalClient,
     AsyncBatch,
     AsyncClient,
     Batch,
@@ -40,6 +42,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AfterHook",
+    "ApprovalClient",
+    "AsyncApprovalClient",
     "AsyncBatch",
     "AsyncClient",
     "AudioContent",

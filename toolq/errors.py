@@ -25,6 +25,7 @@
     │   └── UpstreamChangedError    the upstream MCP server now describes a pinned tool otherwise
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
+    ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
     │   ├── ApprovalDeniedError     a human said no
     │   ├── ApprovalExpiredError    nobody decided before the deadline
@@ -212,6 +213,15 @@ class CallNotFoundError(ToolqError, LookupError):
     """No call has that id."""
 
     code = "call_not_found"
+
+
+class CallIdConflictError(ToolqError):
+    """A provider call id already names a call of another tool or with other arguments.
+
+    A call id names one call: the second use is refused, and nothing is decided or run.
+    """
+
+    code = "call_id_conflict"
 
 
 class ApprovalError(ToolqError):

@@ -99,6 +99,21 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def refusals(self) -> str:
+        """Hash of counters of requests the run-owner checks refused: ``refused``, ``audited``."""
+        return f"{self.prefix}:refusals"
+
+    def refusal_mark(self, principal: str, run_id: str, call_id: str) -> str:
+        """String (TTL) set while a principal's refusal on a run (or call) is audited."""
+        encoded = json.dumps([principal, run_id, call_id], separators=(",", ":"))
+        return f"{self.prefix}:refusals:mark:{hashlib.sha256(encoded.encode()).hexdigest()}"
+
+    def refusal_budget(self, principal: str) -> str:
+        """String (TTL) counting a principal's audited refusals in the current window."""
+        digest = hashlib.sha256(json.dumps([principal]).encode()).hexdigest()
+        return f"{self.prefix}:refusals:budget:{digest}"
+
+    @property
     def replication_mark(self) -> str:
         """String written before each ``WAIT``, so the wait also covers writes found made.
 
@@ -128,6 +143,10 @@ class Keys:
     def event_ticket(self, digest: str) -> str:
         """String (JSON, with a TTL) behind an event-stream ticket, keyed by its SHA-256."""
         return f"{self.prefix}:ticket:{digest}"
+
+    def decision_token_spent(self, nonce: str) -> str:
+        """String ``1`` (with a TTL past the token's expiry): that decision token was used."""
+        return f"{self.prefix}:decision-token:{nonce}"
 
     @property
     def queued(self) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -67,6 +69,8 @@ class SecretBox:
                 "as `toolq keys generate` or Fernet.generate_key() prints)"
             )
         self._aead = AESGCM(raw)
+        # A key of its own for MACs, derived from the same secret: never the AEAD key itself.
+        self._mac_key = hmac.new(raw, b"toolq-mac:v1", hashlib.sha256).digest()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecretBox | None:
@@ -78,6 +82,14 @@ class SecretBox:
     def generate_key() -> str:
         """A new key: 32 random bytes, URL-safe base64."""
         return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+    def mac(self, data: bytes) -> str:
+        """HMAC-SHA256 of ``data`` (hex) under a key derived from ``TOOLQ_SECRETS_KEY``.
+
+        For a value Redis may hold that must not reveal what it was computed over (a guess
+        of a secret cannot be checked against it without the key).
+        """
+        return hmac.new(self._mac_key, data, hashlib.sha256).hexdigest()
 
     def seal(self, value: Any, call_id: str, tool: str, path: Path) -> dict[str, str]:
         """``{"$toolq_secret": token}`` for one JSON value."""

@@ -235,6 +235,8 @@ class Settings(BaseSettings):
     """Open event streams one API process serves; past it, 503 with ``Retry-After``."""
     event_ticket_seconds: float = Field(60.0, gt=0)
     """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
+    decision_token_seconds: float = Field(900.0, gt=0, le=86400)
+    """How long a decision token (``POST /v1/approvals/{call_id}/decision-token``) is valid."""
     max_reason_bytes: int = Field(4096, gt=0)
     """Longest deny reason or approval note accepted by the HTTP API."""
 

@@ -9,7 +9,7 @@ a valid signature for exactly what they are about to run.
 A signed object is ``{"payload": {...}, "sig": "<base64url>"}``; the signature covers the
 canonical bytes of the payload: JSON with sorted keys, no spaces, UTF-8, and a version
 ``v`` and ``kind`` inside, so a signature made for one kind of object never verifies as
-another.
+another, nor one made under an older layout of the same kind as the current one.
 """
 
 from __future__ import annotations
@@ -25,12 +25,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from toolq.errors import ConfigurationError
+from toolq.models import CallEnvelope, RiskLevel
 from toolq.settings import Settings
 
-VERSION = 1
 Kind = Literal["decision", "approval", "rule", "audit"]
 """``decision``: the final approve/deny; ``approval``: one approver's part of a quorum;
 ``rule``: a sticky rule or run mode that loosens the gate; ``audit``: an audit entry."""
+VERSIONS: dict[Kind, int] = {"decision": 2, "approval": 2, "rule": 1, "audit": 1}
+"""The payload layout each kind is signed and verified under. ``decision`` and ``approval``
+2 also bind the call's risk, submitter and tenant (``toolq.approvals.authority``); a version
+1 decision (signed before) is refused. Audit entries keep version 1: old entries verify."""
 
 
 def canonical(payload: Mapping[str, Any]) -> bytes:
@@ -120,6 +124,19 @@ def generate_pair() -> tuple[str, str]:
     return private_text(key), public_text(key.public_key())
 
 
+def call_facts(envelope: CallEnvelope, risk: RiskLevel, digest: str) -> dict[str, Any]:
+    """The facts of a call an approval is signed over, beside its own fields."""
+    return {
+        "call_id": envelope.call_id,
+        "run_id": envelope.run_id,
+        "tool": envelope.name,
+        "risk": risk.value,
+        "digest": digest,
+        "submitter": envelope.principal,
+        "tenant": envelope.tenant,
+    }
+
+
 class Signer:
     """Signs payloads with the approvers' private key."""
 
@@ -133,7 +150,7 @@ class Signer:
 
     def sign(self, kind: Kind, **fields: Any) -> dict[str, Any]:
         """``{"payload": ..., "sig": ...}`` for a payload of ``kind``."""
-        payload = {**fields, "v": VERSION, "kind": kind}
+        payload = {**fields, "v": VERSIONS[kind], "kind": kind}
         return {"payload": payload, "sig": _b64(self.key.sign(canonical(payload)))}
 
     def signature(self, payload: Mapping[str, Any]) -> str:
@@ -167,6 +184,21 @@ class Verifier:
                 continue
         return False
 
+    def approves(self, facts: Mapping[str, Any], approval: Mapping[str, Any]) -> bool:
+        """True when one approver's part of a quorum is signed over ``facts`` (``call_facts``).
+
+        ``approval`` is as a record keeps it: ``{"by", "ts", "sig", ...}``.
+        """
+        signature = approval.get("sig")
+        payload = {
+            **facts,
+            "by": approval.get("by"),
+            "ts": approval.get("ts"),
+            "v": VERSIONS["approval"],
+            "kind": "approval",
+        }
+        return isinstance(signature, str) and self.valid(payload, signature)
+
     def payload(self, signed: Any, kind: Kind) -> dict[str, Any] | None:
         """The payload of a signed object of ``kind`` if its signature is valid, else None."""
         if isinstance(signed, str | bytes):
@@ -179,7 +211,7 @@ class Verifier:
         payload, signature = signed.get("payload"), signed.get("sig")
         if not isinstance(payload, dict) or not isinstance(signature, str):
             return None
-        if payload.get("v") != VERSION or payload.get("kind") != kind:
+        if payload.get("v") != VERSIONS[kind] or payload.get("kind") != kind:
             return None
         return payload if self.valid(payload, signature) else None
 

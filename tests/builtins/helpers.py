@@ -26,3 +26,13 @@ def live_processes(marker: str, program: str = "") -> list[int]:
         if marker.encode() in cmdline and state not in (b"Z", b"X"):
             found.append(int(name))
     return found
+
+
+def private_uid() -> int:
+    """A uid no other process on this host uses: this test process's own.
+
+    ``RLIMIT_NPROC`` counts a uid's processes host-wide, so a fork bomb under the shared
+    default (nobody) spends the budget of every other sandbox running as nobody at the time,
+    the concurrent test runs of other checkouts included.
+    """
+    return 1_000_000 + os.getpid()

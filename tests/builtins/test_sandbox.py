@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.builtins.helpers import live_processes
+from tests.builtins.helpers import live_processes, private_uid
 from toolq import CallStatus, ToolContext, ToolRegistry
 from toolq.builtins import SandboxLimits, python, shell
 
@@ -148,7 +148,8 @@ def test_file_size_limit(workspace: Path) -> None:
 
 
 def test_fork_bomb_is_contained_and_leaves_nothing(workspace: Path) -> None:
-    reg = make_registry(workspace, processes=16, timeout=2)
+    uid = private_uid()  # a budget of its own: no other sandbox's bomb can spend it
+    reg = make_registry(workspace, processes=16, timeout=2, user=uid, group=uid)
     marker = f"bomb-{uuid.uuid4().hex}"
     started = time.monotonic()
     # The outer shell waits in a builtin loop: with the process budget spent by the bomb, a
@@ -164,7 +165,8 @@ def test_fork_bomb_is_contained_and_leaves_nothing(workspace: Path) -> None:
 
 
 def test_python_fork_bomb_is_contained(workspace: Path) -> None:
-    reg = make_registry(workspace, processes=8, timeout=2)
+    uid = private_uid()
+    reg = make_registry(workspace, processes=8, timeout=2, user=uid, group=uid)
     marker = f"pybomb-{uuid.uuid4().hex}"
     code = (
         "import os, time\n"

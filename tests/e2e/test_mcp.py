@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -196,19 +197,17 @@ def http_session(port: int, token: str | None) -> McpClient:
     return McpClient(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http))
 
 
-def test_streamable_http_transport(settings: Settings, inproc: InProcess) -> None:
-    import httpx
-
+@contextmanager
+def http_server(settings: Settings, tokens: dict[str, Any], *extra: str) -> Iterator[int]:
+    """``toolq mcp --transport http`` with ``tokens`` in a child process; yields its port."""
     from toolq.cli.stack import _free_port
 
-    inproc.start("safe,moderate")
     port = _free_port()
-    params = server_params(settings, "--port", str(port))
+    params = server_params(settings, "--port", str(port), *extra)
     argv = [*params.args]
     argv[argv.index("stdio")] = "http"
-    env = {**(params.env or {}), "TOOLQ_API_TOKENS": json.dumps(MCP_TOKENS)}
+    env = {**(params.env or {}), "TOOLQ_API_TOKENS": json.dumps(tokens)}
     proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT)
-    r = redis.Redis.from_url(settings.redis_url)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -219,7 +218,18 @@ def test_streamable_http_transport(settings: Settings, inproc: InProcess) -> Non
             except OSError:
                 assert time.monotonic() < deadline, "toolq mcp --transport http did not come up"
                 time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
+
+def test_streamable_http_transport(settings: Settings, inproc: InProcess) -> None:
+    import httpx
+
+    inproc.start("safe,moderate")
+    r = redis.Redis.from_url(settings.redis_url)
+    with http_server(settings, MCP_TOKENS) as port:
         # The attack: tools/call over HTTP with no token, or a token without `submitter`.
         def calls_stored() -> int:
             return len(r.keys("toolq:call:*")) + len(r.keys("toolq:run:*"))
@@ -265,7 +275,4 @@ def test_streamable_http_transport(settings: Settings, inproc: InProcess) -> Non
                     assert toolq_meta(added)["run_id"].startswith("mcp-")
 
         anyio.run(main)
-    finally:
-        r.close()
-        proc.terminate()
-        proc.wait(15)
+    r.close()

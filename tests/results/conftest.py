@@ -45,6 +45,7 @@ def create(
     key: str | None = None,
     fields: dict[str, str] | None = None,
     refresh: bool = True,
+    fingerprint: str = "",
 ) -> scripts.CreateReply:
     """A call created with CREATE, as dispatch creates one (the dispatch's last by default)."""
     return lua.run(
@@ -72,6 +73,7 @@ def create(
             refresh=refresh,
             tenant="default",
             fields=fields,
+            fingerprint=fingerprint,
         )
     )
 

@@ -131,6 +131,26 @@ def test_create_sets_the_run_ttls_once_per_dispatch(r: redis.Redis, lua: Scripts
     assert r.ttl(KEYS.call("c3")) == -1  # a record expires once it is final
 
 
+def test_create_refuses_a_claimed_key_of_another_fingerprint(r: redis.Redis, lua: Scripts):
+    assert create(lua, "c1", fingerprint="f-one").outcome == "new"
+    written = {k: r.dump(k) for k in r.keys("t13:*") if r.type(k) != b"stream"}
+    # The same key for another call: refused with the call it names, nothing written.
+    reply = create(lua, "c2", key="c1", fingerprint="f-two")
+    assert (reply.outcome, reply.value) == ("call_id_conflict", "c1")
+    assert not r.exists(KEYS.call("c2"))
+    assert {k: r.dump(k) for k in r.keys("t13:*") if r.type(k) != b"stream"} == written
+    assert r.xlen(KEYS.run_stream("run1")) == 1
+    # The same fingerprint is a retried dispatch: the same call.
+    again = create(lua, "c3", key="c1", fingerprint="f-one")
+    assert (again.outcome, again.value) == ("dup", "c1")
+    # A claim made before claims held fingerprints (the bare call id) is a duplicate, as
+    # it was then; so is a reuse by a caller that sends no fingerprint.
+    r.set(KEYS.idempotency("alice", "run1", "old"), "c-old")
+    old = create(lua, "c4", key="old", fingerprint="f-any")
+    assert (old.outcome, old.value) == ("dup", "c-old")
+    assert create(lua, "c5", key="c1").outcome == "dup"
+
+
 def test_create_of_a_final_call_gives_its_record_a_ttl(r: redis.Redis, lua: Scripts):
     reply = lua.run(
         scripts.CREATE(

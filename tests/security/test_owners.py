@@ -20,6 +20,7 @@ from toolq import Client
 from toolq.api.app import create_app
 from toolq.errors import NotRunOwnerError
 from toolq.keys import Keys
+from toolq.results.owners import REFUSALS_AUDITED
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +35,8 @@ TOKENS = {
     ),
     "alice-t": ApiToken(principal="alice", roles=["viewer", "approver:dangerous"]),
     "admin-t": ApiToken(principal="root", roles=["admin"]),
+    "acme-t": ApiToken(principal="ann", roles=["submitter", "viewer"], tenant="acme"),
+    "globex-t": ApiToken(principal="gus", roles=["viewer"], tenant="globex"),
 }
 
 
@@ -319,3 +322,33 @@ def test_predicate_answer_that_is_not_bool_able_fails_only_its_call(settings, r)
         result = c.result(odd_ref.call_id)
         assert result.error_type == "approval_predicate_error"
         assert "ValueError: truth value is ambiguous" in (result.error or "")
+
+
+def metric(api: str, name: str) -> float:
+    page = httpx.get(f"{api}/metrics", headers=h("admin-t"), timeout=30)
+    assert page.status_code == 200, page.text
+    (value,) = [line.split()[-1] for line in page.text.splitlines() if line.startswith(name)]
+    return float(value)
+
+
+def test_refused_reads_are_counted_and_audited_once_per_target_and_minute(api, r, settings):
+    made = post(api, "/v1/runs/acme-run/calls", "acme-t",
+                json=calls(*((f"e{i}", "echo", {"text": str(i)}) for i in range(25))))
+    assert made.status_code == 202, made.text
+    first, *others = [c["call_id"] for c in made.json()["calls"]]
+
+    # 2,000 reads of another tenant's run and call, refused one by one
+    with httpx.Client(base_url=api, headers=h("globex-t"), timeout=30) as viewer:
+        for i in range(1000):
+            for path in ("/v1/runs/acme-run/calls", f"/v1/calls/{first}"):
+                got = viewer.get(path)
+                assert got.status_code == 403, (i, got.text)
+        # then once each of 24 other calls: more targets than one principal's audit budget
+        for call_id in others:
+            assert viewer.get(f"/v1/calls/{call_id}").status_code == 403
+
+    refused = [e for e in not_owner_refusals(settings) if e[0] == "gus"]
+    assert ("gus", "acme-run", "") in refused and ("gus", "acme-run", first) in refused
+    assert len(refused) == REFUSALS_AUDITED  # 2 targets + 18 of the 24 others, then none
+    assert metric(api, "toolq_refused_requests_total") == 2024
+    assert metric(api, "toolq_refusals_audited_total") == REFUSALS_AUDITED

@@ -12,6 +12,8 @@ from toolq.api import docs, errors
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.cells import CellParts, cells_health
 from toolq.api.dashboard import build_dashboard_router
+from toolq.api.decision_tokens import DecisionTokens
+from toolq.api.decisions import build_decisions_router
 from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
@@ -80,6 +82,7 @@ def create_app(
         app.add_middleware(RedisGate, probe=probe)
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, parts))
+    app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
     app.state.client = client

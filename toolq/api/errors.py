@@ -18,6 +18,7 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.CallNotFoundError, 404),
     (errors.ToolNotFoundError, 404),
     (errors.NotAwaitingApprovalError, 409),
+    (errors.CallIdConflictError, 409),
     (errors.ApprovalExpiredError, 409),
     (errors.DigestMismatchError, 409),
     (errors.UndoError, 409),

@@ -91,6 +91,12 @@ DECISION_TEXT_FIELDS = ("reason", "note")
 """Free text of a decision, stored with the call and in the audit stream."""
 
 
+def decision_body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a decision body (read raw, to apply the limits first)."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
+
+
 def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | None:
     """An approve/deny body under the dispatch limits, its free text under ``max_reason_bytes``.
 

@@ -11,7 +11,10 @@ Runs: calls on one MCP connection share a run. Over HTTP that is the ``Mcp-Sessi
 server's own run (``--run-id``, or ``mcp-<random>`` per server process).
 
 Over HTTP every request needs ``Authorization: Bearer <token>`` of a principal with the
-``submitter`` role (tokens as for the HTTP API); stdio is the launching process's own pipe.
+``submitter`` role (tokens as for the HTTP API), and each call is submitted as that token's
+principal, as the same call through the HTTP API is: its owner, the one who may not approve
+it. The SDK binds each session to the principal that opened it. Over stdio (the launching
+process's own pipe) calls are submitted as the server's ``--principal``.
 
 Approvals: a call that needs one is waited on for up to ``approval_wait`` seconds; then the
 tool result is an error naming the call id, for ``toolq approvals approve <id>``. The server
@@ -35,6 +38,8 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from starlette.applications import Starlette
@@ -42,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolq.api.auth import AuthenticationError, Authenticator
+from toolq.api.auth import AuthenticationError, Authenticator, Principal
 from toolq.api.errors import error_body
 from toolq.dispatch.client import Client
 from toolq.dispatch.providers import to_messages
@@ -60,7 +65,8 @@ class McpOptions:
     run_id: str | None = None
     """Run of every call; ``None``: per HTTP session, else one random run per process."""
     principal: str = "mcp"
-    """Submitter recorded on every call (it may not approve its own calls)."""
+    """Submitter recorded on every call over stdio (it may not approve its own calls); over
+    HTTP each call's submitter is its token's principal."""
     tenant: str = DEFAULT_TENANT
     """Tenant every call is run for; over HTTP a token bound to another tenant is refused."""
     approval_wait: float = 60.0
@@ -76,7 +82,7 @@ class McpBridge:
         self.client = client
         self.options = options or McpOptions()
         self.default_run_id = self.options.run_id or f"mcp-{uuid.uuid4().hex}"
-        self._parked: dict[tuple[str, str], str] = {}
+        self._parked: dict[tuple[str, str, str], str] = {}
         self._lock = threading.Lock()
 
     def list_tools(self) -> list[types.Tool]:
@@ -90,22 +96,38 @@ class McpBridge:
         return self.default_run_id
 
     def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None, run_id: str
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        run_id: str,
+        caller: Principal | None = None,
     ) -> dict[str, Any]:
-        """Dispatch one call (or re-attach to its unfinished twin), wait, render it (blocking)."""
-        key = (run_id, _fingerprint(name, arguments))
+        """Dispatch one call (or re-attach to its unfinished twin), wait, render it (blocking).
+
+        ``caller``: the token's principal over HTTP, who submits the call; ``None`` (stdio):
+        the server's own ``principal``.
+        """
+        principal = self.options.principal if caller is None else caller.name
+        tenant = self.options.tenant if caller is None else caller.tenant_for(self.options.tenant)
+        # Per submitter: a call is re-attached only for the principal that dispatched it.
+        key = (principal, run_id, _fingerprint(name, arguments))
         with self._lock:
             call_id = self._parked.get(key)
         if call_id is None:
             # Bare params: the SDK owns the JSON-RPC envelope, so the answer is a CallToolResult.
             payload = {"name": name, "arguments": dict(arguments or {})}
-            batch = self.client.dispatch(
-                payload,
-                run_id=run_id,
-                principal=self.options.principal,
-                format="mcp",
-                tenant=self.options.tenant,
-            )
+            try:
+                batch = self.client.dispatch(
+                    payload,
+                    run_id=run_id,
+                    principal=principal,
+                    format="mcp",
+                    admin=caller is not None and caller.has("admin"),
+                    tenant=tenant,
+                )
+            except ToolqError as exc:  # e.g. a fixed --run-id another principal owns
+                text = f"{exc.code}: {exc.message}"
+                return {"content": [{"type": "text", "text": text}], "isError": True}
             call_id = batch.call_ids[0]
         result = self._settle(call_id, run_id)
         with self._lock:
@@ -160,6 +182,37 @@ def _fingerprint(name: str, arguments: Mapping[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+class TokenUser(AuthenticatedUser):
+    """The caller of an HTTP request as the MCP SDK sees it: it binds sessions to it."""
+
+    def __init__(self, caller: Principal) -> None:
+        claims = {"iss": "toolq", "tenant": caller.tenant}
+        token = AccessToken(
+            token="",  # the SDK never needs the bearer token itself
+            client_id=caller.name,
+            scopes=sorted(caller.roles),
+            subject=caller.tenant,
+            claims=claims,
+        )
+        super().__init__(token)
+        self.caller = caller
+
+
+def _caller(ctx: ServerRequestContext[Any, Any]) -> Principal | None:
+    """The token's principal of an HTTP request; ``None`` over stdio (no HTTP request).
+
+    An HTTP request without one never gets here (``RequireSubmitter``); if it did, it
+    would be refused rather than submitted as the server's principal.
+    """
+    if ctx.request is None:
+        return None
+    scope = getattr(ctx.request, "scope", None)
+    user = scope.get("user") if isinstance(scope, dict) else None
+    if not isinstance(user, TokenUser):
+        raise AuthenticationError("an MCP request over HTTP without an authenticated caller")
+    return user.caller
+
+
 def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
     headers = getattr(ctx.request, "headers", None)
     if headers is None:
@@ -181,8 +234,14 @@ def create_mcp_server(client: Client, options: McpOptions | None = None) -> Serv
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         run_id = bridge.run_id_for(_session_id(ctx))
+        caller = _caller(ctx)
         rendered = await anyio.to_thread.run_sync(
-            bridge.call_tool, params.name, params.arguments, run_id, abandon_on_cancel=True
+            bridge.call_tool,
+            params.name,
+            params.arguments,
+            run_id,
+            caller,
+            abandon_on_cancel=True,
         )
         return types.CallToolResult.model_validate(rendered)
 
@@ -204,7 +263,10 @@ async def serve_stdio(server: Server[Any]) -> None:
 
 
 class RequireSubmitter:
-    """Refuses requests without a ``submitter`` token (401, 403), or of another tenant (403)."""
+    """Refuses requests without a ``submitter`` token (401, 403), or of another tenant (403).
+
+    An accepted request carries its caller as the ASGI scope's ``user`` (``TokenUser``).
+    """
 
     def __init__(self, app: ASGIApp, auth: Authenticator, tenant: str = DEFAULT_TENANT) -> None:
         self.app = app
@@ -218,6 +280,7 @@ class RequireSubmitter:
                 caller = self.auth(Request(scope))
                 caller.require("submitter")
                 caller.tenant_for(self.tenant)
+                scope["user"] = TokenUser(caller)
             except AuthenticationError as exc:
                 refusal = JSONResponse(
                     error_body(exc.code, exc.message),

@@ -64,8 +64,21 @@ def render(client: Client) -> str:
             lines.append(f'toolq_workers_alive{{{cell.label}risk="{level.value}"}} {alive}')
     metric("toolq_pending_approvals", "gauge", "Calls awaiting a human decision.")
     for cell in cells:
-        labels = f"{{{cell.label.rstrip(',')}}}" if cell.label else ""
-        lines.append(f"toolq_pending_approvals{labels} {cell.pending}")
+        lines.append(f"toolq_pending_approvals{cell.only_label} {cell.pending}")
+    metric(
+        "toolq_refused_requests_total",
+        "counter",
+        "Requests refused because their run belongs to another principal or tenant.",
+    )
+    for cell in cells:
+        lines.append(f"toolq_refused_requests_total{cell.only_label} {cell.refused}")
+    metric(
+        "toolq_refusals_audited_total",
+        "counter",
+        "Refused requests written to the audit stream (one per principal, target and minute).",
+    )
+    for cell in cells:
+        lines.append(f"toolq_refusals_audited_total{cell.only_label} {cell.audited}")
     for cell in cells:
         cell.read_recent()
     metric("toolq_calls", "gauge", "Recent calls by tool, risk and state.")
@@ -102,15 +115,24 @@ class _Cell:
         self.durations: dict[str, list[float]] = {}
         self.depths: dict[RiskLevel, int] = {}
         self.pending = 0
+        self.refused = 0
+        self.audited = 0
+
+    @property
+    def only_label(self) -> str:
+        """The cell's label as a sample's whole label set (nothing without cells)."""
+        return f"{{{self.label.rstrip(',')}}}" if self.label else ""
 
     def read_depths(self) -> None:
-        """Each risk queue's depth and the pending-approval count, in one round trip."""
+        """Queue depths, pending approvals and refusal counters, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for level in RiskLevel:
             pipe.llen(self.keys.queue_for(level))
         pipe.zcard(self.keys.pending_approvals)
-        *depths, self.pending = pipe.execute()
+        pipe.hmget(self.keys.refusals, "refused", "audited")
+        *depths, self.pending, (refused, audited) = pipe.execute()
         self.depths = dict(zip(RiskLevel, depths, strict=True))
+        self.refused, self.audited = int(refused or 0), int(audited or 0)
 
     def read_recent(self) -> None:
         raw: Any = self.redis.zrange(self.keys.recent_calls, 0, -1)

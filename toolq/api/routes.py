@@ -13,12 +13,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
 from toolq.api.cells import CellParts
-from toolq.api.limits import parse_body, parse_decision
+from toolq.api.limits import decision_body_schema, parse_body, parse_decision
+from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
 from toolq.errors import NotRunOwnerError, PayloadError
@@ -28,12 +28,6 @@ from toolq.results.hub import EventHub, Listener
 
 HEARTBEAT_SECONDS = 15.0
 DISCONNECT_CHECK_SECONDS = 1.0
-
-
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    # Decision bodies are read raw (to apply the limits first); document them anyway.
-    schema = model.model_json_schema()
-    return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
 
 
 def _call_json(result: CallResult) -> dict[str, Any]:
@@ -83,7 +77,9 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
         The tenant is the token's when it names one (a request naming another: 403
         ``wrong_tenant``); else ``?tenant=`` or a top-level ``"tenant"`` of a JSON object
-        body, else ``default``.
+        body, else ``default``. Provider call ids (or the ``Idempotency-Key``) already used
+        in the run for another tool or other arguments: 409 ``call_id_conflict``, nothing
+        written (in a batch with other calls, only that call fails, as a call of its own).
         """
         caller.require("submitter")
         payload = parse_body(await request.body(), client.settings)
@@ -220,7 +216,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         call_of_tenant(call_id, caller)
         return client.approvals.get(call_id)
 
-    @router.post("/approvals/{call_id}/approve", openapi_extra=_body_schema(Approve))
+    @router.post("/approvals/{call_id}/approve", openapi_extra=decision_body_schema(Approve))
     async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Approve (optionally with edited arguments, and the digest you reviewed)."""
         await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
@@ -229,7 +225,10 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
     def _may_decide(call_id: str, caller: Principal) -> None:
         call_of_tenant(call_id, caller, "decide calls of")
-        caller.require_approver(client.approvals.get(call_id).risk)
+        # The role of the tool's risk in this process's registry: the record's is data any
+        # Redis writer can lower.
+        tool = client.approvals.get(call_id).name
+        caller.require_approver(decided_risk(client.registry, tool))
 
     def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
         decision = body or Approve()
@@ -243,7 +242,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         )
         return _call_json(result)
 
-    @router.post("/approvals/{call_id}/deny", openapi_extra=_body_schema(Deny))
+    @router.post("/approvals/{call_id}/deny", openapi_extra=decision_body_schema(Deny))
     async def deny(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """Deny with a reason the model will read."""
         await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body

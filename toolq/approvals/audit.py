@@ -20,7 +20,7 @@ from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.results.connection import as_text
 from toolq.settings import Settings
-from toolq.signing import VERSION, Verifier
+from toolq.signing import VERSIONS, Verifier
 
 SYSTEM_OUTCOMES = frozenset(
     {
@@ -70,7 +70,7 @@ def check_entry(fields: dict[str, str], verifier: Verifier) -> str:
         allowed = key in SYSTEM_OUTCOMES or key[1] in UNSIGNED_REFUSALS
         return "unsigned_system" if system and allowed else "unsigned"
     payload: dict[str, Any] = {name: fields.get(name, "") for name in SIGNED_FIELDS}
-    payload.update(v=VERSION, kind="audit")
+    payload.update(v=VERSIONS["audit"], kind="audit")
     return "valid" if verifier.valid(payload, sig) else "invalid"
 
 

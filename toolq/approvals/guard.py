@@ -3,9 +3,10 @@
 The worker trusts nothing Redis says about the gate: whether a call is gated comes from
 its own registry and the default run rules (stored rules are unsigned data any Redis
 writer can change), and a gated call runs only with a signature, by one of the verify
-keys, over exactly this call, run, tool and argument digest: a final ``approve`` decision
-with enough distinct approvers for the tool's risk, or a signed rule of this run that
-lets the tool through (a sticky "always approve", or mode ``auto``).
+keys, over exactly this call, run, tool, argument digest, submitter and tenant, decided
+under the risk the worker's own registry gives the tool (``call_facts``): a final
+``approve`` decision with enough distinct approvers for that risk, or a signed rule of this
+run that lets the tool through (a sticky "always approve", or mode ``auto``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from toolq.approvals.policy import ApprovalMode, RunRules, digest_arguments, rou
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
-from toolq.signing import Verifier
+from toolq.signing import Verifier, call_facts
 
 
 class ApprovalGuard:
@@ -63,12 +64,10 @@ class ApprovalGuard:
     def _decision_refusal(
         self, envelope: CallEnvelope, digest: str, payload: dict[str, Any]
     ) -> str | None:
-        if payload.get("call_id") != envelope.call_id or payload.get("run_id") != envelope.run_id:
-            return "the signed approval belongs to another call"
-        if payload.get("tool") != envelope.name:
-            return "the signed approval names another tool"
-        if payload.get("digest") != digest:
-            return "the arguments differ from the ones approved"
+        tool = self.registry.require(envelope.name)
+        for fact, value in call_facts(envelope, tool.risk, digest).items():
+            if payload.get(fact) != value:
+                return _MISMATCH[fact].format(signed=payload.get(fact), mine=value)
         if payload.get("decision") != "approve":
             return "the signed decision is not an approval"
         approvers = payload.get("approvers")
@@ -77,7 +76,6 @@ class ApprovalGuard:
             if isinstance(approvers, list)
             else set()
         )
-        tool = self.registry.require(envelope.name)
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         if len(names) < required:
             return f"{required} distinct approvers are needed, the approval names {len(names)}"
@@ -105,3 +103,15 @@ class ApprovalGuard:
         except Exception:
             pass
         return "the signed rule does not let this call run without a decision"
+
+
+_MISMATCH = {
+    "call_id": "the signed approval belongs to another call",
+    "run_id": "the signed approval belongs to another call",
+    "tool": "the signed approval names another tool",
+    "digest": "the arguments differ from the ones approved",
+    "risk": "the approval was decided as for a {signed} call, but the tool is {mine} here",
+    "submitter": "the signed approval names another submitter ({signed}, not {mine})",
+    "tenant": "the signed approval names another tenant ({signed}, not {mine})",
+}
+"""Why a signed decision does not cover the call, by the first fact that differs."""

@@ -37,11 +37,14 @@ class ApprovalRequest(BaseModel):
 class Approve(BaseModel):
     """Approve a call, optionally with edited arguments (re-validated before use).
 
-    The body of ``POST /v1/approvals/{id}/approve`` and a LangGraph resume value.
+    The body of ``POST /v1/approvals/{id}/approve`` (and of ``/v1/decisions/{id}/approve``,
+    with a decision token). As a LangGraph resume value, ``Approve()`` only says "go on".
     """
 
     kind: Literal["approve"] = "approve"
     arguments: dict[str, Any] | None = None
+    """The edited arguments: absent (None) leaves them as they are; ``{}`` is an edit to no
+    arguments (the tool's defaults fill in; a required parameter refuses it)."""
     note: str | None = None
     digest: str | None = None
     """The digest of the arguments the approver reviewed; a changed call is refused."""
@@ -52,7 +55,8 @@ class Approve(BaseModel):
 class Deny(BaseModel):
     """Deny a call with a reason the model will read.
 
-    The body of ``POST /v1/approvals/{id}/deny`` and a LangGraph resume value.
+    The body of ``POST /v1/approvals/{id}/deny`` (and of ``/v1/decisions/{id}/deny``, with a
+    decision token). As a LangGraph resume value, ``Deny`` withdraws the call.
     """
 
     kind: Literal["deny"] = "deny"

@@ -2,7 +2,8 @@
 
 Only a call still ``awaiting_approval`` and before its deadline can be decided; of any
 number of racing approvers exactly one wins and enqueues. Every decision, refusal and
-expiry is appended to the audit stream.
+expiry is appended to the audit stream. Who may decide, and how many must, comes from the
+registry, never from the record (``toolq.approvals.authority``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from toolq.approvals.authority import Authority
 from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import (
     ApprovalMode,
@@ -101,33 +103,55 @@ def approvals_of(record: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
+def _distinct(approvals: list[dict[str, Any]], digest: str) -> list[dict[str, Any]]:
+    """The first approval of each approver of ``digest``: a copied approval counts once."""
+    kept: list[dict[str, Any]] = []
+    for approval in approvals:
+        if approval.get("digest") == digest and all(k["by"] != approval.get("by") for k in kept):
+            kept.append(approval)
+    return kept
+
+
 class Parked:
-    """A call record as a deciding process reads it, with the digest it computes itself.
+    """A call record as a deciding process reads it, with what it computes itself.
 
     The stored ``digest`` field is never trusted: what is approved is the digest of the
-    stored arguments as they are (secret values included as stored).
+    stored arguments as they are (secret values included as stored). Nor are the stored
+    ``risk`` and approvals: ``facts`` carry the registry's risk, and ``approvals`` are the
+    ones whose signatures hold for those facts.
     """
 
-    def __init__(self, record: dict[str, str]) -> None:
+    def __init__(self, record: dict[str, str], authority: Authority) -> None:
         self.record = record
         self.envelope = CallEnvelope.model_validate_json(record["envelope"])
         self.digest = digest_arguments(self.envelope.arguments)
-        self.approvals = approvals_of(record)
+        self.facts = authority.facts(self.envelope, self.digest)
+        self.risk = RiskLevel(self.facts["risk"])
+        self.approvals = authority.verified(approvals_of(record), self.facts)
 
 
-def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> ApprovalRequest:
+def to_request(
+    record: dict[str, str],
+    paths: SecretPaths | None = None,
+    *,
+    risk: RiskLevel | None = None,
+    approvals: list[dict[str, Any]] | None = None,
+) -> ApprovalRequest:
     """What approvers see of a call record, in any state: every secret masked.
 
     ``paths`` are the tool's secret locations; without them, sealed values are still masked.
+    ``risk`` (the tool's, default: the record's) and ``approvals`` (the ones that count,
+    default: the record's) are what a deciding process found.
     """
     envelope = CallEnvelope.model_validate_json(record["envelope"])
     original = envelope.original_arguments
+    counted = approvals_of(record) if approvals is None else approvals
     return ApprovalRequest(
         call_id=envelope.call_id,
         run_id=envelope.run_id,
         tool_call_id=envelope.tool_call_id,
         name=envelope.name,
-        risk=envelope.risk,
+        risk=envelope.risk if risk is None else risk,
         status=CallStatus(record["status"]),
         arguments=mask_arguments(envelope.arguments, paths),
         original_arguments=mask_arguments(original, paths) if original is not None else None,
@@ -142,7 +166,7 @@ def to_request(record: dict[str, str], paths: SecretPaths | None = None) -> Appr
         preview=json.loads(record["preview"]) if record.get("preview") else None,
         preview_error=record.get("preview_error") or None,
         diff=json.loads(record["diff"]) if record.get("diff") else None,
-        approvals=[str(a.get("by")) for a in approvals_of(record)],
+        approvals=[str(a.get("by")) for a in counted],
         decided_by=record.get("decided_by") or None,
     )
 
@@ -173,6 +197,7 @@ class ApprovalStore:
         self.box = SecretBox.from_settings(self.settings)
         self.scripts = store.scripts
         self.signer = signer_for(self.settings)
+        self.authority = Authority(registry, self.settings, self.signer)
         self._warned = False
         self.owners = owners or RunOwners(self.redis, self.keys, self.settings)
 
@@ -194,11 +219,12 @@ class ApprovalStore:
                 continue
             if run_id is not None and record["run_id"] != run_id:
                 continue
-            if level is not None and record["risk"] != level.value:
-                continue
             if tool is not None and record["name"] != tool:
                 continue
-            out.append(self._request(record))
+            request = self._request(record)
+            if level is not None and request.risk is not level:
+                continue
+            out.append(request)
         return out
 
     def get(self, call_id: str) -> ApprovalRequest:
@@ -209,8 +235,16 @@ class ApprovalStore:
         return self._request(record)
 
     def _request(self, record: dict[str, str]) -> ApprovalRequest:
+        """The call as approvers see it: the tool's risk and only the approvals that count.
+
+        A tool this process does not know shows the record's risk, for information: it is
+        decided as DANGEROUS all the same (``Authority.risk``).
+        """
         tool = self.registry.get(record["name"])
-        return to_request(record, tool.secret_paths if tool is not None else None)
+        approvals = Parked(record, self.authority).approvals
+        if tool is None:
+            return to_request(record, approvals=approvals)
+        return to_request(record, tool.secret_paths, risk=tool.risk, approvals=approvals)
 
     def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
         """Audit entries, oldest first, after the stream id ``after``."""
@@ -422,13 +456,14 @@ class ApprovalStore:
                 run_id=run_id,
                 by=by,
             )
-        if new_mode is ApprovalMode.AUTO and current.mode is not ApprovalMode.AUTO:
+        if new_mode is ApprovalMode.AUTO:
+            # Signed below, whatever the stored mode says: a Redis writer may have set it.
             needs.append((RiskLevel.DANGEROUS, "mode auto"))
         if current.mode is ApprovalMode.STRICT and new_mode not in (None, ApprovalMode.STRICT):
             needs.append((RiskLevel.MODERATE, f"mode {new_mode}"))
         kept = set(current.approve_tools if approve_tools is None else approve_tools)
         for name in set(current.approve_tools) - kept:
-            needs.append((self._risk_of(name), f"no approval for {name}"))
+            needs.append((self.authority.risk(name), f"no approval for {name}"))
         for risk, what in needs:
             self._authorize_rule(run_id, by, risk, what)
         signed = None
@@ -480,7 +515,9 @@ class ApprovalStore:
         rules = RunRules.model_validate(state)
         rules.signatures = {}
         quorum = self.settings.dangerous_approvals > 1
-        dangerous = [n for n in rules.always_approve if self._risk_of(n) is RiskLevel.DANGEROUS]
+        dangerous = [
+            n for n in rules.always_approve if self.authority.risk(n) is RiskLevel.DANGEROUS
+        ]
         if quorum and (dangerous or rules.mode is ApprovalMode.AUTO):
             raise NotAuthorizedError(
                 f"the state lets DANGEROUS calls of run {run_id} run without the "
@@ -491,7 +528,7 @@ class ApprovalStore:
         if rules.mode is ApprovalMode.AUTO:
             self._authorize_rule(run_id, by, RiskLevel.DANGEROUS, "mode auto")
         for name in rules.always_approve:
-            self._authorize_rule(run_id, by, self._risk_of(name), f"always approve {name}")
+            self._authorize_rule(run_id, by, self.authority.risk(name), f"always approve {name}")
         if by is not None:
             wanted = [("always_approve", name) for name in rules.always_approve]
             if rules.mode is ApprovalMode.AUTO:
@@ -501,10 +538,6 @@ class ApprovalStore:
                 if signed is not None:
                     rules.signatures[rule_key(rule, name)] = signed
         return self.policy.set_run_rules(run_id, rules)
-
-    def _risk_of(self, name: str) -> RiskLevel:
-        tool = self.registry.get(name)
-        return tool.risk if tool is not None else RiskLevel.DANGEROUS
 
     def _authorize_rule(self, run_id: str, by: str | None, risk: RiskLevel, change: str) -> None:
         reason = self.policy.refusal(risk, None, by or "")
@@ -552,11 +585,11 @@ class ApprovalStore:
         [record] = self.store.records([call_id])
         if record is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        return Parked(record)
+        return Parked(record, self.authority)
 
     def _authorize(self, parked: Parked, by: str) -> ApprovalRequest:
         request = self._request(parked.record)
-        reason = self.policy.refusal(request.risk, request.submitter, by)
+        reason = self.policy.refusal(parked.risk, request.submitter, by)
         if reason is not None:
             self._audit(request, by, AuditOutcome.refused(reason))
             raise NotAuthorizedError(
@@ -584,10 +617,7 @@ class ApprovalStore:
             )
 
     def _required(self, parked: Parked) -> int:
-        # The registry's risk, not the record's: a Redis writer could lower the latter.
-        tool = self.registry.get(parked.envelope.name)
-        risk = tool.risk if tool is not None else parked.envelope.risk
-        return self.settings.dangerous_approvals if risk is RiskLevel.DANGEROUS else 1
+        return self.authority.required(parked.envelope.name)
 
     def _run_decide(
         self,
@@ -605,7 +635,7 @@ class ApprovalStore:
         now = time.time()
         ts = repr(now)
         digest = new_digest or shown
-        prior = [a for a in parked.approvals if a.get("digest") == shown]
+        prior = _distinct(parked.approvals, shown)
         names = [str(a.get("by")) for a in prior]
         pending = parked.record.get("status") == CallStatus.AWAITING_APPROVAL.value
         if decision == "approve" and new_digest is None and by in names and pending:
@@ -628,19 +658,13 @@ class ApprovalStore:
                 "deciding without TOOLQ_APPROVAL_SIGNING_KEY: decisions are unsigned, and "
                 "workers that verify approvals will refuse the calls approved here"
             )
-        if self.signer is not None:
-            facts = {"call_id": call_id, "run_id": run_id, "tool": env.name, "digest": digest}
-            own["sig"] = self.signer.sign("approval", **facts, by=by, ts=ts)["sig"]
-            if final:
-                signed = self.signer.sign(
-                    "decision",
-                    **facts,
-                    decision="approve" if decision == "approve" else "deny",
-                    approvers=names,
-                    by=by,
-                    ts=ts,
-                )
-                approval = dumps(signed)
+        facts = {**parked.facts, "digest": digest}
+        sig = self.authority.sign_approval(facts, by, ts)
+        if sig is not None:
+            own["sig"] = sig
+        signed = self.authority.sign_decision(facts, decision, names, by, ts) if final else None
+        if signed is not None:
+            approval = dumps(signed)
         outcome_name = (
             AuditOutcome.DENIED
             if decision == "deny"
@@ -649,10 +673,12 @@ class ApprovalStore:
             else AuditOutcome.APPROVED_PARTIAL
         )
         queue, message = "", ""
+        tool = self.registry.get(env.name)
+        # The queue of the tool's risk (the record's only for a tool this process lacks).
+        lane = tool.risk if tool is not None else env.risk
         if decision == "approve" and final:
-            tool = self.registry.get(env.name)
             timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
-            queue, message = self.publisher.message(call_id, env.risk, timeout, run_id)
+            queue, message = self.publisher.message(call_id, lane, timeout, run_id)
         event = {**data, "decided_at": now}
         if decision == "approve":
             event["status"] = (
@@ -704,7 +730,7 @@ class ApprovalStore:
         if outcome == "ok" and message and parked.record.get("lane"):
             # DECIDE put the approved call in its tenant's backlog: admit now, not at the
             # next sweep
-            Admission(self.store).admit_soon([env.risk])
+            Admission(self.store).admit_soon([lane])
         if outcome in ("ok", "partial", "retry"):
             return outcome
         request = self._request(parked.record)

@@ -15,7 +15,9 @@ process group, started by the worker through ``ToolContext.popen``. It
   the command exits, init reports its status and exits, and the kernel kills whatever is
   left in the namespace;
 * forks the command; the child drops privileges (``setgroups([])``, ``setgid``, ``setuid``),
-  enters the working directory, lowers its resource limits and ``exec``s the command
+  enters the working directory, lowers its resource limits, sets ``no_new_privs`` (no
+  setuid bit or file capability raises what ``exec`` runs), installs the seccomp filter the
+  worker built (``toolq/builtins/seccomp.py``, passed as hex) and ``exec``s the command
   (with ``probe``, it exits 0 there instead: the worker's start-up check);
 * when the command exits, or on SIGTERM (the worker's timeout), freezes every descendant
   with SIGSTOP (repeated until no new process appears, so a fork bomb cannot outrun it),
@@ -41,7 +43,10 @@ import time
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
@@ -59,6 +64,12 @@ WATCHED = {*STOP_SIGNALS, signal.SIGCHLD}
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class SockFprog(ctypes.Structure):
+    """``struct sock_fprog``: a BPF program's length (in instructions) and address."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def report(fd: int, payload: dict[str, Any]) -> None:
@@ -94,6 +105,23 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
     ):
         err = ctypes.get_errno()
         raise OSError(err, f"{os.strerror(err)} (mount {target})")
+
+
+def confine(program: bytes) -> None:
+    """Set ``no_new_privs`` and install the seccomp filter ``program`` (``sock_filter`` bytes).
+
+    Both are inherited by every process the command starts, and neither can be undone.
+    """
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    for option, value in (
+        (PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1)),
+        (PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER)),
+    ):
+        extra = ctypes.byref(fprog) if option == PR_SET_SECCOMP else ctypes.c_ulong(0)
+        if LIBC.prctl(ctypes.c_int(option), value, extra, ctypes.c_ulong(0), ctypes.c_ulong(0)):
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
 
 
 def tasks_of(uid: int) -> int:
@@ -144,6 +172,8 @@ def child(
             # RLIMIT_NPROC counts every task of the uid: allow this many beyond those running.
             allowed = config["processes"] + (tasks_of(os.getuid()) if running is None else running)
             resource.setrlimit(resource.RLIMIT_NPROC, (allowed, allowed))
+        step = "confine the command (no_new_privs and the seccomp filter)"
+        confine(bytes.fromhex(config["seccomp"]))
         if config.get("probe"):
             os._exit(0)
         step = f"run {argv[0]!r}"

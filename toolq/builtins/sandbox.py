@@ -14,7 +14,8 @@ The model, and what it does not promise:
   the group on cancel would kill the supervisor before it reaps.)
 * **Identity.** When the worker runs as root, the command runs as ``SandboxLimits.user`` /
   ``group`` (default 65534, "nobody"), with no supplementary groups, so it has no
-  capabilities and ``RLIMIT_NPROC`` (a per-uid count) contains a fork bomb. Give each worker
+  capabilities (and, with ``no_new_privs``, no setuid binary gives it root back) and
+  ``RLIMIT_NPROC`` (a per-uid count) contains a fork bomb. Give each worker
   host a uid nothing else uses: processes of that uid from concurrent calls share the budget.
   As a non-root user no identity change is possible: the command runs as the worker's user
   and may read what that user can (its files, ``/proc/<worker>/environ``); the process cap
@@ -45,8 +46,13 @@ The model, and what it does not promise:
   directories, its scratch ``TMPDIR`` (made per call, inside the private ``/tmp``) and
   whatever you make writable for that user, e.g. ``chown -R 65534:65534 <root>``; toolq
   does not change ownership of your files. The workspace and its parents must be
-  searchable (``o+x``) by that user. Unix sockets on the filesystem stay reachable if
-  their permissions let that user in.
+  searchable (``o+x``) by that user.
+* **Confinement** (every isolation mode): ``no_new_privs`` (a setuid bit or file capability
+  raises nothing) and a seccomp filter (``toolq/builtins/seccomp.py``): no unix socket is
+  made, so none of the host's (a database's, Redis', Docker's, in any directory or the
+  abstract namespace) can be reached; no ``ptrace``, namespaces, mounts, ``bpf``, keyrings,
+  ``io_uring`` or module loading. Only on x86_64 and aarch64: elsewhere the sandbox refuses
+  to run.
 * **Environment.** Only an allowlist reaches the command: ``PATH``, ``LANG``, ``HOME`` (the
   workspace), ``TMPDIR`` and what you pass in ``env``. Nothing of the worker's environment is
   inherited, so API keys and ``TOOLQ_*`` settings stay out.
@@ -57,24 +63,23 @@ The model, and what it does not promise:
 
 from __future__ import annotations
 
-import codecs
-import contextlib
+import functools
 import json
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolq.builtins import seccomp
 from toolq.builtins._supervisor import PRIVATE_DIRS
+from toolq.builtins.capture import STOP_GRACE, Capture, pump
 from toolq.builtins.workspace import Workspace
 from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutionError
 from toolq.execution.context import ToolContext
@@ -84,10 +89,6 @@ from toolq.registry.upstream.transports import Launch
 
 SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-STOP_GRACE = 3.0
-"""Seconds the supervisor gets to clean up after SIGTERM before the group is SIGKILLed."""
-DRAIN_AFTER_EXIT = 1.0
-"""Seconds to keep reading pipes after the supervisor exited (an escaped holder)."""
 CHECK_TIMEOUT = 10.0
 """Seconds the start-up check of the namespaces may take."""
 
@@ -124,49 +125,6 @@ class SandboxResult(BaseModel):
     truncated: bool
     timed_out: bool
     duration_ms: int
-
-
-class _Stream:
-    """One pipe: captured up to a cap, decoded incrementally, streamed as progress."""
-
-    def __init__(self, name: str, pipe: IO[bytes], cap: int, ctx: ToolContext) -> None:
-        self.name = name
-        self.fd = pipe.fileno()
-        self.cap = cap
-        self.ctx = ctx
-        self.kept = 0
-        self.truncated = False
-        self.text: list[str] = []
-        self.pending = ""
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, data: bytes) -> None:
-        room = self.cap - self.kept
-        if len(data) > room:
-            self.truncated = True
-            data = data[:room]
-        if not data:
-            return
-        self.kept += len(data)
-        self._emit(self.decoder.decode(data))
-
-    def close(self) -> None:
-        self._emit(self.decoder.decode(b"", final=True), final=True)
-
-    def _emit(self, text: str, final: bool = False) -> None:
-        self.text.append(text)
-        self.pending += text
-        cut = len(self.pending) if final else self.pending.rfind("\n") + 1
-        if cut == 0 and len(self.pending) >= 4096:
-            cut = len(self.pending)  # a very long line: send what there is
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        if out:
-            # A failing progress sink (Redis away) must not stop us reading and reaping.
-            with contextlib.suppress(Exception):
-                self.ctx.progress({"stream": self.name, "text": out})
-
-    def value(self) -> str:
-        return "".join(self.text)
 
 
 def _world_usable(path: str) -> bool:
@@ -208,17 +166,20 @@ class Sandbox:
         self._checked = False
 
     def check(self) -> None:
-        """Set up the namespaces once, as a call would; ConfigurationError if refused.
+        """Set up a call's confinement once, as a call would; ConfigurationError if refused.
 
-        Workers run it at start, so a host that cannot isolate is found before any call.
+        Workers run it at start, so a host that cannot isolate (namespaces) or confine (the
+        seccomp filter, in every mode) is found before any call.
         """
-        if self.isolation == "none" or self._checked:
+        if self._checked:
             return
         try:
             result = self.run(
                 ["(check)"], ToolContext(), cwd="/", timeout=CHECK_TIMEOUT, probe=True
             )
         except ToolExecutionError as exc:
+            if not exc.details.get("isolation"):
+                raise ConfigurationError(f"the sandbox cannot confine commands: {exc}") from None
             raise ConfigurationError(
                 f"the sandbox cannot isolate commands on this host: {exc}. Namespaces need "
                 "CAP_SYS_ADMIN: run the worker as root (in a container: cap_add SYS_ADMIN and "
@@ -228,6 +189,11 @@ class Sandbox:
         if result.exit_code != 0:
             raise ConfigurationError(f"the sandbox start-up check failed: {result}")
         self._checked = True
+
+    @functools.cached_property
+    def filter(self) -> bytes:
+        """The seccomp program of this machine (ConfigurationError on another architecture)."""
+        return seccomp.program()
 
     def usable(self, path: str) -> bool:
         """Tell whether the sandboxed user can execute the program at ``path``."""
@@ -321,6 +287,7 @@ class Sandbox:
             "files": host_scratch,
             "workspace": self.home,
             "probe": probe,
+            "seccomp": self.filter.hex(),
             "cwd": cwd,
             "uid": limits.user if self.drop_privileges else None,
             "gid": limits.group if self.drop_privileges else None,
@@ -359,10 +326,10 @@ class Sandbox:
             os.close(status_w)
         assert proc.stdout is not None and proc.stderr is not None
         streams = [
-            _Stream("stdout", proc.stdout, self.limits.output_bytes, ctx),
-            _Stream("stderr", proc.stderr, self.limits.output_bytes, ctx),
+            Capture("stdout", proc.stdout, self.limits.output_bytes, ctx),
+            Capture("stderr", proc.stderr, self.limits.output_bytes, ctx),
         ]
-        timed_out = self._pump(proc, streams, ctx, started + limit)
+        timed_out = pump(proc, streams, ctx, started + limit)
         with os.fdopen(status_r, "rb") as f:
             lines = [json.loads(line) for line in f.read().splitlines() if line.strip()]
         for stream in streams:
@@ -380,7 +347,10 @@ class Sandbox:
                     " and their parent directories must be accessible to that user)"
                 )
             error = errors[0]["error"]
-            raise ToolExecutionError(f"sandbox could not start {argv[0]!r}: {error}{hint}")
+            raise ToolExecutionError(
+                f"sandbox could not start {argv[0]!r}: {error}{hint}",
+                isolation=bool(errors[0].get("isolation")),
+            )
         final: dict[str, Any] = next((line for line in lines if "error" not in line), {})
         code = final.get("exit", -final["signal"] if "signal" in final else None)
         return SandboxResult(
@@ -391,66 +361,6 @@ class Sandbox:
             timed_out=timed_out,
             duration_ms=round((time.monotonic() - started) * 1000),
         )
-
-    def _pump(
-        self,
-        proc: subprocess.Popen[bytes],
-        streams: list[_Stream],
-        ctx: ToolContext,
-        deadline: float,
-    ) -> bool:
-        """Read both pipes until EOF, stopping the tree at the deadline; True if it timed out."""
-        timed_out = False
-        stop_sent: float | None = None
-        exited_at: float | None = None
-        with selectors.DefaultSelector() as selector:
-            for stream in streams:
-                selector.register(stream.fd, selectors.EVENT_READ, stream)
-            while selector.get_map():
-                now = time.monotonic()
-                if stop_sent is None and (now >= deadline or ctx.cancelled):
-                    timed_out = not ctx.cancelled
-                    stop_sent = now
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGTERM)  # the supervisor kills the tree
-                if stop_sent is not None and now - stop_sent > STOP_GRACE:
-                    _kill_group(proc)
-                if exited_at is None and _exited(proc):
-                    exited_at = now
-                if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT:
-                    break  # something escaped the tree and still holds a pipe: stop reading
-                for key, _ in selector.select(0.05):
-                    stream = key.data
-                    data = os.read(stream.fd, 65536)
-                    if data:
-                        stream.feed(data)
-                    else:
-                        selector.unregister(stream.fd)
-        if not _exited(proc, timeout=STOP_GRACE):
-            _kill_group(proc)
-        _kill_group(proc)  # stragglers still in the group; the leader is unreaped, no reuse
-        proc.wait()
-        return timed_out
-
-
-def _exited(proc: subprocess.Popen[bytes], timeout: float | None = None) -> bool:
-    """Tell whether the supervisor exited, without reaping it (its pid stays reserved)."""
-    end = time.monotonic() + (timeout or 0)
-    while True:
-        try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        if info is not None:
-            return True
-        if time.monotonic() >= end:
-            return False
-        time.sleep(0.02)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 Timeout = Annotated[float, Field(gt=0)]

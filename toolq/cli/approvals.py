@@ -28,6 +28,7 @@ from toolq.cli.common import (
 from toolq.cli.ids import resolve_call_id
 from toolq.dispatch.client import Client
 from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
+from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.signing import verifier_for
 
@@ -50,7 +51,8 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
     Without the registry a decision still goes through the approval policy, the signing
     and the compare-and-set; what it cannot do is validate edited arguments (refused
-    below), and the quorum of a call comes from its record instead of its tool.
+    below) or know a tool's risk: the record's is data any Redis writer can change, so
+    every call is decided as a DANGEROUS one (its approvers, quorum and signed risk).
     """
     settings = settings_for(app, redis_url)
     require_redis(settings)
@@ -200,6 +202,7 @@ def approve(
     with _client(app, redis_url) as client:
         full = _resolve(client, call_id)
         try:
+            _note_unknown_tool(client, full)
             arguments = json.loads(args) if args else None
             result = client.approvals.approve(
                 full, by=by, arguments=arguments, note=note, digest=digest, always=always
@@ -207,6 +210,18 @@ def approve(
         except (ToolqError, ValueError) as exc:
             raise fail(str(exc)) from None
         typer.echo(f"approved {full}: {result.status.value}")
+
+
+def _note_unknown_tool(client: Client, call_id: str) -> None:
+    """Say on stderr when a call is decided as DANGEROUS for want of its tool's registry."""
+    request = client.approvals.get(call_id)
+    if client.registry.get(request.name) is None and request.risk is not RiskLevel.DANGEROUS:
+        typer.echo(
+            f"note: without --app this decides {request.name!r} as a DANGEROUS call (the "
+            f"record says {request.risk.value}); workers that verify approvals refuse it "
+            "unless the tool is DANGEROUS there: pass --app to decide by the tool's own risk",
+            err=True,
+        )
 
 
 @approvals.command()

@@ -35,7 +35,9 @@ def mcp(
     run_id: str | None = typer.Option(
         None, "--run-id", help="Run of every call (default: one per MCP session)."
     ),
-    principal: str = typer.Option("mcp", help="Submitter recorded on every call."),
+    principal: str = typer.Option(
+        "mcp", help="Submitter of every call over stdio (http: each call's token's principal)."
+    ),
     tenant: str = typer.Option(
         DEFAULT_TENANT, help="Tenant every call is run for (http: tokens of another are refused)."
     ),

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from toolq.approvals.authority import decided_risk
 from toolq.approvals.policy import RunRules
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
@@ -405,7 +406,10 @@ class Client:
         envelope = self.store.envelope(call_id)
         # The message is pushed by the script that marks the undo requested, so a request
         # never exists without one (and the sweeper re-sends one that is lost).
-        queue, message = self.publisher.undo_message(call_id, envelope.risk)
+        tool = self.registry.get(envelope.name)
+        queue, message = self.publisher.undo_message(
+            call_id, tool.risk if tool is not None else envelope.risk
+        )
         after = self.log.last_id(envelope.run_id)
         outcome = self.undos.request(call_id, queue, message)
         if outcome == "missing":
@@ -441,14 +445,16 @@ class Client:
         if self.cells is not None:
             return self._on_call(call_id, lambda c: c.undo_gate(call_id))
         envelope = self.store.envelope(call_id)
+        # The registry's risk, never the record's (a Redis writer could lower it).
+        risk = decided_risk(self.registry, envelope.name)
         tool = self.registry.get(envelope.name)
-        if envelope.risk is RiskLevel.DANGEROUS or tool is None:
-            return envelope.risk
+        if risk is RiskLevel.DANGEROUS or tool is None:
+            return risk
         try:
             route = self.policy.route(tool, envelope.arguments, RunRules())
         except ApprovalPredicateError:
             route = "park"
-        return envelope.risk if route == "park" else None
+        return risk if route == "park" else None
 
     def close(self) -> None:
         """Release connections."""

@@ -8,7 +8,8 @@ message.
 Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
 denied calls, each with an error the model can read; they never cost the batch its other
 calls. Every call is claimed under an idempotency key, so a retried dispatch returns the
-calls of the first one and runs nothing twice.
+calls of the first one and runs nothing twice; a key reused for another tool or other
+arguments is refused (``toolq.dispatch.conflicts``).
 
 A run belongs to the principal whose dispatch created it: a dispatch by anyone else (but an
 admin) is refused with ``NotRunOwnerError`` and writes nothing, and the run's sticky rules
@@ -33,11 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
 from toolq.dispatch.budgets import period_of
+from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.errors import (
     ApprovalDeniedError,
     BudgetExceededError,
+    CallIdConflictError,
     InvalidTenantError,
     NotRunOwnerError,
     PayloadError,
@@ -135,10 +138,12 @@ class Dispatcher:
     ) -> Dispatched:
         """Store and route every tool call in ``payload``, run for ``tenant``.
 
-        Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``)
-        and for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
-        calls to any run of the same tenant). The tenant's share and limits
-        (``toolq.quotas``) decide when its queued calls reach a worker.
+        Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``),
+        for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
+        calls to any run of the same tenant) and when every call reuses a call id (or
+        idempotency key) of another call (``CallIdConflictError``; nothing is written). The
+        tenant's share and limits (``toolq.quotas``) decide when its queued calls reach a
+        worker.
         """
         try:
             valid_tenant(tenant)
@@ -177,11 +182,11 @@ class Dispatcher:
         new_calls = []
         for position, call in enumerate(calls):
             key = _idempotency_key(call, position, idempotency_key)
-            new_calls.append(
-                self._prepare(
-                    call, run, position, behavior, principal, key, run_rules, admin, tenant, budget
-                )
+            new = self._prepare(
+                call, run, position, behavior, principal, key, run_rules, admin, tenant, budget
             )
+            named = fingerprint(self.box, self.registry.get(call.name), call.name, call.arguments)
+            new_calls.append(dataclasses.replace(new, fingerprint=named))
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
@@ -205,6 +210,7 @@ class Dispatcher:
                 run_id=run,
                 by=principal,
             )
+        refused_any = self._refuse_conflicts(new_calls, replies)
         refs: list[CallRef] = []
         to_preview: list[NewCall] = []
         duplicate_ids: list[int] = []
@@ -248,8 +254,29 @@ class Dispatcher:
         for new in to_preview:
             self.publisher.send_preview(new.envelope.call_id, new.envelope.risk)
         formats = {c.format for c in calls}
-        first = None if duplicate_ids or not replies else replies[0][1]
+        # A refused call is created after the others: its event is not the first one.
+        first = None if duplicate_ids or refused_any or not replies else replies[0][1]
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first)
+
+    def _refuse_conflicts(self, calls: list[NewCall], replies: list[tuple[str, str]]) -> bool:
+        """Refuse the calls whose ids name other calls: all of them, or each as a failed call.
+
+        Replaces, in place, each conflicting call and its reply by the failed call it
+        becomes (``toolq.dispatch.conflicts``); True when there was one.
+        """
+        code = CallIdConflictError.code
+        conflicts = [i for i, (outcome, _) in enumerate(replies) if outcome == code]
+        if not conflicts:
+            return False
+        if len(conflicts) == len(replies):
+            raise conflict_error(calls[conflicts[0]], replies[conflicts[0]][1])
+        refused = [
+            refused_call(calls[i], replies[i][1], self.registry.get(calls[i].envelope.name))
+            for i in conflicts
+        ]
+        for i, call, reply in zip(conflicts, refused, self.store.create_many(refused), strict=True):
+            calls[i], replies[i] = call, reply
+        return True
 
     def _rules_for(self, run_id: str, principal: str | None, tenant: str) -> RunRules:
         """The run's rules as they apply to ``principal``'s calls (one round trip)."""

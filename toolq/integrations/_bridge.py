@@ -2,7 +2,15 @@
 
 Every adapter dispatches each tool call on its own, under the framework's call id, so a
 dispatch repeated after a resume (or in a new process) finds the same toolq call through
-toolq's idempotency key instead of running a second one. No framework is imported here.
+toolq's idempotency key instead of running a second one. A call id names one call: the call
+found under an id must be of the same tool with the arguments the model sent for it, or the
+adapter gets ``CallIdConflictError`` (the model reads it), never that call's approval or result.
+
+An adapter is a submitter. It never approves or denies: an authenticated approver decides a
+parked call (the HTTP API with their own token or a decision token, the dashboard, the CLI),
+and the adapter reads toolq's state of the call when the framework resumes. So the agent
+process never needs the approval signing key, and a Bridge over a client that holds one is
+refused. No framework is imported here.
 """
 
 from __future__ import annotations
@@ -15,23 +23,56 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolq.approvals.models import ApprovalRequest
+from toolq.approvals.policy import digest_arguments
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
 from toolq.dispatch.providers.outcome import outcome, text_of
 from toolq.errors import (
     ApprovalPredicateError,
-    NotAwaitingApprovalError,
+    CallIdConflictError,
+    ConfigurationError,
+    NotAuthorizedError,
+    SecretsError,
     ToolqError,
     WaitTimeoutError,
 )
-from toolq.models import CallResult, CallStatus, Event
+from toolq.models import CallEnvelope, CallResult, CallStatus, Event
+from toolq.registry.tool import Tool
+from toolq.secretbox import SecretBox, open_arguments
+from toolq.settings import Settings
 
 WAIT_SLICE = 1.0
 """Seconds one blocking wait lasts before it checks whether its waiter went away."""
 
+DECIDED_IN_TOOLQ = (
+    "an approver decides (and edits) it in toolq: ApprovalClient with their own token or a "
+    "decision token, the dashboard, or `toolq approvals approve/deny`; then resume the "
+    "framework with a plain approval"
+)
+
+
+def refuse_signing_key(settings: Settings) -> None:
+    """Raise ``ConfigurationError`` when an agent process holds the approval signing key."""
+    if settings.approval_signing_key is not None:
+        raise ConfigurationError(
+            "this agent process holds TOOLQ_APPROVAL_SIGNING_KEY: a framework adapter is a "
+            "submitter and never decides calls, so it must not hold the key that signs "
+            "approvals. Remove it from the agent's environment; approvers decide through the "
+            "API (their own token or a decision token), the dashboard or the CLI"
+        )
+
+
+def refused_on_resume(call_id: str, what: str) -> NotAuthorizedError:
+    """The error for a framework resume that tries to decide or edit a toolq call."""
+    return NotAuthorizedError(
+        f"call {call_id}: {what} is not applied: a framework resume never decides or edits a "
+        f"toolq call; {DECIDED_IN_TOOLQ}",
+        call_id=call_id,
+    )
+
 
 class Bridge:
-    """Dispatches, waits for, decides and cancels the calls of one toolq run."""
+    """Dispatches, waits for, withdraws and cancels the calls of one toolq run."""
 
     def __init__(
         self,
@@ -39,29 +80,26 @@ class Bridge:
         *,
         run_id: str | None = None,
         principal: str | None = None,
-        approver: str = "framework",
         behavior: str | None = None,
     ) -> None:
         self.client = client.sync if isinstance(client, AsyncClient) else client
+        refuse_signing_key(self.client.settings)
         self.run_id = run_id or uuid.uuid4().hex
         self.principal = principal
-        self.approver = approver
         self.behavior = behavior
 
     def with_run(self, run_id: str) -> Bridge:
         """The same settings on another toolq run."""
-        return Bridge(
-            self.client,
-            run_id=run_id,
-            principal=self.principal,
-            approver=self.approver,
-            behavior=self.behavior,
-        )
+        return Bridge(self.client, run_id=run_id, principal=self.principal, behavior=self.behavior)
 
     # -- calls -------------------------------------------------------------------------------
 
     def submit(self, tool_call_id: str, name: str, arguments: dict[str, Any]) -> CallResult:
-        """Dispatch one call (or find the one dispatched before under this id); its state now."""
+        """Dispatch one call (or find the one dispatched before under this id); its state now.
+
+        ``arguments`` are the model's own. Raises ``CallIdConflictError`` when the id names
+        a call of another tool or with other arguments.
+        """
         batch = self.client.dispatch(
             [{"id": tool_call_id, "name": name, "arguments": arguments}],
             run_id=self.run_id,
@@ -69,29 +107,59 @@ class Bridge:
             behavior=self.behavior,
         )
         ref = batch.calls[0]
+        if ref.duplicate:
+            self._check_same(ref.call_id, tool_call_id, name, arguments)
         if ref.status.is_final:
             return self.client.result(ref.call_id)
         return CallResult(
             call_id=ref.call_id,
             tool_call_id=ref.tool_call_id,
-            name=ref.name,
+            name=name,
             status=ref.status,
             run_id=self.run_id,
         )
 
-    def find(self, tool_call_id: str) -> CallResult | None:
-        """The run's call for a provider call id, or None if none was dispatched."""
+    def find(self, tool_call_id: str, name: str, arguments: dict[str, Any]) -> CallResult | None:
+        """The run's call for a provider call id, or None if none was dispatched.
+
+        Raises ``CallIdConflictError`` when the id names a call of another tool or with
+        other arguments.
+        """
         for result in self.client.results(self.run_id):
             if result.tool_call_id == tool_call_id:
+                self._check_same(result.call_id, tool_call_id, name, arguments)
                 return result
         return None
+
+    def _check_same(
+        self, call_id: str, tool_call_id: str, name: str, arguments: dict[str, Any]
+    ) -> None:
+        cell = self.client.cell_for_call(call_id)
+        envelope = cell.store.envelope(call_id)
+        tool = self.client.registry.get(name)
+        if envelope.name != name or not _sent_with(cell.dispatcher.box, tool, envelope, arguments):
+            raise CallIdConflictError(
+                f"tool call id {tool_call_id!r} already names another call in this run (of "
+                "another tool, or with other arguments); a call id names one call: this call "
+                "was not run",
+                tool_call_id=tool_call_id,
+                run_id=self.run_id,
+            )
 
     def request(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it (secrets masked)."""
         return self.client.approvals.get(call_id)
 
+    def status(self, call_id: str) -> CallResult:
+        """The call's current state (and outcome, once final)."""
+        return self.client.result(call_id)
+
     def wait(self, call_id: str, stop: threading.Event | None = None) -> CallResult:
-        """Block until the call is final (or ``stop`` is set: its current state)."""
+        """Block until the call is final (or ``stop`` is set: its current state).
+
+        A parked call is final once an approver denied it or its deadline passed, or once
+        it ran after they approved it.
+        """
         while True:
             try:
                 [result] = self.client.wait([call_id], timeout=WAIT_SLICE, run_id=self.run_id)
@@ -140,47 +208,35 @@ class Bridge:
         """Cancel the call (at once if queued or parked, cooperatively if running)."""
         return self.client.cancel(call_id, principal=self.principal)
 
-    # -- decisions ---------------------------------------------------------------------------
+    def withdraw(self, call_id: str) -> CallResult:
+        """The framework said no: cancel the call unless it is final already; its state now.
 
-    def approve(
-        self,
-        call_id: str,
-        arguments: dict[str, Any] | None = None,
-        by: str | None = None,
-        *,
-        note: str | None = None,
-        digest: str | None = None,
-        always: bool = False,
-    ) -> None:
-        """Approve a parked call, with ``arguments`` as an edit when they differ.
-
-        A call decided already (say in the dashboard) is left as it is.
+        Not a denial (no approver decided): the call ends ``cancelled``. A call an approver
+        approved that is running is cancelled cooperatively; a finished one stays as it is.
         """
-        request = self.request(call_id)
-        if request.status is not CallStatus.AWAITING_APPROVAL:
-            return
-        edit = arguments if arguments is not None and arguments != request.arguments else None
-        # decided meanwhile by someone else: their decision stands
-        with contextlib.suppress(NotAwaitingApprovalError):
-            self.client.approvals.approve(
-                call_id,
-                by or self.approver,
-                arguments=edit,
-                note=note,
-                digest=digest,
-                always=always,
-            )
-
-    def deny(
-        self, call_id: str, reason: str, by: str | None = None, *, always: bool = False
-    ) -> None:
-        """Deny a parked call with the reason the model reads; a decided call stays as it is."""
-        with contextlib.suppress(NotAwaitingApprovalError):
-            self.client.approvals.deny(call_id, by or self.approver, reason, always=always)
+        current = self.client.result(call_id)
+        return current if current.status.is_final else self.cancel(call_id)
 
     def events(self, after: str | None = None) -> Iterator[Event]:
         """The run's events so far (progress included), after the stream id ``after``."""
         return self.client.events(self.run_id, after)
+
+
+def _sent_with(
+    box: SecretBox | None, tool: Tool | None, envelope: CallEnvelope, arguments: dict[str, Any]
+) -> bool:
+    """Whether ``arguments`` are what the model sent for the stored call (before any edit)."""
+    first = envelope.original_arguments
+    sent = envelope.arguments if first is None else first
+    if tool is None:
+        return digest_arguments(sent) == digest_arguments(arguments)
+    try:
+        opened = open_arguments(box, tool, envelope.call_id, sent)
+    except SecretsError:
+        # A call that will never run is stored with its secrets masked, not sealed.
+        masked = tool.redact(arguments, conservative=True)
+        return digest_arguments(tool.redact(sent, conservative=True)) == digest_arguments(masked)
+    return digest_arguments(opened) == digest_arguments(arguments)
 
 
 def is_settled_approval(status: CallStatus) -> bool:

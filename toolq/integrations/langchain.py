@@ -4,10 +4,17 @@ Install with ``pip install 'toolq[langchain]'``. ``toolq_tools(client)`` gives o
 active registry tool, for ``create_agent`` or ``ToolNode``. Each call is dispatched under the
 model's tool call id into the toolq run of the graph's thread (``configurable.thread_id``,
 unless a ``run_id`` is given). A call toolq parks calls LangGraph's ``interrupt`` with an
-``approval_request``; ``Command(resume=...)`` decides it: ``True`` / ``{"kind": "approve",
-"arguments": {...}}`` approves (the arguments as an edit), ``False`` / ``{"kind": "deny",
-"reason": "..."}`` denies. ``resume_command`` builds that ``Command`` from decisions keyed
-by tool call id, never by position.
+``approval_request`` naming the toolq call.
+
+An approver decides that call in toolq (``ApprovalClient`` with their own token or a decision
+token, the dashboard, the CLI); the tool never does. ``Command(resume=...)`` only answers the
+interrupt: ``True`` / ``Approve()`` goes on, and a call toolq still holds parked interrupts the
+graph again, one approved runs (with the approver's edit, if any), one denied or expired is an
+error ``ToolMessage`` with toolq's message. ``False`` / ``Deny(reason=...)`` withdraws the
+call (cancelled unless final already: not a denial; the model reads the reason). A resume
+value that tries to decide (``Approve(arguments=...)``, ``{}`` included, ``note``, ``digest``,
+``always``) raises ``NotAuthorizedError``. ``resume_command`` builds the ``Command`` from
+answers keyed by tool call id, never by position.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from langgraph.types import Command, Interrupt, interrupt
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict, PrivateAttr, ValidationError
 
 from toolq.approvals.models import Approve, Deny
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.integrations._bridge import Bridge, error_text, output_of
+from toolq.errors import CallIdConflictError
+from toolq.integrations._bridge import Bridge, error_text, output_of, refused_on_resume
 from toolq.models import CallResult, CallStatus
 
 APPROVAL_REQUEST = "toolq.approval_request"
@@ -34,7 +42,8 @@ APPROVAL_REQUEST = "toolq.approval_request"
 _TOOL_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "toolq_tool_call_id", default=None
 )
-Decision = bool | Approve | Deny | Mapping[str, Any]
+Resume = bool | Approve | Deny | Mapping[str, Any]
+"""A resume value: go on (``True``, ``Approve()``) or withdraw (``False``, ``Deny``)."""
 
 
 class ToolqTool(BaseTool):
@@ -71,19 +80,16 @@ class ToolqTool(BaseTool):
 
     def _run(self, config: RunnableConfig, **arguments: Any) -> Any:
         bridge, call_id = self._call(config)
-        state = bridge.submit(call_id, self.name, arguments)
-        if state.status is CallStatus.AWAITING_APPROVAL:
-            self._decide(bridge, state, arguments)
+        state = _submitted(bridge, call_id, self.name, arguments)
+        self._await_decision(bridge, state)
         return _returned(bridge.wait(state.call_id))
 
     async def _arun(self, config: RunnableConfig, **arguments: Any) -> Any:
         bridge, call_id = self._call(config)
         # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
         # call it dispatched without knowing its id
-        state = bridge.submit(call_id, self.name, arguments)
-        if state.status is CallStatus.AWAITING_APPROVAL:
-            # interrupt() raises; the call stays parked for the resume
-            self._decide(bridge, state, arguments)
+        state = _submitted(bridge, call_id, self.name, arguments)
+        self._await_decision(bridge, state)  # interrupt() raises; the call stays parked
         with bridge.cancelled_with_task(state.call_id):
             return _returned(await bridge.result(state.call_id))
 
@@ -92,33 +98,43 @@ class ToolqTool(BaseTool):
         bridge = self._bridge.with_run(str(run)) if run else self._bridge
         return bridge, _TOOL_CALL_ID.get() or f"call_{uuid.uuid4().hex}"
 
-    def _decide(self, bridge: Bridge, state: CallResult, arguments: dict[str, Any]) -> None:
-        """Interrupt the graph with the approval request; apply the answer it resumes with."""
+    def _await_decision(self, bridge: Bridge, state: CallResult) -> None:
+        """Interrupt the graph until an approver decided the call in toolq.
+
+        A call that was ever parked interrupts at least once, so every resume value is
+        read and checked, even one given after the approver decided. Each resume replays
+        the interrupts before it (LangGraph re-runs the tool); after each answer the call's
+        state is read again, and the loop ends once toolq decided it. A resume that
+        withdraws the call raises ``ToolException`` with its reason.
+        """
         request = bridge.request(state.call_id)
-        answer = interrupt(
-            {
-                "type": APPROVAL_REQUEST,
-                "tool_call_id": state.tool_call_id,
-                "call_id": state.call_id,
-                "run_id": bridge.run_id,
-                "name": self.name,
-                "arguments": request.arguments,
-                "risk": request.risk.value,
-                "digest": request.digest,
-                "preview": request.preview,
-            }
-        )
-        decision = _decision(answer)
-        if isinstance(decision, Deny):
-            bridge.deny(state.call_id, decision.reason, always=decision.always)
-        else:
-            bridge.approve(
-                state.call_id,
-                decision.arguments or arguments,
-                note=decision.note,
-                digest=decision.digest,
-                always=decision.always,
+        if request.deadline is None:
+            return  # never parked
+        while True:
+            answer = interrupt(
+                {
+                    "type": APPROVAL_REQUEST,
+                    "tool_call_id": state.tool_call_id,
+                    "call_id": state.call_id,
+                    "run_id": bridge.run_id,
+                    "name": self.name,
+                    "status": request.status.value,
+                    "arguments": request.arguments,
+                    "risk": request.risk.value,
+                    "digest": request.digest,
+                    "preview": request.preview,
+                    "approvals": request.approvals,
+                }
             )
+            reason = _withdrawal(answer, state.call_id)
+            if reason is not None:
+                withdrawn = bridge.withdraw(state.call_id)
+                if withdrawn.status is CallStatus.CANCELLED:
+                    raise ToolException(f"not run: {reason}")
+                return  # it started (or ended) already: its outcome stands
+            request = bridge.request(state.call_id)
+            if request.status is not CallStatus.AWAITING_APPROVAL:
+                return
 
 
 def toolq_tools(
@@ -126,14 +142,11 @@ def toolq_tools(
     *,
     run_id: str | None = None,
     principal: str | None = None,
-    approver: str = "langgraph",
     behavior: str | None = None,
     tools: Iterable[str] | None = None,
 ) -> list[ToolqTool]:
     """One ``ToolqTool`` per active registry tool (or per name in ``tools``)."""
-    bridge = Bridge(
-        client, run_id=run_id, principal=principal, approver=approver, behavior=behavior
-    )
+    bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
     wanted = set(tools) if tools is not None else None
     return [
         ToolqTool(
@@ -157,42 +170,72 @@ def approval_requests(interrupts: Iterable[Interrupt]) -> dict[str, Interrupt]:
     }
 
 
-def resume_command(
-    interrupts: Iterable[Interrupt], decisions: Mapping[str, Decision]
-) -> Command[Any]:
-    """``Command(resume={interrupt id: decision})`` from decisions keyed by tool call id.
+def resume_command(interrupts: Iterable[Interrupt], answers: Mapping[str, Resume]) -> Command[Any]:
+    """``Command(resume={interrupt id: answer})`` from answers keyed by tool call id.
 
     A tool call id that has no pending toolq interrupt raises ``KeyError``.
     """
     pending = approval_requests(interrupts)
-    missing = set(decisions) - set(pending)
+    missing = set(answers) - set(pending)
     if missing:
         raise KeyError(f"no pending toolq approval for tool call ids {sorted(missing)}")
     return Command(
-        resume={pending[call_id].id: _wire(decision) for call_id, decision in decisions.items()}
+        resume={pending[call_id].id: _wire(answer) for call_id, answer in answers.items()}
     )
 
 
-def _wire(decision: Decision) -> Any:
-    """A decision as plain data, so checkpoints stay serializable."""
-    if isinstance(decision, Approve | Deny):
-        return decision.model_dump(exclude_none=True)
-    return decision if isinstance(decision, bool) else dict(decision)
+def _wire(answer: Resume) -> Any:
+    """An answer as plain data, so checkpoints stay serializable."""
+    if isinstance(answer, Approve | Deny):
+        return answer.model_dump(exclude_none=True)
+    return answer if isinstance(answer, bool) else dict(answer)
+
+
+def _withdrawal(answer: Any, call_id: str) -> str | None:
+    """Read a resume value: None to go on, or the reason the app withdraws the call.
+
+    ``True``/``Approve()`` (or ``{"kind": "approve"}``) go on; ``False``/``Deny(reason=...)``
+    withdraw. A resume value cannot decide: an ``Approve`` with ``arguments`` (``{}``
+    included), ``note``, ``digest`` or ``always``, or a ``Deny`` with ``always``, raises
+    ``NotAuthorizedError``.
+    """
+    if answer is True:
+        return None
+    if answer is False:
+        return "withdrawn"
+    decision = _decision(answer)
+    if isinstance(decision, Deny):
+        if decision.always:
+            raise refused_on_resume(call_id, "Deny(always=True)")
+        return decision.reason or "withdrawn"
+    if decision.arguments is not None:
+        raise refused_on_resume(call_id, "Approve(arguments=...), an edit")
+    if decision.note is not None or decision.digest is not None or decision.always:
+        raise refused_on_resume(call_id, "Approve(note=..., digest=..., always=...)")
+    return None
 
 
 def _decision(answer: Any) -> Approve | Deny:
-    """Read a resume value: a bool, an ``Approve``/``Deny``, or their dict form."""
+    """A resume value other than a bool as an ``Approve`` or a ``Deny``."""
     if isinstance(answer, Approve | Deny):
         return answer
-    if answer is True:
-        return Approve()
-    if answer is False:
-        return Deny(reason="denied")
-    if isinstance(answer, Mapping) and answer.get("kind") == "deny":
-        return Deny.model_validate(dict(answer))
-    if isinstance(answer, Mapping) and answer.get("kind", "approve") == "approve":
-        return Approve.model_validate(dict(answer))
-    raise ToolException(f"cannot read the approval decision {answer!r}")
+    if isinstance(answer, Mapping) and answer.get("kind", "approve") in ("approve", "deny"):
+        model = Deny if answer.get("kind") == "deny" else Approve
+        try:
+            return model.model_validate(dict(answer))
+        except ValidationError:
+            pass
+    raise ToolException(f"cannot read the resume value {answer!r}")
+
+
+def _submitted(
+    bridge: Bridge, tool_call_id: str, name: str, arguments: dict[str, Any]
+) -> CallResult:
+    """``Bridge.submit``; a call id that names another call is an error the model reads."""
+    try:
+        return bridge.submit(tool_call_id, name, arguments)
+    except CallIdConflictError as exc:
+        raise ToolException(exc.message) from None
 
 
 def _returned(result: CallResult) -> Any:

@@ -3,16 +3,21 @@
 Install with ``pip install 'toolq[openai-agents]'``. ``ToolqAgentTools(client, run_id=...)``
 gives one ``FunctionTool`` per active registry tool; all calls of one SDK run go to the
 toolq run ``run_id``. ``needs_approval`` dispatches the call and answers with toolq's gate,
-so a parked call is one of the run's interruptions. ``approve`` / ``reject`` decide the
-parked toolq call and the SDK's ``RunState`` together (``arguments=`` approves an edit); a
-plain ``state.approve(item)`` also works (the tool approves the call when it runs). A
-``RunState`` serialized and resumed in another process finds the same parked call: the
-tools look it up by the model's call id in the same toolq run.
+so a parked call is one of the run's interruptions (``call_for(item)`` names its toolq call).
+
+An approver decides that call in toolq (``ApprovalClient`` with their own token or a decision
+token, the dashboard, the CLI); the tools never do. ``state.approve(item)`` only lets the SDK
+invoke the tool, which then waits until toolq's call is final: it runs once approved (with the
+approver's edit, if any), and the model reads toolq's message when it is denied or expires.
+``tools.reject(state, item, message)`` rejects ``item`` and withdraws its toolq call (cancelled
+unless final already: not a denial); a plain ``state.reject(item)`` leaves the toolq call
+parked until an approver decides it or it expires. A ``RunState`` serialized and resumed in
+another process finds the same parked call: the tools look it up by the model's call id,
+tool and arguments in the same toolq run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -22,8 +27,9 @@ from agents.tool_context import ToolContext
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
+from toolq.errors import CallIdConflictError
 from toolq.integrations._bridge import Bridge, error_text, output_of
-from toolq.models import CallStatus
+from toolq.models import CallResult, CallStatus
 from toolq.registry.tool import Tool
 
 
@@ -36,13 +42,10 @@ class ToolqAgentTools:
         *,
         run_id: str | None = None,
         principal: str | None = None,
-        approver: str = "openai-agents",
         behavior: str | None = None,
         tools: Iterable[str] | None = None,
     ) -> None:
-        self.bridge = Bridge(
-            client, run_id=run_id, principal=principal, approver=approver, behavior=behavior
-        )
+        self.bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
         wanted = set(tools) if tools is not None else None
         self.tools: list[FunctionTool] = [
             self._function_tool(tool)
@@ -55,33 +58,23 @@ class ToolqAgentTools:
         """The toolq run every call goes to."""
         return self.bridge.run_id
 
-    def approve(
-        self,
-        state: RunState[Any],
-        item: ToolApprovalItem,
-        *,
-        arguments: dict[str, Any] | None = None,
-        by: str | None = None,
-    ) -> None:
-        """Approve the parked toolq call behind ``item`` (``arguments`` as an edit) and ``item``."""
-        found = self.bridge.find(_call_id(item))
+    def reject(self, state: RunState[Any], item: ToolApprovalItem, message: str) -> None:
+        """Reject ``item`` and withdraw its toolq call; the model reads ``message``."""
+        found = self._found(item)
         if found is not None:
-            self.bridge.approve(found.call_id, arguments, by)
-        state.approve(item)
-
-    def reject(
-        self, state: RunState[Any], item: ToolApprovalItem, message: str, *, by: str | None = None
-    ) -> None:
-        """Deny the parked toolq call behind ``item``; the model reads ``message``."""
-        found = self.bridge.find(_call_id(item))
-        if found is not None:
-            self.bridge.deny(found.call_id, message, by)
+            self.bridge.withdraw(found.call_id)
         state.reject(item, rejection_message=message)
 
     def call_for(self, item: ToolApprovalItem) -> str | None:
         """The toolq call id behind an approval item, if it was dispatched."""
-        found = self.bridge.find(_call_id(item))
+        found = self._found(item)
         return found.call_id if found is not None else None
+
+    def _found(self, item: ToolApprovalItem) -> CallResult | None:
+        name = _field(item, "name") or item.tool_name or ""
+        raw = _field(item, "arguments")
+        arguments = json.loads(raw) if isinstance(raw, str) and raw else {}
+        return self.bridge.find(_call_id(item), name, arguments)
 
     def _function_tool(self, tool: Tool) -> FunctionTool:
         bridge = self.bridge
@@ -92,19 +85,22 @@ class ToolqAgentTools:
             # toolq's gate answers; a call it parks is dispatched now, so approvers see it
             if not bridge.would_park(tool.name, arguments):
                 return False
-            return bridge.submit(call_id, tool.name, arguments).status is (
-                CallStatus.AWAITING_APPROVAL
-            )
+            try:
+                state = bridge.submit(call_id, tool.name, arguments)
+            except CallIdConflictError:
+                return False  # the tool reports the conflict when it is invoked
+            return state.status is CallStatus.AWAITING_APPROVAL
 
         async def invoke(ctx: ToolContext[Any], raw: str) -> Any:
             arguments = json.loads(raw) if raw else {}
-            # one quick Redis round trip, not awaited: a cancelled task never leaves
-            # behind a call it dispatched without knowing its id
-            state = bridge.submit(ctx.tool_call_id, tool.name, arguments)
+            try:
+                # one quick Redis round trip, not awaited: a cancelled task never leaves
+                # behind a call it dispatched without knowing its id
+                state = bridge.submit(ctx.tool_call_id, tool.name, arguments)
+            except CallIdConflictError as exc:
+                return exc.message
             with bridge.cancelled_with_task(state.call_id):
-                if state.status is CallStatus.AWAITING_APPROVAL:
-                    # the SDK runs a gated tool only once its approval was given
-                    await asyncio.to_thread(bridge.approve, state.call_id, arguments)
+                # a parked call is final once an approver decided it in toolq and it ran
                 result = await bridge.result(state.call_id)
             if result.status is CallStatus.SUCCEEDED:
                 return _text(output_of(result))
@@ -120,9 +116,13 @@ class ToolqAgentTools:
         )
 
 
-def _call_id(item: ToolApprovalItem) -> str:
+def _field(item: ToolApprovalItem, name: str) -> Any:
     raw = item.raw_item
-    value = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
+
+
+def _call_id(item: ToolApprovalItem) -> str:
+    value = _field(item, "call_id")
     if not isinstance(value, str):
         raise ValueError(f"approval item {item!r} carries no call id")
     return value

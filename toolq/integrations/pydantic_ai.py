@@ -3,10 +3,18 @@
 Install with ``pip install 'toolq[pydantic-ai]'``. Each call is dispatched under the model's
 ``tool_call_id`` into the toolq run of the agent's conversation (``ctx.conversation_id``,
 unless a ``run_id`` is given). A call toolq parks raises ``ApprovalRequired``, so the run
-ends with ``DeferredToolRequests``; resuming with ``DeferredToolResults`` decides the parked
-call: ``ToolApproved`` approves it (``override_args`` as an edit), ``ToolDenied`` denies it
-with its message. ``deferred_results`` turns decisions made elsewhere (the dashboard, the
-CLI) into ``DeferredToolResults`` for the resume.
+ends with ``DeferredToolRequests``; ``requests.metadata[id]["toolq"]`` names the toolq call.
+
+An approver decides that call in toolq (``ApprovalClient`` with their own token or a decision
+token, the dashboard, the CLI); the toolset never does. Resuming with ``ToolApproved()``
+only lets the run go on: a call toolq still holds parked ends the resumed run with
+``DeferredToolRequests`` again, one approved runs (with the approver's edit, if any), one
+denied or expired is a ``ToolFailed`` with toolq's message. ``ToolApproved(override_args=...)``
+with other arguments than the model's raises ``NotAuthorizedError`` (``{}`` too: it is an
+edit to no arguments). ``ToolDenied`` withdraws the call: the toolset cancels it in toolq at
+the run's next step unless it is final already (that is not a denial; the model reads
+the ``ToolDenied`` message). ``deferred_results`` turns toolq's decisions into
+``DeferredToolResults``.
 """
 
 from __future__ import annotations
@@ -25,15 +33,21 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.exceptions import ToolFailed
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.errors import InvalidArgumentsError
-from toolq.integrations._bridge import Bridge, error_text, is_settled_approval, output_of
+from toolq.errors import CallIdConflictError, InvalidArgumentsError
+from toolq.integrations._bridge import (
+    Bridge,
+    error_text,
+    is_settled_approval,
+    output_of,
+    refused_on_resume,
+)
 from toolq.models import CallResult, CallStatus, Event
 
 # toolq validates the arguments against the tool's own schema when it dispatches.
@@ -52,18 +66,15 @@ class ToolqToolset(AbstractToolset[Any]):
         *,
         run_id: str | None = None,
         principal: str | None = None,
-        approver: str = "pydantic-ai",
         behavior: str | None = None,
         tools: list[str] | None = None,
         id: str | None = "toolq",
     ) -> None:
-        self.bridge = Bridge(
-            client, run_id=run_id, principal=principal, approver=approver, behavior=behavior
-        )
+        self.bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
         self._fixed_run = run_id
         self._names = tools
         self._id = id
-        self._denials_sent: set[str] = set()
+        self._withdrawn: set[tuple[str, str]] = set()  # (run id, tool call id)
 
     @property
     def id(self) -> str | None:
@@ -82,7 +93,7 @@ class ToolqToolset(AbstractToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         """The registry's active tools (or the ones named), with their JSON schemas."""
-        await self._send_denials(ctx)
+        await self._withdraw_denied(ctx)
         registry = self.bridge.client.registry
         tools = {}
         for tool in registry.active():
@@ -101,20 +112,21 @@ class ToolqToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        """Run the call on a worker; park it as ``ApprovalRequired`` while toolq holds it."""
+        """Run the call on a worker; ``ApprovalRequired`` while toolq holds it parked."""
         bridge = self._bridge(ctx)
         call_id = ctx.tool_call_id or ""
-        # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
-        # call it dispatched without knowing its id
-        state = bridge.submit(call_id, name, tool_args)
+        sent = _sent_arguments(ctx, call_id, tool_args)
+        if ctx.tool_call_approved and tool_args != sent:
+            raise refused_on_resume(call_id, "ToolApproved(override_args=...), an edit")
+        try:
+            # one quick Redis round trip, not awaited: a cancelled task never leaves behind
+            # a call it dispatched without knowing its id
+            state = bridge.submit(call_id, name, sent)
+        except CallIdConflictError as exc:
+            raise ToolFailed(exc.message) from None
         with bridge.cancelled_with_task(state.call_id):
-            return await self._finish(bridge, state, tool_args, ctx)
-
-    async def _finish(
-        self, bridge: Bridge, state: CallResult, tool_args: dict[str, Any], ctx: RunContext[Any]
-    ) -> Any:
-        if state.status is CallStatus.AWAITING_APPROVAL:
-            if not ctx.tool_call_approved:
+            if state.status is CallStatus.AWAITING_APPROVAL:
+                # Undecided in toolq (whatever the resume said): deferred again.
                 request = await asyncio.to_thread(bridge.request, state.call_id)
                 raise ApprovalRequired(
                     metadata={
@@ -124,25 +136,24 @@ class ToolqToolset(AbstractToolset[Any]):
                             "risk": request.risk.value,
                             "digest": request.digest,
                             "preview": request.preview,
+                            "approvals": request.approvals,
                         }
                     }
                 )
-            by = _approver(ctx.tool_call_metadata)
-            await asyncio.to_thread(bridge.approve, state.call_id, tool_args, by)
-        result = await bridge.result(state.call_id)
-        return _returned(result)
+            return _returned(await bridge.result(state.call_id))
 
     async def deferred_results(self, requests: DeferredToolRequests) -> DeferredToolResults:
-        """Decisions toolq holds already (dashboard, CLI) for ``requests``, ready to resume with.
+        """The decisions toolq holds on ``requests``, ready to resume with.
 
-        Calls still parked are left out (``requests.remaining(...)`` lists them).
+        Approved calls are ``ToolApproved()``, denied or expired ones ``ToolDenied`` with
+        toolq's message; calls still parked are left out (``requests.remaining(...)``).
         """
         results = DeferredToolResults()
         for part in requests.approvals:
             info = requests.metadata.get(part.tool_call_id, {}).get(METADATA_KEY)
             if not info:
                 continue
-            current = await asyncio.to_thread(self.bridge.client.result, info["call_id"])
+            current = await asyncio.to_thread(self.bridge.status, info["call_id"])
             if is_settled_approval(current.status):
                 results.approvals[part.tool_call_id] = ToolApproved()
             elif current.status.is_final:
@@ -153,41 +164,43 @@ class ToolqToolset(AbstractToolset[Any]):
         """A toolq run's events so far (progress included); ``run_id`` as ``run_id(ctx)``."""
         return self.bridge.with_run(run_id).events(after)
 
-    async def _send_denials(self, ctx: RunContext[Any]) -> None:
-        """Deny in toolq the parked calls this run answered with ``ToolDenied``.
+    async def _withdraw_denied(self, ctx: RunContext[Any]) -> None:
+        """Withdraw the toolq calls this run answered with ``ToolDenied``.
 
         pydantic-ai hands a denial to the model without calling the toolset, so the
         toolset finds it in the history the next step starts with.
         """
+        bridge = self._bridge(ctx)
         denied = {
-            part.tool_call_id: part.model_response_str()
+            part.tool_call_id: part.tool_name
             for message in ctx.messages
             if isinstance(message, ModelRequest)
             for part in message.parts
             if isinstance(part, ToolReturnPart)
             and part.outcome == "denied"
-            and part.tool_call_id not in self._denials_sent
+            and (bridge.run_id, part.tool_call_id) not in self._withdrawn
         }
         if not denied:
             return
-        bridge = self._bridge(ctx)
 
-        def send() -> None:
+        def withdraw() -> None:
             for result in bridge.client.results(bridge.run_id):
-                reason = denied.get(result.tool_call_id)
-                if reason is not None and result.status is CallStatus.AWAITING_APPROVAL:
-                    bridge.deny(result.call_id, reason)
+                if denied.get(result.tool_call_id) == result.name:
+                    bridge.withdraw(result.call_id)
 
-        await asyncio.to_thread(send)
-        self._denials_sent.update(denied)
+        await asyncio.to_thread(withdraw)
+        self._withdrawn.update((bridge.run_id, tool_call_id) for tool_call_id in denied)
 
 
-def _approver(metadata: Any) -> str | None:
-    """Who approved, from ``DeferredToolResults.metadata[id]["approved_by"]`` if given."""
-    if isinstance(metadata, dict):
-        by = metadata.get("approved_by")
-        return by if isinstance(by, str) and by else None
-    return None
+def _sent_arguments(ctx: RunContext[Any], call_id: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the model sent under ``call_id`` (``given`` may be a resume's override)."""
+    for message in reversed(ctx.messages):
+        if not isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+                return part.args_as_dict()
+    return given
 
 
 def _returned(result: CallResult) -> Any:

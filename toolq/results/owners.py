@@ -3,9 +3,10 @@
 The owner is written by the script that creates the run's first call (no extra round trip,
 and of two racing creators exactly one wins) and never changes while the run lives. Only
 the owner, or an admin, may dispatch into a run, cancel or undo its calls, or change its
-rules; a refusal raises ``NotRunOwnerError`` and is written to the audit stream as
-``refused:not_owner``. ``None`` is an owner like any other: a run created without a
-principal accepts only callers without one (and admins).
+rules; a refusal raises ``NotRunOwnerError``, is counted (``/metrics``) and is written to
+the audit stream as ``refused:not_owner`` once per principal, target and minute. ``None``
+is an owner like any other: a run created without a principal accepts only callers without
+one (and admins).
 
 A run belongs to one tenant: no call of another tenant joins it, not even an admin's, and
 a caller bound to a tenant (an API token naming one) may neither read nor act on a run of
@@ -27,8 +28,17 @@ from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
+from toolq.results.runner import Scripts
+from toolq.results.scripts import REFUSE
 from toolq.settings import Settings
 from toolq.signing import signer_for
+
+REFUSAL_WINDOW = 60
+"""Seconds in which one principal's refusals on one target are audited once."""
+REFUSALS_AUDITED = 20
+"""Refusals of one principal audited per window, whatever their targets."""
+SYSTEM = ("system", "1")
+"""The proof of an audit entry written where no signing key is held."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class RunOwners:
         self.keys = keys
         self.settings = settings
         self.signer = signer_for(settings)
+        self.scripts = Scripts(client)
 
     def get(self, run_id: str) -> RunOwner | None:
         """The run's owner; ``None`` for a run with no recorded owner (unknown run)."""
@@ -203,8 +214,13 @@ class RunOwners:
     def refuse(
         self, run_id: str, principal: str | None, *, call_id: str = "", tool: str = ""
     ) -> None:
-        """Write a ``refused:not_owner`` audit entry."""
-        entry: dict[Any, Any] = {
+        """Count a refusal; audit it as ``refused:not_owner`` if its window allows.
+
+        At most one entry per principal, target (run, and call if any) and
+        ``REFUSAL_WINDOW``, and ``REFUSALS_AUDITED`` per principal and window: the rest are
+        counted for ``/metrics`` only, so refused requests cannot flood the audit stream.
+        """
+        entry = {
             "call_id": call_id,
             "run_id": run_id,
             "tool": tool,
@@ -215,15 +231,17 @@ class RunOwners:
         }
         # Signed where the approvers' key is held (API, CLI); a submitter's process has
         # none and marks the entry as a system one (a refusal grants nothing).
-        if self.signer is not None:
-            entry["sig"] = self.signer.sign("audit", **entry)["sig"]
-        else:
-            entry["system"] = "1"
-        self.redis.xadd(
-            self.keys.audit_stream,
-            entry,
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
+        proof = ("sig", self.signer.sign("audit", **entry)["sig"]) if self.signer else SYSTEM
+        self.scripts.run(
+            REFUSE(
+                keys=self.keys,
+                principal=principal or "",
+                entry=entry,
+                proof=proof,
+                window=REFUSAL_WINDOW,
+                per_window=REFUSALS_AUDITED,
+                audit_maxlen=self.settings.audit_maxlen,
+            )
         )
 
 

@@ -61,6 +61,9 @@ class NewCall:
     schedule: tuple[str, str] | None = None
     """``(backlog, lane)`` of a call that goes through admission (``Admission.plan``): once
     queued it waits in its backlog with its message, and ADMIT pushes it."""
+    fingerprint: str = ""
+    """The call's tool and arguments, claimed with its idempotency key
+    (``toolq.dispatch.conflicts``); ``""``: a reuse of the key is never a conflict."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,10 @@ class CallStore:
         """Create calls in one round trip; one ``(outcome, value)`` per call.
 
         Each is ``('new', event_id)``, ``('over_budget', event_id)`` (created ``denied``:
-        its tenant's budget could not take its cost), ``('dup', call_id)`` or
-        ``('not_owner', owner)`` (the run belongs to another principal or tenant: nothing
-        was written).
+        its tenant's budget could not take its cost), ``('dup', call_id)``,
+        ``('call_id_conflict', call_id)`` (the key names that call, of another tool or
+        arguments: nothing was written) or ``('not_owner', owner)`` (the run belongs to
+        another principal or tenant: nothing was written).
 
         The idempotency key is claimed with the record, so a retried dispatch never creates
         a second call. The members of each group (queued calls) are created by one script
@@ -260,6 +264,7 @@ class CallStore:
             charge=call.charge,
             fields=call.fields,
             schedule=call.schedule,
+            fingerprint=call.fingerprint,
         )
 
     def mark_sent(self, call_ids: Iterable[str]) -> None:

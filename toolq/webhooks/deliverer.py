@@ -1,6 +1,8 @@
 """``WebhookDeliverer``: a worker thread that fans out the outbox and POSTs deliveries.
 
-Each attempt is signed anew (``toolq.webhooks.signing``); a 2xx answer ends a delivery,
+Each attempt reads its event again and checks it (``toolq.webhooks.provenance``): one that
+cannot be vouched for is never sent and goes to the dead-letter list at once. Each attempt
+is signed anew (``toolq.webhooks.signing``); a 2xx answer ends a delivery,
 anything else (or no answer within ``webhook_timeout``) schedules the next attempt after an
 exponential backoff with jitter, up to ``webhook_max_attempts``.
 """
@@ -17,8 +19,11 @@ import redis
 
 from toolq.keys import Keys
 from toolq.settings import Settings, Webhook
+from toolq.signing import verifier_for
 from toolq.webhooks import payload
-from toolq.webhooks.outbox import Claimed, Outbox
+from toolq.webhooks.outbox import Outbox
+from toolq.webhooks.payload import Notice
+from toolq.webhooks.provenance import Provenance, Unverified
 from toolq.webhooks.signing import SIGNATURE_HEADER, sign
 
 log = logging.getLogger("toolq.webhooks")
@@ -42,6 +47,7 @@ class WebhookDeliverer(threading.Thread):
         self.settings = settings
         self.hooks = {hook.id: hook for hook in settings.webhooks}
         self.outbox = Outbox(redis_client, keys, consumer)
+        self.provenance = Provenance(redis_client, keys, verifier_for(settings))
         self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
         self._stopping = threading.Event()
 
@@ -98,7 +104,13 @@ class WebhookDeliverer(threading.Thread):
             )
             self.outbox.delivered(delivery_id)
             return
-        error = self.post(hook, claimed)
+        try:
+            notice = self.provenance.notice(claimed, {event.value for event in hook.events})
+        except Unverified as exc:
+            log.warning("delivery %s to endpoint %s refused: %s", delivery_id, hook.id, exc)
+            self.outbox.give_up(claimed, f"unverified: {exc}")
+            return
+        error = self.post(hook, notice)
         if error is None:
             self.outbox.delivered(delivery_id)
         elif claimed.attempts >= self.settings.webhook_max_attempts:
@@ -128,9 +140,8 @@ class WebhookDeliverer(threading.Thread):
         base = min(s.webhook_backoff * 2.0 ** (attempts - 1), s.webhook_backoff_max)
         return base * random.uniform(0.8, 1.2)  # jitter, not crypto
 
-    def post(self, hook: Webhook, claimed: Claimed) -> str | None:
+    def post(self, hook: Webhook, notice: Notice) -> str | None:
         """Send one delivery; None when the endpoint accepted it, else what went wrong."""
-        notice = claimed.notice
         body = payload.body(notice, hook.format, self.settings.public_url)
         headers = {
             "Content-Type": "application/json",

@@ -4,6 +4,9 @@ Events enter the outbox stream in the script that writes them (``lib/emit.lua``)
 the event types in ``Keys.webhook_events``, which workers with webhooks keep announcing. A
 worker reads the stream in a consumer group and fans each entry out, in one MULTI with its
 acknowledgement, into one delivery record per endpoint, scheduled in ``Keys.webhook_due``.
+A delivery record names the event (run and stream entry id), not its content: any Redis
+client can write the outbox and the records, so what is sent is read again at each attempt
+(``toolq.webhooks.provenance``).
 An entry read by a worker that died before fanning it out is claimed by another after
 ``STALE_ENTRY_MS``. A delivery is claimed for one attempt by moving its due time past the
 attempt's end, so a worker killed mid-attempt leaves it due again soon after; deliveries are
@@ -25,7 +28,6 @@ from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import WEBHOOK_CLAIM
 from toolq.settings import Webhook
-from toolq.webhooks.payload import Notice
 
 log = logging.getLogger("toolq.webhooks")
 
@@ -38,11 +40,19 @@ DEAD_KEPT = 1000
 
 @dataclass(frozen=True)
 class Claimed:
-    """A delivery taken for one attempt."""
+    """A delivery taken for one attempt: which event of which run, for which endpoint.
 
-    notice: Notice
+    ``type`` and ``call_id`` are as the outbox said (for the dead-letter list); what is sent
+    is read again from the run's stream (``Provenance``).
+    """
+
+    delivery_id: str
     hook_id: str
     attempts: int
+    run_id: str
+    event_id: str
+    type: str
+    call_id: str
 
 
 class Outbox:
@@ -108,21 +118,15 @@ class Outbox:
             return 0
         k = self.keys
         hooks = list(hooks)
-        pipe = self.redis.pipeline(transaction=False)
-        for _, fields in entries:
-            pipe.hmget(k.call(fields.get("call_id", "")), "name", "risk")
-        facts = pipe.execute()
         pipe = self.redis.pipeline(transaction=True)
         made = 0
-        for (entry_id, fields), (name, risk) in zip(entries, facts, strict=True):
+        for entry_id, fields in entries:
             for hook in hooks:
                 if fields.get("type") not in {e.value for e in hook.events}:
                     continue
                 delivery_id = f"{entry_id}.{hook.id}"
                 record = {
-                    **{f: fields.get(f, "") for f in ("type", "call_id", "run_id", "ts", "data")},
-                    "tool": as_text(name or b""),
-                    "risk": as_text(risk or b""),
+                    **{f: fields.get(f, "") for f in ("type", "call_id", "run_id", "event_id")},
                     "hook": hook.id,
                     "attempts": "0",
                 }
@@ -152,21 +156,15 @@ class Outbox:
         )
         if f is None:
             return None
-        try:
-            data = json.loads(f.get("data") or "{}")
-        except ValueError:
-            data = {}
-        notice = Notice(
+        return Claimed(
             delivery_id=delivery_id,
+            hook_id=f.get("hook", ""),
+            attempts=int(f.get("attempts", "1")),
+            run_id=f.get("run_id", ""),
+            event_id=f.get("event_id", ""),
             type=f.get("type", ""),
             call_id=f.get("call_id", ""),
-            run_id=f.get("run_id", ""),
-            tool=f.get("tool", ""),
-            risk=f.get("risk", ""),
-            ts=float(f.get("ts") or 0),
-            data=data if isinstance(data, dict) else {},
         )
-        return Claimed(notice, f.get("hook", ""), int(f.get("attempts", "1")))
 
     def delivered(self, delivery_id: str) -> None:
         """Forget a delivery the endpoint accepted."""
@@ -184,13 +182,12 @@ class Outbox:
 
     def give_up(self, claimed: Claimed, error: str) -> None:
         """Drop a delivery out of attempts, keeping a summary in the dead-letter list."""
-        notice = claimed.notice
         summary = json.dumps(
             {
-                "id": notice.delivery_id,
+                "id": claimed.delivery_id,
                 "hook": claimed.hook_id,
-                "type": notice.type,
-                "call_id": notice.call_id,
+                "type": claimed.type,
+                "call_id": claimed.call_id,
                 "attempts": claimed.attempts,
                 "error": error,
             }
@@ -198,6 +195,6 @@ class Outbox:
         pipe = self.redis.pipeline(transaction=True)
         pipe.lpush(self.keys.webhook_dead, summary)
         pipe.ltrim(self.keys.webhook_dead, 0, DEAD_KEPT - 1)
-        pipe.delete(self.keys.webhook_delivery(notice.delivery_id))
-        pipe.zrem(self.keys.webhook_due, notice.delivery_id)
+        pipe.delete(self.keys.webhook_delivery(claimed.delivery_id))
+        pipe.zrem(self.keys.webhook_due, claimed.delivery_id)
         pipe.execute()

@@ -1,7 +1,10 @@
 """What a webhook receives: toolq's JSON document, or ``{"text": ...}`` for Slack.
 
 Only fields of the event that approvers may see go out: arguments as events carry them
-(secret values masked), never a call's output.
+(secret values masked), never a call's output. In Slack's text every value a user or model
+chose (tool, run id, principal, error, reason) is inert: ``&``, ``<`` and ``>`` escaped as
+Slack asks (no ``<!channel>``, no ``<url|label>`` link), on one line, and inside code spans
+without a backtick that would close them.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from toolq.models import EventType
 
@@ -48,7 +52,7 @@ class Notice:
         """The call's page on the dashboard, when ``TOOLQ_PUBLIC_URL`` is set."""
         if not public_url:
             return None
-        return f"{public_url.rstrip('/')}/#/calls/{self.call_id}"
+        return f"{public_url.rstrip('/')}/#/calls/{quote(self.call_id, safe='')}"
 
 
 def document(notice: Notice, public_url: str | None) -> dict[str, Any]:
@@ -79,18 +83,30 @@ _SAID = {
 }
 
 
+def slack_escaped(value: object) -> str:
+    """``value`` as inert Slack text: on one line, ``&``, ``<``, ``>`` escaped."""
+    text = " ".join(str(value).split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_code(value: object) -> str:
+    """``value`` in a Slack code span; a backtick in it becomes one that closes nothing."""
+    return "`" + slack_escaped(value).replace("`", "\u02cb") + "`"
+
+
 def slack_text(notice: Notice, public_url: str | None) -> str:
     """One line for a chat channel, linking to the call's page."""
-    what = _SAID.get(notice.type, notice.type)
-    text = f"toolq: call `{notice.tool}` ({notice.risk}) in run `{notice.run_id}` {what}"
+    what = _SAID.get(notice.type, slack_escaped(notice.type))
+    tool, risk, run = slack_code(notice.tool), slack_escaped(notice.risk), slack_code(notice.run_id)
+    text = f"toolq: call {tool} ({risk}) in run {run} {what}"
     by = notice.data.get("by")
     if by and notice.type in (EventType.APPROVED.value, EventType.DENIED.value):
-        text += f" by {by}"
+        text += f" by {slack_code(by)}"
     error = notice.data.get("reason") or notice.data.get("error")
     if error and notice.type != EventType.APPROVED.value:
-        text += f": {error}"
+        text += f": {slack_escaped(error)}"
     link = notice.link(public_url)
-    return f"{text} <{link}|open>" if link else text
+    return f"{text} <{slack_escaped(link)}|open>" if link else text
 
 
 def body(notice: Notice, format: str, public_url: str | None) -> bytes:

@@ -2,7 +2,11 @@
 -- Includes lib/emit.lua, lib/push.lua and lib/sched.lua.
 --
 -- The idempotency key is claimed with the record, so a retried dispatch never creates a
--- second call. A queued call's Celery message is pushed here, with the record: a call is
+-- second call. The claim holds the call id and the call's fingerprint (its tool and
+-- arguments, Dispatcher): a claimed key with another fingerprint is a call id reused for
+-- another call, refused ('call_id_conflict') with nothing written, so an id never hands
+-- back a call other than the one it was dispatched for. A claim without a fingerprint
+-- (written before claims carried one) is a duplicate, as it was then. A queued call's Celery message is pushed here, with the record: a call is
 -- queued exactly when its message is in the queue. Without a message ('') the call goes to
 -- the unsent set and the sweeper sends it. A scheduled queued call (schedule '1') gets
 -- no push: its message goes on its record and the call into its tenant's backlog, for
@@ -51,7 +55,8 @@
 --   25 denied_data        its call.denied event data, with the same mark
 --   26 denied_envelope    the envelope stored instead when over budget ('' = the same)
 --   27 schedule ('1': a queued call goes to its backlog, not to the queue)
---   28.. extra record field/value pairs (a scheduled call's lane, backlog, weight, limits)
+--   28 fingerprint        the call's tool and arguments, claimed with the key ('' = none)
+--   29.. extra record field/value pairs (a scheduled call's lane, backlog, weight, limits)
 --
 -- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
 -- counter INCRBYFLOAT, the record's 'charged' field), after the idempotency key is claimed,
@@ -60,7 +65,7 @@
 -- (call.denied, error_type budget_exceeded) and charges nothing; its message is not pushed,
 -- it is not parked and it joins no backlog.
 -- Returns {'new', event_id} | {'over_budget', event_id} (created denied) |
--- {'dup', existing_call_id} | {'not_owner', owner}.
+-- {'dup', existing_call_id} | {'call_id_conflict', existing_call_id} | {'not_owner', owner}.
 local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
@@ -74,7 +79,8 @@ local refresh = ARGV[19] == '1'
 local tenant, cost_text, limit, spent_ttl = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
 local denied_result, denied_data, denied_envelope = ARGV[24], ARGV[25], ARGV[26]
 local schedule = ARGV[27] == '1'
-local FIRST_EXTRA = 28
+local fingerprint = ARGV[28]
+local FIRST_EXTRA = 29
 local LEFT_MARK = '__TOOLQ_BUDGET_LEFT__'
 local BUDGET_SLACK = 1e-9
 local cost = tonumber(cost_text)
@@ -99,9 +105,15 @@ local owner = redis.call('GET', run_owner)
 if owner and owner ~= submitter and (admin ~= '1' or tenant_of(owner) ~= tenant) then
   return {'not_owner', owner}
 end
-if not redis.call('SET', idempotency, call_id, 'NX', 'EX', ttl) then
+local claim = call_id
+if fingerprint ~= '' then claim = string.format('%s %s', call_id, fingerprint) end
+if not redis.call('SET', idempotency, claim, 'NX', 'EX', ttl) then
   refresh_run(false)
-  return {'dup', redis.call('GET', idempotency)}
+  local existing, claimed = string.match(redis.call('GET', idempotency), '^(%S+) ?(.*)$')
+  if fingerprint ~= '' and claimed ~= '' and claimed ~= fingerprint then
+    return {'call_id_conflict', existing}
+  end
+  return {'dup', existing}
 end
 local owner_new = not owner
 if owner_new then

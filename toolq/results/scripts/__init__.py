@@ -53,6 +53,7 @@ from toolq.results.scripts.calls import (
     TransitionOutcome,
     TransitionReply,
 )
+from toolq.results.scripts.owners import REFUSE, Refuse
 from toolq.results.scripts.undos import (
     UNDO_CLAIM,
     UNDO_FINISH,
@@ -90,6 +91,7 @@ ALL: tuple[Script[Any], ...] = (
     UNDO_RECOVER,
     UNDO_RESEND,
     WEBHOOK_CLAIM,
+    REFUSE,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
@@ -103,6 +105,7 @@ __all__ = [
     "FINISH",
     "PROGRESS",
     "RECOVER",
+    "REFUSE",
     "RENEW",
     "RESEND",
     "START",
@@ -132,6 +135,7 @@ __all__ = [
     "ProgressOutcome",
     "Recover",
     "RecoverOutcome",
+    "Refuse",
     "Renew",
     "Resend",
     "Start",

@@ -12,12 +12,16 @@ from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
 
-CreateOutcome = Literal["new", "over_budget", "dup", "not_owner"]
+CreateOutcome = Literal["new", "over_budget", "dup", "call_id_conflict", "not_owner"]
 
 
 @dataclass(frozen=True)
 class CreateReply:
-    """``new``/``over_budget`` (event id; the latter created denied), ``dup``, ``not_owner``."""
+    """A CREATE outcome and its value.
+
+    ``new``/``over_budget``: the event id (the latter created denied); ``dup`` and
+    ``call_id_conflict``: the call id the key names; ``not_owner``: the run's owner.
+    """
 
     outcome: CreateOutcome
     value: str
@@ -79,12 +83,15 @@ class Create(Script[CreateReply]):
         charge: Charge | None = None,
         fields: dict[str, str] | None = None,
         schedule: tuple[str, str] | None = None,
+        fingerprint: str = "",
     ) -> Invocation[CreateReply]:
         """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
 
         ``refresh``: this is the dispatch's last call of its run, which sets the run's TTLs.
         ``charge``: the call's cost and its tenant's budget (``None``: nothing to charge).
         ``schedule``: ``(backlog, lane)`` of a call that goes through admission.
+        ``fingerprint``: the call's tool and arguments, claimed with the idempotency key
+        (``""``: a reuse of the key is never a conflict).
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
         spent = keys.tenant_spent(tenant, charge.period) if charge else keys.unsent
@@ -133,6 +140,7 @@ class Create(Script[CreateReply]):
                 charge.denied_data if charge else "",
                 charge.denied_envelope if charge else "",
                 "1" if schedule else "0",
+                fingerprint,
                 *[item for pair in (fields or {}).items() for item in pair],
             ],
         )
