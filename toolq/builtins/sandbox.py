@@ -63,6 +63,7 @@ The model, and what it does not promise:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
