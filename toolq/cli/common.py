@@ -162,16 +162,17 @@ def load_registry(reference: str | None, settings: Settings | None = None) -> To
     With ``settings``, the upstream MCP servers of ``TOOLQ_MCP_SERVERS`` are added too (and
     are enough without an app: a gateway of upstream tools only).
     """
-    if settings is not None and (reference or settings.mcp_servers):
-        from toolq.cli.upstreams import add_upstreams
-
-        registry = _import_registry(reference) if reference else ToolRegistry()
-        return add_upstreams(registry, settings)
-    if not reference:
+    if not reference and not (settings is not None and settings.mcp_servers):
         raise ConfigurationError(
             "no tool registry given: pass --app module:registry or set TOOLQ_APP"
         )
-    return _import_registry(reference)
+    registry = _import_registry(reference) if reference else ToolRegistry()
+    if settings is not None and (settings.mcp_servers or registry.toolsets):
+        # Only then: the sandbox and the secrets box are imports a plain app never pays for.
+        from toolq.cli.upstreams import add_upstreams
+
+        add_upstreams(registry, settings)
+    return registry
 
 
 def _import_registry(reference: str) -> ToolRegistry:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 
-from toolq.builtins.sandbox import Sandbox, SandboxLimits
 from toolq.errors import ConfigurationError
 from toolq.registry.registry import ToolRegistry
 from toolq.secretbox import SecretBox
 from toolq.settings import Settings
 from toolq.upstreams import McpServer
+
+if TYPE_CHECKING:
+    from toolq.builtins.sandbox import Sandbox
 
 
 def add_upstreams(registry: ToolRegistry, settings: Settings) -> ToolRegistry:
@@ -40,6 +44,8 @@ def sandbox_of(server: McpServer) -> Sandbox | None:
     config = server.sandbox
     if config is None:
         return None
+    from toolq.builtins.sandbox import Sandbox, SandboxLimits
+
     try:
         limits = SandboxLimits.model_validate(config.limits)
     except ValidationError as exc:

@@ -19,6 +19,7 @@ worker does: its outcome is unknown and nothing runs it twice.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -41,7 +42,7 @@ from toolq.models import ToolOutput
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.tool import Tool
 from toolq.registry.upstream import credentials
-from toolq.registry.upstream.connections import Connections, SessionLoop
+from toolq.registry.upstream.connections import RESTART_DELAY, Connections, SessionLoop
 from toolq.registry.upstream.credentials import CredentialOpener
 from toolq.registry.upstream.definitions import Manifest, UpstreamTool
 from toolq.registry.upstream.session import SessionLost, UpstreamSession, connected, list_tools
@@ -103,7 +104,7 @@ class McpToolset:
         self.connections = Connections(
             server.name, self._transport, self._listed, server.connect_timeout
         )
-        self._watcher: Any = None
+        self._watcher: concurrent.futures.Future[None] | None = None
 
     # -- the tool list -----------------------------------------------------------------------
 
@@ -321,7 +322,7 @@ class McpToolset:
                 await session.ended()
             except UpstreamUnavailableError as exc:
                 log.warning("watching MCP server %r: %s", self.server.name, exc.message)
-                await asyncio.sleep(1.0)
+            await asyncio.sleep(RESTART_DELAY)  # a server that ends at once is not spun on
 
     def close(self) -> None:
         """Stop watching and close this process's sessions (stdio servers are stopped)."""
