@@ -112,3 +112,20 @@ def serve_api(settings: Any, registry: Any, tokens: Any) -> Iterator[str]:
         yield url
     finally:
         next(served, None)
+
+
+@pytest.fixture
+def new_registry() -> Iterator[Callable[[], Any]]:
+    """Fresh registries whose upstream sessions (and stdio servers) close at teardown."""
+    from toolq import ToolRegistry
+
+    made: list[ToolRegistry] = []
+
+    def make() -> ToolRegistry:
+        made.append(ToolRegistry())
+        return made[-1]
+
+    yield make
+    for registry in made:
+        for toolset in registry.toolsets:
+            toolset.close()

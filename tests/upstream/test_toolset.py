@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.upstream.conftest import HttpUpstream, records, stdio_command, wait_records
-from toolq import CallStatus, RiskLevel, ToolRegistry
+from toolq import CallStatus, RiskLevel
 from toolq.errors import ConfigurationError
 from toolq.execution.context import ToolContext
 from toolq.registry.upstream import Manifest, McpTool
@@ -30,8 +30,10 @@ EXPECTED_RISK = {
 }
 
 
-def test_stdio_tools_appear_with_their_schemas_and_annotation_risk(record: Path) -> None:
-    registry = ToolRegistry()
+def test_stdio_tools_appear_with_their_schemas_and_annotation_risk(
+    record: Path, new_registry
+) -> None:
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record))
     for upstream, risk in EXPECTED_RISK.items():
         tool = registry.require(f"notes_{upstream}")
@@ -55,8 +57,8 @@ def test_stdio_tools_appear_with_their_schemas_and_annotation_risk(record: Path)
     assert records(record) == []  # listing calls no tool
 
 
-def test_http_tools_appear_the_same_way(http_upstream: HttpUpstream) -> None:
-    registry = ToolRegistry()
+def test_http_tools_appear_the_same_way(http_upstream: HttpUpstream, new_registry) -> None:
+    registry = new_registry()
     registry.mcp_server(
         "tickets", url=http_upstream.url, headers={"Authorization": "Bearer tok-lister-5b1d"}
     )
@@ -67,9 +69,9 @@ def test_http_tools_appear_the_same_way(http_upstream: HttpUpstream) -> None:
 
 
 def test_options_override_risk_approval_limits_cost_and_tags_per_tool_and_pattern(
-    record: Path,
+    record: Path, new_registry
 ) -> None:
-    registry = ToolRegistry()
+    registry = new_registry()
     registry.mcp_server(
         "notes",
         command=stdio_command(record),
@@ -102,8 +104,8 @@ def test_tool_names_fit_every_provider() -> None:
     assert long != tool_name("server_", "x" * 81)
 
 
-def test_upstream_errors_are_failed_calls_the_model_can_read(record: Path) -> None:
-    registry = ToolRegistry()
+def test_upstream_errors_are_failed_calls_the_model_can_read(record: Path, new_registry) -> None:
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record))
     failed = registry.invoke("notes_fail", {})
     assert failed.status is CallStatus.FAILED and failed.error_type == "upstream_error"
@@ -120,8 +122,10 @@ def test_upstream_errors_are_failed_calls_the_model_can_read(record: Path) -> No
     assert [r["tool"] for r in records(record)] == ["fail", "reject"]  # bad arguments never sent
 
 
-def test_structured_output_and_arguments_reach_the_server_as_given(record: Path) -> None:
-    registry = ToolRegistry()
+def test_structured_output_and_arguments_reach_the_server_as_given(
+    record: Path, new_registry
+) -> None:
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record))
     done = registry.invoke("notes_double", {"x": 21})
     assert done.status is CallStatus.SUCCEEDED and done.output == {"double": 42}
@@ -134,8 +138,8 @@ def test_structured_output_and_arguments_reach_the_server_as_given(record: Path)
     assert records(record, tool="append_note")[0]["arguments"] == {"name": "todo", "text": ", eggs"}
 
 
-def test_progress_reaches_the_context(record: Path) -> None:
-    registry = ToolRegistry()
+def test_progress_reaches_the_context(record: Path, new_registry) -> None:
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record))
     seen: list[dict] = []
     ctx = ToolContext(progress_sink=seen.append)
@@ -148,8 +152,8 @@ def test_progress_reaches_the_context(record: Path) -> None:
     ]
 
 
-def test_the_registry_follows_list_changed(record: Path) -> None:
-    registry = ToolRegistry()
+def test_the_registry_follows_list_changed(record: Path, new_registry) -> None:
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record))
     assert "notes_extra" not in registry
     assert registry.invoke("notes_grow", {}).status is CallStatus.SUCCEEDED
@@ -161,8 +165,10 @@ def test_the_registry_follows_list_changed(record: Path) -> None:
     assert registry.invoke("notes_extra", {}).content[0].text == "extra"
 
 
-def test_a_server_that_cannot_be_listed_fails_the_registry_build(tmp_path: Path) -> None:
-    registry = ToolRegistry()
+def test_a_server_that_cannot_be_listed_fails_the_registry_build(
+    tmp_path: Path, new_registry
+) -> None:
+    registry = new_registry()
     missing = str(tmp_path / "no-such-server")
     with pytest.raises(ConfigurationError, match="cannot list the tools of MCP server 'gone'"):
         registry.mcp_server("gone", command=[missing], connect_timeout=5)
@@ -173,9 +179,9 @@ def test_a_server_that_cannot_be_listed_fails_the_registry_build(tmp_path: Path)
 
 
 def test_a_pinned_manifest_builds_without_the_server_and_refuses_changed_tools(
-    record: Path, tmp_path: Path
+    record: Path, tmp_path: Path, new_registry
 ) -> None:
-    live = ToolRegistry()
+    live = new_registry()
     manifest = live.mcp_server("notes", command=stdio_command(record)).manifest()
     assert {t.name for t in manifest.tools} >= set(EXPECTED_RISK)
     # Pinned as it was, except that the pin says delete_note is read-only.
@@ -191,10 +197,10 @@ def test_a_pinned_manifest_builds_without_the_server_and_refuses_changed_tools(
     )
     path = tmp_path / "notes.json"
     path.write_text(pinned.dump())
-    offline = ToolRegistry()
+    offline = new_registry()
     offline.mcp_server("notes", command=[str(tmp_path / "nowhere")], manifest=path)
     assert offline.require("notes_delete_note").risk is RiskLevel.SAFE  # as pinned
-    registry = ToolRegistry()
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record), manifest=path)
     refused = registry.invoke("notes_delete_note", {"name": "todo"})
     assert refused.status is CallStatus.FAILED and refused.error_type == "upstream_changed"
@@ -206,17 +212,21 @@ def test_a_pinned_manifest_builds_without_the_server_and_refuses_changed_tools(
         Manifest.load(path, "other")
 
 
-def test_a_stdio_server_gets_no_environment_but_its_own(record: Path, monkeypatch) -> None:
+def test_a_stdio_server_gets_no_environment_but_its_own(
+    record: Path, monkeypatch, new_registry
+) -> None:
     monkeypatch.setenv("TOOLQ_SECRETS_KEY", "not-for-servers")
-    registry = ToolRegistry()
+    registry = new_registry()
     registry.mcp_server("notes", command=stdio_command(record), env={"NOTES_TOKEN": "x"})
     names = json.loads(registry.invoke("notes_environ", {}).content[0].text)
     assert "NOTES_TOKEN" in names and "TOOLQ_SECRETS_KEY" not in names
     assert set(names) <= {"NOTES_TOKEN", "PATH", "HOME", "LANG", "LC_CTYPE"}
 
 
-def test_progress_and_cancel_over_streamable_http(http_upstream: HttpUpstream) -> None:
-    registry = ToolRegistry()
+def test_progress_and_cancel_over_streamable_http(
+    http_upstream: HttpUpstream, new_registry
+) -> None:
+    registry = new_registry()
     toolset = registry.mcp_server(
         "tickets", url=http_upstream.url, headers={"Authorization": "Bearer tok-lister-5b1d"}
     )
