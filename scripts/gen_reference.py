@@ -109,6 +109,7 @@ def settings_page() -> str:
     """``docs/reference/settings.md``."""
     from toolq.quotas import Budget, TenantConfig
     from toolq.settings import ApiToken, SentinelCell, UrlCell, Webhook
+    from toolq.upstreams import McpSandbox, McpServer, ToolOptions
 
     lines = [
         GENERATED,
@@ -127,7 +128,8 @@ def settings_page() -> str:
     for variable, kind, default, description in settings_rows():
         lines.append(f"| `{variable}` | `{kind}` | {default} | {linked(description)} |")
     lines += ["", "## JSON shapes", ""]
-    for model in (ApiToken, TenantConfig, Budget, Webhook, UrlCell, SentinelCell):
+    shapes = (ApiToken, TenantConfig, Budget, Webhook, UrlCell, SentinelCell)
+    for model in (*shapes, McpServer, ToolOptions, McpSandbox):
         lines += shape(model)
     lines += [
         'A rate limit is written `"N/s"`, `"N/m"`, `"N/h"`, `"N/d"` or with a count of',

@@ -18,7 +18,11 @@
     │   ├── ToolTimeoutError        the handler ran past its time limit
     │   ├── InvalidOutputError      the output does not match the output schema
     │   ├── ToolFailureError        the handler returned ``ToolOutput.fail``
-    │   └── WorkerLostError         the worker died while running a non-idempotent call
+    │   ├── WorkerLostError         the worker died while running a non-idempotent call
+    │   ├── UpstreamError           an upstream MCP server answered the call with an error
+    │   ├── UpstreamUnavailableError the upstream MCP server cannot be started or reached
+    │   ├── UpstreamLostError       the upstream MCP server went away while running the call
+    │   └── UpstreamChangedError    the upstream MCP server now describes a pinned tool otherwise
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
     ├── CallIdConflictError         a provider call id reused for another tool or other arguments
@@ -169,6 +173,34 @@ class WorkerLostError(ToolExecutionError):
     """The worker died while running a call that is not safe to run twice."""
 
     code = "worker_lost"
+
+
+class UpstreamError(ToolExecutionError):
+    """An upstream MCP server answered the call with an error (``isError``, or JSON-RPC)."""
+
+    code = "upstream_error"
+
+
+class UpstreamUnavailableError(ToolExecutionError):
+    """The upstream MCP server was not reached: not started, unreachable, or no credentials.
+
+    No credentials: the server has tenant credentials, none for the call's tenant. In every
+    case the call never reached the server.
+    """
+
+    code = "upstream_unavailable"
+
+
+class UpstreamLostError(ToolExecutionError):
+    """The upstream MCP server went away while running the call (its outcome is unknown)."""
+
+    code = "upstream_lost"
+
+
+class UpstreamChangedError(ToolExecutionError):
+    """The upstream server describes a tool of a pinned manifest otherwise now: not run."""
+
+    code = "upstream_changed"
 
 
 class CallCancelledError(ToolqError):

@@ -5,6 +5,10 @@ AES-256-GCM of its JSON under ``TOOLQ_SECRETS_KEY``, with the call id, tool name
 value's path as associated data, so a ciphertext copied into another call, tool or argument
 does not decrypt. Values are sealed once, at dispatch (or by the approver's process for an
 edited value), and never re-sealed: the approval digest covers them as stored.
+
+The same box seals the credentials of upstream MCP servers (``toolq keys seal``): a value
+bound to its server, tenant and name, written ``toolq-sealed:v1.…`` in the server's
+configuration and opened only by the worker that connects.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from toolq.registry.secrets import (
     path_text,
     replace_at,
 )
+from toolq.upstreams import SEALED_PREFIX
 
 if TYPE_CHECKING:
     from toolq.registry.tool import Tool
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 
 _VERSION = "v1."
 _NONCE_BYTES = 12
+_CREDENTIAL = "mcp-server:"
+"""Stands for the call id in a credential's associated data (no call id looks like it)."""
 MISSING_KEY = (
     "this call has secret arguments and this process has no TOOLQ_SECRETS_KEY to encrypt "
     "them with; set TOOLQ_SECRETS_KEY (32 random bytes, URL-safe base64, e.g. from "
@@ -108,6 +115,31 @@ class SecretBox:
                 "TOOLQ_SECRETS_KEY, or moved from another call, tool or argument",
                 path=where,
             ) from None
+
+    def seal_credential(self, value: str, server: str, scope: str, name: str) -> str:
+        """``value`` sealed for one credential of an upstream MCP server: ``toolq-sealed:...``.
+
+        ``scope`` is the tenant entry (``""`` for the server's own headers and env), ``name``
+        the credential (``header:Authorization``, ``env:API_KEY``).
+        """
+        return SEALED_PREFIX + self.seal(value, _CREDENTIAL + server, scope, (name,))[SEALED]
+
+    def open_credential(self, sealed: str, server: str, scope: str, name: str) -> str:
+        """The plaintext of a ``seal_credential`` value.
+
+        ``SecretsError`` if it was sealed with another key, or for another server, tenant or
+        name.
+        """
+        token = {SEALED: sealed.removeprefix(SEALED_PREFIX)}
+        try:
+            value = self.open(token, _CREDENTIAL + server, scope, (name,))
+        except SecretsError:
+            value = None
+        if not isinstance(value, str):
+            raise SecretsError(
+                "sealed with another TOOLQ_SECRETS_KEY, or for another server, tenant or name"
+            )
+        return value
 
 
 def seal_arguments(

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolq.models import EventType, RiskLevel
 from toolq.quotas import ANY_TENANT, OTHER_TENANTS, TenantConfig, valid_tenant
+from toolq.upstreams import McpServer
 
 
 class ApiToken(BaseModel):
@@ -280,6 +281,12 @@ class Settings(BaseSettings):
     """Ceiling of the delay between attempts."""
     webhook_hold_seconds: int = Field(24 * 3600, gt=0)
     """How long events keep entering the outbox after the last worker with webhooks was seen."""
+
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    """Upstream MCP servers whose tools the CLI's processes offer beside the ``app``'s
+    (``TOOLQ_MCP_SERVERS``, JSON list of ``{"name", "command" | "url", "headers",
+    "tenant_headers", "env", "tools", "manifest", "sandbox", ...}``; docs:
+    guide/mcp-gateway.md). Give every process the same list."""
 
     @field_validator("tenants")
     @classmethod

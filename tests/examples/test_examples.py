@@ -69,3 +69,18 @@ def test_categories_and_builtins(run_example: Runner, capsys: pytest.CaptureFixt
     assert "progress: Progress: 60%" in out
     assert '"stdout": "rows: 3 sum of b: 12\\n"' in out
     assert module.registry.categories()["data_science"].enabled  # restored
+
+
+def test_mcp_gateway(run_example: Runner, capsys: pytest.CaptureFixture[str]) -> None:
+    code, module = run_example("mcp_gateway")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "files_read_file          safe" in out
+    assert "tickets_close_ticket     dangerous" in out
+    assert "files_write_file         moderate" in out
+    assert "search progress events: ['searched ideas.md', 'searched plan.md']" in out
+    assert "approver sees: tickets_close_ticket {'id': 1, 'reason': 'fixed'}" in out
+    assert "call_1: Denied: denied by alice: keep the plan; archive it instead" in out
+    tickets = json.loads(module.tickets_db().read_text())
+    assert [(t["id"], t["status"]) for t in tickets] == [(1, "closed"), (2, "open"), (3, "open")]
+    assert (module.files_root() / "plan.md").exists()

@@ -63,6 +63,7 @@ The model, and what it does not promise:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -71,7 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -85,6 +86,7 @@ from toolq.errors import ConfigurationError, InvalidArgumentsError, ToolExecutio
 from toolq.execution.context import ToolContext
 from toolq.models import RiskLevel
 from toolq.registry.tool import Tool
+from toolq.registry.upstream.transports import Launch
 
 SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -223,22 +225,58 @@ class Sandbox:
         ``files`` are written into the scratch directory first (e.g. a script to run).
         """
         limit = min(timeout or self.limits.timeout, self.limits.timeout)
+        with self._scratch() as (host_scratch, scratch):
+            for name, text in (files or {}).items():
+                target = os.path.join(host_scratch, name)
+                Path(target).write_text(text, encoding="utf-8")
+                os.chmod(target, 0o644)
+            argv = [a.replace("{scratch}", scratch) for a in argv]
+            config = self._config(cwd or self.home, scratch, host_scratch, probe)
+            return self._run(argv, ctx, limit, scratch, config)
+
+    @contextlib.contextmanager
+    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> Iterator[Launch]:
+        """How to start a long-lived command in this sandbox (an MCP stdio server).
+
+        The same isolation, identity, environment allowlist (plus ``env``) and limits as
+        ``run``, but no wall-clock ``timeout``: the command lives as long as whoever started
+        it keeps it; its scratch directory goes when the context ends. Starting it is the
+        caller's (``toolq.registry.upstream.transports.stdio``): the supervisor at the head
+        of a new process group, stopped with SIGTERM to the group, as ``run`` does.
+        """
+        with self._scratch() as (host_scratch, scratch):
+            status_r, status_w = os.pipe()
+            try:
+                config = self._config(self.home, scratch, host_scratch, probe=False)
+                config["status_fd"] = status_w
+                yield Launch(
+                    self._supervised(config, argv),
+                    {**self.environment(scratch), **env},
+                    cwd="/",
+                    pass_fds=(status_w,),
+                    status=status_r,
+                )
+            finally:
+                os.close(status_r)
+
+    @contextlib.contextmanager
+    def _scratch(self) -> Iterator[tuple[str, str]]:
+        """A scratch directory: its path on the host, and as the command sees it."""
         host_scratch = tempfile.mkdtemp(prefix="toolq-sandbox-")
         # Isolated, the command sees a copy in its private /tmp, under the tmpfs budget.
         isolated = self.isolation == "namespaces"
         scratch = "/tmp/" + os.path.basename(host_scratch) if isolated else host_scratch
         try:
-            for name, text in (files or {}).items():
-                target = os.path.join(host_scratch, name)
-                Path(target).write_text(text, encoding="utf-8")
-                os.chmod(target, 0o644)
             if self.drop_privileges and not isolated:
                 os.chown(host_scratch, self.limits.user, self.limits.group)
-            argv = [a.replace("{scratch}", scratch) for a in argv]
-            config = self._config(cwd or self.home, scratch, host_scratch, probe)
-            return self._run(argv, ctx, limit, scratch, config)
+            yield host_scratch, scratch
         finally:
             shutil.rmtree(host_scratch, ignore_errors=True)
+
+    @staticmethod
+    def _supervised(config: dict[str, Any], argv: Sequence[str]) -> list[str]:
+        """The supervisor's command line that runs ``argv`` under ``config``."""
+        return [sys.executable, "-I", "-S", SUPERVISOR, json.dumps(config), *argv]
 
     def _config(self, cwd: str, scratch: str, host_scratch: str, probe: bool) -> dict[str, Any]:
         limits = self.limits
@@ -273,14 +311,7 @@ class Sandbox:
         config["status_fd"] = status_w
         try:
             proc = subprocess.Popen(  # see the module docstring for why not ctx.popen
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    SUPERVISOR,
-                    json.dumps(config),
-                    *argv,
-                ],
+                self._supervised(config, argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -29,7 +29,7 @@ def api(
     from toolq.api.auth import generate_admin_token, load_tokens
 
     settings = settings_for(app, redis_url)
-    registry = load_registry(settings.app)
+    registry = load_registry(settings.app, settings)
     require_free_port(host, port)  # before a token is printed for a server that never starts
     extra = {}
     if not load_tokens(settings):

@@ -56,7 +56,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
     """
     settings = settings_for(app, redis_url)
     require_redis(settings)
-    registry = load_registry(settings.app) if settings.app else ToolRegistry()
+    registry = load_registry(settings.app, settings) if settings.app else ToolRegistry()
     return Client(registry, settings)
 
 

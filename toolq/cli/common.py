@@ -156,12 +156,26 @@ def cell_settings(settings: Settings, shard: int | None) -> Settings:
     return settings.for_cell(shard)
 
 
-def load_registry(reference: str | None) -> ToolRegistry:
-    """Import ``module:attribute`` (the current directory is importable, as with uvicorn)."""
-    if not reference:
+def load_registry(reference: str | None, settings: Settings | None = None) -> ToolRegistry:
+    """Import ``module:attribute`` (the current directory is importable, as with uvicorn).
+
+    With ``settings``, the upstream MCP servers of ``TOOLQ_MCP_SERVERS`` are added too (and
+    are enough without an app: a gateway of upstream tools only).
+    """
+    if not reference and not (settings is not None and settings.mcp_servers):
         raise ConfigurationError(
             "no tool registry given: pass --app module:registry or set TOOLQ_APP"
         )
+    registry = _import_registry(reference) if reference else ToolRegistry()
+    if settings is not None and (settings.mcp_servers or registry.toolsets):
+        # Only then: the sandbox and the secrets box are imports a plain app never pays for.
+        from toolq.cli.upstreams import add_upstreams
+
+        add_upstreams(registry, settings)
+    return registry
+
+
+def _import_registry(reference: str) -> ToolRegistry:
     module_name, _, attribute = reference.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

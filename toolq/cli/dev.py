@@ -72,7 +72,7 @@ def dev(
     from toolq.api.auth import load_tokens
 
     settings = settings_for(app)
-    registry = load_registry(settings.app)  # fail fast, before starting anything
+    registry = load_registry(settings.app, settings)  # fail fast, before starting anything
     assert settings.app is not None
     if api:
         require_free_port(API_HOST, port)

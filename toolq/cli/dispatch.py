@@ -47,7 +47,7 @@ def dispatch(
 ) -> None:
     """Dispatch tool calls; print the calls, or with --wait their results."""
     settings = settings_for(app, redis_url)
-    registry = load_registry(settings.app)
+    registry = load_registry(settings.app, settings)
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         payload = json.loads(text)

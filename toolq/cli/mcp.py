@@ -55,7 +55,7 @@ def mcp(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tenant") from None
     settings = settings_for(app, redis_url)
-    registry = load_registry(settings.app)
+    registry = load_registry(settings.app, settings)
     options = McpOptions(
         run_id=run_id,
         principal=principal,
@@ -63,6 +63,8 @@ def mcp(
         approval_wait=approval_wait,
         call_timeout=call_timeout,
     )
+    for toolset in registry.toolsets:
+        toolset.watch()  # tools/list follows the upstream servers' list_changed
     with Client(registry, settings) as client:
         server = create_mcp_server(client, options)
         if transport == "stdio":

@@ -49,7 +49,7 @@ def tenants(
         except ValueError as exc:
             raise fail(str(exc), 2) from None
     settings = settings_for(app, redis_url)
-    registry = load_registry(settings.app)
+    registry = load_registry(settings.app, settings)
     require_redis(settings)
     with Client(registry, settings) as client:
         report = tenants_report(client, tenant)

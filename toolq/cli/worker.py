@@ -55,7 +55,7 @@ def worker(
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
     settings = cell_settings(settings_for(app, redis_url), shard)
-    registry = load_registry(settings.app)
+    registry = load_registry(settings.app, settings)
     verifier_for(settings)  # a malformed verify key stops the worker here, not per call
     levels = risk_list(risk)
     for tool in registry.list():

@@ -33,6 +33,7 @@ class ToolContext:
         attempt: int = 1,
         behavior: str | None = None,
         principal: str | None = None,
+        tenant: str | None = None,
         metadata: dict[str, Any] | None = None,
         progress_sink: ProgressSink | None = None,
     ) -> None:
@@ -43,6 +44,8 @@ class ToolContext:
         self.attempt = attempt
         self.behavior = behavior
         self.principal = principal
+        self.tenant = tenant
+        """The tenant the call is run for (None outside a worker: the default tenant)."""
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._progress_sink = progress_sink
         self._cancelled = threading.Event()

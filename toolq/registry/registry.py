@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from toolq.errors import (
     CategoryNotFoundError,
@@ -26,6 +27,12 @@ from toolq.models import CallResult, ProviderFormat, RiskLevel
 from toolq.quotas import RateLimit
 from toolq.registry.formats import tool_schemas
 from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
+from toolq.upstreams import McpServer, ToolOptions
+
+if TYPE_CHECKING:
+    from toolq.registry.upstream.credentials import CredentialOpener
+    from toolq.registry.upstream.toolset import McpToolset
+    from toolq.registry.upstream.transports import Launcher
 
 
 @dataclass
@@ -44,6 +51,8 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._categories: dict[str, Category] = {}
         self.middleware: list[Middleware] = list(middleware)
+        self.toolsets: list[McpToolset] = []
+        """Upstream MCP servers whose tools this registry offers (``mcp_server``)."""
         self._lock = threading.Lock()
 
     # -- registration ------------------------------------------------------------------------
@@ -127,6 +136,73 @@ class ToolRegistry:
         """Register every tool of another registry or iterable (e.g. a built-in toolkit)."""
         for tool in tools.list() if isinstance(tools, ToolRegistry) else tools:
             self.register(tool)
+
+    def replace(self, tool: Tool) -> None:
+        """Put ``tool`` in place of the tool of its name (or add it), in one step."""
+        with self._lock:
+            self._tools[tool.name] = tool
+            if tool.category and tool.category not in self._categories:
+                self._categories[tool.category] = Category(tool.category)
+
+    def mcp_server(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str | SecretStr] | None = None,
+        tenant_headers: Mapping[str, Mapping[str, str | SecretStr]] | None = None,
+        env: Mapping[str, str | SecretStr] | None = None,
+        cwd: str | None = None,
+        prefix: str | None = None,
+        tools: Mapping[str, ToolOptions | Mapping[str, Any]] | None = None,
+        manifest: str | os.PathLike[str] | None = None,
+        sandbox: Launcher | None = None,
+        secrets: CredentialOpener | None = None,
+        connect_timeout: float = 30.0,
+    ) -> McpToolset:
+        """Offer the tools of an upstream MCP server, named ``<prefix><tool>`` (``<name>_``).
+
+        ``command`` (stdio) or ``url`` (Streamable HTTP); ``headers``, ``tenant_headers``
+        and ``env`` are credentials (kept as ``SecretStr``, plain or sealed); ``tools`` maps
+        upstream names or glob patterns to ``ToolOptions``; ``manifest`` pins the tool list;
+        ``sandbox`` (``toolq.builtins.Sandbox``) runs a stdio server confined. The tools
+        are listed now (or read from the manifest): see ``docs/guide/mcp-gateway.md``.
+        """
+        server = McpServer.model_validate(
+            {
+                "name": name,
+                "command": list(command) if command is not None else None,
+                "url": url,
+                "headers": dict(headers or {}),
+                "tenant_headers": {t: dict(h) for t, h in (tenant_headers or {}).items()},
+                "env": dict(env or {}),
+                "cwd": cwd,
+                "prefix": prefix,
+                "tools": dict(tools or {}),
+                "manifest": manifest,
+                "connect_timeout": connect_timeout,
+            }
+        )
+        return self.add_mcp_server(server, sandbox=sandbox, secrets=secrets)
+
+    def add_mcp_server(
+        self,
+        server: McpServer,
+        *,
+        sandbox: Launcher | None = None,
+        secrets: CredentialOpener | None = None,
+    ) -> McpToolset:
+        """Offer the tools of the upstream server ``server`` describes (``mcp_server``)."""
+        from toolq.registry.upstream.toolset import McpToolset
+
+        if any(existing.server.name == server.name for existing in self.toolsets):
+            raise ConfigurationError(f"an MCP server named {server.name!r} is already added")
+        toolset = McpToolset(self, server, sandbox=sandbox, secrets=secrets)
+        toolset.load()
+        self.toolsets.append(toolset)
+        self.setup_category(server.name, f"Tools of the upstream MCP server {server.name!r}")
+        return toolset
 
     def unregister(self, name: str) -> bool:
         """Remove a tool; True if it was registered."""

@@ -564,6 +564,7 @@ def context_of(envelope: CallEnvelope, **extra: Any) -> ToolContext:
         tool_name=envelope.name,
         behavior=envelope.behavior,
         principal=envelope.principal,
+        tenant=envelope.tenant,
         **extra,
     )
 
