@@ -19,6 +19,7 @@ from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
+from toolq.api.slack import build_slack_router
 from toolq.api.tenants import build_tenants_router
 from toolq.backend import Backend
 from toolq.dispatch.client import Client
@@ -85,6 +86,7 @@ def create_app(
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
+    app.include_router(build_slack_router(client))
     app.state.client = client
     app.state.hub = parts.hubs[0]
     app.state.parts = parts
