@@ -118,7 +118,8 @@ def test_an_approver_reviews_and_approves_on_a_phone(api, phone, tmp_path):
     assert wait_status(api, call_id, "succeeded")["status"] == "succeeded"
     assert target.read_text() == "line one\nline 2\n"
     expect(phone.locator("#approve")).to_be_hidden()
-    expect(phone.locator("[data-testid=event]").filter(has_text="approved by alice")).to_have_count(1)
+    approved = phone.locator("[data-testid=event]").filter(has_text="approved by alice")
+    expect(approved).to_have_count(1)
 
 
 def test_who_else_approved_and_a_quorum_on_a_phone(api, phone):

@@ -369,3 +369,25 @@ def test_approve_all_decides_only_the_calls_shown(stack: Stack):
     assert stack.call(other_run[0])["status"] == "awaiting_approval"
     [told] = stack.slack.wait("chat.postEphemeral", user="UCAROL")
     assert "not part of this run" in told.body["text"]
+
+
+def test_open_gives_an_approver_a_one_time_link_that_decides_as_them(stack: Stack):
+    [call_id] = stack.dispatch("run-open", ("w1", "wipe", {"target": "db"}))
+    sent = stack.message(call_id)
+    opened = button(sent.body["blocks"], "toolq.open")
+    for user in ("UNOBODY", "USAM", "UALICE"):
+        answered = interact(stack.api, press("toolq.open", opened["value"], user))
+        assert answered.status_code == 200
+    [told] = stack.slack.wait("chat.postEphemeral", user="UALICE")
+    assert not stack.slack.of("chat.postEphemeral", user="UNOBODY")
+    assert not stack.slack.of("chat.postEphemeral", user="USAM")
+    text = told.body["text"]
+    prefix = f"<{PUBLIC}/approve/{call_id}#token="
+    assert prefix in text
+    token = text.split(prefix, 1)[1].split("|", 1)[0]
+    assert token.startswith("tqd_")
+    decided = httpx.post(f"{stack.api}/v1/decisions/{call_id}/approve", json={},
+                         headers={"Authorization": f"Bearer {token}"})
+    assert decided.status_code == 200, decided.text
+    stack.wait_status(call_id, "succeeded")
+    assert [(e["by"], e["outcome"]) for e in stack.audit(call_id)] == [("alice", "approved")]

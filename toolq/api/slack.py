@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import AuthenticationError, Principal
 from toolq.api.deciding import may_decide
+from toolq.api.decision_tokens import DecisionTokens
 from toolq.dispatch.client import Client
 from toolq.errors import (
     DigestMismatchError,
@@ -37,6 +38,7 @@ from toolq.slack.interactions import (
     BadInteraction,
     Decide,
     Interaction,
+    OpenPage,
     parse,
     verified,
 )
@@ -53,6 +55,7 @@ class SlackInteractions:
         self.client = client
         self.settings = client.settings
         self.web = web
+        self.tokens = DecisionTokens(client.settings)
 
     def principal(self, interaction: Interaction) -> Principal:
         """The toolq principal a Slack user acts as; ``NotAuthorizedError`` if none."""
@@ -86,9 +89,16 @@ class SlackInteractions:
                 return None
             elif isinstance(action, ApproveRun):
                 said = self.approve_run(caller, action)
+            elif isinstance(action, OpenPage):
+                link = self.one_time_link(caller, action.call_id)
+                if link is None:
+                    return None
+                said = f"Your one-time link to decide this call on any device: <{link}|open>"
             else:
                 return None
         except ToolqError as exc:
+            if isinstance(action, OpenPage):
+                return None  # the page opened anyway; it says what this person may do
             if isinstance(action, Decide) and action.from_view:
                 return {"response_action": "errors", "errors": {blocks.REASON: exc.message}}
             self.tell(interaction, f":warning: {slack_escaped(exc.message)}")
@@ -113,6 +123,20 @@ class SlackInteractions:
         if len(action.reason.encode()) > self.settings.max_reason_bytes:
             raise PayloadError(f"the reason is longer than {self.settings.max_reason_bytes} bytes")
         return _said(approvals.deny(action.call_id, caller.name, action.reason))
+
+    def one_time_link(self, caller: Principal, call_id: str) -> str | None:
+        """The approval page with a decision token for ``caller`` (None: none can be made).
+
+        The token is in the fragment, which the browser keeps from every server and log;
+        it decides this call once, as ``caller``, while its arguments are the ones shown.
+        """
+        link = blocks.approval_link(self.settings.public_url, call_id)
+        if link is None or self.tokens.key is None:
+            return None
+        request = may_decide(self.client, call_id, caller)
+        if request.status is not CallStatus.AWAITING_APPROVAL:
+            return None
+        return f"{link}#token={self.tokens.issue(call_id, request.digest, caller)}"
 
     def approve_run(self, caller: Principal, action: ApproveRun) -> str:
         """Approve each listed call of the run on its own; one line per call."""

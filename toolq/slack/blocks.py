@@ -165,7 +165,15 @@ def approval_blocks(
         },
     ]
     if link:
-        buttons.append({"type": "button", "action_id": OPEN, "text": _plain("Open"), "url": link})
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": OPEN,
+                "text": _plain("Open"),
+                "url": link,
+                "value": value,
+            }
+        )
     blocks.append(
         {"type": "actions", "block_id": f"toolq:{request.call_id}"[:255], "elements": buttons}
     )

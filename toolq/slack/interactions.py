@@ -53,6 +53,13 @@ class AskReason:
 
 
 @dataclass(frozen=True)
+class OpenPage:
+    """Open pressed: the person also gets a one-time link to decide on their phone."""
+
+    call_id: str
+
+
+@dataclass(frozen=True)
 class ApproveRun:
     """The digest's "approve all in this run": each listed call as its arguments were shown."""
 
@@ -65,7 +72,7 @@ class Ignored:
     """Nothing to do (the Open link, an action of another app)."""
 
 
-Action = Decide | AskReason | ApproveRun | Ignored
+Action = Decide | AskReason | OpenPage | ApproveRun | Ignored
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,9 @@ def _block_action(payload: dict[str, Any]) -> Action:
         if not isinstance(trigger, str):
             raise BadInteraction("a deny without a trigger_id to open the reason modal")
         return AskReason(call_id=call_id, digest=digest, trigger_id=trigger)
+    if action_id == blocks.OPEN:
+        call_id, _ = _call(_value(pressed.get("value")))
+        return OpenPage(call_id=call_id)
     if action_id == blocks.APPROVE_RUN:
         value = _value(pressed.get("value"))
         run_id, calls = value.get("run"), value.get("calls")
