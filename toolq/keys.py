@@ -225,6 +225,10 @@ class Keys:
         """Set of the call ids one posted digest message shows."""
         return f"{self.prefix}:slack:digest-message:{channel}:{ts}"
 
+    def mcp_task_shown(self, call_id: str) -> str:
+        """String ``1``: the MCP client of a call's task answered its approval-page request."""
+        return f"{self.prefix}:mcp-task-shown:{call_id}"
+
     @property
     def call_prefix(self) -> str:
         """What precedes a call id in its record's key (``call``).
