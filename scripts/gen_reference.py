@@ -108,7 +108,7 @@ def shape(model: Any) -> list[str]:
 def settings_page() -> str:
     """``docs/reference/settings.md``."""
     from toolq.quotas import Budget, TenantConfig
-    from toolq.settings import ApiToken, SentinelCell, UrlCell, Webhook
+    from toolq.settings import ApiToken, SentinelCell, SlackRoute, UrlCell, Webhook
 
     lines = [
         GENERATED,
@@ -127,7 +127,7 @@ def settings_page() -> str:
     for variable, kind, default, description in settings_rows():
         lines.append(f"| `{variable}` | `{kind}` | {default} | {linked(description)} |")
     lines += ["", "## JSON shapes", ""]
-    for model in (ApiToken, TenantConfig, Budget, Webhook, UrlCell, SentinelCell):
+    for model in (ApiToken, TenantConfig, Budget, Webhook, SlackRoute, UrlCell, SentinelCell):
         lines += shape(model)
     lines += [
         'A rate limit is written `"N/s"`, `"N/m"`, `"N/h"`, `"N/d"` or with a count of',

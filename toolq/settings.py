@@ -94,7 +94,9 @@ class SlackRoute(BaseModel):
     channel: str = Field(min_length=1)
     """Channel id (``C0123...``) the approval message is posted to."""
     risks: list[RiskLevel] = Field(default_factory=lambda: list(RiskLevel))
+    """Risk levels (the tool's, in the registry) whose calls the route takes; default: all."""
     tenants: list[str] | None = None
+    """Tenants whose calls the route takes; ``None``: every tenant."""
     remind_before: float | None = Field(None, gt=0)
     """Seconds before the call's deadline to post a reminder in the message's thread."""
     escalate_after: float | None = Field(None, gt=0)

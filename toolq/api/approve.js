@@ -6,7 +6,7 @@ const $ = (sel) => document.querySelector(sel);
 const callId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() || "");
 const base = new URL("..", location.href);
 const POLL_MS = 3000;
-const FINAL = new Set(["succeeded", "failed", "denied", "expired", "cancelled"]);
+let FINAL = null;  // the final states, as the API names them (GET /v1/overview)
 let token = localStorage.getItem("toolq.token") || "";
 let decisionToken = "";
 let view = null;
@@ -89,6 +89,7 @@ async function read() {
       if (!token) throw e;
     }
   }
+  if (FINAL === null) FINAL = new Set((await api("v1/overview?limit=1")).final_states);
   const got = await api(`v1/approvals/${callPath()}`);
   const events = await api(`v1/runs/${encodeURIComponent(got.run_id)}/events?follow=false`)
     .catch(() => []);
@@ -110,7 +111,9 @@ async function load() {
   }
   $("#error").hidden = true;
   render(got.view, got.events);
-  if (!FINAL.has(got.view.status)) timer = setTimeout(load, POLL_MS);
+  // A decision token reads only while there is something for it to decide.
+  const live = decisionToken ? got.view.status === "awaiting_approval" : !FINAL.has(got.view.status);
+  if (live) timer = setTimeout(load, POLL_MS);
 }
 
 function render(v, events) {

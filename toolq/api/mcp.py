@@ -16,8 +16,10 @@ principal, as the same call through the HTTP API is: its owner, the one who may 
 it. The SDK binds each session to the principal that opened it. Over stdio (the launching
 process's own pipe) calls are submitted as the server's ``--principal``.
 
-Approvals: a call that needs one is waited on for up to ``approval_wait`` seconds; then the
-tool result is an error naming the call id, for ``toolq approvals approve <id>``. The server
+Approvals: a client that declares the tasks extension gets a task for a call that parks,
+answered at once (``toolq.api.mcp_tasks``). For any other client, a call that needs one is
+waited on for up to ``approval_wait`` seconds; then the tool result is an error naming the
+call id, for ``toolq approvals approve <id>``. The server
 remembers the calls it answered before they were final (pending, or past ``call_timeout``):
 the same tool with the same arguments in the same run re-attaches to that call instead of
 dispatching a second one, and returns its result once it is final (or the same error while

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
@@ -44,6 +45,17 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 APPROVAL_INPUT = "approval"
 """The key of the one input request a task ever makes: the approval page."""
 POLL_MS = 1000
+
+
+class TaskStatus(StrEnum):
+    """A task's status, as the extension names them."""
+
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    """A JSON-RPC error during the work: never a toolq call's (those complete, ``isError``)."""
+    CANCELLED = "cancelled"
 
 
 class TaskParams(types.RequestParams):
@@ -92,7 +104,7 @@ class McpTasks:
         return {
             "resultType": "task",
             "taskId": result.call_id,
-            "status": "working",
+            "status": TaskStatus.WORKING.value,
             "statusMessage": f"call {result.call_id} ({result.name}) is awaiting approval",
             "createdAt": _iso(created),
             "lastUpdatedAt": _iso(updated),
@@ -114,15 +126,23 @@ class McpTasks:
             "pollIntervalMs": POLL_MS,
         }
         if result.status is CallStatus.CANCELLED:
-            return {**task, "status": "cancelled", "statusMessage": "the call was cancelled"}
+            return {
+                **task,
+                "status": TaskStatus.CANCELLED.value,
+                "statusMessage": "the call was cancelled",
+            }
         if result.is_final:
-            return {**task, "status": "completed", "result": self.render(result)}
+            return {**task, "status": TaskStatus.COMPLETED.value, "result": self.render(result)}
         if result.status is not CallStatus.AWAITING_APPROVAL:
-            return {**task, "status": "working", "statusMessage": f"{result.status.value}"}
+            return {
+                **task,
+                "status": TaskStatus.WORKING.value,
+                "statusMessage": f"{result.status.value}",
+            }
         page = self.page(task_id)
         if page is None or self._shown(task_id):
             waiting = f"call {task_id} ({result.name}) is waiting for an approver's decision"
-            return {**task, "status": "working", "statusMessage": waiting}
+            return {**task, "status": TaskStatus.WORKING.value, "statusMessage": waiting}
         elicit = {
             "method": "elicitation/create",
             "params": {
@@ -134,7 +154,11 @@ class McpTasks:
                 "url": page,
             },
         }
-        return {**task, "status": "input_required", "inputRequests": {APPROVAL_INPUT: elicit}}
+        return {
+            **task,
+            "status": TaskStatus.INPUT_REQUIRED.value,
+            "inputRequests": {APPROVAL_INPUT: elicit},
+        }
 
     def update(self, task_id: str, responses: dict[str, Any], caller: Principal | None) -> None:
         """Note that the approval page was shown; decides nothing (an approver does)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -170,13 +170,12 @@ def _said(result: CallResult) -> str:
 
 
 def build_slack_router(client: Client) -> APIRouter:
-    """The interactivity route, when the Slack app is configured (signing secret, token)."""
+    """The interactivity route; a 404 until the Slack app is configured (secret, token)."""
     settings = client.settings
     router = APIRouter(prefix="/v1/slack")
-    if settings.slack_signing_secret is None:
-        return router
-    secret = settings.slack_signing_secret.get_secret_value()
-    handler = SlackInteractions(client, SlackWeb(settings))
+    configured = settings.slack_signing_secret
+    secret = configured.get_secret_value() if configured is not None else ""
+    handler = SlackInteractions(client, SlackWeb(settings)) if secret else None
 
     @router.post("/interactions", response_model=None)
     async def interactions(request: Request) -> Response:
@@ -185,6 +184,8 @@ def build_slack_router(client: Client) -> APIRouter:
         Signed by Slack (``X-Slack-Signature``, ``X-Slack-Request-Timestamp``, 5 minutes),
         else 401; form-encoded ``payload=<json>`` as Slack sends it, else 400.
         """
+        if handler is None:
+            raise HTTPException(404, "Slack is not configured (TOOLQ_SLACK_SIGNING_SECRET)")
         body = await request.body()
         headers = request.headers
         signed = verified(
