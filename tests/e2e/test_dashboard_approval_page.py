@@ -73,7 +73,7 @@ def phone(api) -> Iterator[Any]:
 def shot(page: Any, name: str) -> None:
     folder = os.environ.get("TOOLQ_DASHBOARD_SCREENSHOTS")
     if folder:
-        page.screenshot(path=str(Path(folder) / name), full_page=True)
+        page.screenshot(path=str(Path(folder) / name))  # what the phone's screen shows
 
 
 def status(api: str, call_id: str) -> dict[str, Any]:

@@ -130,8 +130,9 @@ function render(v, events) {
   const facts = [["Run", v.run_id], ["Submitter", v.submitter], ["Tenant", v.tenant],
     ["Created", clock(v.created_at)], ["Call", v.call_id],
     ["Approved by", (v.approvals || []).join(", ")], ["Decided by", v.decided_by]];
+  const wide = new Set(["Run", "Call", "Created"]);
   $("#facts").replaceChildren(...facts.filter(([, x]) => x).map(([k, x]) =>
-    el("div", {}, el("dt", {}, k), el("dd", {}, x))));
+    el("div", wide.has(k) ? { class: "wide" } : {}, el("dt", {}, k), el("dd", {}, x))));
   const body = [
     el("h2", {}, "Arguments ", el("span", { class: "muted" }, "(secrets masked)")),
     el("pre", { "data-testid": "arguments" }, pretty(v.arguments)),
