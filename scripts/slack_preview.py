@@ -93,6 +93,7 @@ def mrkdwn(text: str) -> str:
 
 
 def text_html(obj: dict[str, Any]) -> str:
+    """A text object (plain or mrkdwn) as HTML."""
     if obj.get("type") == "plain_text":
         return html.escape(obj["text"])
     return mrkdwn(obj["text"])
@@ -135,6 +136,7 @@ def render(payload: list[dict[str, Any]], thread: str | None = None) -> str:
 def sample(call_id: str, name: str, risk: RiskLevel, arguments: dict[str, Any], **extra: Any) -> (
     ApprovalRequest
 ):
+    """A parked call as approvers see it, for a screenshot."""
     now = time.time()
     values: dict[str, Any] = {
         "call_id": call_id,
@@ -204,6 +206,7 @@ def pages() -> dict[str, str]:
 
 
 def main(folder: str) -> None:
+    """Write every screenshot into ``folder``."""
     from playwright.sync_api import sync_playwright
 
     out = Path(folder)
