@@ -133,9 +133,9 @@ def render(payload: list[dict[str, Any]], thread: str | None = None) -> str:
     )
 
 
-def sample(call_id: str, name: str, risk: RiskLevel, arguments: dict[str, Any], **extra: Any) -> (
-    ApprovalRequest
-):
+def sample(
+    call_id: str, name: str, risk: RiskLevel, arguments: dict[str, Any], **extra: Any
+) -> ApprovalRequest:
     """A parked call as approvers see it, for a screenshot."""
     now = time.time()
     values: dict[str, Any] = {
@@ -199,9 +199,7 @@ def pages() -> dict[str, str]:
         ),
         "slack-escalation.png": render(escalation),
         "slack-digest.png": render(blocks.digest_blocks("support-ticket-4711", digest, PUBLIC)),
-        "slack-digest-after.png": render(
-            blocks.digest_blocks("support-ticket-4711", done, PUBLIC)
-        ),
+        "slack-digest-after.png": render(blocks.digest_blocks("support-ticket-4711", done, PUBLIC)),
     }
 
 
