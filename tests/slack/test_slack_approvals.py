@@ -391,3 +391,41 @@ def test_open_gives_an_approver_a_one_time_link_that_decides_as_them(stack: Stac
     assert decided.status_code == 200, decided.text
     stack.wait_status(call_id, "succeeded")
     assert [(e["by"], e["outcome"]) for e in stack.audit(call_id)] == [("alice", "approved")]
+
+
+@pytest.fixture
+def quorum(slack: FakeSlack, inproc: InProcess, r: redis.Redis) -> Iterator[Stack]:
+    from tests.apps import registry
+
+    pair = Pair()
+    env = slack_env(slack)
+    inproc.start(env=env, approval_verify_keys=pair.verify, dangerous_approvals=2)
+    settings = settings_with_env(
+        make_settings(approval_signing_key=pair.signing, dangerous_approvals=2), env)
+    for url in serve(create_app(settings, registry, tokens=TOKENS)):
+        yield Stack(url, slack, pair, r)
+
+
+def test_a_quorum_is_counted_from_slack_and_the_message_follows_it(quorum: Stack):
+    stack = quorum
+    [call_id] = stack.dispatch("run-quorum", ("w1", "wipe", {"target": "db"}))
+    sent = stack.message(call_id)
+    value = value_of(sent, "toolq.approve")
+    interact(stack.api, press("toolq.approve", value, "UALICE"))
+    [partial] = stack.slack.wait("chat.update", channel=APPROVERS)
+    shown = text_of(partial.body["blocks"])
+    assert "Approved by `alice`; more approvals are needed" in shown
+    assert button(partial.body["blocks"], "toolq.approve") is not None  # still open
+    assert stack.call(call_id)["status"] == "awaiting_approval"
+    interact(stack.api, press("toolq.approve", value, "UALICE"))  # alice again counts once
+    [told] = stack.slack.wait("chat.postEphemeral", count=2, user="UALICE")[1:]
+    assert stack.call(call_id)["status"] == "awaiting_approval", told.body
+    interact(stack.api, press("toolq.approve", value, "UBOB"))
+    stack.wait_status(call_id, "succeeded")
+    assert executions(stack.r, call_id) == 1
+    updates = stack.slack.wait("chat.update", count=2, channel=APPROVERS)
+    final = text_of(updates[-1].body["blocks"])
+    assert "Approved by `bob`" in final and "more approvals" not in final
+    assert button(updates[-1].body["blocks"], "toolq.approve") is None
+    outcomes = [(e["by"], e["outcome"]) for e in stack.audit(call_id)]
+    assert outcomes[0] == ("alice", "approved:partial") and outcomes[-1] == ("bob", "approved")

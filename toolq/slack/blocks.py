@@ -4,7 +4,9 @@ Every value a user or model chose (tool, run, principal, arguments, preview, dif
 is inert text: in ``mrkdwn`` escaped as Slack asks and inside code spans or blocks that it
 cannot close (``toolq.webhooks.payload``), or in ``plain_text``. Buttons carry the call id
 and the digest of the arguments the message shows: a decision on changed arguments is
-refused.
+refused. A name is shown only in an ``Outcome``, from a notice whose signature vouched for
+it; the record's list of approvals so far (Redis data) is not (the approval page shows it,
+as verified by the API).
 """
 
 from __future__ import annotations
@@ -133,14 +135,6 @@ def approval_blocks(
     diff = (request.diff or {}).get("diff_output")
     if diff:
         blocks.append(_section("*Diff*\n" + code_block(diff)))
-    if request.approvals:
-        names = ", ".join(slack_code(name) for name in request.approvals)
-        blocks.append(
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"Approved so far: {names}"}],
-            }
-        )
     link = approval_link(public_url, request.call_id)
     if outcome is not None and not outcome.partial:
         blocks.append(_section(outcome_line(outcome)))
