@@ -49,6 +49,7 @@ USERS = {
     "UCAROL": {"principal": "carol", "roles": ["viewer", "approver:moderate"]},
     "USAM": {"principal": "sam", "roles": ["viewer", "approver:safe"]},
     "UAGENT": {"principal": "agent", "roles": DANGEROUS},  # the submitter, as an approver
+    "UACME": {"principal": "acme-ops", "roles": DANGEROUS, "tenant": "acme"},
 }
 
 
@@ -208,7 +209,7 @@ def test_unmapped_underprivileged_and_self_approving_users_are_refused(stack: St
     [call_id] = stack.dispatch("run-refused", ("w1", "wipe", {"target": "db"}))
     sent = stack.message(call_id)
     value = value_of(sent, "toolq.approve")
-    for user in ("UNOBODY", "USAM", "UAGENT"):
+    for user in ("UNOBODY", "USAM", "UAGENT", "UACME"):
         answered = interact(stack.api, press("toolq.approve", value, user))
         assert answered.status_code == 200
         [told] = stack.slack.wait("chat.postEphemeral", user=user)
@@ -226,9 +227,11 @@ def test_unmapped_underprivileged_and_self_approving_users_are_refused(stack: St
     assert "not mapped" in texts["UNOBODY"]
     assert "approver:dangerous" in texts["USAM"]
     assert "self approval" in texts["UAGENT"]  # from Slack either
+    assert "acme" in texts["UACME"]  # an approver of another tenant
     assert stack.call(call_id)["status"] == "awaiting_approval"
+    # refusals the API audits for its own routes too
     assert [(e["by"], e["outcome"]) for e in stack.audit(call_id)] == [
-        ("agent", "refused:self_approval")
+        ("agent", "refused:self_approval"), ("acme-ops", "refused:not_owner"),
     ]
 
 
