@@ -108,7 +108,7 @@ def shape(model: Any) -> list[str]:
 def settings_page() -> str:
     """``docs/reference/settings.md``."""
     from toolq.quotas import Budget, TenantConfig
-    from toolq.settings import ApiToken, SentinelCell, UrlCell, Webhook
+    from toolq.settings import ApiToken, SentinelCell, SlackRoute, UrlCell, Webhook
     from toolq.upstreams import McpSandbox, McpServer, ToolOptions
 
     lines = [
@@ -128,7 +128,7 @@ def settings_page() -> str:
     for variable, kind, default, description in settings_rows():
         lines.append(f"| `{variable}` | `{kind}` | {default} | {linked(description)} |")
     lines += ["", "## JSON shapes", ""]
-    shapes = (ApiToken, TenantConfig, Budget, Webhook, UrlCell, SentinelCell)
+    shapes = (ApiToken, TenantConfig, Budget, Webhook, SlackRoute, UrlCell, SentinelCell)
     for model in (*shapes, McpServer, ToolOptions, McpSandbox):
         lines += shape(model)
     lines += [

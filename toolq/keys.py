@@ -209,6 +209,26 @@ class Keys:
         """List (capped) of deliveries given up after their last attempt, newest first."""
         return f"{self.prefix}:webhooks:dead"
 
+    def slack_messages(self, call_id: str) -> str:
+        """Hash of the Slack messages showing a call: channel id → message ``ts``.
+
+        A digest message's ``ts`` is prefixed ``digest:``; field ``posting`` is set while the
+        call's message is being posted.
+        """
+        return f"{self.prefix}:slack:call:{call_id}"
+
+    def slack_digest(self, digest_id: str) -> str:
+        """Set of parked call ids waiting for the next digest message of one run and channel."""
+        return f"{self.prefix}:slack:digest:{digest_id}"
+
+    def slack_digest_message(self, channel: str, ts: str) -> str:
+        """Set of the call ids one posted digest message shows."""
+        return f"{self.prefix}:slack:digest-message:{channel}:{ts}"
+
+    def mcp_task_shown(self, call_id: str) -> str:
+        """String ``1``: the MCP client of a call's task answered its approval-page request."""
+        return f"{self.prefix}:mcp-task-shown:{call_id}"
+
     @property
     def call_prefix(self) -> str:
         """What precedes a call id in its record's key (``call``).

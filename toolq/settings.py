@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -82,6 +83,43 @@ class Webhook(BaseModel):
     def id(self) -> str:
         """Stable name of the endpoint in Redis (its URL's hash: the URL may hold a token)."""
         return hashlib.sha256(self.url.encode()).hexdigest()[:16]
+
+
+class SlackRoute(BaseModel):
+    """Where the Slack approval messages of some calls go, and when they are chased.
+
+    A call takes the first route of ``TOOLQ_SLACK_ROUTES`` whose ``risks`` hold its risk and
+    whose ``tenants`` (``None``: any) hold its tenant; a call no route takes posts nothing.
+    """
+
+    channel: str = Field(min_length=1)
+    """Channel id (``C0123...``) the approval message is posted to."""
+    risks: list[RiskLevel] = Field(default_factory=lambda: list(RiskLevel))
+    """Risk levels (the tool's, in the registry) whose calls the route takes; default: all."""
+    tenants: list[str] | None = None
+    """Tenants whose calls the route takes; ``None``: every tenant."""
+    remind_before: float | None = Field(None, gt=0)
+    """Seconds before the call's deadline to post a reminder in the message's thread."""
+    escalate_after: float | None = Field(None, gt=0)
+    """Seconds after the call parked, still undecided, to escalate it."""
+    escalate_channel: str | None = None
+    """Channel the escalation posts the call to (with its buttons); ``None``: the thread."""
+    escalate_mention: str | None = None
+    """Who the escalation mentions: a user group id (``S0123...``) or a user id (``U0123...``)."""
+    digest_seconds: float | None = Field(None, gt=0)
+    """Batch this route's calls of one run into one digest message, posted this many seconds
+    after the first, with an "approve all in this run" button (for low-risk routes)."""
+
+    @field_validator("escalate_mention")
+    @classmethod
+    def _mention(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[SUW][A-Z0-9]{2,}", value):
+            raise ValueError(f"escalate_mention must be a Slack user group or user id: {value!r}")
+        return value
+
+    def takes(self, risk: RiskLevel, tenant: str) -> bool:
+        """True when calls of ``risk`` in ``tenant`` go to this route."""
+        return risk in self.risks and (self.tenants is None or tenant in self.tenants)
 
 
 def sentinel_addresses(value: str) -> list[tuple[str, int]]:
@@ -287,6 +325,24 @@ class Settings(BaseSettings):
     (``TOOLQ_MCP_SERVERS``, JSON list of ``{"name", "command" | "url", "headers",
     "tenant_headers", "env", "tools", "manifest", "sandbox", ...}``; docs:
     guide/mcp-gateway.md). Give every process the same list."""
+
+    slack_bot_token: SecretStr | None = None
+    """Bot token (``xoxb-...``) of the toolq Slack app: workers post and update approval
+    messages with it, the API answers button presses (docs: guide/slack.md)."""
+    slack_signing_secret: SecretStr | None = None
+    """Signing secret of the Slack app: the API accepts an interaction
+    (``POST /v1/slack/interactions``) only with Slack's signature, made in the last 5 minutes."""
+    slack_api_url: str = "https://slack.com/api/"
+    """Base URL of Slack's Web API (another one only for a test double)."""
+    slack_routes: list[SlackRoute] = Field(default_factory=list)
+    """Where approval messages go per risk and tenant, reminders, escalation and digests
+    (``TOOLQ_SLACK_ROUTES``, JSON list of ``{"channel", "risks", "tenants", "remind_before",
+    "escalate_after", "escalate_channel", "escalate_mention", "digest_seconds"}``)."""
+    slack_users: dict[str, ApiToken] = Field(default_factory=dict)
+    """Slack user id → the toolq principal a button press is made as, its roles and tenant
+    (``TOOLQ_SLACK_USERS``, JSON, as ``TOOLQ_API_TOKENS``); an unmapped user decides nothing."""
+    slack_team: str | None = None
+    """Workspace id (``T0123...``) interactions must come from; ``None``: any the app is in."""
 
     @field_validator("tenants")
     @classmethod

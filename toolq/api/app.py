@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
+from toolq.api.approval_page import build_approval_page_router
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.cells import CellParts, cells_health
 from toolq.api.dashboard import build_dashboard_router
@@ -19,6 +20,7 @@ from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
 from toolq.api.routes import build_router
+from toolq.api.slack import build_slack_router
 from toolq.api.tenants import build_tenants_router
 from toolq.backend import Backend
 from toolq.dispatch.client import Client
@@ -85,6 +87,8 @@ def create_app(
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
+    app.include_router(build_slack_router(client))
+    app.include_router(build_approval_page_router())
     app.state.client = client
     app.state.hub = parts.hubs[0]
     app.state.parts = parts

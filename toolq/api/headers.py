@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolq.api import approval_page
+
 DASHBOARD_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -38,7 +40,7 @@ class SecurityHeaders:
             return
         path: str = scope.get("path", "")
         extra = list(COMMON)
-        if path in DASHBOARD_PATHS:
+        if path in DASHBOARD_PATHS or approval_page.is_page(path):
             extra.append((b"content-security-policy", DASHBOARD_CSP.encode()))
         elif path == "/docs" or path.startswith("/docs/"):
             extra.append((b"content-security-policy", DOCS_CSP.encode()))

@@ -16,8 +16,10 @@ principal, as the same call through the HTTP API is: its owner, the one who may 
 it. The SDK binds each session to the principal that opened it. Over stdio (the launching
 process's own pipe) calls are submitted as the server's ``--principal``.
 
-Approvals: a call that needs one is waited on for up to ``approval_wait`` seconds; then the
-tool result is an error naming the call id, for ``toolq approvals approve <id>``. The server
+Approvals: a client that declares the tasks extension gets a task for a call that parks,
+answered at once (``toolq.api.mcp_tasks``). For any other client, a call that needs one is
+waited on for up to ``approval_wait`` seconds; then the tool result is an error naming the
+call id, for ``toolq approvals approve <id>``. The server
 remembers the calls it answered before they were final (pending, or past ``call_timeout``):
 the same tool with the same arguments in the same run re-attaches to that call instead of
 dispatching a second one, and returns its result once it is final (or the same error while
@@ -31,7 +33,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -47,8 +49,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from toolq.api import mcp_tasks
 from toolq.api.auth import AuthenticationError, Authenticator, Principal
 from toolq.api.errors import error_body
+from toolq.api.mcp_tasks import McpTasks
 from toolq.dispatch.client import Client
 from toolq.dispatch.providers import to_messages
 from toolq.errors import ToolqError, WaitTimeoutError
@@ -101,11 +105,13 @@ class McpBridge:
         arguments: Mapping[str, Any] | None,
         run_id: str,
         caller: Principal | None = None,
+        parked: Callable[[CallResult], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Dispatch one call (or re-attach to its unfinished twin), wait, render it (blocking).
 
         ``caller``: the token's principal over HTTP, who submits the call; ``None`` (stdio):
-        the server's own ``principal``.
+        the server's own ``principal``. ``parked``: what to answer at once for a call that
+        awaits approval (a task), instead of waiting.
         """
         principal = self.options.principal if caller is None else caller.name
         tenant = self.options.tenant if caller is None else caller.tenant_for(self.options.tenant)
@@ -129,6 +135,12 @@ class McpBridge:
                 text = f"{exc.code}: {exc.message}"
                 return {"content": [{"type": "text", "text": text}], "isError": True}
             call_id = batch.call_ids[0]
+        if parked is not None:
+            current = self.client.result(call_id)
+            if current.status is CallStatus.AWAITING_APPROVAL:
+                with self._lock:
+                    self._parked.pop(key, None)  # the task follows it from now on
+                return parked(current)
         result = self._settle(call_id, run_id)
         with self._lock:
             if not result.is_final:
@@ -222,8 +234,12 @@ def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
 
 
 def create_mcp_server(client: Client, options: McpOptions | None = None) -> Server[Any]:
-    """A low-level MCP server whose tools are the client's registry, run through its queue."""
+    """A low-level MCP server whose tools are the client's registry, run through its queue.
+
+    It serves the tasks extension (``toolq.api.mcp_tasks``) to clients that declare it.
+    """
     bridge = McpBridge(client, options)
+    tasks = McpTasks(client, bridge.options.principal, render)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -232,7 +248,7 @@ def create_mcp_server(client: Client, options: McpOptions | None = None) -> Serv
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         run_id = bridge.run_id_for(_session_id(ctx))
         caller = _caller(ctx)
         rendered = await anyio.to_thread.run_sync(
@@ -241,17 +257,24 @@ def create_mcp_server(client: Client, options: McpOptions | None = None) -> Serv
             params.arguments,
             run_id,
             caller,
+            tasks.created if mcp_tasks.declared(ctx) else None,
             abandon_on_cancel=True,
         )
+        if rendered.get("resultType") == "task":
+            return rendered
         return types.CallToolResult.model_validate(rendered)
 
-    return Server(
+    server: Server[Any] = Server(
         "toolq",
         version=version("toolq"),
         instructions=client.registry.instructions() or None,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
     )
+    # Registered as a plain handler: to a client with the tasks extension it may answer a
+    # task, which the typed ``on_call_tool`` does not admit.
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    mcp_tasks.install(server, tasks, _caller)
+    return server
 
 
 async def serve_stdio(server: Server[Any]) -> None:

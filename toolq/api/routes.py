@@ -17,8 +17,8 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import Principal
 from toolq.api.cells import CellParts
+from toolq.api.deciding import may_decide
 from toolq.api.limits import decision_body_schema, parse_body, parse_decision
-from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
 from toolq.errors import NotRunOwnerError, PayloadError
@@ -224,11 +224,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         return await run_in_threadpool(_approve, call_id, caller, body)
 
     def _may_decide(call_id: str, caller: Principal) -> None:
-        call_of_tenant(call_id, caller, "decide calls of")
-        # The role of the tool's risk in this process's registry: the record's is data any
-        # Redis writer can lower.
-        tool = client.approvals.get(call_id).name
-        caller.require_approver(decided_risk(client.registry, tool))
+        may_decide(client, call_id, caller)
 
     def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
         decision = body or Approve()

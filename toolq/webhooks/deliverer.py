@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Sequence
 
 import httpx
 import redis
@@ -21,10 +22,11 @@ from toolq.keys import Keys
 from toolq.settings import Settings, Webhook
 from toolq.signing import verifier_for
 from toolq.webhooks import payload
-from toolq.webhooks.outbox import Outbox
+from toolq.webhooks.outbox import Endpoint, Outbox
 from toolq.webhooks.payload import Notice
 from toolq.webhooks.provenance import Provenance, Unverified
 from toolq.webhooks.signing import SIGNATURE_HEADER, sign
+from toolq.webhooks.sink import Failure, Sink
 
 log = logging.getLogger("toolq.webhooks")
 
@@ -37,15 +39,21 @@ class WebhookDeliverer(threading.Thread):
     """Delivers the notifications of ``settings.webhooks``; one per worker main process.
 
     It works over the worker's own Redis client and key names (its ``Backend``'s), as the
-    outbox group's ``consumer``.
+    outbox group's ``consumer``. ``sinks`` deliver notices themselves (``toolq.webhooks.sink``).
     """
 
     def __init__(
-        self, redis_client: redis.Redis, keys: Keys, settings: Settings, consumer: str
+        self,
+        redis_client: redis.Redis,
+        keys: Keys,
+        settings: Settings,
+        consumer: str,
+        sinks: Sequence[Sink] = (),
     ) -> None:
         super().__init__(name="toolq-webhooks", daemon=True)
         self.settings = settings
         self.hooks = {hook.id: hook for hook in settings.webhooks}
+        self.sinks = {sink.id: sink for sink in sinks}
         self.outbox = Outbox(redis_client, keys, consumer)
         self.provenance = Provenance(redis_client, keys, verifier_for(settings))
         self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
@@ -53,7 +61,8 @@ class WebhookDeliverer(threading.Thread):
 
     def announce(self) -> None:
         """Keep the outbox taking the event types these endpoints want."""
-        events = {event.value for hook in self.hooks.values() for event in hook.events}
+        endpoints: list[Endpoint] = [*self.hooks.values(), *self.sinks.values()]
+        events = {event.value for endpoint in endpoints for event in endpoint.events}
         self.outbox.announce(events, self.settings.webhook_hold_seconds)
 
     def run(self) -> None:
@@ -82,7 +91,8 @@ class WebhookDeliverer(threading.Thread):
         wait = IDLE_WAIT if next_due is None else min(IDLE_WAIT, max(0.0, next_due - now))
         block_ms = int(wait * 1000)
         entries = self.outbox.take(block_ms if block_ms > 0 else None)
-        self.outbox.fan_out(entries, self.hooks.values(), time.time())
+        endpoints: list[Endpoint] = [*self.hooks.values(), *self.sinks.values()]
+        self.outbox.fan_out(entries, endpoints, time.time())
         for delivery_id in self.outbox.due(time.time(), DUE_BATCH):
             if self._stopping.is_set():
                 return
@@ -97,7 +107,7 @@ class WebhookDeliverer(threading.Thread):
         claimed = self.outbox.claim(delivery_id, now, until)
         if claimed is None:
             return
-        hook = self.hooks.get(claimed.hook_id)
+        hook = self.hooks.get(claimed.hook_id) or self.sinks.get(claimed.hook_id)
         if hook is None:
             log.warning(
                 "delivery %s: endpoint %s is no longer configured", delivery_id, claimed.hook_id
@@ -110,8 +120,12 @@ class WebhookDeliverer(threading.Thread):
             log.warning("delivery %s to endpoint %s refused: %s", delivery_id, hook.id, exc)
             self.outbox.give_up(claimed, f"unverified: {exc}")
             return
-        error = self.post(hook, notice)
-        if error is None:
+        if isinstance(hook, Webhook):
+            error = self.post(hook, notice)
+            failure = None if error is None else Failure(error)
+        else:
+            failure = hook.deliver(claimed, notice, self.outbox)
+        if failure is None:
             self.outbox.delivered(delivery_id)
         elif claimed.attempts >= self.settings.webhook_max_attempts:
             log.error(
@@ -119,20 +133,20 @@ class WebhookDeliverer(threading.Thread):
                 delivery_id,
                 hook.id,
                 claimed.attempts,
-                error,
+                failure.error,
             )
-            self.outbox.give_up(claimed, error)
+            self.outbox.give_up(claimed, failure.error)
         else:
-            delay = self.backoff(claimed.attempts)
+            delay = max(self.backoff(claimed.attempts), failure.retry_after or 0.0)
             log.warning(
                 "delivery %s to endpoint %s failed (attempt %d): %s; retrying in %.1f s",
                 delivery_id,
                 hook.id,
                 claimed.attempts,
-                error,
+                failure.error,
                 delay,
             )
-            self.outbox.retry_at(delivery_id, time.time() + delay, error)
+            self.outbox.retry_at(delivery_id, time.time() + delay, failure.error)
 
     def backoff(self, attempts: int) -> float:
         """Delay after the ``attempts``-th failed attempt."""

@@ -19,15 +19,15 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
 from toolq.keys import WEBHOOK_GROUP, Keys
+from toolq.models import EventType
 from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import WEBHOOK_CLAIM
-from toolq.settings import Webhook
 
 log = logging.getLogger("toolq.webhooks")
 
@@ -36,6 +36,20 @@ STALE_ENTRY_MS = 60_000
 BATCH = 100
 DEAD_KEPT = 1000
 """Given-up deliveries kept for inspection (``Keys.webhook_dead``)."""
+
+
+class Endpoint(Protocol):
+    """Where deliveries go: a ``Webhook``, or a sink such as the Slack app (``Sink``)."""
+
+    @property
+    def id(self) -> str:
+        """Stable name of the endpoint in delivery records."""
+        ...
+
+    @property
+    def events(self) -> list[EventType]:
+        """The event types it takes."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,9 @@ class Claimed:
     event_id: str
     type: str
     call_id: str
+    purpose: str = ""
+    """Why a delivery scheduled by its endpoint (``Outbox.schedule``) is due: e.g. a
+    reminder of the event's call; empty for the event's own notification."""
 
 
 class Outbox:
@@ -111,7 +128,7 @@ class Outbox:
         ]
 
     def fan_out(
-        self, entries: list[tuple[str, dict[str, str]]], hooks: Iterable[Webhook], now: float
+        self, entries: list[tuple[str, dict[str, str]]], hooks: Iterable[Endpoint], now: float
     ) -> int:
         """Turn entries into deliveries, one per endpoint that wants its event; how many."""
         if not entries:
@@ -139,6 +156,26 @@ class Outbox:
         pipe.execute()
         return made
 
+    def schedule(self, claimed: Claimed, delivery_id: str, purpose: str, at: float) -> bool:
+        """A further delivery of ``claimed``'s event to its endpoint, due at ``at``.
+
+        The endpoint learns why from ``Claimed.purpose``. A delivery of that id already
+        pending keeps its due time (False then).
+        """
+        record = {
+            "type": claimed.type,
+            "call_id": claimed.call_id,
+            "run_id": claimed.run_id,
+            "event_id": claimed.event_id,
+            "hook": claimed.hook_id,
+            "attempts": "0",
+            "purpose": purpose,
+        }
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.webhook_delivery(delivery_id), mapping=dict[Any, Any](record))
+        pipe.zadd(self.keys.webhook_due, {delivery_id: at}, nx=True)
+        return bool(pipe.execute()[1])
+
     def next_due(self) -> float | None:
         """When the earliest pending delivery is due."""
         first: Any = self.redis.zrange(self.keys.webhook_due, 0, 0, withscores=True)
@@ -164,6 +201,7 @@ class Outbox:
             event_id=f.get("event_id", ""),
             type=f.get("type", ""),
             call_id=f.get("call_id", ""),
+            purpose=f.get("purpose", ""),
         )
 
     def delivered(self, delivery_id: str) -> None:

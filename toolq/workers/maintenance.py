@@ -32,6 +32,7 @@ from toolq.workers.heartbeat import beat
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
+    from toolq.webhooks.sink import Sink
 
 log = logging.getLogger("toolq.maintenance")
 
@@ -352,10 +353,17 @@ class Maintenance(threading.Thread):
         }
         self._stopping = threading.Event()
         self.webhooks: WebhookDeliverer | None = None
-        if settings.webhooks:
+        sinks: list[Sink] = []
+        if settings.slack_bot_token is not None and settings.slack_routes:
+            from toolq.slack.notifier import SlackNotifier
+
+            sinks.append(SlackNotifier(backend.redis, backend.keys, settings, backend.approvals))
+        if settings.webhooks or sinks:
             from toolq.webhooks.deliverer import WebhookDeliverer
 
-            self.webhooks = WebhookDeliverer(backend.redis, backend.keys, settings, hostname)
+            self.webhooks = WebhookDeliverer(
+                backend.redis, backend.keys, settings, hostname, sinks=sinks
+            )
 
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
