@@ -330,7 +330,7 @@ function renderCalls(o) {
   $("#calls-empty").hidden = calls.length > 0;
 }
 
-// A busy worker runs many calls: a few short links and a count, so the row stays one line high.
+// A busy worker runs many calls: a few short links and a count, so HOST keeps its room.
 const CURRENT_SHOWN = 3;
 function currentCalls(ids) {
   const shown = ids.slice(0, CURRENT_SHOWN).flatMap(id => [callLink(id), " "]);
