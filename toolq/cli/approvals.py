@@ -25,9 +25,9 @@ from toolq.cli.common import (
     require_redis,
     settings_for,
 )
-from toolq.cli.ids import resolve_call_id
+from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
-from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
+from toolq.errors import ToolqError
 from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.signing import verifier_for
@@ -62,20 +62,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 def _resolve(client: Client, call_id: str) -> str:
     try:
-        if client.cells is None:
-            return resolve_call_id(client.redis, client.keys, call_id)
-        found: set[str] = set()
-        for _, cell in client.reachable()[0]:
-            try:
-                found.add(resolve_call_id(cell.redis, cell.keys, call_id))
-            except CallNotFoundError:
-                continue
-        if len(found) > 1:
-            shown = ", ".join(sorted(found))
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches {len(found)} calls ({shown}); type more of it"
-            )
-        return found.pop() if found else call_id  # unknown: the command says so
+        return resolve_in(client, call_id)
     except ToolqError as exc:
         raise fail(str(exc)) from None
 
