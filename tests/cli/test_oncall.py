@@ -9,6 +9,7 @@ import pytest
 
 from tests.cli.test_cli import toolq
 from toolq import CallStatus
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -87,4 +88,33 @@ def test_calls_show_masks_secrets_and_cancel_is_the_api_cancel(settings, inproc,
     assert again.returncode == 1
     assert again.stderr.strip().splitlines() == [
         f"error: call {parked} is already cancelled: nothing to cancel"
+    ]
+
+
+def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
+    settings, inproc, client
+):
+    signing, verify = generate_pair()
+    inproc.start(approval_verify_keys=verify)  # runs only approvals signed for its own risks
+    batch = client.dispatch(
+        calls(("transfer", {"amount": 500}), ("wipe", {"target": "t"}), ("echo", {"text": "x"})),
+        run_id="bulk-run",
+    )
+    transfer, wipe, _ = batch.call_ids
+    env = {"TOOLQ_APPROVAL_SIGNING_KEY": signing, "TOOLQ_APPROVERS": '{"bob": ["moderate"]}'}
+    done = toolq(
+        "approvals", "approve", "--run", "bulk-run", "--by", "bob", *APP, settings=settings, **env
+    )
+    assert done.returncode == 1, done.stderr  # one of them refused
+    lines = done.stdout.splitlines()
+    assert f"approved {transfer}  transfer: queued" in lines
+    [refused] = [line for line in lines if line.startswith("refused")]
+    assert refused.startswith(f"refused  {wipe}  wipe: ") and "bob" in refused
+    assert lines[-1] == "run bulk-run: 1 approved, 1 refused"
+    assert client.wait([transfer], timeout=30)[0].output == "moved 500"
+    assert client.result(wipe).status is CallStatus.AWAITING_APPROVAL
+    unknown = toolq("approvals", "approve", "--run", "no-such-run", *APP, settings=settings, **env)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: unknown run 'no-such-run': it has no calls"
     ]

@@ -168,7 +168,9 @@ def show(
 
 @approvals.command()
 def approve(
-    call_id: str = _CALL_ID,
+    call_id: str | None = typer.Argument(
+        None, help="Call id, or a unique prefix of one (the dashboard shows 8)."
+    ),
     by: str = typer.Option("cli", help="Approver name."),
     args: str | None = typer.Option(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
@@ -176,10 +178,14 @@ def approve(
     digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
+    run_id: str | None = typer.Option(
+        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+    ),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Approve and enqueue a parked call."""
+    """Approve and enqueue a parked call, or with --run every pending call of a run."""
+    _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
     if args is not None and not settings_for(app, redis_url).app:
         # Edited arguments must be validated against the tool's schema before they are
         # signed and queued; without the registry there is no schema to check them with.
@@ -187,6 +193,10 @@ def approve(
             "--args needs the tool registry to validate the edit: pass --app or set TOOLQ_APP", 2
         )
     with _client(app, redis_url) as client:
+        if run_id is not None:
+            approve_run(client, run_id, by)
+            return
+        assert call_id is not None
         full = _resolve(client, call_id)
         try:
             _note_unknown_tool(client, full)
@@ -197,6 +207,45 @@ def approve(
         except (ToolqError, ValueError) as exc:
             raise fail(str(exc)) from None
         typer.echo(f"approved {full}: {result.status.value}")
+
+
+def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
+    """A usage error unless exactly one of CALL_ID and --run is given (--run: no edits)."""
+    if (call_id is None) == (run_id is None):
+        raise fail("name one call (CALL_ID) or a run (--run RUN_ID)", 2)
+    given = [f"--{name}" for name, value in single.items() if value]
+    if run_id is not None and given:
+        raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
+
+
+def approve_run(client: Client, run_id: str, by: str) -> None:
+    """Approve every pending call of a run (``decide_run``): a line each, then a summary.
+
+    Each call is decided as a single ``approve`` decides it (policy, signature, quorum);
+    exit 1 when any is refused, or when the run is unknown.
+    """
+    try:
+        pending = client.approvals.pending(run_id=run_id)
+        if not pending and not client.results(run_id):
+            raise fail(f"unknown run {run_id!r}: it has no calls")
+        for request in pending:
+            _note_unknown_tool(client, request.call_id)
+        outcomes = client.approvals.decide_run(
+            run_id, by, approve=[request.call_id for request in pending]
+        )
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    refused = 0
+    for request in pending:
+        outcome = outcomes[request.call_id]
+        if isinstance(outcome, ToolqError):
+            refused += 1
+            typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
+        else:
+            typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+    typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
+    if refused:
+        raise typer.Exit(1)
 
 
 def _note_unknown_tool(client: Client, call_id: str) -> None:
