@@ -11,6 +11,7 @@ import typer
 
 from toolq.cli.api import api
 from toolq.cli.approvals import approvals
+from toolq.cli.calls import calls
 from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
@@ -67,6 +68,7 @@ app.command()(check)
 app.command()(mcp)
 app.command()(tenants)
 app.add_typer(approvals, name="approvals")
+app.add_typer(calls, name="calls")
 app.add_typer(keys, name="keys")
 
 

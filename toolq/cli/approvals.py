@@ -28,9 +28,9 @@ from toolq.cli.common import (
     require_redis,
     settings_for,
 )
-from toolq.cli.ids import resolve_call_id
+from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
-from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
+from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
 from toolq.signing import verifier_for
 from toolq.workers.heartbeat import live_workers
@@ -64,20 +64,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 def _resolve(client: Client, call_id: str) -> str:
     try:
-        if client.cells is None:
-            return resolve_call_id(client.redis, client.keys, call_id)
-        found: set[str] = set()
-        for _, cell in client.reachable()[0]:
-            try:
-                found.add(resolve_call_id(cell.redis, cell.keys, call_id))
-            except CallNotFoundError:
-                continue
-        if len(found) > 1:
-            shown = ", ".join(sorted(found))
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches {len(found)} calls ({shown}); type more of it"
-            )
-        return found.pop() if found else call_id  # unknown: the command says so
+        return resolve_in(client, call_id)
     except ToolqError as exc:
         raise fail(str(exc)) from None
 
@@ -183,7 +170,9 @@ def show(
 
 @approvals.command()
 def approve(
-    call_id: str = _CALL_ID,
+    call_id: str | None = typer.Argument(
+        None, help="Call id, or a unique prefix of one (the dashboard shows 8)."
+    ),
     by: str = typer.Option("cli", help="Approver name (with --api: your token's name)."),
     args: str | None = typer.Option(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
@@ -206,17 +195,31 @@ def approve(
         "--unsigned",
         help="Decide without a signature: only where no worker verifies approvals.",
     ),
+    run_id: str | None = typer.Option(
+        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+    ),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Approve and enqueue a parked call, signed here or through the API.
+    """Approve and enqueue a parked call (or with --run every pending call of a run).
 
     A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
     registry (--app), or made by the API (--api, --token); without either it is refused,
     since workers that verify approvals would not run it.
     """
+    _check_one_or_run(
+        call_id,
+        run_id,
+        args=args,
+        digest=digest,
+        note=note,
+        always=always,
+        api=api,
+        unsigned=unsigned,
+    )
     arguments = _edited(args)
     if api is not None:
+        assert call_id is not None
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
         return
     settings = settings_for(app, redis_url)
@@ -238,6 +241,10 @@ def approve(
             "--app or set TOOLQ_APP (or approve through the API with --api URL --token TOKEN)"
         )
     with _client(app, redis_url) as client:
+        if run_id is not None:
+            approve_run(client, run_id, by)
+            return
+        assert call_id is not None
         full = _resolve(client, call_id)
         try:
             if unsigned:
@@ -263,6 +270,45 @@ def _edited(args: str | None) -> dict[str, Any] | None:
     if not isinstance(edited, dict):
         raise fail("--args must be a JSON object", 2)
     return edited
+
+
+def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
+    """A usage error unless exactly one of CALL_ID and --run is given (--run: no edits)."""
+    if (call_id is None) == (run_id is None):
+        raise fail("name one call (CALL_ID) or a run (--run RUN_ID)", 2)
+    given = [f"--{name}" for name, value in single.items() if value]
+    if run_id is not None and given:
+        raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
+
+
+def approve_run(client: Client, run_id: str, by: str) -> None:
+    """Approve every pending call of a run (``decide_run``): a line each, then a summary.
+
+    Each call is decided as a single ``approve`` decides it (policy, signature, quorum);
+    exit 1 when any is refused, or when the run is unknown.
+    """
+    try:
+        pending = client.approvals.pending(run_id=run_id)
+        if not pending and not client.results(run_id):
+            raise fail(f"unknown run {run_id!r}: it has no calls")
+        for request in pending:
+            _require_known_tool(client, request.call_id)
+        outcomes = client.approvals.decide_run(
+            run_id, by, approve=[request.call_id for request in pending]
+        )
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    refused = 0
+    for request in pending:
+        outcome = outcomes[request.call_id]
+        if isinstance(outcome, ToolqError):
+            refused += 1
+            typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
+        else:
+            typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+    typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
+    if refused:
+        raise typer.Exit(1)
 
 
 def _require_known_tool(client: Client, call_id: str) -> None:
