@@ -70,7 +70,7 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
     workers = Workers(settings)
     client = Client(registry, settings)
     try:
-        fleet = [workers.start(concurrency=2, log=tmp_path / f"worker{i}.log") for i in range(2)]
+        fleet = [workers.start(concurrency=2, log=tmp_path / "worker.log")]
         # One call running when Redis fills (its handler ends during the outage), more queued.
         running = client.dispatch(
             [{"id": "r", "name": "slow", "arguments": {"seconds": 1.5}}], run_id="before"
@@ -79,6 +79,11 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             lambda: client.result(running.call_ids[0]).status is CallStatus.RUNNING,
             20,
             "the slow call did not start",
+        )
+        parked = client.dispatch(
+            [{"id": "w", "name": "wipe", "arguments": {"target": "t"}}],
+            run_id="parked",
+            principal="agent",
         )
         fill(admin)
         refused_at = time.monotonic()
@@ -119,6 +124,15 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             assert int(answer.headers["retry-after"]) > 0
             error = answer.json()["error"]
             assert error["code"] == "store_unavailable" and error["reason"] == "full"
+            decided = httpx.post(
+                f"{url}/v1/approvals/{parked.call_ids[0]}/approve",
+                headers=h("alice-t"),
+                json={},
+                timeout=30,
+            )
+            assert decided.status_code == 503, decided.text
+            assert decided.json()["error"]["code"] == "store_unavailable"
+            assert "retry-after" in decided.headers
         assert not admin.exists(keys.run_calls("oom-3"))
         assert set(admin.keys("toolq*")) <= keys_before
 
@@ -142,7 +156,7 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
         assert all(r.status is CallStatus.SUCCEEDED for r in after.wait(timeout=30))
         assert all(proc.poll() is None for proc in fleet)
         # every worker, the late one included, announced itself again
-        wait_until(lambda: len(list(admin.scan_iter(match=keys.worker("*")))) == 3, 20,
+        wait_until(lambda: len(list(admin.scan_iter(match=keys.worker("*")))) == 2, 20,
                    "a worker stopped heartbeating")  # fmt: skip
     finally:
         client.close()
