@@ -234,3 +234,41 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
         client.close()
         admin.config_set("maxmemory", 0)
         admin.close()
+
+
+def test_a_worker_on_a_read_only_replica_stays_up_until_promoted(full_redis, tmp_path):
+    """A worker pointed at a read-only replica waits (kombu's BRPOP is refused) and runs
+    calls once the replica is promoted."""
+    from tests.apps import registry
+
+    replica = EmbeddedRedis(password=full_redis.password)
+    replica.start()
+    admin = redis.Redis.from_url(replica.url)
+    settings = make_settings(redis_url=replica.url)
+    workers = Workers(settings)
+    try:
+        admin.config_set("masterauth", full_redis.password or "")
+        admin.replicaof("127.0.0.1", full_redis.port)
+        wait_until(
+            lambda: admin.info("replication").get("master_link_status") == "up",
+            20,
+            "the replica did not sync",
+        )
+        worker = workers.start(concurrency=1, wait=False, log=tmp_path / "worker.log")
+        wait_until(
+            lambda: "maintenance paused" in (tmp_path / "worker.log").read_text(),
+            60,
+            "the worker never reached Redis",
+        )
+        time.sleep(4)
+        assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+        assert "read-only replica" in (tmp_path / "worker.log").read_text()
+        admin.replicaof("NO", "ONE")
+        with Client(registry, settings) as client:
+            batch = client.dispatch([{"id": "x", "name": "echo", "arguments": {"text": "x"}}])
+            assert batch.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
+        assert worker.poll() is None
+    finally:
+        workers.stop_all()
+        admin.close()
+        replica.stop()
