@@ -19,9 +19,10 @@ from toolq.api.auth import Principal
 from toolq.api.cells import CellParts
 from toolq.api.deciding import may_decide
 from toolq.api.limits import decision_body_schema, parse_body, parse_decision
+from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
-from toolq.errors import NotRunOwnerError, PayloadError
+from toolq.errors import NotRunOwnerError, PayloadError, WrongTenantError
 from toolq.models import CallResult, Event, ProviderFormat
 from toolq.results.events import check_stream_id, stream_id_key
 from toolq.results.hub import EventHub, Listener
@@ -112,12 +113,23 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
             ],
         }
 
-    @router.get("/runs/{run_id}/calls")
-    def run_calls(run_id: str, caller: Caller) -> list[dict[str, Any]]:
-        """Current state of every call of a run."""
+    @router.get("/runs/{run_id}/calls", response_model=list[CallResult])
+    def run_calls(
+        run_id: str,
+        request: Request,
+        caller: Caller,
+        limit: Limit = DEFAULT,
+        cursor: PageCursor = None,
+    ) -> Any:
+        """Current state of a run's calls in dispatch order, a page at a time.
+
+        The body is a list; ``X-Next-Cursor`` and ``Link`` lead to the next page,
+        ``X-Total-Count`` is how many calls the run has.
+        """
         caller.require_viewer()
         run_of_tenant(run_id, caller)
-        return [_call_json(r) for r in client.results(run_id)]
+        page = client.calls_page(run_id, limit=limit, cursor=cursor)
+        return paged(request, page, [_call_json(r) for r in page.items])
 
     @router.get("/calls/{call_id}")
     def get_call(call_id: str, caller: Caller) -> dict[str, Any]:
@@ -187,27 +199,47 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
     @router.get("/approvals", response_model=list[ApprovalRequest])
     def pending(
+        request: Request,
         caller: Caller,
         run_id: str | None = None,
         risk: str | None = None,
         tool: str | None = None,
+        tenant: str | None = None,
+        limit: Limit = DEFAULT,
+        cursor: PageCursor = None,
+        since: TimeBound = None,
+        until: TimeBound = None,
     ) -> Any:
-        """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only.
+        """Calls awaiting a decision, oldest parked first, a page at a time.
 
-        With cells, those of every cell that answers; ``X-Toolq-Cells-Down`` lists the
-        cells that do not (comma-separated indexes).
+        Filters: run, risk, tool, tenant (a tenant-bound caller's own only), and when they
+        were parked (``since``/``until``). The body is a list; ``X-Next-Cursor`` and
+        ``Link`` lead to the next page, ``X-Total-Count`` counts every match (not sent
+        with a ``risk`` or ``tool`` filter). With cells, those of every cell that answers;
+        ``X-Toolq-Cells-Down`` lists the cells that do not (comma-separated indexes).
         """
         caller.require_viewer()
-        down = [] if run_id is not None else client.reachable()[1]
-        found = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
         if caller.tenant is not None:
-            found = [request for request in found if request.tenant == caller.tenant]
-        if not down:
-            return found
-        return JSONResponse(
-            [r.model_dump(mode="json") for r in found],
-            headers={"X-Toolq-Cells-Down": ",".join(str(c.index) for c in down)},
+            if tenant is not None and tenant != caller.tenant:
+                raise WrongTenantError(
+                    f"{caller.name!r} is bound to tenant {caller.tenant!r}, not {tenant!r}",
+                    by=caller.name,
+                )
+            tenant = caller.tenant
+        start, end = time_bounds(since, until)
+        down = [] if run_id is not None else client.reachable()[1]
+        page = client.approvals.page(
+            limit=limit,
+            cursor=cursor,
+            since=start,
+            until=end,
+            run_id=run_id,
+            risk=risk,
+            tool=tool,
+            tenant=tenant,
         )
+        headers = {"X-Toolq-Cells-Down": ",".join(str(c.index) for c in down)} if down else {}
+        return paged(request, page, [r.model_dump(mode="json") for r in page.items], headers)
 
     @router.get("/approvals/{call_id}")
     def approval(call_id: str, caller: Caller) -> ApprovalRequest:

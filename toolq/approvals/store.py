@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.authority import Authority
+from toolq.approvals.listing import approvals_page
 from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import (
     ApprovalMode,
@@ -49,6 +50,7 @@ from toolq.results import scripts
 from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
+from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
 from toolq.signing import signer_for
@@ -227,6 +229,36 @@ class ApprovalStore:
             out.append(request)
         return out
 
+    def page(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        run_id: str | None = None,
+        risk: RiskLevel | str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+    ) -> Page[ApprovalRequest]:
+        """One page of calls awaiting a decision, oldest parked first (``toolq.approvals.listing``).
+
+        ``since``/``until``: when they were parked (epoch seconds); ``cursor``: the previous
+        page's ``next_cursor``; ``tenant``: that tenant's calls only.
+        """
+        return approvals_page(
+            self.store,
+            self._request,
+            limit=limit,
+            cursor=cursor,
+            since=since,
+            until=until,
+            run_id=run_id,
+            risk=risk,
+            tool=tool,
+            tenant=tenant,
+        )
+
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it (any state)."""
         [record] = self.store.records([call_id])
@@ -392,9 +424,10 @@ class ApprovalStore:
         expired = 0
         for raw in due:
             call_id = as_text(raw)
-            run_id = self.store.run_id(call_id)
+            run_id, tenant = self.store.run_and_tenant(call_id)
             if run_id is None:
                 self.redis.zrem(self.keys.pending_approvals, call_id)
+                self.redis.zrem(self.keys.parked, call_id)
                 continue
             outcome = self.scripts.run(
                 scripts.EXPIRE(
@@ -406,6 +439,7 @@ class ApprovalStore:
                     ttl=self.settings.result_ttl,
                     result=dumps(EXPIRED_RESULT),
                     audit_maxlen=self.settings.audit_maxlen,
+                    tenant=tenant,
                 )
             )
             expired += outcome == "expired"
@@ -720,6 +754,7 @@ class ApprovalStore:
                     ),
                     digest=digest,
                     shown=shown,
+                    tenant=env.tenant,
                 )
             ],
             acks.commands(),

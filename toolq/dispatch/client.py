@@ -27,6 +27,7 @@ from toolq.errors import (
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
+from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.settings import Settings
 
 T = TypeVar("T")
@@ -323,6 +324,14 @@ class Client:
         if self.cells is not None:
             return self._on_run(run_id, lambda c: c.results(run_id))
         return self.store.results(self.store.run_call_ids(run_id))
+
+    def calls_page(
+        self, run_id: str, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> Page[CallResult]:
+        """A page of a run's calls in dispatch order (``CallStore.calls_page``)."""
+        if self.cells is not None:
+            return self._on_run(run_id, lambda c: c.calls_page(run_id, limit=limit, cursor=cursor))
+        return self.store.calls_page(run_id, limit=limit, cursor=cursor)
 
     def events(
         self,
