@@ -350,6 +350,16 @@ class CellApprovals(ApprovalStore):
         total = None if None in totals else sum(t for t in totals if t is not None)
         return Page(shown, next_cursor, total)
 
+    def approve_run(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """``ApprovalStore.approve_run`` in the run's cell."""
+        return self._on_run(run_id, lambda a: a.approve_run(run_id, by, may=may))
+
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it, from its cell."""
         return self._on_call(call_id, lambda a: a.get(call_id))

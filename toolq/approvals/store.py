@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.authority import Authority
@@ -50,7 +50,7 @@ from toolq.results import scripts
 from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
-from toolq.results.paging import DEFAULT_LIMIT, Page
+from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
 from toolq.signing import signer_for
@@ -403,6 +403,40 @@ class ApprovalStore:
         for call_id, reason in (deny or {}).items():
             outcomes[call_id] = self._attempt(
                 run_id, call_id, lambda c, r=reason: self.deny(c, by, r)
+            )
+        return outcomes
+
+    def approve_run(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """Approve every call of a run awaiting a decision, each as ``approve`` would.
+
+        ``may`` (the caller's own check, e.g. its approver roles) returns the error that
+        keeps ``by`` from a call, which is then left parked; the store's own refusals
+        (self-approval, a second approval by the same approver) are audited and returned
+        the same way. Each call gets its result (queued, or still parked short of a
+        quorum) or its error, oldest parked first.
+        """
+        parked: list[ApprovalRequest] = []
+        cursor: str | None = None
+        while True:
+            page = self.page(run_id=run_id, limit=MAX_LIMIT, cursor=cursor)
+            parked.extend(page.items)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        outcomes: dict[str, CallResult | ToolqError] = {}
+        for request in parked:
+            refusal = may(request) if may is not None else None
+            if refusal is not None:
+                outcomes[request.call_id] = refusal
+                continue
+            outcomes[request.call_id] = self._attempt(
+                run_id, request.call_id, lambda c: self.approve(c, by)
             )
         return outcomes
 

@@ -152,3 +152,28 @@ def walk(
             return items, None
         if scanned >= budget and position is not None:
             return items, Cursor(*position).encode()
+
+
+def merge_pages(
+    pages: Sequence[Page[T]], limit: int, key: Callable[[T], tuple[float, str]]
+) -> Page[T]:
+    """Pages of several cells read from one cursor, merged newest first (``key`` descending).
+
+    A cell whose page ended bounds what may be shown, so that no cell's entries are
+    skipped; the cursor goes on from the last entry shown, or from that bound.
+    """
+    ends = [Cursor.decode(p.next_cursor) for p in pages if p.next_cursor]
+    end = max(((float(c.score), c.member) for c in ends), default=None)
+    found = sorted((item for p in pages for item in p.items), key=key, reverse=True)
+    if end is not None:
+        found = [item for item in found if key(item) >= end]
+    shown = found[:limit]
+    next_cursor = None
+    if len(found) > limit:
+        score, member = key(shown[-1])
+        next_cursor = Cursor(repr(score), member).encode()
+    elif end is not None:
+        next_cursor = Cursor(repr(end[0]), end[1]).encode()
+    totals = [p.total for p in pages]
+    total = None if None in totals else sum(t for t in totals if t is not None)
+    return Page(shown, next_cursor, total)

@@ -633,6 +633,8 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         run_id=envelope.run_id,
         rpc_id=envelope.rpc_id,
         tenant=envelope.tenant,
+        retry_of=record.get("retry_of") or None,
+        retried_by=record.get("retried_by") or None,
         **payload,
     )
 
