@@ -43,10 +43,11 @@ MEASURE = """() => {
     tenants: scroller.scrollWidth, tenantsBox: scroller.clientWidth,
     host: host.getBoundingClientRect().width,
     workers: workers.scrollWidth, workersBox: workers.clientWidth,
-    current: range(current).height, line: 1.8 * parseFloat(getComputedStyle(current).fontSize),
+    current: range(current).height, line: parseFloat(getComputedStyle(current).lineHeight),
     links: links.length, broken: links.filter(a => !oneLine(a)).map(a => a.textContent),
     rows: document.querySelectorAll('[data-testid=approval-row]').length,
-    height: document.documentElement.scrollHeight};
+    height: document.documentElement.scrollHeight,
+    approvals: document.getElementById('approvals-panel').getBoundingClientRect().height};
 }"""
 
 
@@ -74,7 +75,7 @@ def test_volume_layout_at_1400_px_and_on_a_phone(api, workers, page, tmp_path):
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     workers.start(pool="threads", concurrency=6)
     busy = dispatch(api, "run-busy", *[(f"s{i}", "slow", {"seconds": 60}) for i in range(6)])
-    wipes = [(f"w{i}", "wipe", {"target": f"db-{i}"}) for i in range(PARKED)]
+    wipes = [(f"w{i}", "wipe", {"target": f"db-{i}-" + "x" * 150}) for i in range(PARKED)]
     parked = dispatch(api, "run-parked", *wipes)
     page.set_viewport_size({"width": 1400, "height": 900})
     sign_in(page)
@@ -113,7 +114,7 @@ def test_volume_layout_at_1400_px_and_on_a_phone(api, workers, page, tmp_path):
     assert got["tenants"] <= got["tenantsBox"], got  # the Tenants table is not clipped
     assert got["host"] >= 100, got  # HOST keeps room for a host name
     assert got["workers"] <= got["workersBox"], got  # nor is the Workers table
-    assert got["current"] < 3 * got["line"], got  # CURRENT CALLS: a few ids, not six
+    assert got["current"] < 4.5 * got["line"], got  # CURRENT CALLS: three ids and "+3 more"
     assert got["links"] >= 50 and got["broken"] == [], got  # no id broken across lines
     assert got["rows"] == 50 and got["height"] < 6000, got  # bounded by the page, not by 300
     shoot(page, tmp_path, "dashboard-1400.png")
@@ -123,6 +124,7 @@ def test_volume_layout_at_1400_px_and_on_a_phone(api, workers, page, tmp_path):
     got = page.evaluate(MEASURE)
     assert got["page"] <= got["viewport"], got
     assert got["broken"] == [], got
+    assert got["rows"] == 50 and got["approvals"] < 50 * 60, got  # two short lines a row
     shoot(page, tmp_path, "dashboard-phone.png")
     assert (tmp_path / "dashboard-1400.png").stat().st_size > 0
     assert failed == [], failed  # no 404, not even /favicon.ico

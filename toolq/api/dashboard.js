@@ -309,8 +309,12 @@ async function cancelCall(id, name) {
 const cancelButton = c => FINAL.has(c.status) ? null : el("button", { type: "button", class: "cancel",
   title: "Cancel this call", onclick: () => cancelCall(c.call_id, c.name) }, "Cancel");
 
+let callsDrawn = "";  // the page of calls on screen: an unchanged page is not rebuilt
 function renderCalls(o) {
   const calls = o.calls;
+  const drawn = JSON.stringify([o.offset, o.has_more, page, calls]);
+  if (drawn === callsDrawn) return;
+  callsDrawn = drawn;
   const cell = (label, attrs, ...children) => el("td", { ...attrs, "data-label": label }, ...children);
   const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
     cell("Created", { class: "mono when" }, clock(c.created_at).split(" ").flatMap((part, i) => [i ? " " : null, el("span", {}, part)])),
@@ -543,14 +547,14 @@ async function loadApprovals(f) {
   const cursor = approvalCursors[approvalCursors.length - 1];
   const { data, headers } = await apiRaw("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk,
     limit: APPROVALS_PAGE, cursor, since: since && since.toFixed(3), until: until && until.toFixed(3) }));
-  const inRange = r => (since === null || r.created_at >= since) && (until === null || r.created_at <= until);
   const offset = (approvalCursors.length - 1) * APPROVALS_PAGE;
-  const total = headers.get("X-Total-Count");
-  if (total !== null) {
-    return { items: data.filter(inRange).slice(0, APPROVALS_PAGE), total: Number(total), offset,
+  const total = headers.get("X-Total-Count");  // absent where counting would read every match
+  if (total !== null || headers.get("X-Next-Cursor") || data.length <= APPROVALS_PAGE) {
+    return { items: data.slice(0, APPROVALS_PAGE), total: total === null ? null : Number(total), offset,
       next: headers.get("X-Next-Cursor") };
   }
   // An API that does not page answers with every pending call: show one page of it all the same.
+  const inRange = r => (since === null || r.created_at >= since) && (until === null || r.created_at <= until);
   const all = data.filter(inRange);
   const end = offset + APPROVALS_PAGE;
   return { items: all.slice(offset, end), total: all.length, offset, next: end < all.length ? "at:" + end : null };
@@ -558,9 +562,11 @@ async function loadApprovals(f) {
 
 function renderApprovalsPager(pending, searching) {
   const shown = shownApprovals.length;
-  $("#approvals-count").textContent = pending.total;
+  const known = pending.total !== null;
+  const count = known ? pending.total : pending.offset + pending.items.length;
+  $("#approvals-count").textContent = count + (known || !pending.next ? "" : "+");
   const range = pending.offset ? `${pending.offset + 1}–${pending.offset + shown}` : String(shown);
-  $("#approvals-info").textContent = pending.total ? `showing ${range} of ${pending.total}`
+  $("#approvals-info").textContent = count ? `showing ${range} of ${known || !pending.next ? count : "more"}`
     + (searching ? " (search: this page)" : "") : "";
   $("#approvals-prev").disabled = approvalCursors.length <= 1;
   $("#approvals-next").disabled = !pending.next;
@@ -623,7 +629,7 @@ function renderApprovals(pending) {
     r.toggle.textContent = open ? "Hide" : "Review";
     r.toggle.setAttribute("aria-expanded", String(open));
     r.row.classList.toggle("open", open);
-    body.append(r.row);  // keeps order (soonest deadline first) without rebuilding inputs
+    body.append(r.row);  // keeps the API's order without rebuilding inputs
     if (!open) continue;
     let card = cards.get(req.call_id);
     if (card && card.digest !== req.digest && !card.busy) { card.node.remove(); card = null; }
