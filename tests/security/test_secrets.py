@@ -17,6 +17,7 @@ import pytest
 from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from tests.e2e.test_api import api, h  # noqa: F401 - the uvicorn fixture
 from toolq import CallStatus
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -358,7 +359,7 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
     }
     approved = toolq(
         "approvals", "approve", call_id, "--by", "ops", "--args", json.dumps(edited),
-        settings=settings, **env,
+        settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0], **env,
     )
     assert approved.returncode == 0, approved.stderr
     waited = toolq(

@@ -8,6 +8,7 @@ while its key exists.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import redis
@@ -17,6 +18,7 @@ from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.results.connection import probe_client
 from toolq.settings import Settings
+from toolq.workers.health import LOST_NOTICE_SECONDS, lapsed_at, seen_entry
 
 _received = {"calls": 0}
 """Calls this process's Celery consumer received (``count_received``)."""
@@ -59,9 +61,34 @@ def activity() -> dict[str, Any]:
 
 
 def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, Any]) -> None:
-    """Announce the worker ``info["hostname"]`` for three heartbeat periods."""
+    """Announce the worker ``info["hostname"]`` for three heartbeat periods.
+
+    Also records it in ``Keys.workers_seen`` (``toolq.workers.health``: a worker whose
+    heartbeat lapses there without a warm shutdown is reported lost), and drops the
+    entries of workers lost longer ago than the health checks report them.
+    """
     ttl = max(1, int(settings.heartbeat_seconds * 3))
-    client.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    now = time.time()
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    pipe.hset(keys.workers_seen, info["hostname"], seen_entry(info, ttl, now))
+    pipe.hgetall(keys.workers_seen)
+    *_, seen = pipe.execute()
+    stale = [
+        name
+        for name, entry in seen.items()
+        if (lapsed := lapsed_at(entry)) is None or now - lapsed > LOST_NOTICE_SECONDS
+    ]
+    if stale:
+        client.hdel(keys.workers_seen, *stale)
+
+
+def withdraw(client: redis.Redis, keys: Keys, hostname: str) -> None:
+    """Remove a stopping worker's heartbeat and its ``workers_seen`` entry (a clean stop)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(keys.worker(hostname))
+    pipe.hdel(keys.workers_seen, hostname)
+    pipe.execute()
 
 
 def live_workers(settings: Settings, client: redis.Redis | None = None) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
-from toolq.workers.heartbeat import beat
+from toolq.workers.heartbeat import beat, withdraw
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -397,4 +397,4 @@ class Maintenance(threading.Thread):
         if self.webhooks is not None:
             self.webhooks.stop()
         with contextlib.suppress(redis.RedisError):
-            self.redis.delete(self.keys.worker(self.hostname))
+            withdraw(self.redis, self.keys, self.hostname)
