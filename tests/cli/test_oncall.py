@@ -118,3 +118,28 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     assert unknown.stderr.strip().splitlines() == [
         "error: unknown run 'no-such-run': it has no calls"
     ]
+
+
+def test_dispatch_wait_shows_progress_on_stderr_and_keeps_stdout_json(settings, inproc):
+    inproc.start()
+    payload = json.dumps(calls(("echo", {"text": "a"}), ("boom", {})))
+    done = toolq(
+        "dispatch", *APP, "--run-id", "wait-run", "--wait", "30", settings=settings, stdin=payload
+    )
+    assert done.returncode == 0, done.stderr
+    assert [c["status"] for c in json.loads(done.stdout)["calls"]] == ["succeeded", "failed"]
+    lines = done.stderr.splitlines()
+    assert lines[-1] == (
+        "run wait-run: 0 queued, 0 parked, 0 running, 2/2 done (1 failed, 1 succeeded)"
+    ), done.stderr
+    assert all(line.startswith("run wait-run: ") for line in lines), done.stderr
+    parked = json.dumps(calls(("echo", {"text": "b"}), ("wipe", {"target": "t"})))
+    timed_out = toolq(
+        "dispatch", *APP, "--run-id", "parked-run", "--wait", "3", settings=settings, stdin=parked
+    )
+    assert timed_out.returncode == 1
+    assert "run parked-run: 0 queued, 1 parked, 0 running, 1/2 done (1 succeeded)" in (
+        timed_out.stderr.splitlines()
+    ), timed_out.stderr
+    assert timed_out.stderr.splitlines()[-1].startswith("error: ")
+    assert len(json.loads(timed_out.stdout)["calls"]) == 2
