@@ -143,3 +143,30 @@ def test_dispatch_wait_shows_progress_on_stderr_and_keeps_stdout_json(settings, 
     ), timed_out.stderr
     assert timed_out.stderr.splitlines()[-1].startswith("error: ")
     assert len(json.loads(timed_out.stdout)["calls"]) == 2
+
+
+def test_runs_show_lists_the_calls_in_dispatch_order(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(
+        calls(("echo", {"text": "1"}), ("boom", {}), ("wipe", {"target": "t"})), run_id="show-run"
+    )
+    echo, boom, wipe = batch.call_ids
+    client.wait([echo, boom], timeout=20)
+    shown = toolq("runs", "show", "show-run", settings=settings)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == (
+        "run show-run  tenant default  3 calls: 1 awaiting_approval, 1 succeeded, 1 failed"
+    )
+    rows = [line.split() for line in lines[2:]]
+    assert [row[:4] for row in rows] == [
+        ["0", echo, "echo", "succeeded"],
+        ["1", boom, "boom", "failed"],
+        ["2", wipe, "wipe", "awaiting_approval"],
+    ]
+    assert "RuntimeError" in lines[3] or "kaboom" in lines[3]
+    unknown = toolq("runs", "show", "no-such-run", "--json", settings=settings)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: unknown run 'no-such-run': it has no calls"
+    ]
