@@ -10,7 +10,7 @@ from rich.table import Table
 
 from toolq.cli.calls import open_client
 from toolq.cli.common import REDIS_HELP, fail, print_json
-from toolq.cli.render import cut, duration, status_text
+from toolq.cli.render import cut, duration, error_text, print_table, status_text
 from toolq.errors import ToolqError
 from toolq.models import CallResult, CallStatus
 
@@ -69,12 +69,12 @@ def show(
             duration(result.duration_ms),
             _outcome(result),
         )
-    Console(width=max(console.width, 200), soft_wrap=True).print(table)
+    print_table(table)
 
 
 def _outcome(result: CallResult) -> str:
     if result.error:
-        return cut(f"{result.error_type or 'error'}: {result.error}", 60)
+        return cut(error_text(result.error_type, result.error), 60)
     if result.status is CallStatus.SUCCEEDED:
         return cut(result.output, 60)
     return ""
