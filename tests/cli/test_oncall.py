@@ -118,3 +118,55 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     assert unknown.stderr.strip().splitlines() == [
         "error: unknown run 'no-such-run': it has no calls"
     ]
+
+
+def test_dispatch_wait_shows_progress_on_stderr_and_keeps_stdout_json(settings, inproc):
+    inproc.start()
+    payload = json.dumps(calls(("echo", {"text": "a"}), ("boom", {})))
+    done = toolq(
+        "dispatch", *APP, "--run-id", "wait-run", "--wait", "30", settings=settings, stdin=payload
+    )
+    assert done.returncode == 0, done.stderr
+    assert [c["status"] for c in json.loads(done.stdout)["calls"]] == ["succeeded", "failed"]
+    lines = done.stderr.splitlines()
+    assert lines[-1] == (
+        "run wait-run: 0 queued, 0 parked, 0 running, 2/2 done (1 failed, 1 succeeded)"
+    ), done.stderr
+    assert all(line.startswith("run wait-run: ") for line in lines), done.stderr
+    parked = json.dumps(calls(("echo", {"text": "b"}), ("wipe", {"target": "t"})))
+    timed_out = toolq(
+        "dispatch", *APP, "--run-id", "parked-run", "--wait", "3", settings=settings, stdin=parked
+    )
+    assert timed_out.returncode == 1
+    assert "run parked-run: 0 queued, 1 parked, 0 running, 1/2 done (1 succeeded)" in (
+        timed_out.stderr.splitlines()
+    ), timed_out.stderr
+    assert timed_out.stderr.splitlines()[-1].startswith("error: ")
+    assert len(json.loads(timed_out.stdout)["calls"]) == 2
+
+
+def test_runs_show_lists_the_calls_in_dispatch_order(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(
+        calls(("echo", {"text": "1"}), ("boom", {}), ("wipe", {"target": "t"})), run_id="show-run"
+    )
+    echo, boom, wipe = batch.call_ids
+    client.wait([echo, boom], timeout=20)
+    shown = toolq("runs", "show", "show-run", settings=settings)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == (
+        "run show-run  tenant default  3 calls: 1 awaiting_approval, 1 succeeded, 1 failed"
+    )
+    rows = [line.split() for line in lines[2:]]
+    assert [row[:4] for row in rows] == [
+        ["0", echo, "echo", "succeeded"],
+        ["1", boom, "boom", "failed"],
+        ["2", wipe, "wipe", "awaiting_approval"],
+    ]
+    assert "RuntimeError" in lines[3] or "kaboom" in lines[3]
+    unknown = toolq("runs", "show", "no-such-run", "--json", settings=settings)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: unknown run 'no-such-run': it has no calls"
+    ]

@@ -18,6 +18,7 @@ from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
+from toolq.cli.runs import runs
 from toolq.cli.tail import tail
 from toolq.cli.tenants import tenants
 from toolq.cli.tools import tools
@@ -78,6 +79,7 @@ app.command()(mcp)
 app.command()(tenants)
 app.add_typer(approvals, name="approvals")
 app.add_typer(calls, name="calls")
+app.add_typer(runs, name="runs")
 app.add_typer(keys, name="keys")
 
 

@@ -200,6 +200,9 @@ def approve(
     digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
+    run_id: str | None = typer.Option(
+        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+    ),
     api: str | None = typer.Option(
         None,
         "--api",
@@ -215,31 +218,20 @@ def approve(
         "--unsigned",
         help="Decide without a signature: only where no worker verifies approvals.",
     ),
-    run_id: str | None = typer.Option(
-        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
-    ),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Approve and enqueue a parked call (or with --run every pending call of a run).
+    """Approve and enqueue a parked call (with --run: each of a run's), here or via the API.
 
     A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
     registry (--app), or made by the API (--api, --token); without either it is refused,
     since workers that verify approvals would not run it.
     """
-    _check_one_or_run(
-        call_id,
-        run_id,
-        args=args,
-        digest=digest,
-        note=note,
-        always=always,
-        api=api,
-        unsigned=unsigned,
-    )
+    _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
     arguments = _edited(args)
     if api is not None:
-        assert call_id is not None
+        if call_id is None:
+            raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
         return
     settings = settings_for(app, redis_url)
@@ -262,7 +254,9 @@ def approve(
         )
     with _client(app, redis_url) as client:
         if run_id is not None:
-            approve_run(client, run_id, by)
+            if unsigned:
+                _refuse_if_verified(client)
+            approve_run(client, run_id, by, unsigned=unsigned)
             return
         assert call_id is not None
         full = _resolve(client, call_id)
@@ -279,19 +273,6 @@ def approve(
         typer.echo(f"approved {full}: {result.status.value}")
 
 
-def _edited(args: str | None) -> dict[str, Any] | None:
-    """``--args`` parsed: a JSON object, or None."""
-    if args is None:
-        return None
-    try:
-        edited = json.loads(args)
-    except ValueError as exc:
-        raise fail(f"--args is not JSON: {exc}", 2) from None
-    if not isinstance(edited, dict):
-        raise fail("--args must be a JSON object", 2)
-    return edited
-
-
 def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
     """A usage error unless exactly one of CALL_ID and --run is given (--run: no edits)."""
     if (call_id is None) == (run_id is None):
@@ -301,23 +282,28 @@ def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object)
         raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
 
 
-def approve_run(client: Client, run_id: str, by: str) -> None:
+def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False) -> None:
     """Approve every pending call of a run (``decide_run``): a line each, then a summary.
 
-    Each call is decided as a single ``approve`` decides it (policy, signature, quorum);
-    exit 1 when any is refused, or when the run is unknown.
+    Each call is decided as a single ``approve`` decides it (policy, signature, quorum; a
+    signed one only for a tool the registry knows); exit 1 when any is refused, or when the
+    run is unknown.
     """
     try:
         pending = client.approvals.pending(run_id=run_id)
         if not pending and not client.results(run_id):
             raise fail(f"unknown run {run_id!r}: it has no calls")
-        for request in pending:
-            _require_known_tool(client, request.call_id)
+        unknown = {
+            r.call_id: ToolqError(f"tool {r.name!r} is not in the registry {client.settings.app}")
+            for r in pending
+            if not unsigned and client.registry.get(r.name) is None
+        }
         outcomes = client.approvals.decide_run(
-            run_id, by, approve=[request.call_id for request in pending]
+            run_id, by, approve=[r.call_id for r in pending if r.call_id not in unknown]
         )
     except ToolqError as exc:
         raise fail(str(exc)) from None
+    outcomes.update(unknown)
     refused = 0
     for request in pending:
         outcome = outcomes[request.call_id]
@@ -329,6 +315,19 @@ def approve_run(client: Client, run_id: str, by: str) -> None:
     typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
     if refused:
         raise typer.Exit(1)
+
+
+def _edited(args: str | None) -> dict[str, Any] | None:
+    """``--args`` parsed: a JSON object, or None."""
+    if args is None:
+        return None
+    try:
+        edited = json.loads(args)
+    except ValueError as exc:
+        raise fail(f"--args is not JSON: {exc}", 2) from None
+    if not isinstance(edited, dict):
+        raise fail("--args must be a JSON object", 2)
+    return edited
 
 
 def _require_known_tool(client: Client, call_id: str) -> None:

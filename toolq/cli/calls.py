@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -22,7 +20,16 @@ from toolq.cli.common import (
     settings_for,
 )
 from toolq.cli.ids import resolve_in
-from toolq.cli.render import clock, cut, duration, event_line, status_text, when
+from toolq.cli.render import (
+    clock,
+    cut,
+    duration,
+    error_text,
+    event_line,
+    print_table,
+    status_text,
+    when,
+)
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 from toolq.models import CallResult, CallStatus
@@ -127,7 +134,7 @@ def list_(
             duration(row["duration_ms"]),
             cut(row["error"], 60) if row["error"] else "",
         )
-    Console(width=max(console.width, 200), soft_wrap=True).print(table)
+    print_table(table)
 
 
 @calls.command()
@@ -166,10 +173,10 @@ def show(
         f"attempts {result.attempts}"
     )
     console.print("arguments (secrets masked):")
-    console.print(Syntax(json.dumps(view.arguments, indent=2), "json"))
+    console.print_json(data=view.arguments)
     if view.original_arguments is not None:
         console.print("arguments as the model sent them:")
-        console.print(Syntax(json.dumps(view.original_arguments, indent=2), "json"))
+        console.print_json(data=view.original_arguments)
     if view.status is CallStatus.AWAITING_APPROVAL and view.deadline:
         console.print(f"awaiting approval until {when(view.deadline)}")
     if view.approvals:
@@ -184,11 +191,11 @@ def show(
 
 def _outcome(result: CallResult) -> None:
     if result.error:
-        console.print(Text(f"error ({result.error_type or 'error'}): ", style="red"), end="")
-        console.print(Text(result.error))
+        console.print(Text("error: ", style="red"), end="")
+        console.print(Text(error_text(result.error_type, result.error)))
     elif result.status is CallStatus.SUCCEEDED:
         console.print("output:")
-        console.print(Syntax(json.dumps(result.output, indent=2, default=str), "json"))
+        console.print_json(data=result.output, default=str)
         for block in result.content:
             console.print(f"content: {cut(block.model_dump(mode='json'))}")
 

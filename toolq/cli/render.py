@@ -6,6 +6,8 @@ import json
 import time
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from toolq.models import CallStatus, Event, EventType
@@ -122,10 +124,25 @@ def what(event: Event) -> str:
     if kind is EventType.SUCCEEDED:
         return f"{duration(data.get('duration_ms'))} {cut(data.get('output'))}"
     if data.get("error"):
-        kind_of = data.get("error_type")
-        return (f"{kind_of}: " if kind_of else "") + cut(data["error"])
+        return cut(error_text(data.get("error_type"), str(data["error"])))
     rest = {k: v for k, v in data.items() if k not in _SHOWN_ELSEWHERE}
     return cut(rest) if rest else ""
+
+
+def error_text(error_type: str | None, error: str) -> str:
+    """``type: message``, unless the message already starts with its type."""
+    if not error_type or error.startswith(error_type):
+        return error
+    return f"{error_type}: {error}"
+
+
+def print_table(table: Table, width: int = 200) -> None:
+    """Print ``table`` at least ``width`` wide, never folded (full ids), no trailing blanks."""
+    wide = Console(width=max(Console().width, width), soft_wrap=True, highlight=False)
+    with wide.capture() as captured:
+        wide.print(table)
+    for line in captured.get().splitlines():
+        wide.out(line.rstrip(), highlight=False)
 
 
 def event_line(event: Event, tool: str) -> Text:
