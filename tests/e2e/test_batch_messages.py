@@ -49,7 +49,8 @@ def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, clie
         (BATCH_TASK_NAME, 8),
     ]
     assert [task for task, _ in queued_tasks(r, "toolq.moderate")] == ["toolq.execute"]
-    carried = [call_id for _, args in reversed(safe) for call_id, _ in args[0]]
+    carried = [call[0] for _, args in reversed(safe) for call in args[0]]
+    assert {call[2] for _, args in safe for call in args[0]} == {"sync"}
     assert carried == batch.call_ids[:40]
     records = [r.hgetall(keys.call(c)) for c in batch.call_ids[:40]]
     assert [int(rec[b"push_seq"]) for rec in records] == [1] * 16 + [2] * 16 + [3] * 8

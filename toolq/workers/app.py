@@ -153,7 +153,12 @@ def create_celery(
     def execute_many(task: Any, calls: list[list[str]]) -> None:
         # Acknowledged when every call is final or given back: a worker lost mid-message gets
         # it redelivered, and START skips the calls already started or final.
-        holder.get().run_many([(str(c[0]), str(c[1])) for c in calls], route_of(task.request))
+        pairs = [(str(c[0]), str(c[1])) for c in calls]
+        # [call_id, run_id, kind]; an earlier client's pairs leave the worker to read kinds
+        kinds = (
+            {str(c[0]): c[2] == "async" for c in calls} if all(len(c) > 2 for c in calls) else None
+        )
+        holder.get().run_many(pairs, route_of(task.request), kinds)
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:

@@ -219,38 +219,64 @@ class WorkerRuntime:
     def run(self, call_id: str, run_id: str | None = None) -> None:
         """Run one call if it is still queued; anything else is a duplicate delivery.
 
-        An ``async def`` call takes one of the process's ``AsyncSlots`` first (waiting for
-        one, before its start, when the loop's are all taken).
+        An ``async def`` call takes one of the process's ``AsyncSlots`` (waiting for one,
+        before its start, when the loop's are all taken); a synchronous call that took one
+        on the way gives it back once started.
         """
         permit = self._async_permit(call_id)
+
+        def started(env: CallEnvelope) -> None:
+            nonlocal permit
+            if permit and env.name not in self._async_tools:
+                self.async_slots.release()
+                permit = False
+
         try:
-            self._run_one(call_id, run_id)
+            self._run_one(call_id, run_id, started)
         finally:
             if permit:
                 self.async_slots.release()
 
     def _async_permit(self, call_id: str) -> bool:
-        """Whether an async slot was taken for ``call_id`` (only if its tool is ``async def``)."""
+        """Whether an async slot was taken for ``call_id`` (needed if its tool is ``async def``).
+
+        One is taken without looking when free; the record is read (one round trip) only
+        when none is, to wait for one only for an ``async def`` call.
+        """
         if not self._async_tools:
             return False
+        if self.async_slots.try_acquire(1):
+            return True
         if self._all_async or self._kinds([call_id]).get(call_id, False):
             self.async_slots.acquire()
             return True
         return False
 
-    def _run_one(self, call_id: str, run_id: str | None) -> None:
+    def _run_one(
+        self,
+        call_id: str,
+        run_id: str | None,
+        started_hook: Callable[[CallEnvelope], None] | None = None,
+    ) -> None:
         token = uuid.uuid4().hex
         started = self._start(call_id, token, CANCELLED_BEFORE_START, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
         env = started.envelope
+        if started_hook is not None:
+            started_hook(env)
         with call_span(env, started.attempt) as span:
             if span.recording:
                 self._trace_approval(env, span)
             self._execute(env, token, started.attempt, span)
 
-    def run_many(self, calls: Sequence[tuple[str, str]], route: Route | None = None) -> None:
+    def run_many(
+        self,
+        calls: Sequence[tuple[str, str]],
+        route: Route | None = None,
+        kinds: dict[str, bool] | None = None,
+    ) -> None:
         """Run a batch message's ``(call_id, run_id)`` calls as slots free; return when all end.
 
         Synchronous calls run one after the other on this thread (the pool's slot);
@@ -260,11 +286,13 @@ class WorkerRuntime:
         more, say final after a redelivery, is skipped as ``run`` skips it). With a
         ``route`` (a message from the broker), the calls not started ``GIVE_BACK_AFTER``
         seconds after the message arrived go out again for another slot (``Spiller``).
+        ``kinds``: which calls are ``async def`` ones, as the message says (else read here).
         """
-        pending = Pending(calls, route)
+        if kinds is None:
+            kinds = self._kinds([call_id for call_id, _ in calls])
+        pending = Pending(calls, route, kinds)
         if route is not None and len(calls) > 1:
             self.spiller.watch(pending)
-        kinds = self._kinds([call_id for call_id, _ in calls])
 
         def is_async(call: tuple[str, str]) -> bool:
             return kinds.get(call[0], False)
@@ -302,6 +330,7 @@ class WorkerRuntime:
             return {}
         if self._all_async:
             return dict.fromkeys(call_ids, True)
+        # an earlier client's message, or a lone call while the loop is full
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hget(self.store.keys.call(call_id), "name")
@@ -364,8 +393,9 @@ class WorkerRuntime:
         if not calls or pending.route is None:
             pending.put_back(calls)
             return
+        marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in calls]
         queue, message = self.publisher.batch_message(
-            calls, pending.route.risk, pending.route.timeout
+            marked, pending.route.risk, pending.route.timeout
         )
         try:
             given = self.store.give_back(queue, message, [call_id for call_id, _ in calls])

@@ -52,8 +52,12 @@ Call = tuple[str, str]
 class Pending:
     """A batch message's calls not started yet, shared by its slot and the ``Spiller``."""
 
-    def __init__(self, calls: Sequence[Call], route: Route | None) -> None:
+    def __init__(
+        self, calls: Sequence[Call], route: Route | None, kinds: dict[str, bool] | None = None
+    ) -> None:
         self.route = route
+        self.kinds = kinds or {}
+        """Which calls are ``async def`` ones (the message given back says so too)."""
         self._calls: deque[Call] = deque(calls)
         self._lock = threading.Lock()
         self.closed = False
