@@ -242,7 +242,12 @@ class Settings(BaseSettings):
     calls_per_message: int = Field(16, ge=1, le=256)
     """Most queued calls of one risk (and time limit) one broker message carries when a
     dispatch holds several; 1 sends one message per call. A worker runs a message's calls
-    concurrently, each under its own lease (docs: guide/dispatching.md)."""
+    as its slots free, each under its own lease, and gives back to the queue those it cannot
+    start soon (docs: operations/sizing.md)."""
+    async_concurrency: int = Field(100, ge=1)
+    """Most ``async def`` calls one worker runs at once on its event loops (``toolq worker
+    --async-concurrency``); a prefork worker shares it out between its processes, at least
+    one each. Synchronous calls are bounded by ``--concurrency`` (docs: operations/sizing.md)."""
 
     max_string_bytes: int = Field(1024 * 1024, gt=0)
     """Longest string accepted anywhere in an HTTP request body."""

@@ -217,12 +217,13 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
         )
         assert parked.results()[0].status is CallStatus.AWAITING_APPROVAL
         fill(admin)
-        for decision in (("approve",), ("deny", "--reason", "no")):
+        # --unsigned: no worker verifies approvals here, and without it the CLI refuses
+        # before it writes (it has no signing key)
+        for decision in (("approve", "--unsigned"), ("deny", "--reason", "no")):
             done = toolq(
                 "approvals", *decision, parked.call_ids[0], "--by", "alice",
                 redis_url=full_redis.url, timeout=60,
             )  # fmt: skip
-            # (a warning about unsigned decisions may come first: no signing key here)
             errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
             assert done.returncode != 0, done.stderr
             assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
