@@ -27,6 +27,7 @@ from toolq.errors import (
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
+from toolq.results.waits import Waiter
 from toolq.settings import Settings
 
 T = TypeVar("T")
@@ -71,12 +72,26 @@ class Batch:
         return nullcontext() if self.cell is None else self.cell.guard()
 
     def _wait(self, timeout: float | None) -> list[CallResult]:
-        final = {c.call_id for c in self.calls if c.status.is_final}
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
-        seen = self._client.log.wait_final(
-            self.run_id, self.call_ids, timeout, after=self._first_event, final=final
+        waiter = self._start_wait()
+        if not self._client.log.waits.wait(waiter, timeout):
+            raise WaitTimeoutError(
+                f"{len(waiter.pending)} of {len(self.calls)} calls not final after {timeout:g}s",
+                pending=sorted(waiter.pending),
+            )
+        return self._collect(waiter.seen)
+
+    def _start_wait(self) -> Waiter:
+        """Register this batch's wait with the shared reader (``AsyncBatch.wait`` awaits it)."""
+        assert self._first_event is not None
+        final = {c.call_id for c in self.calls if c.status.is_final}
+        return self._client.log.start_wait(
+            self.run_id, self.call_ids, after=self._first_event, final=final
         )
+
+    def _collect(self, seen: dict[str, dict[str, Any]]) -> list[CallResult]:
+        """The results once every call is final; ``seen``: the final events' data by call id."""
         # Final events that carry the whole outcome save reading the records back.
         missing = [c for c in self.call_ids if not seen.get(c, {}).get("complete")]
         fetched = dict(zip(missing, self._client.store.results(missing), strict=True))
@@ -173,7 +188,12 @@ class Client:
             # The first cell's parts stand in below for code that names one store; every
             # method that reads or writes a run or call goes to its cell instead.
             backend = self.cells.cells[0].backend
-        self.backend = backend or Backend(chosen, registry, redis_client=redis_client)
+        self.backend = backend or Backend(
+            chosen,
+            registry,
+            redis_client=redis_client,
+            max_connections=chosen.client_max_connections,
+        )
         self.registry = registry
         self.settings = self.backend.settings
         self.keys = self.backend.keys
