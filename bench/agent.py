@@ -329,13 +329,17 @@ def taskiq_async(procs: Procs, url: str, log: Path, check_interval: float) -> It
         holder: dict[str, Any] = {}
 
         async def client() -> Any:
+            # One broker per event loop (each run makes a loop of its own); the first task of
+            # a loop starts it, the others wait for that. The last loop's broker is dropped
+            # with its loop.
             loop = asyncio.get_running_loop()
             if holder.get("loop") is not loop:
-                if "broker" in holder:
-                    await holder["broker"].shutdown()
                 broker, noop = make_taskiq(url)
+                started = loop.create_future()
+                holder.update(loop=loop, broker=broker, noop=noop, started=started)
                 await broker.startup()
-                holder.update(loop=loop, broker=broker, noop=noop)
+                started.set_result(None)
+            await holder["started"]
             return holder["noop"]
 
         async def turn(n: int) -> None:
@@ -348,8 +352,6 @@ def taskiq_async(procs: Procs, url: str, log: Path, check_interval: float) -> It
 
         async def ready() -> None:
             await asyncio.wait_for(turn(1), READY_TIMEOUT)
-            await holder["broker"].shutdown()
-            holder.clear()
 
         asyncio.run(ready())
         yield Running(proc.pid, turn)

@@ -23,6 +23,7 @@ from toolq.backend import Backend
 from toolq.cells import Cell
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
+from toolq.dispatch.providers.streams import StreamedCalls
 from toolq.errors import ToolqError, WaitTimeoutError
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
@@ -84,6 +85,49 @@ class AsyncClient:
             tenant=tenant,
         )
         return AsyncBatch(batch)
+
+    async def dispatch_stream(
+        self,
+        stream: Any,
+        *,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        principal: str | None = None,
+        admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
+    ) -> list[AsyncBatch]:
+        """Dispatch each tool call of a streamed model response as soon as it is complete.
+
+        ``stream``: an async iterable (an SDK's ``AsyncStream``) or a plain iterable of the
+        events ``Client.dispatch_stream`` reads. Every call goes into one run; one
+        ``AsyncBatch`` per call, in stream order; a call the stream broke off inside is not
+        dispatched.
+        """
+        calls = StreamedCalls()
+        batches: list[AsyncBatch] = []
+
+        async def events() -> AsyncIterator[Any]:
+            if hasattr(stream, "__aiter__"):
+                async for event in stream:
+                    yield event
+            else:
+                for event in stream:
+                    yield event
+
+        async for event in events():
+            for call in calls.feed(event):
+                batch = await self.dispatch(
+                    [call],
+                    run_id=run_id,
+                    behavior=behavior,
+                    principal=principal,
+                    format=calls.format,
+                    admin=admin,
+                    tenant=tenant,
+                )
+                run_id = batch.run_id
+                batches.append(batch)
+        return batches
 
     async def call(
         self,

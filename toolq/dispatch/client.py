@@ -16,6 +16,7 @@ from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
+from toolq.dispatch.providers.streams import StreamedCalls
 from toolq.errors import (
     ApprovalPredicateError,
     CallCancelledError,
@@ -298,6 +299,42 @@ class Client:
             tenant=tenant,
         )
         return Batch(self, dispatched)
+
+    def dispatch_stream(
+        self,
+        stream: Any,
+        *,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        principal: str | None = None,
+        admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
+    ) -> list[Batch]:
+        """Dispatch each tool call of a streamed model response as soon as it is complete.
+
+        ``stream`` iterates the events of OpenAI chat completion chunks, the OpenAI Responses
+        stream or Anthropic's message stream (the SDKs' models or their dicts;
+        ``StreamedCalls`` says when each call is complete). Every call goes into one run
+        (``run_id``, or the run the first call creates); returns one ``Batch`` per call in
+        stream order. A call the stream broke off inside is not dispatched: the stream's
+        error propagates, and the calls completed before it are already queued.
+        """
+        calls = StreamedCalls()
+        batches: list[Batch] = []
+        for event in stream:
+            for call in calls.feed(event):
+                batch = self.dispatch(
+                    [call],
+                    run_id=run_id,
+                    behavior=behavior,
+                    principal=principal,
+                    format=calls.format,
+                    admin=admin,
+                    tenant=tenant,
+                )
+                run_id = batch.run_id
+                batches.append(batch)
+        return batches
 
     def call(
         self,
