@@ -195,6 +195,10 @@ class Settings(BaseSettings):
     finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
     replica_ack_timeout_ms: int = Field(1000, gt=0)
     """How long one such write waits for its replicas before it is reported as failed."""
+    client_max_connections: int = Field(16, ge=2)
+    """Redis connections a ``Client`` (and the API's) opens at most for its commands; a
+    thread finding them all busy waits for one (up to 30 s). Every thread waiting for
+    results shares one of them, so any number of waiting threads fits."""
     shards: list[Cell] = Field(default_factory=list)
     """Independent Redis cells runs are spread over (``TOOLQ_SHARDS``, JSON list: each a
     Redis URL or ``{"sentinels": ["host:port", ...], "master": "name"}``; ``{"url": ...,
