@@ -94,7 +94,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
     statuses = {s.value for s in CallStatus}
     undo_states = {s.value for s in UndoState}
     event_types = {e.value for e in EventType}
-    decisions = set(get_args(scripts.Decision))
+    decisions = set(get_args(scripts.DecisionKind))
     admission = {s.value for s in AdmissionState} | set(get_args(LimitKind))
     audit_outcomes = {o.value for o in AuditOutcome}
     seen: dict[str, int] = {}

@@ -20,6 +20,7 @@ from toolq.results.scripts.approvals import (
     DecideOutcome,
     DecideReply,
     Decision,
+    DecisionKind,
     Expire,
     ExpireOutcome,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "DecideOutcome",
     "DecideReply",
     "Decision",
+    "DecisionKind",
     "Expire",
     "ExpireOutcome",
     "Finish",
