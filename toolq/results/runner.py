@@ -100,9 +100,9 @@ def _section(file: str, title: str, comments: list[str]) -> Slots:
 
 def _placed(script: str, title: str, slots: Slots, given: Mapping[str, Any]) -> tuple[Any, ...]:
     """``given``'s values, after checking its names are the header's, in the header's order."""
-    names = tuple(given)
-    if names == slots.names:
+    if tuple(given) == slots.names:
         return tuple(given.values())
+    names = tuple(given)
     missing = [n for n in slots.names if n not in given]
     unknown = [n for n in names if n not in slots.names]
     if missing:
@@ -162,12 +162,10 @@ class Script(Generic[R]):
         from the header's, or come in another order, raise ``TypeError``.
         """
         header = self.header
-        for title, slots, extra in (
-            ("KEYS", header.keys, extra_keys),
-            ("ARGV", header.argv, extra_argv),
-        ):
-            if extra and not slots.tail:
-                raise TypeError(f"{self.file} {title}: its header lists no variadic tail")
+        if extra_keys and not header.keys.tail:
+            raise TypeError(f"{self.file} KEYS: its header lists no variadic tail")
+        if extra_argv and not header.argv.tail:
+            raise TypeError(f"{self.file} ARGV: its header lists no variadic tail")
         return Invocation(
             self,
             (*_placed(self.file, "KEYS", header.keys, keys), *extra_keys),
