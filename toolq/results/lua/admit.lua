@@ -26,8 +26,15 @@
 -- Keys named by the lane and the records (see lib/sched.lua): backlogs, call records
 -- (call_prefix .. id), slots and starts sets, run streams (stream_prefix .. run .. suffix).
 -- ARGV
---   1 now (s)   2 now_ms   3 depth   4 hold_ms   5 window   6 maxlen
---   7 call_prefix   8 stream_prefix   9 stream_suffix
+--   1 now            (s)
+--   2 now_ms         (ms)
+--   3 depth          how many messages the queue may hold
+--   4 hold_ms        how long an admitted call not started keeps its slots (ms)
+--   5 window         how many calls from a backlog's head are looked at
+--   6 maxlen         the run stream's approximate length cap
+--   7 call_prefix    of the call records' keys (Keys.call_prefix)
+--   8 stream_prefix  of the run streams' keys (Keys.run_stream_parts)
+--   9 stream_suffix  their suffix
 -- Returns {admitted (calls), throttled (calls found over a limit), due_ms (when the first
 --   rate limit found full frees a start: its oldest start leaves the window; 0: none)}.
 -- The caller runs ADMIT again at due_ms (WorkerRuntime, Maintenance), so a flooded rate

@@ -10,10 +10,11 @@
 --   1 queue    the risk queue the message goes to (Publisher.batch_message names it)
 --   2 pushes   the queue's push counter (Keys.queue_pushes)
 --   3 queued   calls pushed, by push time (Keys.queued)
---   then, per call, its record (Keys.call)
+--   4.. per call, its record (Keys.call)
 -- ARGV
---   1 message   2 now (s)
---   then, per call, its call_id
+--   1 message   the batch message of the calls given back
+--   2 now       (s)
+--   3.. per call, its call_id
 -- Returns how many calls were given back (0: none still queued; nothing pushed).
 local queue, pushes, queued = KEYS[1], KEYS[2], KEYS[3]
 local message, now = ARGV[1], ARGV[2]

@@ -3,8 +3,8 @@
 Every state change of a call is one of these scripts: an atomic compare-and-set that updates
 the record and appends the event to the run's stream (``lib/emit.lua``), which wakes the
 readers blocked on it, so a record and its event never disagree. Each wrapper computes the
-script's KEYS from ``Keys`` in the order of the file's header; no script builds a key name
-itself.
+script's KEYS from ``Keys`` and fills KEYS and ARGV by the names of the file's header
+(``Script.invoke``); no script builds a key name itself.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from toolq.results.scripts.approvals import (
     DecideOutcome,
     DecideReply,
     Decision,
+    DecisionKind,
     Expire,
     ExpireOutcome,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "DecideOutcome",
     "DecideReply",
     "Decision",
+    "DecisionKind",
     "Expire",
     "ExpireOutcome",
     "Finish",

@@ -41,18 +41,24 @@ class Admit(Script[AdmitReply]):
         queue = keys.queue_for(risk)
         before, after = keys.run_stream_parts
         return self.invoke(
-            [keys.lane(risk), queue, keys.queue_pushes(queue), keys.queued, *emit_keys(keys)],
-            [
-                repr(now_ms / 1000),
-                now_ms,
-                depth,
-                hold_ms,
-                window,
-                maxlen,
-                keys.call_prefix,
-                before,
-                after,
-            ],
+            keys={
+                "lane": keys.lane(risk),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "queued": keys.queued,
+                **emit_keys(keys),
+            },
+            argv={
+                "now": repr(now_ms / 1000),
+                "now_ms": now_ms,
+                "depth": depth,
+                "hold_ms": hold_ms,
+                "window": window,
+                "maxlen": maxlen,
+                "call_prefix": keys.call_prefix,
+                "stream_prefix": before,
+                "stream_suffix": after,
+            },
         )
 
     def parse(self, reply: Any) -> AdmitReply:
