@@ -75,8 +75,9 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
         running = client.dispatch(
             [{"id": "r", "name": "slow", "arguments": {"seconds": 1.5}}], run_id="before"
         )
+        # running, and past its own write to Redis (tests.apps' ``record``)
         wait_until(
-            lambda: client.result(running.call_ids[0]).status is CallStatus.RUNNING,
+            lambda: admin.llen(f"test:exec:{running.call_ids[0]}") == 1,
             20,
             "the slow call did not start",
         )
@@ -144,6 +145,8 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             logs = "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log"))
             assert proc.poll() is None, f"worker {n} exited ({proc.returncode}):\n{logs}"
         assert client.result(running.call_ids[0]).status is CallStatus.RUNNING
+        # the first worker is still seen alive: its heartbeat's TTL is extended
+        assert len(list(admin.scan_iter(match=keys.worker("*")))) == 1
 
         admin.config_set("maxmemory", 0)  # Redis takes writes again
         done = running.wait(timeout=30)[0]

@@ -15,6 +15,7 @@ import redis
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_failures import refusal
 from toolq.results.connection import probe_client
 from toolq.settings import Settings
 
@@ -61,7 +62,14 @@ def activity() -> dict[str, Any]:
 def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, Any]) -> None:
     """Announce the worker ``info["hostname"]`` for three heartbeat periods."""
     ttl = max(1, int(settings.heartbeat_seconds * 3))
-    client.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    key = keys.worker(info["hostname"])
+    try:
+        client.set(key, json.dumps({**info, **activity()}), ex=ttl)
+    except redis.ResponseError as exc:
+        # A full Redis refuses the new value but still extends the last one (EXPIRE does
+        # not take memory): the worker stays seen alive, with its last activity.
+        if refusal(exc) != "full" or not client.expire(key, ttl):
+            raise
 
 
 def live_workers(settings: Settings, client: redis.Redis | None = None) -> list[dict[str, Any]]:
