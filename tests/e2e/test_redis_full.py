@@ -64,7 +64,9 @@ def wait_until(predicate, timeout: float, message: str) -> None:
 def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_path):
     from tests.apps import registry
 
-    settings = make_settings(redis_url=full_redis.url)
+    # Leases and heartbeats longer than the suite's: a loaded machine must not let one
+    # lapse between two renewals (a full Redis renews both).
+    settings = make_settings(redis_url=full_redis.url, lease_seconds=6.0, heartbeat_seconds=2.0)
     keys = Keys(settings.key_prefix)
     admin = redis.Redis.from_url(full_redis.url)
     workers = Workers(settings)
