@@ -25,6 +25,8 @@
     │   └── UpstreamChangedError    the upstream MCP server now describes a pinned tool otherwise
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
+    ├── RunNotFoundError            unknown run id (or one whose keys expired)
+    ├── NotRetryableError           a retry of a call that is not final, or that succeeded
     ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
     │   ├── ApprovalDeniedError     a human said no
@@ -216,6 +218,18 @@ class CallNotFoundError(ToolqError, LookupError):
     """No call has that id."""
 
     code = "call_not_found"
+
+
+class RunNotFoundError(ToolqError, LookupError):
+    """Unknown run id (or one whose keys expired)."""
+
+    code = "run_not_found"
+
+
+class NotRetryableError(ToolqError):
+    """A retry of a call that is not final yet, that succeeded, or that was retried already."""
+
+    code = "not_retryable"
 
 
 class CallIdConflictError(ToolqError):

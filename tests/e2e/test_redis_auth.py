@@ -92,7 +92,8 @@ def test_dev_stack_redis_refuses_unauthenticated_clients(tmp_path):
         # redis-server reads the password from a config file only its owner can read
         config = Path(directory) / "redis.conf"
         assert stat.S_IMODE(config.stat().st_mode) == 0o600
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
+        assert health["status"] == "ok", health
         # the password reaches workers and the API through the environment, never argv
         seen = 0
         for pid in _children(dev.pid):

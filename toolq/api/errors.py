@@ -17,6 +17,8 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (ForbiddenError, 403),
     (errors.NotAuthorizedError, 403),
     (errors.CallNotFoundError, 404),
+    (errors.RunNotFoundError, 404),
+    (errors.NotRetryableError, 409),
     (errors.ToolNotFoundError, 404),
     (errors.NotAwaitingApprovalError, 409),
     (errors.CallIdConflictError, 409),

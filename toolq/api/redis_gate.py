@@ -51,6 +51,11 @@ class RedisProbe:
             raise RedisUnavailableError(message) from None
         self._ok_at = time.monotonic()
 
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The probe's short-timeout client (``/healthz`` reads its checks with it)."""
+        return self._client
+
     async def close(self) -> None:
         """Close the probe's connection."""
         await self._client.aclose()

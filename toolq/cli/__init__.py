@@ -11,12 +11,14 @@ import typer
 
 from toolq.cli.api import api
 from toolq.cli.approvals import approvals
+from toolq.cli.calls import calls
 from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
+from toolq.cli.runs import runs
 from toolq.cli.tail import tail
 from toolq.cli.tenants import tenants
 from toolq.cli.tools import tools
@@ -76,6 +78,8 @@ app.command()(check)
 app.command()(mcp)
 app.command()(tenants)
 app.add_typer(approvals, name="approvals")
+app.add_typer(calls, name="calls")
+app.add_typer(runs, name="runs")
 app.add_typer(keys, name="keys")
 
 
