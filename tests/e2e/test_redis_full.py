@@ -25,6 +25,7 @@ from toolq.api.app import create_app
 from toolq.cli.stack import EmbeddedRedis
 from toolq.errors import StoreUnavailableError
 from toolq.keys import Keys
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -216,6 +217,7 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
     settings = make_settings(redis_url=full_redis.url)
     admin = redis.Redis.from_url(full_redis.url)
     client = Client(registry, settings)
+    signing = generate_pair()[0]
     try:
         parked = client.dispatch(
             [{"id": "w", "name": "wipe", "arguments": {"target": "t"}}], run_id="park"
@@ -225,9 +227,9 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
         for decision in (("approve",), ("deny", "--reason", "no")):
             done = toolq(
                 "approvals", *decision, parked.call_ids[0], "--by", "alice",
-                redis_url=full_redis.url, timeout=60,
+                "--app", "tests.apps:registry",
+                redis_url=full_redis.url, timeout=60, TOOLQ_APPROVAL_SIGNING_KEY=signing,
             )  # fmt: skip
-            # (a warning about unsigned decisions may come first: no signing key here)
             errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
             assert done.returncode != 0, done.stderr
             assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
