@@ -181,12 +181,29 @@ def probe_writes(client: redis.Redis, keys: Keys) -> redis.ResponseError | None:
 
 
 def run_checks(client: redis.Redis, keys: Keys, queues: list[str], where: str) -> list[Check]:
-    """Every check, read with ``client`` (connection errors propagate)."""
+    """Every check, read with ``client`` (connection errors propagate).
+
+    Workers are found through ``Keys.workers_seen`` (every live worker is there), not by
+    scanning the keyspace: a load balancer may ask every few seconds.
+    """
     refusal = probe_writes(client, keys)
-    names: Any = list(client.scan_iter(match=keys.worker_pattern, count=500))
-    beats: Any = client.mget(names) if names else []
-    workers = [json.loads(b) for b in beats if b]
     seen: Any = client.hgetall(keys.workers_seen)
+    return _checks(refusal, seen, client.mget(_beat_keys(keys, seen)) if seen else [], queues,
+                   where)  # fmt: skip
+
+
+def _beat_keys(keys: Keys, seen: dict[Any, Any]) -> list[str]:
+    return [keys.worker(_text(name)) for name in seen]
+
+
+def _checks(
+    refusal: redis.ResponseError | None,
+    seen: dict[Any, Any],
+    beats: Any,
+    queues: list[str],
+    where: str,
+) -> list[Check]:
+    workers = [json.loads(b) for b in beats if b]
     alive = {str(w.get("hostname")) for w in workers}
     return [
         write_check(refusal, where),
@@ -195,20 +212,15 @@ def run_checks(client: redis.Redis, keys: Keys, queues: list[str], where: str) -
     ]
 
 
-async def run_checks_async(client: Any, keys: Keys, queues: list[str], where: str) -> list[Check]:
-    """``run_checks`` over an asyncio Redis client (``redis.asyncio.Redis``)."""
+async def run_checks_async(
+    client: redis.asyncio.Redis, keys: Keys, queues: list[str], where: str
+) -> list[Check]:
+    """``run_checks`` over an asyncio Redis client."""
     refusal: redis.ResponseError | None = None
     try:
         await client.set(keys.health_probe, "1", px=PROBE_TTL_MS)
     except redis.ResponseError as exc:
         refusal = exc
-    names = [name async for name in client.scan_iter(match=keys.worker_pattern, count=500)]
-    beats = await client.mget(names) if names else []
-    workers = [json.loads(b) for b in beats if b]
-    seen = await client.hgetall(keys.workers_seen)
-    alive = {str(w.get("hostname")) for w in workers}
-    return [
-        write_check(refusal, where),
-        *queue_checks(workers, queues),
-        *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
-    ]
+    seen: Any = await client.hgetall(keys.workers_seen)
+    beats = await client.mget(_beat_keys(keys, seen)) if seen else []
+    return _checks(refusal, seen, beats, queues, where)
