@@ -33,6 +33,7 @@ from toolq.errors import CallNotFoundError, CellUnavailableError, ToolqError
 from toolq.models import CallResult, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget, probe_client
+from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page
 from toolq.settings import Settings
 
 PING_TIMEOUT = 0.5
@@ -304,6 +305,60 @@ class CellApprovals(ApprovalStore):
             return self._on_run(run_id, lambda a: a.pending(run_id, risk, tool))
         found = self._each(lambda a: a.pending(None, risk, tool))
         return sorted(found, key=lambda r: r.deadline or 0.0)
+
+    def page(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        run_id: str | None = None,
+        risk: RiskLevel | str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+    ) -> Page[ApprovalRequest]:
+        """One page over every cell that answers: each cell's page from the same cursor, merged.
+
+        Cursors are (parking time, call id) in every cell, so one cursor goes on in all.
+        """
+        filters: dict[str, Any] = {
+            "limit": limit,
+            "cursor": cursor,
+            "since": since,
+            "until": until,
+            "risk": risk,
+            "tool": tool,
+            "tenant": tenant,
+        }
+        if run_id is not None:
+            return self._on_run(run_id, lambda a: a.page(run_id=run_id, **filters))
+        pages = self._each(lambda a: [a.page(**filters)])
+        # A cell whose page ended (early or full) bounds what the merge may show.
+        ends = [Cursor.decode(p.next_cursor) for p in pages if p.next_cursor]
+        end = min(((float(c.score), c.member) for c in ends), default=None)
+        found = sorted((r for p in pages for r in p.items), key=lambda r: (r.created_at, r.call_id))
+        if end is not None:
+            found = [r for r in found if (r.created_at, r.call_id) <= end]
+        shown = found[:limit]
+        next_cursor = None
+        if len(found) > limit:
+            next_cursor = Cursor(repr(shown[-1].created_at), shown[-1].call_id).encode()
+        elif end is not None:
+            next_cursor = Cursor(repr(end[0]), end[1]).encode()
+        totals = [p.total for p in pages]
+        total = None if None in totals else sum(t for t in totals if t is not None)
+        return Page(shown, next_cursor, total)
+
+    def approve_run(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """``ApprovalStore.approve_run`` in the run's cell."""
+        return self._on_run(run_id, lambda a: a.approve_run(run_id, by, may=may))
 
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it, from its cell."""

@@ -25,6 +25,8 @@
     │   └── UpstreamChangedError    the upstream MCP server now describes a pinned tool otherwise
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
+    ├── RunNotFoundError            unknown run id (or one whose keys expired)
+    ├── NotRetryableError           a retry of a call that is not final, or that succeeded
     ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
     │   ├── ApprovalDeniedError     a human said no
@@ -43,6 +45,9 @@
     ├── OverloadedError             a configured capacity is reached; retry later
     ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
     │   └── CellUnavailableError    the cell (TOOLQ_SHARDS) of a run or call does not answer
+    ├── StoreUnavailableError       Redis refuses writes: full, read-only, disk, too few replicas
+    ├── RedisAuthError              Redis refuses toolq's credentials (wrong or missing password)
+    ├── RedisPermissionError        Redis's ACL refuses a command to toolq's user
     ├── ReplicationError            fewer replicas than ``TOOLQ_MIN_REPLICAS_ACK`` confirmed a write
     ├── InternalError               toolq itself failed while running a call (a bug)
     └── AmbiguousIdError            a call id prefix that matches more than one call
@@ -215,6 +220,18 @@ class CallNotFoundError(ToolqError, LookupError):
     code = "call_not_found"
 
 
+class RunNotFoundError(ToolqError, LookupError):
+    """Unknown run id (or one whose keys expired)."""
+
+    code = "run_not_found"
+
+
+class NotRetryableError(ToolqError):
+    """A retry of a call that is not final yet, that succeeded, or that was retried already."""
+
+    code = "not_retryable"
+
+
 class CallIdConflictError(ToolqError):
     """A provider call id already names a call of another tool or with other arguments.
 
@@ -328,6 +345,30 @@ class CellUnavailableError(RedisUnavailableError):
     """
 
     code = "cell_unavailable"
+
+
+class StoreUnavailableError(ToolqError):
+    """Redis answers but refuses writes; nothing was written, and retrying later is safe.
+
+    ``details``: ``reason``, one of ``full`` (``maxmemory`` reached with ``noeviction``),
+    ``read_only`` (a replica), ``disk`` (``MISCONF``: snapshots failing) and ``no_replicas``
+    (``min-replicas-to-write`` not met). Workers wait while Redis refuses writes, and go on
+    by themselves once it accepts them again.
+    """
+
+    code = "store_unavailable"
+
+
+class RedisAuthError(ToolqError):
+    """Redis refuses toolq's credentials: a wrong or missing password, or an unknown user."""
+
+    code = "redis_auth_failed"
+
+
+class RedisPermissionError(ToolqError):
+    """Redis's ACL refuses a command to toolq's user (``NOPERM``): see the documented users."""
+
+    code = "redis_permission_denied"
 
 
 class ReplicationError(ToolqError):

@@ -80,6 +80,28 @@ class Keys:
         return f"{self.prefix}:approvals:pending"
 
     @property
+    def parked(self) -> str:
+        """Sorted set of parked calls scored by when they were parked (s): approval listings."""
+        return f"{self.prefix}:approvals:parked"
+
+    def tenant_parked(self, tenant: str) -> str:
+        """Sorted set of one tenant's parked calls scored by when they were parked (s)."""
+        return f"{self.prefix}:tenant:{tenant}:approvals:parked"
+
+    @property
+    def runs(self) -> str:
+        """Sorted set of runs scored by their last dispatch (s).
+
+        A run last dispatched more than the result TTL ago is dropped by the next dispatch
+        (``create.lua``): its keys expired with it.
+        """
+        return f"{self.prefix}:runs"
+
+    def tenant_runs(self, tenant: str) -> str:
+        """Sorted set of one tenant's runs scored by their last dispatch (s)."""
+        return f"{self.prefix}:tenant:{tenant}:runs"
+
+    @property
     def unsent(self) -> str:
         """Sorted set of queued calls not yet confirmed published, scored by time queued."""
         return f"{self.prefix}:unsent"

@@ -282,6 +282,10 @@ class CallResult(BaseModel):
     """The JSON-RPC id of the MCP request the call came from; its answer carries it back."""
     tenant: str = DEFAULT_TENANT
     """The tenant the call was run for."""
+    retry_of: str | None = None
+    """The call this one retries (``Client.retry``)."""
+    retried_by: str | None = None
+    """The call that retries this one."""
 
     @property
     def ok(self) -> bool:

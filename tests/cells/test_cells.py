@@ -377,7 +377,7 @@ def test_cli_worker_and_approvals_with_cells(cell_servers: CellServers) -> None:
     assert sorted(p["call_id"] for p in json.loads(listed.stdout)) == sorted(parked)
     shown = toolq("approvals", "show", parked[1][:10], "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["call_id"] == parked[1]
-    tailed = toolq("tail", runs[1])
+    tailed = toolq("tail", runs[1], "--json")
     assert tailed.returncode == 0 and parked[1] in tailed.stdout
     cell_servers.kill9(0)
     listed = toolq("approvals", "list", "--json")

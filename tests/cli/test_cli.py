@@ -124,7 +124,7 @@ def test_dispatch_tail_and_approvals(settings, inproc):
     messages = json.loads(waited.stdout)
     assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]
     assert "wiped t" in messages[1]["content"]
-    tail = toolq("tail", "cli-run", settings=settings)
+    tail = toolq("tail", "cli-run", "--json", settings=settings)
     types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
     assert types.count("call.succeeded") == 2 and "call.approved" in types
 

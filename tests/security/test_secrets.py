@@ -366,7 +366,7 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
         "dispatch", "--run-id", "cli-sec", "--wait", "20", settings=settings, stdin=payload, **env
     )
     assert '"succeeded"' in waited.stdout, waited.stdout
-    tail = toolq("tail", "cli-sec", settings=settings, **env)
+    tail = toolq("tail", "cli-sec", "--json", settings=settings, **env)
     assert "call.succeeded" in tail.stdout
     [ran] = r.lrange(f"test:exec:{call_id}", 0, -1)
     assert ran.decode().endswith(f"rotate:a={fp(key)},Authorization={fp(auth)}")

@@ -15,16 +15,25 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from toolq.api.auth import Principal
+from toolq.api.auth import ForbiddenError, Principal
 from toolq.api.cells import CellParts
 from toolq.api.deciding import may_decide
 from toolq.api.limits import decision_body_schema, parse_body, parse_decision
+from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
+from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
-from toolq.errors import NotRunOwnerError, PayloadError
-from toolq.models import CallResult, Event, ProviderFormat
+from toolq.errors import (
+    NotAuthorizedError,
+    NotRunOwnerError,
+    PayloadError,
+    ToolqError,
+    WrongTenantError,
+)
+from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
 from toolq.results.events import check_stream_id, stream_id_key
 from toolq.results.hub import EventHub, Listener
+from toolq.results.runs import RunSummary
 
 HEARTBEAT_SECONDS = 15.0
 DISCONNECT_CHECK_SECONDS = 1.0
@@ -112,12 +121,107 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
             ],
         }
 
-    @router.get("/runs/{run_id}/calls")
-    def run_calls(run_id: str, caller: Caller) -> list[dict[str, Any]]:
-        """Current state of every call of a run."""
+    @router.get("/runs/{run_id}/calls", response_model=list[CallResult])
+    def run_calls(
+        run_id: str,
+        request: Request,
+        caller: Caller,
+        limit: Limit = DEFAULT,
+        cursor: PageCursor = None,
+    ) -> Any:
+        """Current state of a run's calls in dispatch order, a page at a time.
+
+        The body is a list; ``X-Next-Cursor`` and ``Link`` lead to the next page,
+        ``X-Total-Count`` is how many calls the run has.
+        """
         caller.require_viewer()
         run_of_tenant(run_id, caller)
-        return [_call_json(r) for r in client.results(run_id)]
+        page = client.calls_page(run_id, limit=limit, cursor=cursor)
+        return paged(request, page, [_call_json(r) for r in page.items])
+
+    @router.get("/runs", response_model=list[RunSummary])
+    def runs(
+        request: Request,
+        caller: Caller,
+        tenant: str | None = None,
+        limit: Limit = DEFAULT,
+        cursor: PageCursor = None,
+        since: TimeBound = None,
+        until: TimeBound = None,
+    ) -> Any:
+        """Runs, most recently dispatched into first, each with its calls by status.
+
+        Filters: tenant (a tenant-bound caller's own only) and when the run was last
+        dispatched into (``since``/``until``). Paged as ``GET /v1/approvals``; runs stay
+        listed until their keys expire (``TOOLQ_RESULT_TTL`` after their last dispatch).
+        """
+        caller.require_viewer()
+        start, end = time_bounds(since, until)
+        page = client.runs(
+            limit=limit,
+            cursor=cursor,
+            tenant=_own_tenant(caller, tenant),
+            since=start,
+            until=end,
+        )
+        return paged(request, page, [s.model_dump(mode="json") for s in page.items])
+
+    @router.get("/runs/{run_id}", response_model=RunSummary)
+    def run(run_id: str, caller: Caller) -> Any:
+        """One run: its owner, tenant, last dispatch and calls by status."""
+        caller.require_viewer()
+        run_of_tenant(run_id, caller)
+        return client.run(run_id)
+
+    @router.post("/calls/{call_id}/retry", status_code=202)
+    def retry(call_id: str, caller: Caller) -> dict[str, Any]:
+        """Retry a failed, denied, expired or cancelled call: a new call, dispatched anew.
+
+        Same tool, arguments and run; approval rules apply again. The new call's
+        ``retry_of`` names this one, whose ``retried_by`` names it. Run owner (or admin)
+        only; 409 ``not_retryable`` for a call that is not final, succeeded, or was
+        retried already.
+        """
+        caller.require("submitter")
+        call_of_tenant(call_id, caller, "retry calls of")
+        result = client.retry(call_id, principal=caller.name, admin=caller.has("admin"))
+        return _call_json(result)
+
+    @router.post("/runs/{run_id}/approvals/approve")
+    def approve_run(run_id: str, caller: Caller) -> dict[str, Any]:
+        """Approve every call of the run awaiting a decision that the caller may approve.
+
+        Each call is approved as by ``POST /v1/approvals/{call_id}/approve`` (signed,
+        audited, counted toward its quorum); calls of a risk the caller is no approver of,
+        and the caller's own calls, stay parked and are listed under ``refused``. 403 when
+        the run has parked calls and the caller may approve none of them.
+        """
+        if not any(caller.has(f"approver:{level.value}") for level in RiskLevel):
+            raise ForbiddenError(f"{caller.name!r} is no approver (needs an approver:<risk> role)")
+        run_of_tenant(run_id, caller, "decide calls of")
+
+        def may(request: ApprovalRequest) -> ToolqError | None:
+            try:
+                caller.require_approver(decided_risk(client.registry, request.name))
+            except ForbiddenError as exc:
+                return exc
+            return None
+
+        outcomes = client.approvals.approve_run(run_id, caller.name, may=may)
+        approved = [_call_json(o) for o in outcomes.values() if isinstance(o, CallResult)]
+        refused = [
+            {"call_id": call_id, "code": o.code, "message": o.message}
+            for call_id, o in outcomes.items()
+            if isinstance(o, ToolqError)
+        ]
+        if refused and not approved:
+            raise NotAuthorizedError(
+                f"{caller.name!r} may approve none of the {len(refused)} parked call(s) of run "
+                f"{run_id}: {refused[0]['message']}",
+                run_id=run_id,
+                by=caller.name,
+            )
+        return {"run_id": run_id, "approved": approved, "refused": refused}
 
     @router.get("/calls/{call_id}")
     def get_call(call_id: str, caller: Caller) -> dict[str, Any]:
@@ -187,27 +291,41 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
 
     @router.get("/approvals", response_model=list[ApprovalRequest])
     def pending(
+        request: Request,
         caller: Caller,
         run_id: str | None = None,
         risk: str | None = None,
         tool: str | None = None,
+        tenant: str | None = None,
+        limit: Limit = DEFAULT,
+        cursor: PageCursor = None,
+        since: TimeBound = None,
+        until: TimeBound = None,
     ) -> Any:
-        """Calls awaiting a decision (filters: run, risk, tool); a tenant-bound caller's only.
+        """Calls awaiting a decision, oldest parked first, a page at a time.
 
-        With cells, those of every cell that answers; ``X-Toolq-Cells-Down`` lists the
-        cells that do not (comma-separated indexes).
+        Filters: run, risk, tool, tenant (a tenant-bound caller's own only), and when they
+        were parked (``since``/``until``). The body is a list; ``X-Next-Cursor`` and
+        ``Link`` lead to the next page, ``X-Total-Count`` counts every match (not sent
+        with a ``risk`` or ``tool`` filter). With cells, those of every cell that answers;
+        ``X-Toolq-Cells-Down`` lists the cells that do not (comma-separated indexes).
         """
         caller.require_viewer()
+        tenant = _own_tenant(caller, tenant)
+        start, end = time_bounds(since, until)
         down = [] if run_id is not None else client.reachable()[1]
-        found = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
-        if caller.tenant is not None:
-            found = [request for request in found if request.tenant == caller.tenant]
-        if not down:
-            return found
-        return JSONResponse(
-            [r.model_dump(mode="json") for r in found],
-            headers={"X-Toolq-Cells-Down": ",".join(str(c.index) for c in down)},
+        page = client.approvals.page(
+            limit=limit,
+            cursor=cursor,
+            since=start,
+            until=end,
+            run_id=run_id,
+            risk=risk,
+            tool=tool,
+            tenant=tenant,
         )
+        headers = {"X-Toolq-Cells-Down": ",".join(str(c.index) for c in down)} if down else {}
+        return paged(request, page, [r.model_dump(mode="json") for r in page.items], headers)
 
     @router.get("/approvals/{call_id}")
     def approval(call_id: str, caller: Caller) -> ApprovalRequest:
@@ -277,6 +395,18 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         return JSONResponse(event.model_dump(mode="json"))
 
     return router
+
+
+def _own_tenant(caller: Principal, named: str | None) -> str | None:
+    """The tenant a listing is limited to: a bound caller's own (naming another: 403)."""
+    if caller.tenant is None:
+        return named
+    if named is not None and named != caller.tenant:
+        raise WrongTenantError(
+            f"{caller.name!r} is bound to tenant {caller.tenant!r}, not {named!r}",
+            by=caller.name,
+        )
+    return caller.tenant
 
 
 def _tenant_named(payload: Any, query: str | None) -> str | None:

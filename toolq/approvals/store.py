@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.authority import Authority
+from toolq.approvals.listing import approvals_page
 from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.policy import (
     ApprovalMode,
@@ -49,6 +50,7 @@ from toolq.results import scripts
 from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
+from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
 from toolq.signing import signer_for
@@ -227,6 +229,36 @@ class ApprovalStore:
             out.append(request)
         return out
 
+    def page(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        run_id: str | None = None,
+        risk: RiskLevel | str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+    ) -> Page[ApprovalRequest]:
+        """One page of calls awaiting a decision, oldest parked first (``toolq.approvals.listing``).
+
+        ``since``/``until``: when they were parked (epoch seconds); ``cursor``: the previous
+        page's ``next_cursor``; ``tenant``: that tenant's calls only.
+        """
+        return approvals_page(
+            self.store,
+            self._request,
+            limit=limit,
+            cursor=cursor,
+            since=since,
+            until=until,
+            run_id=run_id,
+            risk=risk,
+            tool=tool,
+            tenant=tenant,
+        )
+
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it (any state)."""
         [record] = self.store.records([call_id])
@@ -374,6 +406,40 @@ class ApprovalStore:
             )
         return outcomes
 
+    def approve_run(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """Approve every call of a run awaiting a decision, each as ``approve`` would.
+
+        ``may`` (the caller's own check, e.g. its approver roles) returns the error that
+        keeps ``by`` from a call, which is then left parked; the store's own refusals
+        (self-approval, a second approval by the same approver) are audited and returned
+        the same way. Each call gets its result (queued, or still parked short of a
+        quorum) or its error, oldest parked first.
+        """
+        parked: list[ApprovalRequest] = []
+        cursor: str | None = None
+        while True:
+            page = self.page(run_id=run_id, limit=MAX_LIMIT, cursor=cursor)
+            parked.extend(page.items)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        outcomes: dict[str, CallResult | ToolqError] = {}
+        for request in parked:
+            refusal = may(request) if may is not None else None
+            if refusal is not None:
+                outcomes[request.call_id] = refusal
+                continue
+            outcomes[request.call_id] = self._attempt(
+                run_id, request.call_id, lambda c: self.approve(c, by)
+            )
+        return outcomes
+
     def _attempt(self, run_id: str, call_id: str, decide: Any) -> CallResult | ToolqError:
         try:
             if self.store.run_id(call_id) != run_id:
@@ -392,9 +458,10 @@ class ApprovalStore:
         expired = 0
         for raw in due:
             call_id = as_text(raw)
-            run_id = self.store.run_id(call_id)
+            run_id, tenant = self.store.run_and_tenant(call_id)
             if run_id is None:
                 self.redis.zrem(self.keys.pending_approvals, call_id)
+                self.redis.zrem(self.keys.parked, call_id)
                 continue
             outcome = self.scripts.run(
                 scripts.EXPIRE(
@@ -406,6 +473,7 @@ class ApprovalStore:
                     ttl=self.settings.result_ttl,
                     result=dumps(EXPIRED_RESULT),
                     audit_maxlen=self.settings.audit_maxlen,
+                    tenant=tenant,
                 )
             )
             expired += outcome == "expired"
@@ -720,6 +788,7 @@ class ApprovalStore:
                     ),
                     digest=digest,
                     shown=shown,
+                    tenant=env.tenant,
                 )
             ],
             acks.commands(),

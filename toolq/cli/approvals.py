@@ -28,10 +28,11 @@ from toolq.cli.common import (
     require_redis,
     settings_for,
 )
-from toolq.cli.ids import resolve_call_id
+from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
-from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
+from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
+from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
 from toolq.signing import verifier_for
 from toolq.workers.heartbeat import live_workers
 
@@ -64,20 +65,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 def _resolve(client: Client, call_id: str) -> str:
     try:
-        if client.cells is None:
-            return resolve_call_id(client.redis, client.keys, call_id)
-        found: set[str] = set()
-        for _, cell in client.reachable()[0]:
-            try:
-                found.add(resolve_call_id(cell.redis, cell.keys, call_id))
-            except CallNotFoundError:
-                continue
-        if len(found) > 1:
-            shown = ", ".join(sorted(found))
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches {len(found)} calls ({shown}); type more of it"
-            )
-        return found.pop() if found else call_id  # unknown: the command says so
+        return resolve_in(client, call_id)
     except ToolqError as exc:
         raise fail(str(exc)) from None
 
@@ -128,20 +116,36 @@ def list_(
         None, callback=one_of(*RISKS), help=f"Only this risk ({', '.join(RISKS)})."
     ),
     tool: str | None = typer.Option(None, help="Only this tool."),
+    limit: int = typer.Option(
+        DEFAULT_LIMIT, min=1, max=MAX_LIMIT, help=f"Calls per page (at most {MAX_LIMIT})."
+    ),
+    cursor: str | None = typer.Option(
+        None, help="Go on after the previous page (the cursor it printed)."
+    ),
     json_: bool = _JSON,
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Pending calls, soonest deadline first, with full call ids."""
+    """Pending calls, oldest parked first, a page at a time, with full call ids.
+
+    When more calls follow, the cursor of the next page is printed last (to stderr with
+    --json, whose output stays a JSON list).
+    """
     with _client(app, redis_url) as client:
         try:
-            pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+            page = client.approvals.page(
+                run_id=run_id, risk=risk, tool=tool, limit=limit, cursor=cursor
+            )
         except ToolqError as exc:
             raise fail(str(exc)) from None
+        pending = page.items
         if run_id is None:
             _warn_down(client)
+        more = f"next page: --cursor {page.next_cursor}" if page.next_cursor else None
         if json_:
             print_json([request.model_dump(mode="json") for request in pending])
+            if more:
+                typer.echo(more, err=True)
             return
         if not pending:
             typer.echo("no calls awaiting approval")
@@ -160,6 +164,9 @@ def list_(
                 json.dumps(request.arguments)[:60],
             )
         Console(width=max(console.width, 200), soft_wrap=True).print(table)
+        if more:
+            shown = f"{len(pending)} of {page.total}" if page.total is not None else len(pending)
+            typer.echo(f"showing {shown}; {more}")
 
 
 @approvals.command()
@@ -183,7 +190,9 @@ def show(
 
 @approvals.command()
 def approve(
-    call_id: str = _CALL_ID,
+    call_id: str | None = typer.Argument(
+        None, help="Call id, or a unique prefix of one (the dashboard shows 8)."
+    ),
     by: str = typer.Option("cli", help="Approver name (with --api: your token's name)."),
     args: str | None = typer.Option(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
@@ -191,6 +200,9 @@ def approve(
     digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
+    run_id: str | None = typer.Option(
+        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+    ),
     api: str | None = typer.Option(
         None,
         "--api",
@@ -209,14 +221,17 @@ def approve(
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Approve and enqueue a parked call, signed here or through the API.
+    """Approve and enqueue a parked call (with --run: each of a run's), here or via the API.
 
     A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
     registry (--app), or made by the API (--api, --token); without either it is refused,
     since workers that verify approvals would not run it.
     """
+    _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
     arguments = _edited(args)
     if api is not None:
+        if call_id is None:
+            raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
         return
     settings = settings_for(app, redis_url)
@@ -238,6 +253,12 @@ def approve(
             "--app or set TOOLQ_APP (or approve through the API with --api URL --token TOKEN)"
         )
     with _client(app, redis_url) as client:
+        if run_id is not None:
+            if unsigned:
+                _refuse_if_verified(client)
+            approve_run(client, run_id, by, unsigned=unsigned)
+            return
+        assert call_id is not None
         full = _resolve(client, call_id)
         try:
             if unsigned:
@@ -250,6 +271,50 @@ def approve(
         except (ToolqError, ValueError) as exc:
             raise fail(str(exc)) from None
         typer.echo(f"approved {full}: {result.status.value}")
+
+
+def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
+    """A usage error unless exactly one of CALL_ID and --run is given (--run: no edits)."""
+    if (call_id is None) == (run_id is None):
+        raise fail("name one call (CALL_ID) or a run (--run RUN_ID)", 2)
+    given = [f"--{name}" for name, value in single.items() if value]
+    if run_id is not None and given:
+        raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
+
+
+def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False) -> None:
+    """Approve every pending call of a run (``decide_run``): a line each, then a summary.
+
+    Each call is decided as a single ``approve`` decides it (policy, signature, quorum; a
+    signed one only for a tool the registry knows); exit 1 when any is refused, or when the
+    run is unknown.
+    """
+    try:
+        pending = client.approvals.pending(run_id=run_id)
+        if not pending and not client.results(run_id):
+            raise fail(f"unknown run {run_id!r}: it has no calls")
+        unknown = {
+            r.call_id: ToolqError(f"tool {r.name!r} is not in the registry {client.settings.app}")
+            for r in pending
+            if not unsigned and client.registry.get(r.name) is None
+        }
+        outcomes = client.approvals.decide_run(
+            run_id, by, approve=[r.call_id for r in pending if r.call_id not in unknown]
+        )
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    outcomes.update(unknown)
+    refused = 0
+    for request in pending:
+        outcome = outcomes[request.call_id]
+        if isinstance(outcome, ToolqError):
+            refused += 1
+            typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
+        else:
+            typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+    typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
+    if refused:
+        raise typer.Exit(1)
 
 
 def _edited(args: str | None) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
+from toolq.dispatch.retry import retry_call
 from toolq.errors import (
     ApprovalPredicateError,
     CallCancelledError,
@@ -26,7 +27,11 @@ from toolq.errors import (
 )
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
+from toolq.redis_failures import translated
+from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
+from toolq.results.paging import DEFAULT_LIMIT, Page, merge_pages
+from toolq.results.runs import RunSummary, run_summary, runs_page
 from toolq.settings import Settings
 
 T = TypeVar("T")
@@ -246,7 +251,9 @@ class Client:
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
         ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
         to one tenant, and an invalid name raises ``InvalidTenantError``. With cells the run
-        goes to its cell (``cell_for_run``).
+        goes to its cell (``cell_for_run``). A Redis that refuses writes (full, read-only)
+        raises ``StoreUnavailableError`` and nothing is queued; wrong credentials raise
+        ``RedisAuthError``.
         """
         if self.cells is not None:
             run = run_id or uuid.uuid4().hex
@@ -267,16 +274,19 @@ class Client:
                 self.cells.remember_call(call_id, cell)
             batch.cell = cell
             return batch
-        dispatched = self.dispatcher.dispatch(
-            payload,
-            run_id=run_id,
-            behavior=behavior,
-            idempotency_key=idempotency_key,
-            principal=principal,
-            format=format,
-            admin=admin,
-            tenant=tenant,
-        )
+        # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
+        # call's record and message are written by one script, so none is half-written.
+        with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
+            dispatched = self.dispatcher.dispatch(
+                payload,
+                run_id=run_id,
+                behavior=behavior,
+                idempotency_key=idempotency_key,
+                principal=principal,
+                format=format,
+                admin=admin,
+                tenant=tenant,
+            )
         return Batch(self, dispatched)
 
     def call(
@@ -323,6 +333,66 @@ class Client:
         if self.cells is not None:
             return self._on_run(run_id, lambda c: c.results(run_id))
         return self.store.results(self.store.run_call_ids(run_id))
+
+    def calls_page(
+        self, run_id: str, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> Page[CallResult]:
+        """A page of a run's calls in dispatch order (``CallStore.calls_page``)."""
+        if self.cells is not None:
+            return self._on_run(run_id, lambda c: c.calls_page(run_id, limit=limit, cursor=cursor))
+        return self.store.calls_page(run_id, limit=limit, cursor=cursor)
+
+    def runs(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        tenant: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Page[RunSummary]:
+        """Runs, most recently dispatched into first, with their calls by status.
+
+        ``tenant``: that tenant's runs only; ``since``/``until``: last dispatched within
+        (epoch seconds). With cells, the runs of every cell that answers, merged.
+        """
+        if self.cells is None:
+            return runs_page(
+                self.redis,
+                self.store.scripts,
+                self.keys,
+                limit=limit,
+                cursor=cursor,
+                tenant=tenant,
+                since=since,
+                until=until,
+            )
+        pages = [
+            c.runs(limit=limit, cursor=cursor, tenant=tenant, since=since, until=until)
+            for _, c in self.reachable()[0]
+        ]
+        return merge_pages(pages, limit, key=lambda s: (s.last_dispatch_at or 0.0, s.run_id))
+
+    def run(self, run_id: str) -> RunSummary:
+        """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
+        if self.cells is not None:
+            return self._on_run(run_id, lambda c: c.run(run_id))
+        return run_summary(self.redis, self.keys, run_id)
+
+    def retry(
+        self, call_id: str, *, principal: str | None = None, admin: bool = False
+    ) -> CallResult:
+        """Dispatch a new call retrying a failed, denied, expired or cancelled one; its state.
+
+        Same tool, arguments and run, through the dispatcher (approval applies again);
+        ``retry_of``/``retried_by`` link the two. Run owner (or ``admin``) only.
+        """
+        if self.cells is not None:
+            return self._on_call(
+                call_id, lambda c: c.retry(call_id, principal=principal, admin=admin)
+            )
+        new_id = retry_call(self.dispatcher, self.owners, call_id, principal=principal, admin=admin)
+        return self.store.result(new_id)
 
     def events(
         self,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import redis
 
-from toolq.errors import CallNotFoundError, ToolTimeoutError, WorkerLostError
+from toolq.errors import CallNotFoundError, PayloadError, ToolTimeoutError, WorkerLostError
 from toolq.keys import Keys
 from toolq.models import (
     FINAL_EVENT_OF,
@@ -20,9 +20,11 @@ from toolq.models import (
     EventType,
     RiskLevel,
 )
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results import scripts
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
+from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page, check_limit
 from toolq.results.replication import ReplicaAcks
 from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
@@ -476,7 +478,7 @@ class CallStore:
         fields: dict[str, str] | None = None,
     ) -> tuple[bool, str]:
         """Compare-and-set a call's state; ``(True, event_id)`` or ``(False, current_status)``."""
-        run_id = self.run_id(call_id)
+        run_id, tenant = self.run_and_tenant(call_id)
         if run_id is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         allowed = (
@@ -496,6 +498,7 @@ class CallStore:
                 ttl=self._ttl,
                 result=dumps(result) if result is not None else "",
                 fields=fields,
+                tenant=tenant,
             )
         )
         if reply.outcome == "missing":
@@ -539,6 +542,14 @@ class CallStore:
         value = self.redis.hget(self.keys.call(call_id), "run_id")
         return as_text(value) if value is not None else None
 
+    def run_and_tenant(self, call_id: str) -> tuple[str | None, str]:
+        """A call's run (``None``: an unknown call) and tenant (``default`` before tenants)."""
+        run_id, tenant = self.redis.hmget(self.keys.call(call_id), "run_id", "tenant")
+        return (
+            as_text(run_id) if run_id is not None else None,
+            as_text(tenant) if tenant else DEFAULT_TENANT,
+        )
+
     def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
         """Raw records of many calls in one round trip (``None`` for unknown ids)."""
         pipe = self.redis.pipeline(transaction=False)
@@ -576,6 +587,33 @@ class CallStore:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         return CallEnvelope.model_validate_json(raw)
 
+    def calls_page(
+        self, run_id: str, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> Page[CallResult]:
+        """A page of a run's calls in dispatch order; the total is the run's call count.
+
+        The cursor is a position in the run's call list, which only grows: calls
+        dispatched during a walk come on later pages.
+        """
+        check_limit(limit)
+        start = 0
+        if cursor:
+            after = Cursor.decode(cursor)
+            position = float(after.score)
+            if not position.is_integer() or position < 0:
+                raise PayloadError(f"invalid cursor {cursor[:60]!r} for a run's calls")
+            start = int(position) + 1
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(self.keys.run_calls(run_id), start, start + limit)
+        pipe.llen(self.keys.run_calls(run_id))
+        raw, total = pipe.execute()
+        ids = [as_text(c) for c in raw]
+        shown = ids[:limit]
+        next_cursor = None
+        if len(ids) > limit:
+            next_cursor = Cursor(str(start + limit - 1), shown[-1]).encode()
+        return Page(self.results(shown), next_cursor, int(total))
+
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's call ids in dispatch order."""
         return [as_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
@@ -595,6 +633,8 @@ def record_to_result(record: dict[str, str]) -> CallResult:
         run_id=envelope.run_id,
         rpc_id=envelope.rpc_id,
         tenant=envelope.tenant,
+        retry_of=record.get("retry_of") or None,
+        retried_by=record.get("retried_by") or None,
         **payload,
     )
 

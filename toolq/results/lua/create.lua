@@ -19,6 +19,9 @@
 -- the dispatch's last CREATE of the run (refresh '1') rather than by every call, and by a
 -- run's first call when it creates the owner key. A dispatch's calls run in one pipeline,
 -- so every key the dispatch wrote exists when its last CREATE runs, even a 'dup' one.
+-- The same CREATE scores the run in the runs indexes with the time of that dispatch and
+-- drops the runs whose keys expired (last dispatched more than ttl ago): listings of runs
+-- stay bounded by the result TTL. A call refused as a conflict writes nothing there.
 --
 -- KEYS
 --   1  idempotency        the claimed idempotency key (Keys.idempotency)
@@ -38,6 +41,10 @@
 --   14 outbox             webhook outbox stream (Keys.webhook_outbox)
 --   15 backlog            the tenant's backlog of the risk (Keys.backlog; Keys.unsent if none)
 --   16 lane               the risk's lane (Keys.lane; Keys.unsent if none)
+--   17 parked             parked calls by parking time (Keys.parked)
+--   18 tenant_parked      the tenant's parked calls by parking time (Keys.tenant_parked)
+--   19 runs               runs by last dispatch (Keys.runs)
+--   20 tenant_runs        the tenant's runs by last dispatch (Keys.tenant_runs)
 -- ARGV
 --   1  call_id            2  status (queued | awaiting_approval | a final status)
 --   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
@@ -71,6 +78,7 @@ local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
 local spent, hook_types, outbox = KEYS[12], KEYS[13], KEYS[14]
 local backlog, lane = KEYS[15], KEYS[16]
+local parked, tenant_parked, runs, tenant_runs = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
@@ -92,11 +100,17 @@ local function tenant_of(owner_json)
   return DEFAULT_TENANT
 end
 
-local function refresh_run(owner_new)
+local function refresh_run(owner_new, listed)
   if not refresh then return end
   if not owner_new then redis.call('EXPIRE', run_owner, ttl) end
   redis.call('EXPIRE', run_calls, ttl)
   redis.call('EXPIRE', stream, ttl)
+  if not listed then return end
+  local gone = string.format('(%.6f', tonumber(now) - tonumber(ttl))
+  redis.call('ZADD', runs, now, run_id)
+  redis.call('ZREMRANGEBYSCORE', runs, '-inf', gone)
+  redis.call('ZADD', tenant_runs, now, run_id)
+  redis.call('ZREMRANGEBYSCORE', tenant_runs, '-inf', gone)
 end
 
 -- (SET NX GET would read and claim the owner in one command, but needs Redis 7.)
@@ -108,11 +122,10 @@ end
 local claim = call_id
 if fingerprint ~= '' then claim = string.format('%s %s', call_id, fingerprint) end
 if not redis.call('SET', idempotency, claim, 'NX', 'EX', ttl) then
-  refresh_run(false)
   local existing, claimed = string.match(redis.call('GET', idempotency), '^(%S+) ?(.*)$')
-  if fingerprint ~= '' and claimed ~= '' and claimed ~= fingerprint then
-    return {'call_id_conflict', existing}
-  end
+  local conflict = fingerprint ~= '' and claimed ~= '' and claimed ~= fingerprint
+  refresh_run(false, not conflict)
+  if conflict then return {'call_id_conflict', existing} end
   return {'dup', existing}
 end
 local owner_new = not owner
@@ -162,9 +175,13 @@ if status == 'queued' then
   elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
   else redis.call('ZADD', unsent, now, call_id) end
 end
-if status == 'awaiting_approval' then redis.call('ZADD', pending_approvals, deadline, call_id) end
+if status == 'awaiting_approval' then
+  redis.call('ZADD', pending_approvals, deadline, call_id)
+  redis.call('ZADD', parked, now, call_id)
+  redis.call('ZADD', tenant_parked, now, call_id)
+end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 local id = emit(etype, data)
-refresh_run(owner_new)
+refresh_run(owner_new, true)
 if over_budget then return {'over_budget', id} end
 return {'new', id}

@@ -23,6 +23,8 @@
 --   8  pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
 --   9  hook_types         event types webhooks want (Keys.webhook_events)
 --   10 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   11 parked             parked calls by parking time (Keys.parked)
+--   12 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
 --   1  call_id          2  decision (approve | deny)       3  by       4  now (s)
 --   5  envelope_read ('' = unchecked)   6  check_approvals ('1' = compare approvals)
@@ -46,6 +48,14 @@ local new_envelope, audit_maxlen, expired_result, message = ARGV[11], ARGV[12], 
 local approvals_read, approvals_new, final, new_digest = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
 local approval, run_id, tool = ARGV[19], ARGV[20], ARGV[21]
 local audit_sig, expired_sig, digest, shown = ARGV[22], ARGV[23], ARGV[24], ARGV[25]
+local parked, tenant_parked = KEYS[11], KEYS[12]
+
+-- A call leaves every index of parked calls together.
+local function unpark()
+  redis.call('ZREM', pending_approvals, call_id)
+  redis.call('ZREM', parked, call_id)
+  redis.call('ZREM', tenant_parked, call_id)
+end
 
 local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers', 'lane', 'backlog')
 if not f[1] then return {'missing'} end
@@ -60,7 +70,7 @@ local deadline = tonumber(f[2])
 if deadline and deadline > 0 and tonumber(now) > deadline then
   redis.call('HSET', call, 'status', 'expired', 'result', expired_result, 'updated_at', now,
              'finished_at', now)
-  redis.call('ZREM', pending_approvals, call_id)
+  unpark()
   redis.call('EXPIRE', call, ttl)
   emit('call.expired', '{"status":"expired"}')
   audit('expired', shown, expired_sig)
@@ -73,7 +83,7 @@ if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry
 if decision == 'deny' then
   redis.call('HSET', call, 'status', 'denied', 'result', result, 'decided_by', by,
              'approval', approval, 'updated_at', now, 'finished_at', now)
-  redis.call('ZREM', pending_approvals, call_id)
+  unpark()
   redis.call('EXPIRE', call, ttl)
   audit('denied', digest, audit_sig)
   return {'ok', emit('call.denied', data)}
@@ -86,7 +96,7 @@ if final ~= '1' then
   return {'partial', emit('call.approved', data)}
 end
 redis.call('HSET', call, 'status', 'queued', 'decided_by', by, 'approval', approval)
-redis.call('ZREM', pending_approvals, call_id)
+unpark()
 if f[4] and message ~= '' then
   redis.call('HSET', call, 'message', message, 'admission', 'waiting')
   sched_join(f[4], f[5], call_id, false)

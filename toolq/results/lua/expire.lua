@@ -8,6 +8,8 @@
 --   4 audit              the approval audit stream (Keys.audit_stream)
 --   5 hook_types         event types webhooks want (Keys.webhook_events)
 --   6 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   7 parked             parked calls by parking time (Keys.parked)
+--   8 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
 --   1 call_id   2 now (s)   3 maxlen   4 ttl (s)   5 result (JSON)   6 audit_maxlen
 --   7 run_id
@@ -16,16 +18,24 @@ local call, stream, pending_approvals, audit_stream = KEYS[1], KEYS[2], KEYS[3],
 local hook_types, outbox = KEYS[5], KEYS[6]
 local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local result, audit_maxlen, run_id = ARGV[5], ARGV[6], ARGV[7]
+local parked, tenant_parked = KEYS[7], KEYS[8]
+
+-- A call leaves every index of parked calls together.
+local function unpark()
+  redis.call('ZREM', pending_approvals, call_id)
+  redis.call('ZREM', parked, call_id)
+  redis.call('ZREM', tenant_parked, call_id)
+end
 
 local f = redis.call('HMGET', call, 'status', 'deadline', 'run_id', 'name', 'digest')
 if f[1] ~= 'awaiting_approval' then
-  redis.call('ZREM', pending_approvals, call_id)
+  unpark()
   return 'gone'
 end
 if tonumber(f[2]) > tonumber(now) then return 'early' end
 redis.call('HSET', call, 'status', 'expired', 'result', result, 'updated_at', now,
            'finished_at', now)
-redis.call('ZREM', pending_approvals, call_id)
+unpark()
 redis.call('EXPIRE', call, ttl)
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 emit('call.expired', '{"status":"expired"}')

@@ -12,6 +12,8 @@
 --   5 running            running calls by lease end (Keys.running)
 --   6 hook_types         event types webhooks want (Keys.webhook_events)
 --   7 outbox             webhook outbox stream (Keys.webhook_outbox)
+--   8 parked             parked calls by parking time (Keys.parked)
+--   9 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
 --   1 call_id   2 from_states (comma-separated, or '*' for any)   3 to_status
 --   4 etype   5 data (JSON)   6 maxlen   7 now (s)   8 ttl (s)
@@ -24,6 +26,14 @@ local call_id, from_states, to_status, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4
 local data, maxlen, now, ttl = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local result, run_id = ARGV[9], ARGV[10]
 local FIRST_EXTRA = 11
+local parked, tenant_parked = KEYS[8], KEYS[9]
+
+-- A call leaves every index of parked calls together.
+local function unpark()
+  redis.call('ZREM', pending_approvals, call_id)
+  redis.call('ZREM', parked, call_id)
+  redis.call('ZREM', tenant_parked, call_id)
+end
 
 local function allowed(list, value)
   if list == '*' then return true end
@@ -44,7 +54,7 @@ if result ~= '' then
   if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 end
 for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
-redis.call('ZREM', pending_approvals, call_id)
+unpark()
 redis.call('ZREM', running, call_id)
 if to_status == 'queued' then redis.call('ZADD', unsent, now, call_id)
 else redis.call('ZREM', unsent, call_id) end

@@ -54,6 +54,7 @@ from toolq.results.scripts.calls import (
     TransitionReply,
 )
 from toolq.results.scripts.owners import REFUSE, Refuse
+from toolq.results.scripts.paging import PAGE, Page
 from toolq.results.scripts.undos import (
     UNDO_CLAIM,
     UNDO_FINISH,
@@ -92,6 +93,7 @@ ALL: tuple[Script[Any], ...] = (
     UNDO_RESEND,
     WEBHOOK_CLAIM,
     REFUSE,
+    PAGE,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
@@ -103,6 +105,7 @@ __all__ = [
     "DECIDE",
     "EXPIRE",
     "FINISH",
+    "PAGE",
     "PROGRESS",
     "RECOVER",
     "REFUSE",
@@ -131,6 +134,7 @@ __all__ = [
     "ExpireOutcome",
     "Finish",
     "FinishOutcome",
+    "Page",
     "Progress",
     "ProgressOutcome",
     "Recover",

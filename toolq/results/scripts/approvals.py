@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Invocation, Script, emit_keys, outcome
 
@@ -57,6 +58,7 @@ class Decide(Script[DecideReply]):
         expired_sig: str,
         digest: str,
         shown: str,
+        tenant: str = DEFAULT_TENANT,
     ) -> Invocation[DecideReply]:
         """An invocation: KEYS and ARGV as the header of ``decide.lua`` lists them."""
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
@@ -71,6 +73,8 @@ class Decide(Script[DecideReply]):
                 keys.queued,
                 keys.queue_pushes(queue) if message else keys.unsent,
                 *emit_keys(keys),
+                keys.parked,
+                keys.tenant_parked(tenant),
             ],
             [
                 call_id,
@@ -128,6 +132,7 @@ class Expire(Script[ExpireOutcome]):
         ttl: int,
         result: str,
         audit_maxlen: int,
+        tenant: str = DEFAULT_TENANT,
     ) -> Invocation[ExpireOutcome]:
         """An invocation: KEYS and ARGV as the header of ``expire.lua`` lists them."""
         return self.invoke(
@@ -137,6 +142,8 @@ class Expire(Script[ExpireOutcome]):
                 keys.pending_approvals,
                 keys.audit_stream,
                 *emit_keys(keys),
+                keys.parked,
+                keys.tenant_parked(tenant),
             ],
             [call_id, now, maxlen, ttl, result, audit_maxlen, run_id],
         )

@@ -111,6 +111,10 @@ class Create(Script[CreateReply]):
                 spent,
                 *emit_keys(keys),
                 *(schedule or (keys.unsent, keys.unsent)),
+                keys.parked,
+                keys.tenant_parked(tenant),
+                keys.runs,
+                keys.tenant_runs(tenant),
             ],
             [
                 call_id,
@@ -423,6 +427,7 @@ class Transition(Script[TransitionReply]):
         ttl: int,
         result: str,
         fields: dict[str, str] | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> Invocation[TransitionReply]:
         """An invocation: KEYS and ARGV as the header of ``transition.lua`` lists them."""
         return self.invoke(
@@ -433,6 +438,8 @@ class Transition(Script[TransitionReply]):
                 keys.unsent,
                 keys.running,
                 *emit_keys(keys),
+                keys.parked,
+                keys.tenant_parked(tenant),
             ],
             [
                 call_id,

@@ -1,0 +1,96 @@
+"""Retrying a call: a new call of the same tool, arguments and run, dispatched as any call.
+
+The new call goes through the dispatcher, so validation, approval rules and budgets apply
+to it again (a call that was denied is parked again, not waved through). It keeps the
+provider call id (its result answers the same tool call) and is linked both ways: the
+new record's ``retry_of`` names the old call, the old record's ``retried_by`` the new one.
+A call is retried once: a second retry is refused with the call that retried it.
+"""
+
+from __future__ import annotations
+
+from toolq.dispatch.dispatcher import Dispatcher
+from toolq.errors import CallCancelledError, CallNotFoundError, NotRetryableError
+from toolq.models import CallEnvelope, CallStatus, EventType
+from toolq.results.owners import RunOwners
+from toolq.secretbox import SecretBox, open_arguments
+
+RETRYABLE = (CallStatus.FAILED, CallStatus.DENIED, CallStatus.EXPIRED, CallStatus.CANCELLED)
+"""The final states a call can be retried from (a succeeded call has nothing to retry)."""
+
+
+def retry_call(
+    dispatcher: Dispatcher,
+    owners: RunOwners,
+    call_id: str,
+    *,
+    principal: str | None,
+    admin: bool = False,
+) -> str:
+    """Dispatch the retry of ``call_id`` as ``principal`` (the run's owner, or ``admin``).
+
+    Returns the new call's id. ``NotRetryableError`` for a call that is not final, that
+    succeeded, or that was retried already; ``NotRunOwnerError`` for another's run.
+    """
+    store = dispatcher.store
+    run_id = owners.check_call(call_id, principal, admin=admin, action="retry calls of")
+    [record] = store.records([call_id])
+    if run_id is None or record is None:
+        raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+    status = CallStatus(record["status"])
+    if status not in RETRYABLE:
+        why = "it succeeded" if status is CallStatus.SUCCEEDED else "it is not final yet"
+        raise NotRetryableError(
+            f"call {call_id} is {status.value}: {why}; only a failed, denied, expired or "
+            "cancelled call can be retried",
+            call_id=call_id,
+            status=status.value,
+        )
+    if record.get("retried_by"):
+        raise _retried(call_id, record["retried_by"])
+    envelope = CallEnvelope.model_validate_json(record["envelope"])
+    arguments = envelope.arguments
+    tool = dispatcher.registry.get(envelope.name)
+    if tool is not None:
+        # Sealed for the old call id: opened in memory, sealed again for the new call.
+        arguments = open_arguments(
+            SecretBox.from_settings(store.settings), tool, call_id, arguments
+        )
+    dispatched = dispatcher.dispatch(
+        [{"id": envelope.tool_call_id, "name": envelope.name, "arguments": arguments}],
+        run_id=run_id,
+        behavior=envelope.behavior,
+        idempotency_key=f"retry:{call_id}",
+        principal=principal,
+        admin=admin,
+        tenant=envelope.tenant,
+    )
+    new_id = dispatched.calls[0].call_id
+    keys = store.keys
+    pipe = store.redis.pipeline(transaction=True)
+    pipe.hset(keys.call(new_id), "retry_of", call_id)
+    pipe.hsetnx(keys.call(call_id), "retried_by", new_id)
+    pipe.hget(keys.call(call_id), "retried_by")
+    _, _, linked = pipe.execute()
+    winner = linked.decode() if isinstance(linked, bytes) else str(linked)
+    if winner != new_id:
+        # Another retry of the same call won the race: this one is withdrawn.
+        store.transition(
+            new_id,
+            from_states=[CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL],
+            to=CallStatus.CANCELLED,
+            event=EventType.CANCELLED,
+            data={"status": CallStatus.CANCELLED.value},
+            result={
+                "error": f"a duplicate retry of call {call_id}",
+                "error_type": CallCancelledError.code,
+            },
+        )
+        raise _retried(call_id, winner)
+    return new_id
+
+
+def _retried(call_id: str, by: str) -> NotRetryableError:
+    return NotRetryableError(
+        f"call {call_id} was retried already, by call {by}", call_id=call_id, retried_by=by
+    )

@@ -1,0 +1,107 @@
+"""Runs as listings show them: ``RunSummary``, a page of runs, one run.
+
+Runs come from the runs indexes (``Keys.runs``, ``Keys.tenant_runs``: scored by each run's
+last dispatch, kept by ``create.lua`` and bounded by the result TTL), newest first; a
+run's status counts are read from its own calls.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from toolq.errors import RunNotFoundError
+from toolq.keys import Keys
+from toolq.quotas import DEFAULT_TENANT
+from toolq.results.connection import as_text
+from toolq.results.owners import RunOwner
+from toolq.results.paging import Page, bounds, check_limit, walk
+from toolq.results.runner import Scripts
+
+
+class RunSummary(BaseModel):
+    """A run: who owns it, when it was last dispatched into, its calls by status."""
+
+    run_id: str
+    tenant: str = DEFAULT_TENANT
+    owner: str | None = None
+    """The principal whose dispatch created the run."""
+    last_dispatch_at: float | None = None
+    """When calls were last dispatched into the run (epoch seconds)."""
+    calls: int = 0
+    statuses: dict[str, int] = Field(default_factory=dict)
+    """How many of its calls are in each status (only the statuses that occur)."""
+
+
+def summaries(
+    redis: Any, keys: Keys, runs: Sequence[tuple[str, float | None]]
+) -> list[RunSummary | None]:
+    """``RunSummary`` of each ``(run_id, last dispatch)``; ``None`` for a run that is gone."""
+    if not runs:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for run_id, _ in runs:
+        pipe.get(keys.run_owner(run_id))
+        pipe.lrange(keys.run_calls(run_id), 0, -1)
+    found = pipe.execute()
+    owners, lists = found[::2], [[as_text(c) for c in ids] for ids in found[1::2]]
+    pipe = redis.pipeline(transaction=False)
+    for ids in lists:
+        for call_id in ids:
+            pipe.hget(keys.call(call_id), "status")
+    statuses = iter(pipe.execute() if any(lists) else [])
+    out: list[RunSummary | None] = []
+    for (run_id, at), raw_owner, ids in zip(runs, owners, lists, strict=True):
+        counted = Counter(as_text(s) for s in (next(statuses) for _ in ids) if s is not None)
+        if raw_owner is None and not ids:
+            out.append(None)
+            continue
+        owner = RunOwner.decode(raw_owner) if raw_owner is not None else None
+        out.append(
+            RunSummary(
+                run_id=run_id,
+                tenant=owner.tenant_name if owner else DEFAULT_TENANT,
+                owner=owner.principal if owner else None,
+                last_dispatch_at=at,
+                calls=len(ids),
+                statuses=dict(sorted(counted.items())),
+            )
+        )
+    return out
+
+
+def runs_page(
+    redis: Any,
+    scripts: Scripts,
+    keys: Keys,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    tenant: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> Page[RunSummary]:
+    """Runs last dispatched into within ``since``..``until``, newest first (one tenant's)."""
+    check_limit(limit)
+    lo, hi = bounds(since, until)
+    index = keys.runs if tenant is None else keys.tenant_runs(tenant)
+
+    def keep(chunk: Sequence[tuple[str, str]]) -> list[RunSummary | None]:
+        return summaries(redis, keys, [(run_id, float(score)) for run_id, score in chunk])
+
+    items, next_cursor = walk(
+        scripts, index, cursor=cursor, limit=limit, lo=lo, hi=hi, descending=True, keep=keep
+    )
+    return Page(items, next_cursor, int(redis.zcount(index, lo, hi)))
+
+
+def run_summary(redis: Any, keys: Keys, run_id: str) -> RunSummary:
+    """One run's summary; ``RunNotFoundError`` for a run with no calls and no owner."""
+    at = redis.zscore(keys.runs, run_id)
+    [found] = summaries(redis, keys, [(run_id, float(at) if at is not None else None)])
+    if found is None:
+        raise RunNotFoundError(f"unknown run id {run_id!r}", run_id=run_id)
+    return found
