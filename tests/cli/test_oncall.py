@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
+import subprocess
+import sys
 
 import pytest
 
 from tests.cli.test_cli import toolq
+from tests.conftest import ROOT
 from toolq import CallStatus
 from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
 APP = ("--app", "tests.apps:registry")
+APP_AND_WAIT = ("dispatch", *APP, "--wait", "30")
 
 
 def calls(*specs: tuple[str, dict[str, object]]) -> list[dict[str, object]]:
@@ -208,3 +215,55 @@ def test_calls_retry_dispatches_a_linked_call_that_runs(settings, inproc, client
         f"error: call {echo} is succeeded: it succeeded; only a failed, denied, expired or "
         "cancelled call can be retried"
     ]
+
+
+def on_a_terminal(*args: str, settings, stdin: str = "") -> tuple[int, str, str]:
+    """Run the CLI with stdout and stderr on a pseudo-terminal each; (exit, stdout, stderr)."""
+    out_main, out_child = pty.openpty()
+    err_main, err_child = pty.openpty()
+    env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    env.update(COLUMNS="200", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolq", *args],
+        stdin=subprocess.PIPE,
+        stdout=out_child,
+        stderr=err_child,
+        env=env,
+        cwd=ROOT,
+    )
+    os.close(out_child)
+    os.close(err_child)
+    proc.stdin.write(stdin.encode())
+    proc.stdin.close()
+    chunks: dict[int, list[bytes]] = {out_main: [], err_main: []}
+    open_fds = [out_main, err_main]
+    while open_fds:
+        ready, _, _ = select.select(open_fds, [], [], 60)
+        assert ready, "no output for 60 s"
+        for fd in ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed its end
+                data = b""
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    code = proc.wait(60)
+    return code, b"".join(chunks[out_main]).decode(), b"".join(chunks[err_main]).decode()
+
+
+def test_on_a_terminal_tail_is_coloured_and_dispatch_shows_a_live_status(settings, inproc):
+    inproc.start()
+    payload = json.dumps(calls(("echo", {"text": "tty"})))
+    code, out, err = on_a_terminal(
+        *APP_AND_WAIT, "--run-id", "tty-run", settings=settings, stdin=payload
+    )
+    assert code == 0, err
+    assert json.loads(out)["calls"][0]["status"] == "succeeded"  # stdout is the JSON still
+    assert "run tty-run: 0 queued, 0 parked, 0 running, 1/1 done (1 succeeded)" in err
+    code, out, err = on_a_terminal("tail", "tty-run", settings=settings)
+    assert code == 0, err
+    assert "\x1b[" in out and "succeeded" in out  # rich colours on a terminal
