@@ -184,7 +184,7 @@ def tenant_lines(client: Client) -> list[str]:
     """The ``toolq_tenant_*`` and ``toolq_tool_*`` series."""
     named = sorted({DEFAULT_TENANT} | {t for t in client.settings.tenants if t != ANY_TENANT})
     counts: Counter[tuple[str, str]] = Counter()
-    for tenant, calls in calls_by_tenant(client).items():
+    for tenant, calls in calls_by_tenant(client, named).items():
         label = tenant if tenant in named else OTHER_TENANTS
         for state in COUNTED:
             counts[(label, state.value)] += getattr(calls, state.value)

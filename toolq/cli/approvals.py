@@ -32,6 +32,7 @@ from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
+from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
 from toolq.signing import verifier_for
 from toolq.workers.heartbeat import live_workers
 
@@ -115,20 +116,36 @@ def list_(
         None, callback=one_of(*RISKS), help=f"Only this risk ({', '.join(RISKS)})."
     ),
     tool: str | None = typer.Option(None, help="Only this tool."),
+    limit: int = typer.Option(
+        DEFAULT_LIMIT, min=1, max=MAX_LIMIT, help=f"Calls per page (at most {MAX_LIMIT})."
+    ),
+    cursor: str | None = typer.Option(
+        None, help="Go on after the previous page (the cursor it printed)."
+    ),
     json_: bool = _JSON,
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Pending calls, soonest deadline first, with full call ids."""
+    """Pending calls, oldest parked first, a page at a time, with full call ids.
+
+    When more calls follow, the cursor of the next page is printed last (to stderr with
+    --json, whose output stays a JSON list).
+    """
     with _client(app, redis_url) as client:
         try:
-            pending = client.approvals.pending(run_id=run_id, risk=risk, tool=tool)
+            page = client.approvals.page(
+                run_id=run_id, risk=risk, tool=tool, limit=limit, cursor=cursor
+            )
         except ToolqError as exc:
             raise fail(str(exc)) from None
+        pending = page.items
         if run_id is None:
             _warn_down(client)
+        more = f"next page: --cursor {page.next_cursor}" if page.next_cursor else None
         if json_:
             print_json([request.model_dump(mode="json") for request in pending])
+            if more:
+                typer.echo(more, err=True)
             return
         if not pending:
             typer.echo("no calls awaiting approval")
@@ -147,6 +164,9 @@ def list_(
                 json.dumps(request.arguments)[:60],
             )
         Console(width=max(console.width, 200), soft_wrap=True).print(table)
+        if more:
+            shown = f"{len(pending)} of {page.total}" if page.total is not None else len(pending)
+            typer.echo(f"showing {shown}; {more}")
 
 
 @approvals.command()
