@@ -65,6 +65,11 @@ class CellParts:
                 retry_after=RETRY_AFTER_SECONDS,
             )
 
+    def drain(self) -> None:
+        """End every event stream within about a second (the server is shutting down)."""
+        for hub in self.hubs:
+            hub.draining = True
+
     async def close(self) -> None:
         """Close every hub."""
         for hub in self.hubs:

@@ -42,11 +42,14 @@ def count_received(sender: Any = None, request: Any = None, **_: Any) -> None:
 
 
 def activity() -> dict[str, Any]:
-    """Calls this worker process finished and runs now, from Celery's in-memory state.
+    """Calls this worker process finished, runs now and holds, from Celery's memory.
 
     Read in the main process, where Celery's consumer receives every message and keeps
     the requests not finished yet: the heartbeat carries them, so nothing is written on
-    the path of a call. A batch message counts as the calls it carries.
+    the path of a call. A batch message counts as the calls it carries. ``held`` are the
+    calls of every message the worker took and has not finished (running or prefetched):
+    the sweeper leaves their messages alone while this worker is alive
+    (``Sweeper.resend_stranded``).
     """
     from celery.worker import state
 
@@ -56,8 +59,12 @@ def activity() -> dict[str, Any]:
     except RuntimeError:  # the set changed while it was copied; the next beat has it
         active, unfinished = [], {}
     current = sorted(c for r in active for c in calls_of(r))
-    pending = sum(len(calls_of(r)) for r in unfinished.values())
-    return {"processed": max(0, _received["calls"] - pending), "current": current}
+    held = sorted(c for r in unfinished.values() for c in calls_of(r))
+    return {
+        "processed": max(0, _received["calls"] - len(held)),
+        "current": current,
+        "held": held,
+    }
 
 
 def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
-from toolq.workers.heartbeat import beat, withdraw
+from toolq.workers.heartbeat import beat, live_workers, withdraw
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -122,9 +122,11 @@ class Sweeper:
         that has sat there past ``redeliver_after`` while its call is still ``queued`` (an
         undo message: its undo still ``requested``) is sent again, once per message; of a
         batch message, each call still queued is sent again alone, once.
-        Should the worker holding it still be alive (calls waiting behind long ones), the
-        copy is harmless: the first delivery to start the call (or claim the undo) wins,
-        and any other finds it no longer queued (requested).
+        A call that a live worker's heartbeat names as held (prefetched behind the calls it
+        runs) is left alone: its message is not lost, only waiting, and a copy would be an
+        extra message, an extra delivery and a ``not run`` line. Were it sent anyway (a
+        heartbeat older than the message), the copy is harmless: the first delivery to
+        start the call (or claim the undo) wins, and any other finds it no longer queued.
         """
         cutoff = now - self.store.settings.redeliver_after
         # A batch message's calls are looked at (and re-sent) one by one, each marked once
@@ -150,6 +152,10 @@ class Sweeper:
             if as_text((status if task == TASK_NAME else undo_state) or b"")
             == (CallStatus.QUEUED.value if task == TASK_NAME else UndoState.REQUESTED.value)
         ]
+        if stranded:
+            held = {c for w in live_workers(self.store.settings, self.redis)
+                    for c in w.get("held", [])}  # fmt: skip
+            stranded = [(tag, task, c) for tag, task, c in stranded if c not in held]
         if not stranded:
             return 0
         ttl = int(self.store.settings.max_time_limit + 3600)
