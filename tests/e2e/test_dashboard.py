@@ -110,14 +110,24 @@ def state_of(page: Any, call_id: str) -> Any:
     return page.locator(f'#calls tr[data-call-id="{call_id}"] .badge[data-state]')
 
 
+def approval_row(page: Any, call_id: str) -> Any:
+    return page.locator(f'[data-testid="approval-row"][data-call-id="{call_id}"]')
+
+
 def card(page: Any, call_id: str) -> Any:
-    return page.locator(f'[data-testid="approval"][data-call-id="{call_id}"]')
+    """The full card of a pending call, opened from its row in the approvals table."""
+    row = approval_row(page, call_id)
+    full = page.locator(f'[data-testid="approval"][data-call-id="{call_id}"]')
+    expect(row).to_be_visible(timeout=SLOW)
+    if row.get_by_test_id("approval-expand").get_attribute("aria-expanded") != "true":
+        row.get_by_test_id("approval-expand").click()
+    return full
 
 
 def screenshot(page: Any, name: str) -> None:
     folder = os.environ.get("TOOLQ_DASHBOARD_SCREENSHOTS")
     if folder:
-        page.evaluate("document.getElementById('toast').replaceChildren()")
+        page.evaluate("document.getElementById('toast').replaceChildren(); window.scrollTo(0, 0)")
         page.screenshot(path=str(Path(folder) / name), full_page=True)
 
 
@@ -199,7 +209,8 @@ def test_dashboard_approve_with_diff_and_run_timeline(api, inproc, page, tmp_pat
     screenshot(page, "dashboard.png")
 
     card(page, wipe).locator("button.approve").click()
-    expect(card(page, wipe)).to_have_count(0)
+    expect(approval_row(page, wipe)).to_have_count(0)
+    expect(page.get_by_test_id("approval")).to_have_count(1)
     expect(state_of(page, wipe)).to_have_text("succeeded", timeout=SLOW)
     result = httpx.get(f"{api}/v1/calls/{wipe}", headers=h("agent-t")).json()
     assert result["output"] == "wiped staging-db"
@@ -246,7 +257,7 @@ def test_dashboard_deny_with_reason_filters_and_escaping(api, inproc, page):
     # filters narrow both panels
     page.fill("#filters input[name=run_id]", "run-other")
     expect(page.locator("#calls tbody tr")).to_have_count(1)
-    expect(page.get_by_test_id("approval")).to_have_count(0)
+    expect(page.get_by_test_id("approval-row")).to_have_count(0)
     page.click("#filters button[type=reset]")
     page.select_option("#filters select[name=state]", "awaiting_approval")
     expect(page.locator("#calls tbody tr")).to_have_count(1)
@@ -257,12 +268,12 @@ def test_dashboard_deny_with_reason_filters_and_escaping(api, inproc, page):
     pending.locator("input.reason").fill("not during the freeze")
     # A filter that hides the card rebuilds it when lifted: what was typed stays.
     page.fill("#filters input[name=run_id]", "run-other")
-    expect(page.get_by_test_id("approval")).to_have_count(0)
+    expect(page.get_by_test_id("approval-row")).to_have_count(0)
     page.click("#filters button[type=reset]")
     expect(pending.locator("input.reason")).to_have_value("not during the freeze", timeout=SLOW)
     pending.locator("button.deny").click()
     expect(state_of(page, wipe)).to_have_text("denied", timeout=SLOW)
-    expect(page.get_by_test_id("approval")).to_have_count(0)
+    expect(page.get_by_test_id("approval-row")).to_have_count(0)
     result = httpx.get(f"{api}/v1/calls/{wipe}", headers=h("agent-t")).json()
     assert result["status"] == "denied" and "not during the freeze" in result["error"]
     assert "pwned" not in str(page.evaluate("Object.keys(window)"))

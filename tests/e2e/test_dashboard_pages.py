@@ -285,18 +285,18 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     page.fill("#filters input[name=q]", "kaboom")
     expect(rows).to_have_count(1)
     expect(state_of(page, boom)).to_have_text("failed")
-    expect(page.get_by_test_id("approval")).to_have_count(0)
+    expect(page.get_by_test_id("approval-row")).to_have_count(0)
     page.fill("#filters input[name=q]", "run-gated")
     expect(rows).to_have_count(2)
-    expect(page.get_by_test_id("approval")).to_have_count(2)
+    expect(page.get_by_test_id("approval-row")).to_have_count(2)
     page.click("#filters button[type=reset]")
 
     # the state filter applies to approvals too
     page.select_option("#filters select[name=state]", "succeeded")
-    expect(page.get_by_test_id("approval")).to_have_count(0)
+    expect(page.get_by_test_id("approval-row")).to_have_count(0)
     expect(page.locator("#approvals-empty")).to_be_visible()
     page.select_option("#filters select[name=state]", "awaiting_approval")
-    expect(page.get_by_test_id("approval")).to_have_count(2)
+    expect(page.get_by_test_id("approval-row")).to_have_count(2)
     expect(rows).to_have_count(2)
     page.select_option("#filters select[name=state]", "")
 

@@ -138,7 +138,7 @@ def test_check_flags_an_open_redis(settings):
     closed = run_check(settings.redis_url)  # the suite's own, password-protected
     assert closed.returncode == 0 and closed.stdout.strip() == "ok", closed.stderr
     assert "unauthenticated" not in closed.stderr
-    # a wrong password is "does not answer", and the message never shows the password
+    # a wrong password is refused (its own message), which never shows the password
     wrong = settings.redis_url.replace("://:", "://:wrong-secret-", 1)
     refused = run_check(wrong)
     assert refused.returncode == 1 and "wrong-secret" not in refused.stderr + refused.stdout

@@ -38,6 +38,7 @@ ASSETS = {
     "charts.js": "text/javascript",
     "call.js": "text/javascript",
     "dashboard.css": "text/css",
+    "favicon.svg": "image/svg+xml",
 }
 
 
@@ -135,4 +136,8 @@ def create_app(
             f"/{name}", lambda name=name: asset(name), methods=["GET"], include_in_schema=False
         )
 
+    # Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404.
+    app.add_api_route(
+        "/favicon.ico", lambda: asset("favicon.svg"), methods=["GET"], include_in_schema=False
+    )
     return app

@@ -3,6 +3,7 @@
 const REFRESH_MS = 2000;
 const CHARTS_MS = 10000;
 const PAGE_SIZE = 50;
+const APPROVALS_PAGE = 50;  // rows of the approvals table: one page is fetched, never the whole list
 let FINAL = new Set();  // the states a call never leaves: /v1/overview's final_states
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
@@ -21,7 +22,13 @@ let call = null;  // {id, final}: the call page that is open (call.js)
 let page = 0;  // page of the calls table (0 = newest)
 let chartsAt = 0;
 let chartsShape = "";  // the calls shown when the charts were last drawn
-const cards = new Map();  // call_id -> {node, digest, deadline, busy}
+const cards = new Map();  // call_id -> {node, digest, deadline, busy}: expanded approval cards
+const approvalRows = new Map();  // call_id -> {row, toggle, age, digest}
+const expanded = new Set();  // approvals whose full card is open
+let approvalCursors = [""];  // the cursor of each approvals page walked through; the last is shown
+let approvalsKey = "";  // the filters those cursors belong to
+let shownApprovals = [];
+let lastGood = 0;  // when every panel last got fresh data (ms)
 const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
 
 function el(tag, attrs, ...children) {
@@ -80,6 +87,9 @@ class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 async function api(path, body) {
+  return (await apiRaw(path, body)).data;
+}
+async function apiRaw(path, body) {
   const init = { headers: { Authorization: "Bearer " + token } };
   if (body !== undefined) {
     init.method = "POST";
@@ -92,7 +102,7 @@ async function api(path, body) {
     const err = (data && data.error) || {};
     throw new ApiError(res.status, err.code || "http_" + res.status, err.message || res.statusText);
   }
-  return data;
+  return { data, headers: res.headers };
 }
 function query(params) {
   const q = new URLSearchParams();
@@ -157,6 +167,15 @@ $("#filters").addEventListener("reset", () => { page = 0; setTimeout(refresh); }
 $("#filters").addEventListener("submit", event => { event.preventDefault(); page = 0; refresh(); });
 $("#page-prev").addEventListener("click", () => { page = Math.max(0, page - 1); refresh(); });
 $("#page-next").addEventListener("click", () => { page += 1; refresh(); });
+$("#approvals-age").addEventListener("change", () => refresh());
+$("#approvals-prev").addEventListener("click", () => {
+  if (approvalCursors.length > 1) approvalCursors.pop();
+  refresh();
+});
+$("#approvals-next").addEventListener("click", () => {
+  const next = $("#approvals-next").dataset.cursor;
+  if (next) { approvalCursors.push(next); refresh(); }
+});
 
 async function loadTools() {
   try {
@@ -178,8 +197,7 @@ async function refresh() {
   try {
     const [overview, pending, , , , tenants] = await Promise.all([
       api("v1/overview" + query({ ...f, offset: wantedPage * PAGE_SIZE, limit: PAGE_SIZE })),
-      approvalsShown ? api("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk }))
-        : [],
+      approvalsShown ? loadApprovals(f) : { items: [], total: 0, offset: 0, next: null },
       run ? refreshRunCalls() : null,
       call ? refreshCall() : null,
       Date.now() - chartsAt > CHARTS_MS ? loadCharts() : null,
@@ -198,25 +216,59 @@ async function refresh() {
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
     renderTenants(tenants);
-    renderApprovals(f.q ? pending.filter(p => searchHit(p, f.q)) : pending);
+    renderApprovals(f.q ? pending.items.filter(p => searchHit(p, f.q)) : pending.items);
+    renderApprovalsPager(pending, f.q);
     renderCalls(overview);
+    lastGood = Date.now();
+    markStale(null);
     $("#conn").textContent = "live · " + new Date().toLocaleTimeString([], { hour12: false });
     $("#conn").classList.remove("down");
   } catch (e) {
     if (e.status === 401) { showLogin("The token is no longer accepted."); inflight = false; return; }
     $("#conn").textContent = "error: " + e.message;
     $("#conn").classList.add("down");
+    markStale(e);
   }
   inflight = false;
   timer = setTimeout(refresh, REFRESH_MS);
 }
 
+// Panels the poll fills: when a poll fails they keep the last good data, marked stale.
+const POLLED = ["#stats", "#charts-panel", "#workers-panel", "#tenants-panel", "#approvals-panel", "#calls-panel"];
+function markStale(error) {
+  const since = lastGood ? clock(lastGood / 1000) : null;
+  for (const sel of POLLED) {
+    const panel = $(sel);
+    const heading = $(":scope > h2", panel);
+    const note = heading && $(".stale-note", heading);
+    if (!error) {
+      delete panel.dataset.stale;
+      if (note) note.remove();
+      continue;
+    }
+    panel.dataset.stale = "true";
+    const text = since ? "stale · as of " + since : "no data";
+    if (note) note.textContent = text;
+    else if (heading) heading.append(el("span", { class: "stale-note", "data-testid": "stale-note" }, text));
+  }
+  $("#stale").hidden = !error;
+  if (error) {
+    $("#stale").textContent = `Not live: the API did not answer (${error.message}). `
+      + (since ? `The panels show the data of ${since}.` : "No data was loaded yet.");
+  }
+}
+
 function renderStats(o) {
+  // Fleet-wide the queues count Celery messages (one may carry several calls; calls waiting
+  // for admission have none yet): the Tenants panel counts calls. A tenant's own view counts calls.
+  const unit = o.queue_unit === "calls" ? "calls" : "messages";
+  const unitTitle = unit === "calls" ? "calls queued at this risk"
+    : "messages in this risk's queue; queued calls per tenant are in the Tenants panel";
   const cardsOut = RISKS.map(risk => el("div", { class: "stat", "data-testid": "stat-" + risk },
     el("h3", {}, riskBadge(risk)),
     el("div", { class: "nums" },
       el("div", {}, el("div", { class: "num", "data-testid": "queue-" + risk }, o.queues[risk]),
-        el("div", { class: "lbl" }, "queued")),
+        el("div", { class: "lbl", title: unitTitle, "data-testid": "queue-unit-" + risk }, "queued " + unit)),
       el("div", {}, el("div", { class: "num" + (o.workers[risk] ? "" : " warn"),
         "data-testid": "workers-" + risk }, o.workers[risk]),
         el("div", { class: "lbl" }, o.workers[risk] ? "workers" : "workers · none live")))));
@@ -257,8 +309,12 @@ async function cancelCall(id, name) {
 const cancelButton = c => FINAL.has(c.status) ? null : el("button", { type: "button", class: "cancel",
   title: "Cancel this call", onclick: () => cancelCall(c.call_id, c.name) }, "Cancel");
 
+let callsDrawn = "";  // the page of calls on screen: an unchanged page is not rebuilt
 function renderCalls(o) {
   const calls = o.calls;
+  const drawn = JSON.stringify([o.offset, o.has_more, page, calls]);
+  if (drawn === callsDrawn) return;
+  callsDrawn = drawn;
   const cell = (label, attrs, ...children) => el("td", { ...attrs, "data-label": label }, ...children);
   const rows = calls.map(c => el("tr", { "data-call-id": c.call_id, "data-testid": "call-row" },
     cell("Created", { class: "mono when" }, clock(c.created_at).split(" ").flatMap((part, i) => [i ? " " : null, el("span", {}, part)])),
@@ -278,17 +334,27 @@ function renderCalls(o) {
   $("#calls-empty").hidden = calls.length > 0;
 }
 
+// A busy worker runs many calls: a few short links and a count, so HOST keeps its room.
+const CURRENT_SHOWN = 3;
+function currentCalls(ids) {
+  const shown = ids.slice(0, CURRENT_SHOWN).flatMap(id => [callLink(id), " "]);
+  if (ids.length > CURRENT_SHOWN) {
+    shown.push(el("span", { class: "more", title: ids.join("\n") }, `+${ids.length - CURRENT_SHOWN} more`));
+  }
+  return shown;
+}
+
 function renderWorkers(workers) {
   const rows = workers.map(w => el("tr", { "data-testid": "worker-row", "data-hostname": w.hostname },
-    el("td", { class: "mono wrap", "data-label": "Host" }, w.hostname),
+    el("td", { class: "mono wrap host", "data-label": "Host", "data-testid": "worker-host" }, w.hostname),
     el("td", { class: "num", "data-label": "PID" }, w.pid),
     el("td", { "data-label": "Pool", "data-testid": "worker-pool" }, w.pool),
     el("td", { class: "num", "data-label": "Conc." }, w.concurrency),
     el("td", { class: "mono", "data-label": "Queues" }, (w.queues || []).map(q => q.replace(/^.*\./, "")).join(" ")),
     el("td", { class: "num", "data-label": "Uptime" }, uptime(w.uptime_s)),
     el("td", { class: "num", "data-label": "Processed", "data-testid": "worker-processed" }, w.processed ?? ""),
-    el("td", { "data-label": "Current", "data-testid": "worker-current" },
-      (w.current || []).map(id => [callLink(id), " "]))));
+    el("td", { class: "current", "data-label": "Current", "data-testid": "worker-current" },
+      currentCalls(w.current || []))));
   $("#workers tbody").replaceChildren(...rows);
   $("#workers-count").textContent = workers.length;
   $("#workers-empty").hidden = workers.length > 0;
@@ -418,7 +484,10 @@ function approvalCard(req) {
       toast(`${kind === "approve" ? "Approved" : "Denied"} ${req.name} (${shortId(req.call_id)}) → ${result.status}`);
       cards.delete(req.call_id);
       drafts.delete(req.call_id);
+      expanded.delete(req.call_id);
       state.node.remove();
+      const row = approvalRows.get(req.call_id);
+      if (row) { row.row.remove(); approvalRows.delete(req.call_id); }
       refresh();
     } catch (e) {
       error.textContent = `${e.code}: ${e.message}`;
@@ -440,7 +509,7 @@ function approvalCard(req) {
   const preview = req.preview !== null && req.preview !== undefined
     ? [el("div", { class: "section-label" }, "Preview"), el("pre", { "data-testid": "preview" }, pretty(req.preview))]
     : [];
-  state.node = el("article", { class: "approval", "data-risk": req.risk, "data-testid": "approval",
+  const article = el("article", { class: "approval", "data-risk": req.risk, "data-testid": "approval",
     "data-call-id": req.call_id },
     el("div", { class: "head" },
       el("strong", {}, req.name), riskBadge(req.risk), badge(req.status),
@@ -462,25 +531,112 @@ function approvalCard(req) {
         always, "always in this run")),
     el("div", { class: "meta mono digest", title: req.digest }, "digest " + req.digest.slice(0, 16) + "…"),
     error);
+  state.node = el("tr", { class: "approval-detail", "data-detail-for": req.call_id },
+    el("td", { colspan: 6 }, article));
   state.deadline = deadline;
   return state;
 }
 
+async function loadApprovals(f) {
+  const age = Number($("#approvals-age").value || 0);
+  const now = Date.now() / 1000;
+  const since = age > 0 ? now - age : null;
+  const until = age < 0 ? now + age : null;
+  const key = JSON.stringify([f.run_id, f.tool, f.risk, age]);
+  if (key !== approvalsKey) { approvalsKey = key; approvalCursors = [""]; }
+  const cursor = approvalCursors[approvalCursors.length - 1];
+  const { data, headers } = await apiRaw("v1/approvals" + query({ run_id: f.run_id, tool: f.tool, risk: f.risk,
+    limit: APPROVALS_PAGE, cursor, since: since && since.toFixed(3), until: until && until.toFixed(3) }));
+  const offset = (approvalCursors.length - 1) * APPROVALS_PAGE;
+  const total = headers.get("X-Total-Count");  // absent where counting would read every match
+  if (total !== null || headers.get("X-Next-Cursor") || data.length <= APPROVALS_PAGE) {
+    return { items: data.slice(0, APPROVALS_PAGE), total: total === null ? null : Number(total), offset,
+      next: headers.get("X-Next-Cursor") };
+  }
+  // An API that does not page answers with every pending call: show one page of it all the same.
+  const inRange = r => (since === null || r.created_at >= since) && (until === null || r.created_at <= until);
+  const all = data.filter(inRange);
+  const end = offset + APPROVALS_PAGE;
+  return { items: all.slice(offset, end), total: all.length, offset, next: end < all.length ? "at:" + end : null };
+}
+
+function renderApprovalsPager(pending, searching) {
+  const shown = shownApprovals.length;
+  const known = pending.total !== null;
+  const count = known ? pending.total : pending.offset + pending.items.length;
+  $("#approvals-count").textContent = count + (known || !pending.next ? "" : "+");
+  const range = pending.offset ? `${pending.offset + 1}–${pending.offset + shown}` : String(shown);
+  $("#approvals-info").textContent = count ? `showing ${range} of ${known || !pending.next ? count : "more"}`
+    + (searching ? " (search: this page)" : "") : "";
+  $("#approvals-prev").disabled = approvalCursors.length <= 1;
+  $("#approvals-next").disabled = !pending.next;
+  $("#approvals-next").dataset.cursor = pending.next || "";
+  $(".pager", $("#approvals-panel")).hidden = !pending.offset && !pending.next;
+  $("#approvals-empty").hidden = shown > 0;
+  $("#approvals").hidden = shown === 0;
+  if (!shown && approvalCursors.length > 1) { approvalCursors = [""]; }  // the page emptied: back to the first
+}
+
+function ago(ts) {
+  const s = Math.max(0, Date.now() / 1000 - ts);
+  if (s < 60) return Math.floor(s) + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m";
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor(s / 60) % 60}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor(s / 3600) % 24}h`;
+}
+function argsSummary(args) {
+  const text = Object.entries(args || {}).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(", ");
+  return text.length > 200 ? text.slice(0, 200) + "…" : text;
+}
+function toggleApproval(id) {
+  if (expanded.has(id)) expanded.delete(id); else expanded.add(id);
+  renderApprovals(shownApprovals);
+}
+function approvalRow(req) {
+  const toggle = el("button", { type: "button", class: "expand", "aria-expanded": "false",
+    "data-testid": "approval-expand", onclick: () => toggleApproval(req.call_id) }, "Review");
+  const age = el("td", { class: "num age", "data-label": "Age" });
+  const row = el("tr", { "data-testid": "approval-row", "data-call-id": req.call_id, "data-risk": req.risk },
+    el("td", { class: "tool", "data-label": "Tool" }, el("strong", {}, req.name)),
+    el("td", { class: "run", "data-label": "Run" }, runLink(req.run_id)),
+    el("td", { "data-label": "Risk" }, riskBadge(req.risk)),
+    age,
+    el("td", { class: "args mono", "data-label": "Arguments", title: argsSummary(req.arguments) },
+      argsSummary(req.arguments)),
+    el("td", { class: "act" }, toggle));
+  row.addEventListener("click", e => { if (!e.target.closest("a, button")) toggleApproval(req.call_id); });
+  return { row, toggle, age, digest: req.digest };
+}
+
 function renderApprovals(pending) {
+  shownApprovals = pending;
   const live = new Set(pending.map(p => p.call_id));
   for (const [id, card] of cards) {
-    if (!live.has(id) && !card.busy) { card.node.remove(); cards.delete(id); }
+    if ((!live.has(id) || !expanded.has(id)) && !card.busy) { card.node.remove(); cards.delete(id); }
   }
-  const container = $("#approvals");
+  for (const [id, r] of approvalRows) {
+    if (!live.has(id)) { r.row.remove(); approvalRows.delete(id); }
+  }
+  const body = $("#approvals tbody");
   for (const req of pending) {
+    let r = approvalRows.get(req.call_id);
+    if (r && r.digest !== req.digest) { r.row.remove(); r = null; }
+    if (!r) { r = approvalRow(req); approvalRows.set(req.call_id, r); }
+    r.age.textContent = ago(req.created_at);
+    r.age.title = "created " + clock(req.created_at) + " · " + left(req.deadline);
+    const open = expanded.has(req.call_id);
+    r.toggle.textContent = open ? "Hide" : "Review";
+    r.toggle.setAttribute("aria-expanded", String(open));
+    r.row.classList.toggle("open", open);
+    body.append(r.row);  // keeps the API's order without rebuilding inputs
+    if (!open) continue;
     let card = cards.get(req.call_id);
     if (card && card.digest !== req.digest && !card.busy) { card.node.remove(); card = null; }
     if (!card) { card = approvalCard(req); cards.set(req.call_id, card); }
     card.deadline.textContent = left(req.deadline);
-    container.append(card.node);  // keeps order (soonest deadline first) without rebuilding inputs
+    body.append(card.node);
   }
-  $("#approvals-count").textContent = pending.length;
-  $("#approvals-empty").hidden = pending.length > 0;
 }
 
 // -- run view -----------------------------------------------------------------------------

@@ -54,6 +54,66 @@ def _row(call_id: str, values: list[Any]) -> dict[str, Any] | None:
     }
 
 
+def _dispatch_order(client: Client, group: list[str]) -> list[str]:
+    """``group`` (calls of one score: created by one dispatch) in dispatch order.
+
+    Their run's call list holds them in dispatch order, next to each other: one ``LPOS``
+    from its tail finds them and one ``LRANGE`` around it reads their order. A call not
+    found there (its run list expired) goes last, in id order.
+    """
+    r = client.redis
+    keys = client.keys
+    pipe = r.pipeline(transaction=False)
+    for call_id in group:
+        pipe.hget(keys.call(call_id), "run_id")
+    runs: dict[str, list[str]] = {}
+    for call_id, run_id in zip(group, pipe.execute(), strict=True):
+        runs.setdefault(as_text(run_id) if run_id else "", []).append(call_id)
+    named = sorted(run for run in runs if run)
+    pipe = r.pipeline(transaction=False)
+    for run_id in named:
+        pipe.lpos(keys.run_calls(run_id), runs[run_id][0], rank=-1)
+    found = pipe.execute()
+    pipe = r.pipeline(transaction=False)
+    for run_id, at in zip(named, found, strict=True):
+        span = 2 * len(runs[run_id])
+        pipe.lrange(keys.run_calls(run_id), max(0, (at or 0) - span), (at or 0) + span)
+    windows = pipe.execute() if named else []
+    out: list[str] = []
+    for run_id, window in zip(named, windows, strict=True):
+        members = set(runs[run_id])
+        ordered = [c for c in dict.fromkeys(as_text(c) for c in window) if c in members]
+        out.extend(ordered + sorted(members.difference(ordered)))
+    return out + sorted(runs.get("", []))
+
+
+def _newest_chunk(client: Client, start: int) -> list[str]:
+    """Recent call ids from rank ``start``, newest first; calls of one dispatch newest first.
+
+    A dispatch's calls share one creation time (one score), which Redis orders by call
+    id: they are put in reverse dispatch order instead. A chunk ends at a dispatch's end,
+    so the next chunk (``start`` + this chunk's length) starts at the next dispatch.
+    """
+    r = client.redis
+    recent = client.keys.recent_calls
+    raw: Any = r.zrevrange(recent, start, start + SCAN_CHUNK - 1, withscores=True)
+    if not raw:
+        return []
+    last = raw[-1][1]
+    if r.zcount(recent, last, last) > sum(1 for _, score in raw if score == last):
+        rest: Any = r.zrevrangebyscore(recent, last, last, withscores=True)
+        raw = [(m, s) for m, s in raw if s != last] + list(rest)
+    out: list[str] = []
+    group: list[str] = []
+    for i, (member, score) in enumerate(raw):
+        group.append(as_text(member))
+        if i + 1 < len(raw) and raw[i + 1][1] == score:
+            continue
+        out.extend(reversed(_dispatch_order(client, group)) if len(group) > 1 else group)
+        group = []
+    return out
+
+
 def _matches(row: dict[str, Any], text: str) -> bool:
     fields = (row["call_id"], row["run_id"], row["name"], row["status"], row["error"] or "")
     return any(text in value.lower() for value in fields)
@@ -87,7 +147,7 @@ def recent_calls(
             raw = r.lrange(keys.run_calls(run_id), 0, -1) if start == 0 else []
             raw = list(reversed(raw))
         else:
-            raw = r.zrevrange(keys.recent_calls, start, start + SCAN_CHUNK - 1)
+            raw = _newest_chunk(client, start)
         if not raw:
             break
         ids = [as_text(c) for c in raw]
@@ -179,7 +239,10 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
     ``scope``: the tenant a caller is bound to, whose figures replace the fleet's
     (``tenant_figures``). ``has_more`` says whether a next page exists (one more call was
     looked for);
-    ``final_states`` are the states a call never leaves. With cells the figures add up
+    ``final_states`` are the states a call never leaves. ``queue_unit`` says what
+    ``queues`` counts: the queues' Celery messages (a message may carry several calls,
+    and calls waiting for admission have none yet) or, for a tenant-bound caller, its
+    queued calls. With cells the figures add up
     every cell that answers, the calls are merged newest first, and ``cells`` says which
     cells answer (``{"cell", "where", "up"}`` each).
     """
@@ -229,6 +292,7 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
         "workers": alive,
         "worker_list": sorted(worker_list, key=lambda row: str(row["hostname"])),
         "pending_approvals": pending,
+        "queue_unit": "calls" if scope is not None else "messages",
         "tenant": filters.get("tenant"),
         "calls": calls[:limit],
         "offset": offset,

@@ -24,11 +24,13 @@ from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.redis_failures import store_error
 from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
 from toolq.workers.heartbeat import beat, live_workers, withdraw
+from toolq.workers.readmit import Readmit
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -347,6 +349,8 @@ class Maintenance(threading.Thread):
         self.redis = backend.redis
         self.store = backend.store
         self.sweeper = Sweeper(self.store, backend.publisher, backend.approvals)
+        self.readmit = Readmit(self.sweeper.admission.admit_soon)
+        self.sweeper.admission.on_due = self.readmit.at
         self.hostname = hostname
         self.info: dict[str, Any] = {
             "hostname": hostname,
@@ -374,8 +378,10 @@ class Maintenance(threading.Thread):
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
         last_beat = 0.0
+        self.readmit.start()
         if self.webhooks is not None:
             self.webhooks.start()
+        problem = ""  # what keeps maintenance from Redis now, said once until it changes
         while not self._stopping.is_set():
             try:
                 if time.monotonic() - last_beat >= self.settings.heartbeat_seconds:
@@ -384,8 +390,15 @@ class Maintenance(threading.Thread):
                 lock_ms = max(1, int(self.settings.sweep_interval * 900))
                 if self.redis.set(self.keys.sweeper_lock, self.hostname, nx=True, px=lock_ms):
                     self.sweeper.sweep()
+                if problem:
+                    log.warning("maintenance resumed")
+                    problem = ""
             except redis.RedisError as exc:
-                log.warning("maintenance cannot reach Redis: %s", exc)
+                error = store_error(exc)
+                now = f"{error.message} [{error.code}]" if error is not None else str(exc)
+                if now != problem:
+                    log.warning("maintenance paused: %s", now)
+                    problem = now
             except Exception:
                 log.exception("maintenance step failed")
             self._stopping.wait(self.settings.sweep_interval)
@@ -400,6 +413,7 @@ class Maintenance(threading.Thread):
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
         self._stopping.set()
+        self.readmit.stop()
         if self.webhooks is not None:
             self.webhooks.stop()
         with contextlib.suppress(redis.RedisError):

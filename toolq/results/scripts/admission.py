@@ -12,10 +12,12 @@ from toolq.results.runner import Invocation, Script, emit_keys
 
 @dataclass(frozen=True)
 class AdmitReply:
-    """How many calls one ADMIT pushed, and how many it found over a limit."""
+    """How many calls one ADMIT pushed, how many it found over a limit, and when to run again."""
 
     admitted: int
     throttled: int
+    due_ms: int = 0
+    """When the first full rate limit it met frees a start (ms since the epoch); 0: none."""
 
 
 class Admit(Script[AdmitReply]):
@@ -55,7 +57,7 @@ class Admit(Script[AdmitReply]):
 
     def parse(self, reply: Any) -> AdmitReply:
         """The typed outcome of a reply."""
-        return AdmitReply(int(reply[0]), int(reply[1]))
+        return AdmitReply(int(reply[0]), int(reply[1]), int(reply[2]))
 
 
 ADMIT = Admit()

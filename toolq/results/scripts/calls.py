@@ -539,6 +539,26 @@ class Resend(Script[bool]):
         return bool(int(reply))
 
 
+class GiveBack(Script[int]):
+    """Calls a busy worker has not started, out again in one message (``give_back.lua``)."""
+
+    file = "give_back.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, queue: str, message: str, call_ids: Sequence[str], now: str
+    ) -> Invocation[int]:
+        """An invocation: KEYS and ARGV as the header of ``give_back.lua`` lists them."""
+        return self.invoke(
+            [queue, keys.queue_pushes(queue), keys.queued, *(keys.call(c) for c in call_ids)],
+            [message, now, *call_ids],
+        )
+
+    def parse(self, reply: Any) -> int:
+        """How many calls were given back."""
+        return int(reply)
+
+
 CREATE = Create()
 CREATE_GROUP = CreateGroup()
 START = Start()
@@ -548,3 +568,4 @@ RENEW = Renew()
 TRANSITION = Transition()
 RECOVER = Recover()
 RESEND = Resend()
+GIVE_BACK = GiveBack()
