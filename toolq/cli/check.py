@@ -26,6 +26,7 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
+from toolq.errors import WorkerLostError
 from toolq.keys import Keys
 from toolq.results.connection import RedisTarget, master_address, probe_client
 from toolq.workers.health import run_checks
@@ -123,9 +124,9 @@ def check(
         if not allow_open_redis:
             typer.echo("unhealthy: open Redis (pass --allow-open-redis to accept it)", err=True)
             raise typer.Exit(1)
-    for lost in (c for c in checks if c.code == "worker_lost"):
+    for lost in (c for c in checks if c.code == WorkerLostError.code):
         typer.echo(f"warning: {lost.reason}; {lost.fix}", err=True)
-    failed = [c for c in checks if not c.ok and c.code != "worker_lost"]
+    failed = [c for c in checks if not c.ok and c.code != WorkerLostError.code]
     for check in failed:
         typer.echo(f"unhealthy: {check.reason}; fix: {check.fix}", err=True)
     if failed:

@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from toolq.errors import WorkerLostError
 from toolq.keys import Keys
 from toolq.redis_failures import refusal
 
@@ -146,9 +147,9 @@ def lost_checks(seen: dict[str, str], alive: set[str], now: float | None = None)
         ago = max(0, int(now - lapsed))
         found.append(
             Check(
-                "worker_lost",
+                WorkerLostError.code,
                 False,
-                "worker_lost",
+                WorkerLostError.code,
                 f"worker {hostname} ({queues}) stopped without a clean shutdown about "
                 f"{ago}s ago (killed, OOM-killed or its host lost)",
                 "check its host and supervisor logs (dmesg for the OOM killer); its calls "
