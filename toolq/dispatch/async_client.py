@@ -28,6 +28,8 @@ from toolq.errors import ToolqError, WaitTimeoutError
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
+from toolq.results.paging import DEFAULT_LIMIT, Page
+from toolq.results.runs import RunSummary
 from toolq.results.waits import SharedWaits, Waiter
 from toolq.settings import Settings
 
@@ -193,6 +195,36 @@ class AsyncClient:
         """A run's current results as provider tool-result messages."""
         return await asyncio.to_thread(self.sync.to_messages, run_id, format)
 
+    async def calls_page(
+        self, run_id: str, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> Page[CallResult]:
+        """A page of a run's calls in dispatch order (``Client.calls_page``)."""
+        return await asyncio.to_thread(self.sync.calls_page, run_id, limit=limit, cursor=cursor)
+
+    async def runs(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        tenant: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Page[RunSummary]:
+        """Runs, most recently dispatched into first, with their calls by status."""
+        return await asyncio.to_thread(
+            self.sync.runs, limit=limit, cursor=cursor, tenant=tenant, since=since, until=until
+        )
+
+    async def run(self, run_id: str) -> RunSummary:
+        """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
+        return await asyncio.to_thread(self.sync.run, run_id)
+
+    async def retry(
+        self, call_id: str, *, principal: str | None = None, admin: bool = False
+    ) -> CallResult:
+        """Retry a failed, denied, expired or cancelled call as a new one (``Client.retry``)."""
+        return await asyncio.to_thread(self.sync.retry, call_id, principal=principal, admin=admin)
+
     async def cancel(
         self, call_id: str, *, principal: str | None = None, admin: bool = False
     ) -> CallResult:
@@ -303,6 +335,31 @@ class AsyncApprovals:
         """Calls awaiting a decision, soonest deadline first, optionally filtered."""
         return await asyncio.to_thread(self.sync.pending, run_id, risk, tool)
 
+    async def page(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        run_id: str | None = None,
+        risk: RiskLevel | str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+    ) -> Page[ApprovalRequest]:
+        """One page of calls awaiting a decision, oldest parked first (``ApprovalStore.page``)."""
+        return await asyncio.to_thread(
+            self.sync.page,
+            limit=limit,
+            cursor=cursor,
+            since=since,
+            until=until,
+            run_id=run_id,
+            risk=risk,
+            tool=tool,
+            tenant=tenant,
+        )
+
     async def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it (any state)."""
         return await asyncio.to_thread(self.sync.get, call_id)
@@ -352,6 +409,16 @@ class AsyncApprovals:
     ) -> dict[str, CallResult | ToolqError]:
         """Decide several parallel calls of a run; each gets its result or its error."""
         return await asyncio.to_thread(self.sync.decide_run, run_id, by, approve=approve, deny=deny)
+
+    async def approve_run(
+        self,
+        run_id: str,
+        by: str,
+        *,
+        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
+    ) -> dict[str, CallResult | ToolqError]:
+        """Approve every call of a run awaiting a decision (``ApprovalStore.approve_run``)."""
+        return await asyncio.to_thread(self.sync.approve_run, run_id, by, may=may)
 
     async def rules(self, run_id: str) -> RunRules:
         """A run's approval rules."""
