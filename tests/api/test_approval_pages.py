@@ -200,3 +200,12 @@ def test_calls_parked_before_the_indexes_are_listed_and_stale_entries_dropped(ap
     assert r.zscore(keys.parked, decided) is None
     again = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
     assert again.headers["X-Total-Count"] == "4"
+
+
+def test_the_approval_client_follows_the_pages(api, client):
+    from toolq import ApprovalClient
+
+    parked = park(client, 1001)
+    with ApprovalClient(api, "view-t") as approver:
+        listed = [request.call_id for request in approver.pending()]
+    assert listed == parked
