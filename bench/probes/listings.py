@@ -11,6 +11,7 @@ size, and ``toolq approvals list --json`` as a subprocess. Prints a Markdown tab
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -135,7 +136,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-cli", action="store_true", help="Skip toolq approvals list.")
     args = parser.parse_args()
-    results = {n: measure(n, args.repeat, not args.no_cli) for n in args.parked}
+    results = {}
+    for n in args.parked:
+        results[n] = measure(n, args.repeat, not args.no_cli)
+        figures = {name: [round(t * 1000, 1), size] for name, (t, size) in results[n].items()}
+        print(json.dumps({"parked": n, "ms_and_bytes": figures}), file=sys.stderr, flush=True)
     names = list(next(iter(results.values())))
     print("| route | " + " | ".join(f"{n:,} parked" for n in args.parked) + " |")
     print("|---|" + "---|" * len(args.parked))

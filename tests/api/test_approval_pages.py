@@ -186,3 +186,26 @@ def test_a_runs_calls_come_a_page_at_a_time(api, client):
     assert len(default.json()) == 8 and "X-Next-Cursor" not in default.headers
     bad = httpx.get(url, params={"cursor": "bm9wZQ"}, headers=h("view-t"))
     assert bad.status_code == 400
+
+
+def test_calls_parked_before_the_indexes_are_listed_and_stale_entries_dropped(api, client, r):
+    parked = park(client, 4, run_id="run-old")
+    keys = client.keys
+    r.delete(keys.parked, keys.tenant_parked("default"))  # as parked by an older version
+    [decided] = park(client, 1, run_id="run-old")
+    client.approvals.deny(decided, "alice")
+    r.zadd(keys.parked, {decided: 1.0})  # left behind by an older decider
+    got = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
+    assert [item["call_id"] for item in got.json()] == parked
+    assert r.zscore(keys.parked, decided) is None
+    again = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
+    assert again.headers["X-Total-Count"] == "4"
+
+
+def test_the_approval_client_follows_the_pages(api, client):
+    from toolq import ApprovalClient
+
+    parked = park(client, 1001)
+    with ApprovalClient(api, "view-t") as approver:
+        listed = [request.call_id for request in approver.pending()]
+    assert listed == parked

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 from toolq.approvals.models import ApprovalRequest
 from toolq.models import CallStatus, RiskLevel
+from toolq.quotas import DEFAULT_TENANT
+from toolq.results.connection import as_text
 from toolq.results.paging import Cursor, Page, bounds, check_limit, walk
 from toolq.results.store import CallStore
 
@@ -52,10 +54,20 @@ def approvals_page(
     if run_id is not None:
         return _of_run(store, run_id, matches, limit, cursor, since, until)
 
-    def keep(chunk: Sequence[tuple[str, str]]) -> list[ApprovalRequest | None]:
-        return [matches(r) for r in store.records([member for member, _ in chunk])]
-
+    backfill(store)
     index = store.keys.parked if tenant is None else store.keys.tenant_parked(tenant)
+
+    def keep(chunk: Sequence[tuple[str, str]]) -> list[ApprovalRequest | None]:
+        ids = [member for member, _ in chunk]
+        records = store.records(ids)
+        # A call that left awaiting_approval never comes back to it: an entry left behind
+        # (by a process of an older version, or a backfill racing a decision) is dropped.
+        stale = [c for c, r in zip(ids, records, strict=True) if not r or r["status"] != AWAITING]
+        if stale:
+            store.redis.zrem(store.keys.parked, *stale)
+            store.redis.zrem(index, *stale)
+        return [matches(r) for r in records]
+
     items, next_cursor = walk(
         store.scripts, index, cursor=cursor, limit=limit, lo=lo, hi=hi, keep=keep
     )
@@ -99,3 +111,41 @@ def _of_run(
         (score, member), _ = shown[-1]
         next_cursor = Cursor(repr(score), member).encode()
     return Page([request for _, request in shown], next_cursor, total)
+
+
+def backfill(store: CallStore) -> int:
+    """Index the parked calls the parked-calls indexes lack; how many were added.
+
+    Calls parked before these indexes existed (or by a process of an older version, during
+    an upgrade) are only in ``Keys.pending_approvals``: two ``ZCARD`` tell, and the first
+    listing after them adds them, once.
+    """
+    keys = store.keys
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.zcard(keys.pending_approvals)
+    pipe.zcard(keys.parked)
+    pending, indexed = pipe.execute()
+    if pending <= indexed:
+        return 0
+    ids = [as_text(c) for c in store.redis.zrange(keys.pending_approvals, 0, -1)]
+    pipe = store.redis.pipeline(transaction=False)
+    for call_id in ids:
+        pipe.zscore(keys.parked, call_id)
+        pipe.hmget(keys.call(call_id), "status", "created_at", "tenant")
+    found = pipe.execute()
+    pipe = store.redis.pipeline(transaction=False)
+    added = 0
+    for call_id, score, (status, created, tenant) in zip(ids, found[::2], found[1::2], strict=True):
+        if score is not None or status is None or as_text(status) != AWAITING or not created:
+            continue
+        at = float(as_text(created))
+        pipe.zadd(keys.parked, {call_id: at}, nx=True)
+        pipe.zadd(
+            keys.tenant_parked(as_text(tenant) if tenant else DEFAULT_TENANT),
+            {call_id: at},
+            nx=True,
+        )
+        added += 1
+    if added:
+        pipe.execute()
+    return added

@@ -72,6 +72,10 @@ class _Request(Generic[T]):
     params: dict[str, str] | None = None
 
 
+PAGE_LIMIT = 1000
+"""Parked calls asked for per page of ``GET /v1/approvals`` (its largest ``limit``)."""
+
+
 def _call_path(call_id: str) -> str:
     return quote(call_id, safe="")
 
@@ -177,8 +181,21 @@ class ApprovalClient:
         risk: RiskLevel | str | None = None,
         tool: str | None = None,
     ) -> list[ApprovalRequest]:
-        """Calls awaiting a decision that this approver may see (API token only)."""
-        return self._send(self._requests.pending(run_id, risk, tool))
+        """Calls awaiting a decision that this approver may see (API token only).
+
+        Every page of ``GET /v1/approvals``, followed by its ``X-Next-Cursor``.
+        """
+        request = self._requests.pending(run_id, risk, tool)
+        found: list[ApprovalRequest] = []
+        params = {**(request.params or {}), "limit": str(PAGE_LIMIT)}
+        while True:
+            response = self.http.request(request.method, request.path, params=params)
+            page: list[ApprovalRequest] = _answer(request, response)
+            found.extend(page)
+            cursor = response.headers.get("X-Next-Cursor")
+            if not cursor:
+                return found
+            params["cursor"] = cursor
 
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it: arguments (secrets masked), digest, preview, diff."""
@@ -249,7 +266,17 @@ class AsyncApprovalClient:
         tool: str | None = None,
     ) -> list[ApprovalRequest]:
         """See ``ApprovalClient.pending``."""
-        return await self._send(self._requests.pending(run_id, risk, tool))
+        request = self._requests.pending(run_id, risk, tool)
+        found: list[ApprovalRequest] = []
+        params = {**(request.params or {}), "limit": str(PAGE_LIMIT)}
+        while True:
+            response = await self.http.request(request.method, request.path, params=params)
+            page: list[ApprovalRequest] = _answer(request, response)
+            found.extend(page)
+            cursor = response.headers.get("X-Next-Cursor")
+            if not cursor:
+                return found
+            params["cursor"] = cursor
 
     async def get(self, call_id: str) -> ApprovalRequest:
         """See ``ApprovalClient.get``."""
