@@ -1,4 +1,4 @@
-"""The dashboard at 1400 px and at a phone's width, under volume, and when the API stops.
+"""The dashboard at 1400 px and at a phone's width, under volume, when the API stops; runs.
 
 Chromium as ``test_dashboard`` drives it (uvicorn, real Redis, a real ``toolq worker``).
 Screenshots of both widths go to the test's tmp dir (and to ``TOOLQ_DASHBOARD_SCREENSHOTS``).
