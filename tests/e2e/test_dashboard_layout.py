@@ -155,7 +155,7 @@ def test_panels_are_marked_stale_when_the_api_stops(stoppable):
         stale = page.locator("#stale")
         expect(stale).to_be_visible(timeout=SLOW)
         expect(stale).to_contain_text(re.compile(r"data of \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"))
-        expect(page.locator("[data-stale]")).to_have_count(6)
+        expect(page.locator("[data-stale]")).to_have_count(7)
         note = page.locator("#approvals-panel [data-testid=stale-note]")
         expect(note).to_have_text(re.compile(r"^stale · as of \d{4}-"))
         # the last good data stays on screen

@@ -28,12 +28,12 @@ const expanded = new Set();  // approvals whose full card is open
 let approvalCursors = [""];  // the cursor of each approvals page walked through; the last is shown
 let approvalsKey = "";  // the filters those cursors belong to
 let shownApprovals = [];
-let lastGood = 0;
+let lastGood = 0;  // when every panel last got fresh data (ms)
 const RUNS_MS = 10000;  // the runs list counts every call of each run: read it less often
 let runsAt = 0;
 let runsSupported = false;  // true once GET /v1/runs answers: an older API has no runs, retry or bulk approve
 let runsChecked = false;
-const RETRYABLE = new Set(["failed", "denied", "expired", "cancelled"]);  // when every panel last got fresh data (ms)
+const RETRYABLE = new Set(["failed", "denied", "expired", "cancelled"]);
 const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
 
 function el(tag, attrs, ...children) {
@@ -218,6 +218,7 @@ async function refresh() {
     if (shape !== chartsShape && Date.now() - chartsAt > 3000) {
       chartsShape = shape;
       loadCharts().catch(() => {});
+      if (runsSupported) runsAt = 0;  // and the runs list (new calls, new states) on the next poll
     }
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
@@ -240,7 +241,8 @@ async function refresh() {
 }
 
 // Panels the poll fills: when a poll fails they keep the last good data, marked stale.
-const POLLED = ["#stats", "#charts-panel", "#workers-panel", "#tenants-panel", "#approvals-panel", "#calls-panel"];
+const POLLED = ["#stats", "#charts-panel", "#workers-panel", "#tenants-panel", "#approvals-panel", "#calls-panel",
+  "#runs-panel"];
 function markStale(error) {
   const since = lastGood ? clock(lastGood / 1000) : null;
   for (const sel of POLLED) {
@@ -686,6 +688,7 @@ async function loadRuns() {
   $("#runs-panel").hidden = false;
   $("#runs-count").textContent = runs.length;
   $("#runs-empty").hidden = runs.length > 0;
+  $("#runs").hidden = runs.length === 0;
   const states = s => Object.entries(s || {}).map(([st, n]) => el("span", { class: "badge s-" + st,
     "data-state": st }, `${n} ${st.replace("_", " ")}`));
   $("#runs tbody").replaceChildren(...runs.map(r => {
