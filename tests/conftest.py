@@ -156,7 +156,7 @@ class Workers:
         return proc
 
     def wait_ready(self, levels: list[RiskLevel], proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded machine starts Celery slowly
         while missing_queues(self.settings, levels):
             assert proc.poll() is None, f"worker exited with {proc.returncode}"
             assert time.monotonic() < deadline, "worker did not come up"

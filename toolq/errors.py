@@ -45,6 +45,9 @@
     ├── OverloadedError             a configured capacity is reached; retry later
     ├── RedisUnavailableError       Redis does not answer (the API's 503 ``redis_unavailable``)
     │   └── CellUnavailableError    the cell (TOOLQ_SHARDS) of a run or call does not answer
+    ├── StoreUnavailableError       Redis refuses writes: full, read-only, disk, too few replicas
+    ├── RedisAuthError              Redis refuses toolq's credentials (wrong or missing password)
+    ├── RedisPermissionError        Redis's ACL refuses a command to toolq's user
     ├── ReplicationError            fewer replicas than ``TOOLQ_MIN_REPLICAS_ACK`` confirmed a write
     ├── InternalError               toolq itself failed while running a call (a bug)
     └── AmbiguousIdError            a call id prefix that matches more than one call
@@ -342,6 +345,30 @@ class CellUnavailableError(RedisUnavailableError):
     """
 
     code = "cell_unavailable"
+
+
+class StoreUnavailableError(ToolqError):
+    """Redis answers but refuses writes; nothing was written, and retrying later is safe.
+
+    ``details``: ``reason``, one of ``full`` (``maxmemory`` reached with ``noeviction``),
+    ``read_only`` (a replica), ``disk`` (``MISCONF``: snapshots failing) and ``no_replicas``
+    (``min-replicas-to-write`` not met). Workers wait while Redis refuses writes, and go on
+    by themselves once it accepts them again.
+    """
+
+    code = "store_unavailable"
+
+
+class RedisAuthError(ToolqError):
+    """Redis refuses toolq's credentials: a wrong or missing password, or an unknown user."""
+
+    code = "redis_auth_failed"
+
+
+class RedisPermissionError(ToolqError):
+    """Redis's ACL refuses a command to toolq's user (``NOPERM``): see the documented users."""
+
+    code = "redis_permission_denied"
 
 
 class ReplicationError(ToolqError):

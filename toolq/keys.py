@@ -158,6 +158,19 @@ class Keys:
         """Pattern matching every worker heartbeat key."""
         return f"{self.prefix}:worker:*"
 
+    @property
+    def workers_seen(self) -> str:
+        """Hash hostname -> JSON of its last heartbeat's time, TTL and queues.
+
+        A warm shutdown removes the worker's field, so one left without a heartbeat is lost.
+        """
+        return f"{self.prefix}:workers:seen"
+
+    @property
+    def health_probe(self) -> str:
+        """String written (with a short TTL) by ``/healthz`` and ``toolq check``."""
+        return f"{self.prefix}:health:probe"
+
     def queue_for(self, risk: RiskLevel | str) -> str:
         """Celery queue of a risk level: ``toolq.safe``, ``toolq.moderate``, ``toolq.dangerous``."""
         return f"{self.prefix}.{RiskLevel.parse(risk).value}"

@@ -134,7 +134,7 @@ def test_approvers_policy_and_quorum_take_the_risk_from_the_registry(
     assert (call_id, "sam", "refused:not_allowed_for_dangerous") in audit_outcomes(r)
 
 
-def test_the_cli_without_the_registry_decides_as_for_a_dangerous_call(
+def test_the_cli_without_the_registry_refuses_to_sign_for_a_guessed_risk(
     pair: Pair, settings, r: redis.Redis
 ) -> None:
     with deciding_client(pair) as client:
@@ -144,7 +144,11 @@ def test_the_cli_without_the_registry_decides_as_for_a_dangerous_call(
     env = {"TOOLQ_APPROVERS": json.dumps({"sam": ["safe"]}),
            "TOOLQ_APPROVAL_SIGNING_KEY": pair.signing}
     refused = toolq("approvals", "approve", call_id, "--by", "sam", settings=settings, **env)
-    assert refused.returncode == 1 and "not allowed for dangerous" in refused.stderr
+    assert refused.returncode == 1 and "pass --app" in refused.stderr
+    assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
+    with_app = toolq("approvals", "approve", call_id, "--by", "sam", "--app",
+                     "tests.apps:registry", settings=settings, **env)
+    assert with_app.returncode == 1 and "not allowed for dangerous" in with_app.stderr
     assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
 
 
@@ -159,14 +163,14 @@ def test_the_cli_decides_a_moderate_call_by_its_tool_only_with_the_registry(
             for tool_call_id in ("m1", "m2")
         )
         no_app = toolq("approvals", "approve", blind.call_ids[0], settings=settings, **env)
-        assert no_app.returncode == 0, no_app.stderr
-        assert "decides 'transfer' as a DANGEROUS call" in no_app.stderr
-        assert_refused(client, r, blind.call_ids[0], "decided as for a dangerous call",
-                       approved=True)
+        assert no_app.returncode == 1 and "pass --app" in no_app.stderr
+        assert len(no_app.stderr.strip().splitlines()) == 1, no_app.stderr
+        assert r.hget(KEYS.call(blind.call_ids[0]), "status") == b"awaiting_approval"
         with_app = toolq("approvals", "approve", known.call_ids[0], "--app",
                          "tests.apps:registry", settings=settings, **env)
-        assert with_app.returncode == 0 and "note:" not in with_app.stderr
+        assert with_app.returncode == 0, with_app.stderr
         assert known.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    assert executions(r, blind.call_ids[0]) == 0
 
 
 def test_a_decision_signed_over_a_lowered_risk_does_not_run(

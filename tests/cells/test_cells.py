@@ -26,6 +26,7 @@ from toolq.cells import FRESH_SECONDS, home_cell
 from toolq.errors import CallNotFoundError, CellUnavailableError
 from toolq.models import CallStatus, RiskLevel
 from toolq.settings import ApiToken, Settings
+from toolq.signing import generate_pair
 from toolq.testing import TestWorker
 
 TOKENS = {
@@ -376,14 +377,15 @@ def test_cli_worker_and_approvals_with_cells(cell_servers: CellServers) -> None:
     assert sorted(p["call_id"] for p in json.loads(listed.stdout)) == sorted(parked)
     shown = toolq("approvals", "show", parked[1][:10], "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["call_id"] == parked[1]
-    tailed = toolq("tail", runs[1])
+    tailed = toolq("tail", runs[1], "--json")
     assert tailed.returncode == 0 and parked[1] in tailed.stdout
     cell_servers.kill9(0)
     listed = toolq("approvals", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert [p["call_id"] for p in json.loads(listed.stdout)] == [parked[1]]
     assert "cell 0" in listed.stderr and "does not answer" in listed.stderr
-    lost = toolq("approvals", "approve", parked[0], "--by", "alice")
+    lost = toolq("approvals", "approve", parked[0], "--by", "alice",
+                 TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0])
     assert lost.returncode != 0 and "cell 0" in lost.stderr
     decided = toolq("approvals", "deny", parked[1], "--reason", "no", "--by", "alice")
     assert decided.returncode == 0, decided.stderr

@@ -15,6 +15,10 @@ from pydantic import TypeAdapter
 
 from tests.conftest import OWNED_MARK, ROOT
 from toolq import CallStatus
+from toolq.signing import generate_pair
+
+SIGNING_KEY = generate_pair()[0]
+"""Signs the CLI's approvals (the in-process workers do not verify them)."""
 
 pytestmark = pytest.mark.e2e
 
@@ -98,9 +102,11 @@ def test_dispatch_tail_and_approvals(settings, inproc):
         "--app",
         "tests.apps:registry",
         settings=settings,
+        TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
     )
     assert approved.returncode == 0, approved.stderr
-    again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry", settings=settings)
+    again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry",
+                  settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY)
     assert again.returncode == 1 and "not awaiting approval" in again.stderr
     waited = toolq(
         "dispatch",
@@ -118,7 +124,7 @@ def test_dispatch_tail_and_approvals(settings, inproc):
     messages = json.loads(waited.stdout)
     assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]
     assert "wiped t" in messages[1]["content"]
-    tail = toolq("tail", "cli-run", settings=settings)
+    tail = toolq("tail", "cli-run", "--json", settings=settings)
     types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
     assert types.count("call.succeeded") == 2 and "call.approved" in types
 
@@ -282,6 +288,7 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_
             "--app",
             "tests.apps:registry",
             settings=settings,
+            TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
         )
         assert bad.returncode == 1 and "invalid arguments" in bad.stderr
         edited = json.dumps({"path": str(target), "content": "three\n"})
@@ -296,6 +303,7 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_
             "--app",
             "tests.apps:registry",
             settings=settings,
+            TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
         )
         assert ok.returncode == 0, ok.stderr
         assert batch.wait(timeout=20)[0].status is CallStatus.SUCCEEDED

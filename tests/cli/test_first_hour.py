@@ -165,12 +165,14 @@ def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, wor
         r = client.redis
         r.hset(keys.call("feedbeef0001"), "status", "queued")
         r.hset(keys.call("feedbeef0002"), "status", "queued")
-        ambiguous = toolq("approvals", "approve", "feedbeef", redis_url=url)
+        ambiguous = toolq("approvals", "approve", "feedbeef", "--unsigned", redis_url=url)
         assert ambiguous.returncode == 1
         assert "feedbeef0001" in ambiguous.stderr and "feedbeef0002" in ambiguous.stderr
         unknown = toolq("approvals", "show", "0123456789", redis_url=url)
         assert unknown.returncode == 1 and "no call id" in unknown.stderr
-        approved = toolq("approvals", "approve", first[:8], "--by", "ops", redis_url=url)
+        # These workers verify no approvals: an unsigned decision is one they run.
+        approved = toolq("approvals", "approve", first[:8], "--by", "ops", "--unsigned",
+                         redis_url=url)
         assert approved.returncode == 0, approved.stderr
         assert first in approved.stdout
         denied = toolq("approvals", "deny", second[:10], "--reason", "no", redis_url=url)

@@ -47,7 +47,9 @@ def calls(*items: tuple[str, str, dict]) -> list[dict]:
 
 
 def test_health_tools_docs_and_auth(api, r):
-    assert httpx.get(f"{api}/healthz").json() == {"status": "ok"}
+    health = httpx.get(f"{api}/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "degraded"  # no worker
+    assert {"name": "redis_writes", "ok": True} in health.json()["checks"]
     assert httpx.get(f"{api}/openapi.json").status_code == 200
     missing = httpx.get(f"{api}/v1/tools")
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthenticated"

@@ -92,7 +92,8 @@ def test_dev_stack_redis_refuses_unauthenticated_clients(tmp_path):
         # redis-server reads the password from a config file only its owner can read
         config = Path(directory) / "redis.conf"
         assert stat.S_IMODE(config.stat().st_mode) == 0o600
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
+        assert health["status"] == "ok", health
         # the password reaches workers and the API through the environment, never argv
         seen = 0
         for pid in _children(dev.pid):
@@ -137,7 +138,7 @@ def test_check_flags_an_open_redis(settings):
     closed = run_check(settings.redis_url)  # the suite's own, password-protected
     assert closed.returncode == 0 and closed.stdout.strip() == "ok", closed.stderr
     assert "unauthenticated" not in closed.stderr
-    # a wrong password is "does not answer", and the message never shows the password
+    # a wrong password is refused (its own message), which never shows the password
     wrong = settings.redis_url.replace("://:", "://:wrong-secret-", 1)
     refused = run_check(wrong)
     assert refused.returncode == 1 and "wrong-secret" not in refused.stderr + refused.stdout

@@ -17,6 +17,7 @@ import pytest
 from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from tests.e2e.test_api import api, h  # noqa: F401 - the uvicorn fixture
 from toolq import CallStatus
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -358,14 +359,14 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
     }
     approved = toolq(
         "approvals", "approve", call_id, "--by", "ops", "--args", json.dumps(edited),
-        settings=settings, **env,
+        settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0], **env,
     )
     assert approved.returncode == 0, approved.stderr
     waited = toolq(
         "dispatch", "--run-id", "cli-sec", "--wait", "20", settings=settings, stdin=payload, **env
     )
     assert '"succeeded"' in waited.stdout, waited.stdout
-    tail = toolq("tail", "cli-sec", settings=settings, **env)
+    tail = toolq("tail", "cli-sec", "--json", settings=settings, **env)
     assert "call.succeeded" in tail.stdout
     [ran] = r.lrange(f"test:exec:{call_id}", 0, -1)
     assert ran.decode().endswith(f"rotate:a={fp(key)},Authorization={fp(auth)}")

@@ -196,7 +196,8 @@ def test_a_foreign_call_id_is_refused_on_every_endpoint_and_unknown_ids_stay_404
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "wrong_tenant"
     (mine,) = api.get("/v1/tenants", headers=h("acme-t")).json()["tenants"]
     assert mine["tenant"] == "acme"
-    assert api.get("/healthz").json() == {"status": "ok"}
+    health = api.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] in ("ok", "degraded")
 
 
 # -- tenant names ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import redis
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -11,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api import docs, errors
 from toolq.api.approval_page import build_approval_page_router
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
-from toolq.api.cells import CellParts, cells_health
+from toolq.api.cells import CellParts, cells_health, health_response, needed_queues, unreachable
 from toolq.api.dashboard import build_dashboard_router
 from toolq.api.decision_tokens import DecisionTokens
 from toolq.api.decisions import build_decisions_router
@@ -28,6 +29,7 @@ from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget
 from toolq.settings import ApiToken, Settings
+from toolq.workers.health import run_checks_async
 
 HERE = Path(__file__).parent
 DASHBOARD = HERE / "dashboard.html"
@@ -94,16 +96,21 @@ def create_app(
     app.state.hub = parts.hubs[0]
     app.state.parts = parts
 
+    queues = needed_queues(client)
+
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
+        """``ok`` or ``degraded`` (200, each problem with reason and fix); 503: no Redis."""
         if probe is None:
-            return await run_in_threadpool(cells_health, client)
+            return await run_in_threadpool(cells_health, client, queues)
         try:
             await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
+            checks = await run_checks_async(probe.client, client.keys, queues, probe.where)
         except RedisUnavailableError as exc:
-            body = {"status": "unhealthy", "redis": exc.message, "code": exc.code}
-            return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ok"})
+            return unreachable(exc)
+        except (redis.RedisError, OSError) as exc:
+            return unreachable(RedisUnavailableError(f"Redis at {probe.where}: {exc}"))
+        return health_response(checks)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(caller: Principal = Depends(auth)) -> str:  # noqa: B008

@@ -7,14 +7,19 @@ so a cell that is down takes only its own runs' streams with it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import redis
 from fastapi.responses import JSONResponse
 
 from toolq.api.tickets import TicketStore
 from toolq.dispatch.client import Client
-from toolq.errors import OverloadedError
+from toolq.errors import OverloadedError, RedisUnavailableError
+from toolq.models import RiskLevel
 from toolq.results.connection import RedisTarget
 from toolq.results.hub import RETRY_AFTER_SECONDS, EventHub
 from toolq.settings import Settings
+from toolq.workers.health import Check, run_checks
 
 
 class CellParts:
@@ -60,20 +65,66 @@ class CellParts:
                 retry_after=RETRY_AFTER_SECONDS,
             )
 
+    def drain(self) -> None:
+        """End every event stream within about a second (the server is shutting down)."""
+        for hub in self.hubs:
+            hub.draining = True
+
     async def close(self) -> None:
         """Close every hub."""
         for hub in self.hubs:
             await hub.close()
 
 
-def cells_health(client: Client) -> JSONResponse:
+def needed_queues(client: Client) -> list[str]:
+    """The queues of the registry's risk levels: each needs a live worker."""
+    levels = {tool.risk for tool in client.registry.list()}
+    return [client.keys.queue_for(level) for level in RiskLevel if level in levels]
+
+
+def health_response(checks: list[Check], **extra: object) -> JSONResponse:
+    """``/healthz`` with Redis answering: 200, ``ok`` or ``degraded`` with every check."""
+    status = "ok" if all(c.ok for c in checks) else "degraded"
+    body = {"status": status, **extra, "checks": [c.as_json() for c in checks]}
+    return JSONResponse(body)
+
+
+def unreachable(exc: RedisUnavailableError) -> JSONResponse:
+    """``/healthz`` while Redis does not answer: 503."""
+    check = Check(
+        "redis",
+        False,
+        exc.code,
+        exc.message,
+        "start Redis (same data directory) or fix TOOLQ_REDIS_URL; toolq check names the URL",
+    )
+    body = {
+        "status": "unhealthy",
+        "redis": exc.message,
+        "code": exc.code,
+        "checks": [check.as_json()],
+    }
+    return JSONResponse(body, status_code=503)
+
+
+def cells_health(client: Client, queues: list[str]) -> JSONResponse:
     """``/healthz`` with cells: each cell up or down; 200 while one answers, else 503.
 
-    ``status`` is ``ok`` (every cell answers), ``degraded`` (some do not: their runs fail
-    with ``cell_unavailable``, the others' go on) or ``unhealthy`` (none answers).
+    ``status`` is ``ok`` (every cell answers and passes its checks), ``degraded`` (some
+    do not answer: their runs fail with ``cell_unavailable``, the others' go on; or a
+    cell's check fails) or ``unhealthy`` (none answers).
     """
     assert client.cells is not None
     up, down = client.cells.split()
     cells = [{"cell": c.index, "where": c.where, "up": c in up} for c in client.cells]
-    status = "ok" if not down else "degraded" if up else "unhealthy"
-    return JSONResponse({"status": status, "cells": cells}, status_code=503 if not up else 200)
+    checks: list[Check] = []
+    for cell in up:
+        one = client.cell_clients[cell.index]
+        try:
+            found = run_checks(one.redis, one.keys, queues, cell.where)
+        except (redis.RedisError, OSError):
+            continue  # went down since: shown down next time
+        checks += [replace(c, name=f"cell {cell.index}: {c.name}") for c in found]
+    status = "ok" if not down and all(c.ok for c in checks) else "degraded" if up else "unhealthy"
+    body = {"status": status, "cells": cells, "checks": [c.as_json() for c in checks]}
+    return JSONResponse(body, status_code=503 if not up else 200)

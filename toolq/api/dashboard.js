@@ -819,3 +819,23 @@ function onEvent(message) {
 $("#call-close").addEventListener("click", () => closeCall());
 
 if (token) start(); else showLogin();
+
+// -- health: why something is red (/healthz's reasons and fixes), workers lost -----------
+// Its own timer and block, apart from the listings: /healthz is open and cheap.
+async function refreshHealth() {
+  const box = document.getElementById("health");
+  if (box && !document.getElementById("app").hidden) {
+    try {
+      const body = await (await fetch("healthz", { cache: "no-store" })).json();
+      const problems = (body.checks || []).filter(c => !c.ok);
+      box.replaceChildren(...problems.map(c => el("p",
+        { class: c.code === "worker_lost" ? "health-item lost" : "health-item",
+          "data-testid": "health-" + c.code },
+        el("strong", {}, c.code === "worker_lost" ? "worker lost" : c.code.replace(/_/g, " ")),
+        " " + c.reason + ". Fix: " + c.fix)));
+      box.hidden = problems.length === 0;
+    } catch (e) { /* the connection badge already says the API does not answer */ }
+  }
+  setTimeout(refreshHealth, 5000);
+}
+refreshHealth();

@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 
 from toolq import errors
 from toolq.api.auth import AuthenticationError, ForbiddenError
+from toolq.redis_failures import RETRY_AFTER, store_error
 
 STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (AuthenticationError, 401),
@@ -29,9 +30,19 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.WaitTimeoutError, 504),
     (errors.OverloadedError, 503),
     (errors.RedisUnavailableError, 503),
+    (errors.StoreUnavailableError, 503),
+    (errors.RedisAuthError, 500),
+    (errors.RedisPermissionError, 500),
     (errors.ReplicationError, 503),
     (errors.AmbiguousIdError, 400),
 ]
+
+
+def _shown(exc: errors.ToolqError) -> dict[str, object]:
+    """The details a response carries besides code and message (why Redis refused)."""
+    if isinstance(exc, errors.StoreUnavailableError):
+        return {"reason": exc.details.get("reason")}
+    return {}
 
 
 def status_for(exc: errors.ToolqError) -> int:
@@ -64,18 +75,22 @@ def install(app: FastAPI) -> None:
             headers = {"Retry-After": str(exc.details.get("retry_after", 5))}
         if isinstance(exc, errors.ReplicationError):
             headers = {"Retry-After": "1"}
-        return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
-
-    @app.exception_handler(redis.ConnectionError)
-    @app.exception_handler(redis.TimeoutError)
-    async def redis_down(request: Request, exc: redis.RedisError) -> JSONResponse:
-        # Redis went away mid-request, after the clients' retries: the same 503 as the gate.
-        message = f"Redis does not answer: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        if isinstance(exc, errors.RedisUnavailableError | errors.StoreUnavailableError):
+            headers = {"Retry-After": str(RETRY_AFTER)}
         return JSONResponse(
-            error_body(errors.RedisUnavailableError.code, message),
-            status_code=503,
-            headers={"Retry-After": "5"},
+            error_body(exc.code, exc.message, **_shown(exc)), status_code=status, headers=headers
         )
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_failed(request: Request, exc: redis.RedisError) -> JSONResponse:
+        # Redis went away mid-request (after the clients' retries: the same 503 as the gate),
+        # refused a write (full, read-only), or refused toolq's credentials: each its own code.
+        error = store_error(exc)
+        if error is None:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            error = errors.InternalError(f"Redis answered with an error: {first}")
+            return JSONResponse(error_body(error.code, error.message), status_code=500)
+        return await toolq_error(request, error)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:

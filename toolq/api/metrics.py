@@ -16,6 +16,8 @@ import json
 from collections import Counter
 from typing import Any
 
+import redis
+
 from toolq.dispatch.client import Client
 from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, tool_limits
 from toolq.models import RiskLevel
@@ -49,6 +51,17 @@ def render(client: Client) -> str:
         lost = {c.index for c in down}
         for index in range(len(client.cells)):
             lines.append(f'toolq_cell_up{{shard="{index}"}} {0 if index in lost else 1}')
+    memory = [(cell, redis_memory(cell.redis)) for cell in cells]  # one INFO per cell
+    metric("toolq_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO used_memory).")
+    for cell, (used, _) in ((c, m) for c, m in memory if m is not None):
+        lines.append(f"toolq_redis_memory_used_bytes{cell.only_label} {used}")
+    metric(
+        "toolq_redis_memory_max_bytes",
+        "gauge",
+        "Redis maxmemory (0: no limit); writes are refused (OOM) when used reaches it.",
+    )
+    for cell, (_, limit) in ((c, m) for c, m in memory if m is not None):
+        lines.append(f"toolq_redis_memory_max_bytes{cell.only_label} {limit}")
     metric("toolq_queue_depth", "gauge", "Messages waiting in each risk queue.")
     for cell in cells:
         cell.read_depths()
@@ -100,6 +113,15 @@ def render(client: Client) -> str:
             lines.append(f"toolq_call_duration_ms_count{{{tool}}} {len(values)}")
     lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
+
+
+def redis_memory(client: redis.Redis) -> tuple[int, int] | None:
+    """``(used_memory, maxmemory)`` from one ``INFO memory`` (None: INFO not allowed)."""
+    try:
+        info: Any = client.info("memory")
+    except redis.ResponseError:  # an ACL user without +info
+        return None
+    return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
 
 
 class _Cell:
@@ -162,7 +184,7 @@ def tenant_lines(client: Client) -> list[str]:
     """The ``toolq_tenant_*`` and ``toolq_tool_*`` series."""
     named = sorted({DEFAULT_TENANT} | {t for t in client.settings.tenants if t != ANY_TENANT})
     counts: Counter[tuple[str, str]] = Counter()
-    for tenant, calls in calls_by_tenant(client).items():
+    for tenant, calls in calls_by_tenant(client, named).items():
         label = tenant if tenant in named else OTHER_TENANTS
         for state in COUNTED:
             counts[(label, state.value)] += getattr(calls, state.value)

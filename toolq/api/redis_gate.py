@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolq.api.errors import error_body
 from toolq.errors import RedisUnavailableError
+from toolq.redis_failures import store_error
 from toolq.results.connection import RedisTarget, async_probe_client
 
 PING_TIMEOUT = 0.5
@@ -43,8 +44,17 @@ class RedisProbe:
             self._ok_at = 0.0
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             message = f"Redis at {self.where} does not answer: {reason}"
+            named = store_error(exc, self.where)
+            if named is not None and not isinstance(named, RedisUnavailableError):
+                # It answers, and refuses (wrong password, ACL): say that, not "no answer".
+                message = f"{named.message} [{named.code}]"
             raise RedisUnavailableError(message) from None
         self._ok_at = time.monotonic()
+
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The probe's short-timeout client (``/healthz`` reads its checks with it)."""
+        return self._client
 
     async def close(self) -> None:
         """Close the probe's connection."""

@@ -451,10 +451,11 @@ async def _sse(
     request: Request,
     verify: Callable[[], None] | None = None,
 ) -> AsyncIterator[str]:
-    """The run's events after ``after``, then live ones from the hub, until the client leaves.
+    """The run's events after ``after``, then live ones, until the client leaves or we stop.
 
-    ``verify`` (raising ``NotRunOwnerError``) is called once before the first event is
-    sent; a refusal ends the stream without it.
+    On shutdown (``EventHub.draining``) the stream ends within about a second; the client
+    resumes with ``Last-Event-ID``. ``verify`` (raising ``NotRunOwnerError``) is called
+    once before the first event is sent; a refusal ends the stream without it.
     """
     listener, pending = await hub.join(run_id, after)
     last = stream_id_key(after) if after else None
@@ -482,11 +483,13 @@ async def _sse(
                 listener.lagged = False
                 pending = await hub.read(run_id, "{}-{}".format(*last) if last else None)
                 continue
+            if hub.draining:
+                return
             pending = await _next(listener)
             if pending:
                 idle = 0.0
                 continue
-            if await request.is_disconnected():
+            if hub.draining or await request.is_disconnected():
                 return
             idle += DISCONNECT_CHECK_SECONDS
             if idle >= HEARTBEAT_SECONDS:

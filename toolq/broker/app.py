@@ -6,17 +6,22 @@ maintenance step to the same configuration.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
 from kombu.entity import Exchange, Queue
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from redis import exceptions as redis_errors
 
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_failures import refusal
 from toolq.redis_target import RedisTarget
 from toolq.settings import Settings
+
+log = logging.getLogger("toolq.broker")
 
 HARD_LIMIT_GRACE = 10.0
 """Seconds past a tool's own time limit before Celery kills the worker process."""
@@ -66,12 +71,136 @@ def _client_per_pool(self: Any, asynchronous: bool = False) -> Any:
 _KOMBU_CREATE_CLIENT = kombu_redis.Channel._create_client
 
 
+def _refused(exc: Exception) -> bool:
+    """True when ``exc`` is Redis refusing a write (full, read-only, disk, replicas)."""
+    return isinstance(exc, redis_errors.ResponseError) and refusal(exc) is not None
+
+
+def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:
+    """The ``QoS.append`` of kombu; a Redis that refuses writes leaves the message unrecorded.
+
+    kombu records a message it took (``BRPOP``) in ``unacked`` with ``MULTI``, which a
+    full Redis refuses whole; the error reached Celery's event loop as an unrecoverable
+    one and the worker exited. The message is delivered anyway: its task waits until
+    Redis accepts writes to start the call (``WorkerRuntime``), and should this worker die
+    first, toolq's sweeper re-sends the call (``resend_lost``: taken, never recorded).
+    """
+    try:
+        _KOMBU_APPEND(self, message, delivery_tag)
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        log.warning("Redis refuses writes (%s): message %s not recorded as taken", exc,
+                    delivery_tag)  # fmt: skip
+        virtual.QoS.append(self, message, delivery_tag)
+
+
+def _ack_unless_refused(self: Any, delivery_tag: str) -> None:
+    """The ``QoS.ack`` of kombu, which a Redis refusing writes cannot stop.
+
+    A full Redis refuses kombu's ``MULTI`` (``ZREM`` + ``HDEL``) whole, though it runs
+    both commands alone (they free memory): they are sent alone then. A Redis that refuses
+    even those (read-only) keeps the entry; kombu redelivers it after its visibility
+    timeout, and the call's ``START`` skips a call that is final. Either way the message is
+    acknowledged in this process, so the consumer goes on.
+    """
+    try:
+        _KOMBU_ACK(self, delivery_tag)
+        return
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+    try:
+        with self.channel.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.zrem(self.unacked_index_key, delivery_tag).hdel(self.unacked_key, delivery_tag)
+            pipe.execute()
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        log.warning("Redis refuses writes (%s): message %s stays unacknowledged", exc,
+                    delivery_tag)  # fmt: skip
+    virtual.QoS.ack(self, delivery_tag)
+
+
+def _reject_unless_refused(self: Any, delivery_tag: str, requeue: bool = False) -> None:
+    """The ``QoS.reject`` of kombu: as ``_ack_unless_refused`` when Redis refuses writes."""
+    try:
+        _KOMBU_REJECT(self, delivery_tag, requeue=requeue)
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        _ack_unless_refused(self, delivery_tag)
+
+
+def _brpop_read_unless_refused(self: Any, **options: Any) -> Any:
+    """The ``_brpop_read`` of kombu; ``BRPOP`` refused (a read-only replica) is a lost connection.
+
+    Celery then reconnects with its backoff, as after a restart, instead of exiting.
+    """
+    try:
+        return _KOMBU_BRPOP_READ(self, **options)
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        self.client.connection.disconnect()
+        raise redis_errors.ConnectionError(f"Redis refuses to hand out messages: {exc}") from exc
+
+
+def _restore_visible_unless_refused(self: Any, *args: Any, **kwargs: Any) -> None:
+    """The ``QoS.restore_visible`` of kombu (its mutex is a ``SET``); refused, it waits a round."""
+    try:
+        _KOMBU_RESTORE_VISIBLE(self, *args, **kwargs)
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        log.info("restoring timed-out messages deferred: Redis refuses writes (%s)", exc)
+
+
+def _queue_bind_unless_refused(self: Any, *args: Any) -> None:
+    """The ``Channel._queue_bind`` of kombu (a ``SADD``); refused, the binding is left as it is.
+
+    Consumers bind their queues on every (re)connection: a worker starting, or its
+    consumer reconnecting, while Redis is full keeps the bindings made before.
+    """
+    try:
+        _KOMBU_QUEUE_BIND(self, *args)
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+        log.warning("queue binding not written: Redis refuses writes (%s)", exc)
+
+
+_KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
+_KOMBU_QUEUE_BIND = kombu_redis.Channel._queue_bind
+_KOMBU_APPEND = kombu_redis.QoS.append
+_KOMBU_ACK = kombu_redis.QoS.ack
+_KOMBU_REJECT = kombu_redis.QoS.reject
+_KOMBU_BRPOP_READ = kombu_redis.Channel._brpop_read
+
+
 def patch_kombu() -> None:
-    """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``."""
+    """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``.
+
+    And the ``*_unless_refused`` steps: a Redis that refuses writes (full, read-only) no
+    longer makes a worker exit.
+    """
     if kombu_redis.Channel._connparams is not _connparams_unless_closed:
         kombu_redis.Channel._connparams = _connparams_unless_closed
     if kombu_redis.Channel._create_client is not _client_per_pool:
         kombu_redis.Channel._create_client = _client_per_pool
+    if kombu_redis.Channel._brpop_read is not _brpop_read_unless_refused:
+        kombu_redis.Channel._brpop_read = _brpop_read_unless_refused
+    if kombu_redis.QoS.append is not _append_unless_refused:
+        kombu_redis.QoS.append = _append_unless_refused
+    if kombu_redis.QoS.ack is not _ack_unless_refused:
+        kombu_redis.QoS.ack = _ack_unless_refused
+    if kombu_redis.QoS.reject is not _reject_unless_refused:
+        kombu_redis.QoS.reject = _reject_unless_refused
+    if kombu_redis.QoS.restore_visible is not _restore_visible_unless_refused:
+        kombu_redis.QoS.restore_visible = _restore_visible_unless_refused
+    if kombu_redis.Channel._queue_bind is not _queue_bind_unless_refused:
+        kombu_redis.Channel._queue_bind = _queue_bind_unless_refused
 
 
 def celery_app(settings: Settings) -> Celery:

@@ -11,19 +11,30 @@ import typer
 
 from toolq.cli.api import api
 from toolq.cli.approvals import approvals
+from toolq.cli.calls import calls
 from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
+from toolq.cli.runs import runs
 from toolq.cli.tail import tail
 from toolq.cli.tenants import tenants
 from toolq.cli.tools import tools
 from toolq.cli.worker import worker
-from toolq.errors import ToolqError
+from toolq.errors import (
+    RedisAuthError,
+    RedisPermissionError,
+    RedisUnavailableError,
+    StoreUnavailableError,
+    ToolqError,
+)
+from toolq.redis_failures import store_error
 
 HELP = ["-h", "--help"]
+REDIS_ERRORS = (RedisUnavailableError, StoreUnavailableError, RedisAuthError, RedisPermissionError)
+"""Redis failures: exit 1 (as ``require_redis``), their code shown."""
 ALIASES = {"--loglevel": "--log-level"}
 """Old spellings still read, never shown in help."""
 
@@ -67,6 +78,8 @@ app.command()(check)
 app.command()(mcp)
 app.command()(tenants)
 app.add_typer(approvals, name="approvals")
+app.add_typer(calls, name="calls")
+app.add_typer(runs, name="runs")
 app.add_typer(keys, name="keys")
 
 
@@ -116,9 +129,20 @@ def main() -> None:
     try:
         command.main(args=_argv(sys.argv[1:]), prog_name="toolq")
     except ToolqError as exc:
+        if isinstance(exc, REDIS_ERRORS):
+            typer.echo(f"error: {exc.message} [{exc.code}]", err=True)
+            raise SystemExit(1) from None
         typer.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
-    except redis.ConnectionError as exc:
-        # Redis went away mid-command (a pre-flight PING answered): one line, no traceback.
-        typer.echo(f"error: lost the connection to Redis: {str(exc).splitlines()[0]}", err=True)
+    except redis.RedisError as exc:
+        # Redis went away mid-command (a pre-flight PING answered), refused a write (full,
+        # read-only) or toolq's credentials: one line with its code, no traceback.
+        error = store_error(exc)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if error is None:
+            typer.echo(f"error: Redis answered with an error: {first}", err=True)
+        elif isinstance(error, RedisUnavailableError):
+            typer.echo(f"error: lost the connection to Redis: {first}", err=True)
+        else:
+            typer.echo(f"error: {error.message} [{error.code}]", err=True)
         raise SystemExit(1) from None

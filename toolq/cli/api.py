@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import FrameType
+from typing import TYPE_CHECKING
+
 import typer
 
 from toolq.cli.common import (
@@ -12,6 +15,11 @@ from toolq.cli.common import (
     require_free_port,
     settings_for,
 )
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from toolq.api.cells import CellParts
 
 
 def api(
@@ -37,10 +45,36 @@ def api(
         extra[token] = grant
         typer.echo(f"no TOOLQ_API_TOKENS configured; admin token for this process: {token}")
     typer.echo(f"toolq api on http://{host}:{port}  (docs at /docs, dashboard at /)")
-    uvicorn.run(
-        create_app(settings, registry, tokens=extra),
+    served = create_app(settings, registry, tokens=extra)
+    config = uvicorn.Config(
+        served,
         host=host,
         port=port,
         log_level=log_level,
         log_config=log_config(),  # access log without query strings (tickets)
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
+    draining_server(config, served.state.parts).run()
+
+
+SHUTDOWN_GRACE_SECONDS = 10
+"""On SIGTERM, seconds a request still running may take before uvicorn cancels it; event
+streams end at once (``draining_server``), so they never hold a shutdown this long."""
+
+
+def draining_server(config: uvicorn.Config, parts: CellParts) -> uvicorn.Server:
+    """Uvicorn's server, ending the API's event streams as soon as a stop signal arrives.
+
+    uvicorn waits for open connections to close before it exits; an event stream stays
+    open as long as its client does, so a SIGTERM would wait for the last dashboard to
+    leave. Streams end within about a second instead, and clients resume with
+    ``Last-Event-ID`` (on another replica, or on this one once restarted).
+    """
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            parts.drain()
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)

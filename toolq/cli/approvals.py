@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
+from urllib.parse import quote
 
+import httpx
 import redis
 import typer
 from rich.console import Console
@@ -25,13 +28,13 @@ from toolq.cli.common import (
     require_redis,
     settings_for,
 )
-from toolq.cli.ids import resolve_call_id
+from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
-from toolq.errors import AmbiguousIdError, CallNotFoundError, ToolqError
-from toolq.models import RiskLevel
+from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
 from toolq.signing import verifier_for
+from toolq.workers.heartbeat import live_workers
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
 console = Console(soft_wrap=True)
@@ -40,7 +43,7 @@ _APP = typer.Option(
     None,
     "--app",
     envvar="TOOLQ_APP",
-    help=APP_HELP + " Optional: needed only to approve with edited --args.",
+    help=APP_HELP + " Needed to approve (the tool's risk is signed) and to edit --args.",
 )
 _REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
 _JSON = typer.Option(False, "--json", help="Print JSON.")
@@ -48,12 +51,11 @@ _CALL_ID = typer.Argument(..., help="Call id, or a unique prefix of one (the das
 
 
 def _client(app: str | None, redis_url: str | None) -> Client:
-    """A client over the ``--app`` registry, or an empty one: deciding needs no tools.
+    """A client over the ``--app`` registry, or an empty one: listing needs no tools.
 
-    Without the registry a decision still goes through the approval policy, the signing
-    and the compare-and-set; what it cannot do is validate edited arguments (refused
-    below) or know a tool's risk: the record's is data any Redis writer can change, so
-    every call is decided as a DANGEROUS one (its approvers, quorum and signed risk).
+    Without the registry a decision cannot know a tool's risk (the record's is data any
+    Redis writer can change): a denial is made as for a DANGEROUS call, and a signed
+    approval is refused (``approve``) rather than signed for a risk workers would reject.
     """
     settings = settings_for(app, redis_url)
     require_redis(settings)
@@ -63,20 +65,7 @@ def _client(app: str | None, redis_url: str | None) -> Client:
 
 def _resolve(client: Client, call_id: str) -> str:
     try:
-        if client.cells is None:
-            return resolve_call_id(client.redis, client.keys, call_id)
-        found: set[str] = set()
-        for _, cell in client.reachable()[0]:
-            try:
-                found.add(resolve_call_id(cell.redis, cell.keys, call_id))
-            except CallNotFoundError:
-                continue
-        if len(found) > 1:
-            shown = ", ".join(sorted(found))
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches {len(found)} calls ({shown}); type more of it"
-            )
-        return found.pop() if found else call_id  # unknown: the command says so
+        return resolve_in(client, call_id)
     except ToolqError as exc:
         raise fail(str(exc)) from None
 
@@ -201,29 +190,81 @@ def show(
 
 @approvals.command()
 def approve(
-    call_id: str = _CALL_ID,
-    by: str = typer.Option("cli", help="Approver name."),
+    call_id: str | None = typer.Argument(
+        None, help="Call id, or a unique prefix of one (the dashboard shows 8)."
+    ),
+    by: str = typer.Option("cli", help="Approver name (with --api: your token's name)."),
     args: str | None = typer.Option(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
     ),
     digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
+    run_id: str | None = typer.Option(
+        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+    ),
+    api: str | None = typer.Option(
+        None,
+        "--api",
+        envvar="TOOLQ_API_URL",
+        metavar="URL",
+        help="Approve through this toolq API, as your --token, instead of signing here.",
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="TOOLQ_API_TOKEN", help="Your API token, for --api."
+    ),
+    unsigned: bool = typer.Option(
+        False,
+        "--unsigned",
+        help="Decide without a signature: only where no worker verifies approvals.",
+    ),
     app: str | None = _APP,
     redis_url: str | None = _REDIS,
 ) -> None:
-    """Approve and enqueue a parked call."""
-    if args is not None and not settings_for(app, redis_url).app:
+    """Approve and enqueue a parked call (with --run: each of a run's), here or via the API.
+
+    A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
+    registry (--app), or made by the API (--api, --token); without either it is refused,
+    since workers that verify approvals would not run it.
+    """
+    _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
+    arguments = _edited(args)
+    if api is not None:
+        if call_id is None:
+            raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
+        _approve_through_api(api, token, call_id, arguments, note, digest, always)
+        return
+    settings = settings_for(app, redis_url)
+    if args is not None and not settings.app:
         # Edited arguments must be validated against the tool's schema before they are
         # signed and queued; without the registry there is no schema to check them with.
         raise fail(
             "--args needs the tool registry to validate the edit: pass --app or set TOOLQ_APP", 2
         )
+    if settings.approval_signing_key is None and not unsigned:
+        raise fail(
+            "cannot sign this approval (no TOOLQ_APPROVAL_SIGNING_KEY) and workers that verify "
+            "approvals refuse unsigned ones: set the key, or approve through the API with "
+            "--api URL --token TOKEN"
+        )
+    if settings.approval_signing_key is not None and not settings.app:
+        raise fail(
+            "a signed approval names the tool's risk, which comes from the registry: pass "
+            "--app or set TOOLQ_APP (or approve through the API with --api URL --token TOKEN)"
+        )
     with _client(app, redis_url) as client:
+        if run_id is not None:
+            if unsigned:
+                _refuse_if_verified(client)
+            approve_run(client, run_id, by, unsigned=unsigned)
+            return
+        assert call_id is not None
         full = _resolve(client, call_id)
         try:
-            _note_unknown_tool(client, full)
-            arguments = json.loads(args) if args else None
+            if unsigned:
+                _refuse_if_verified(client)
+            else:
+                _require_known_tool(client, full)
             result = client.approvals.approve(
                 full, by=by, arguments=arguments, note=note, digest=digest, always=always
             )
@@ -232,16 +273,120 @@ def approve(
         typer.echo(f"approved {full}: {result.status.value}")
 
 
-def _note_unknown_tool(client: Client, call_id: str) -> None:
-    """Say on stderr when a call is decided as DANGEROUS for want of its tool's registry."""
-    request = client.approvals.get(call_id)
-    if client.registry.get(request.name) is None and request.risk is not RiskLevel.DANGEROUS:
-        typer.echo(
-            f"note: without --app this decides {request.name!r} as a DANGEROUS call (the "
-            f"record says {request.risk.value}); workers that verify approvals refuse it "
-            "unless the tool is DANGEROUS there: pass --app to decide by the tool's own risk",
-            err=True,
+def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
+    """A usage error unless exactly one of CALL_ID and --run is given (--run: no edits)."""
+    if (call_id is None) == (run_id is None):
+        raise fail("name one call (CALL_ID) or a run (--run RUN_ID)", 2)
+    given = [f"--{name}" for name, value in single.items() if value]
+    if run_id is not None and given:
+        raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
+
+
+def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False) -> None:
+    """Approve every pending call of a run (``decide_run``): a line each, then a summary.
+
+    Each call is decided as a single ``approve`` decides it (policy, signature, quorum; a
+    signed one only for a tool the registry knows); exit 1 when any is refused, or when the
+    run is unknown.
+    """
+    try:
+        pending = client.approvals.pending(run_id=run_id)
+        if not pending and not client.results(run_id):
+            raise fail(f"unknown run {run_id!r}: it has no calls")
+        unknown = {
+            r.call_id: ToolqError(f"tool {r.name!r} is not in the registry {client.settings.app}")
+            for r in pending
+            if not unsigned and client.registry.get(r.name) is None
+        }
+        outcomes = client.approvals.decide_run(
+            run_id, by, approve=[r.call_id for r in pending if r.call_id not in unknown]
         )
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    outcomes.update(unknown)
+    refused = 0
+    for request in pending:
+        outcome = outcomes[request.call_id]
+        if isinstance(outcome, ToolqError):
+            refused += 1
+            typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
+        else:
+            typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+    typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
+    if refused:
+        raise typer.Exit(1)
+
+
+def _edited(args: str | None) -> dict[str, Any] | None:
+    """``--args`` parsed: a JSON object, or None."""
+    if args is None:
+        return None
+    try:
+        edited = json.loads(args)
+    except ValueError as exc:
+        raise fail(f"--args is not JSON: {exc}", 2) from None
+    if not isinstance(edited, dict):
+        raise fail("--args must be a JSON object", 2)
+    return edited
+
+
+def _require_known_tool(client: Client, call_id: str) -> None:
+    """Refuse a call whose tool the registry does not know: its risk would be a guess."""
+    request = client.approvals.get(call_id)
+    if client.registry.get(request.name) is None:
+        raise fail(
+            f"tool {request.name!r} of call {call_id} is not in the registry "
+            f"{client.settings.app}: its risk is unknown here, so a signed approval would be "
+            "refused by workers; pass the workers' --app"
+        )
+
+
+def _refuse_if_verified(client: Client) -> None:
+    """Refuse ``--unsigned`` when a live worker verifies approvals: it would not run it."""
+    verifying = [
+        str(w.get("hostname"))
+        for w in live_workers(client.settings, client.redis)
+        if w.get("verifies_approvals")
+    ]
+    if verifying:
+        raise fail(
+            f"worker {verifying[0]} verifies approvals and would refuse an unsigned one: set "
+            "TOOLQ_APPROVAL_SIGNING_KEY, or approve through the API with --api URL --token TOKEN"
+        )
+
+
+def _approve_through_api(
+    api: str,
+    token: str | None,
+    call_id: str,
+    arguments: dict[str, Any] | None,
+    note: str | None,
+    digest: str | None,
+    always: bool,
+) -> None:
+    """``POST /v1/approvals/{id}/approve`` as the token's holder; the API signs and checks."""
+    if not token:
+        raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
+    body: dict[str, Any] = {"always": always}
+    for name, value in (("arguments", arguments), ("note", note), ("digest", digest)):
+        if value is not None:
+            body[name] = value
+    url = f"{api.rstrip('/')}/v1/approvals/{quote(call_id, safe='')}/approve"
+    try:
+        response = httpx.post(
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+    except httpx.HTTPError as exc:
+        raise fail(f"the API at {api} does not answer: {exc}") from None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    if response.status_code != 200:
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        message = error.get("message") or response.text.strip()[:200]
+        raise fail(f"the API refused ({response.status_code}): {message}")
+    typer.echo(f"approved {answer.get('call_id', call_id)}: {answer.get('status', '?')}")
 
 
 @approvals.command()

@@ -1,9 +1,13 @@
-"""``toolq check``: exit 0 only when Redis answers and a worker consumes each named queue.
+"""``toolq check``: exit 0 only when Redis takes writes and each named queue has a worker.
+
+The checks are ``/healthz``'s (``toolq.workers.health``), each failure with its fix.
 
 With ``TOOLQ_SENTINELS`` it names the master the Sentinels point to, and checks that one.
 
-Warnings (a worker that does not verify signed approvals) are printed but do not change
-the exit code: they name a weaker configuration, not an unhealthy one.
+Warnings (a worker that does not verify signed approvals, a worker lost recently) are
+printed but do not change the exit code: they name a weaker configuration, or an event
+elsewhere, not a problem of this host (a worker's healthcheck must not fail for another's
+crash; a queue left without workers fails the check itself).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from toolq.cli.common import (
     risk_list,
     settings_for,
 )
-from toolq.results.connection import RedisTarget, master_address
+from toolq.keys import Keys
+from toolq.results.connection import RedisTarget, master_address, probe_client
+from toolq.workers.health import run_checks
 from toolq.workers.heartbeat import live_workers, missing_queues
 
 __all__ = ["accepts_unauthenticated", "at_address", "check", "live_workers", "missing_queues"]
@@ -89,7 +95,12 @@ def check(
             host, port = master_address(target)
             direct_url = at_address(settings.redis_url, host, port)
             typer.echo(f"master: {host}:{port} ({where})", err=True)
-        missing = missing_queues(settings, levels)
+        reader = probe_client(settings, 2)
+        try:
+            queues = [Keys(settings.key_prefix).queue_for(level) for level in levels]
+            checks = run_checks(reader, Keys(settings.key_prefix), queues, where)
+        finally:
+            reader.close()
         workers = live_workers(settings)
         unverifying = [str(w.get("hostname")) for w in workers if not w.get("verifies_approvals")]
         is_open = accepts_unauthenticated(direct_url, settings.key_prefix)
@@ -112,7 +123,11 @@ def check(
         if not allow_open_redis:
             typer.echo("unhealthy: open Redis (pass --allow-open-redis to accept it)", err=True)
             raise typer.Exit(1)
-    if missing:
-        typer.echo(f"unhealthy: no live worker consumes {', '.join(missing)}", err=True)
+    for lost in (c for c in checks if c.code == "worker_lost"):
+        typer.echo(f"warning: {lost.reason}; {lost.fix}", err=True)
+    failed = [c for c in checks if not c.ok and c.code != "worker_lost"]
+    for check in failed:
+        typer.echo(f"unhealthy: {check.reason}; fix: {check.fix}", err=True)
+    if failed:
         raise typer.Exit(1)
     typer.echo("ok")

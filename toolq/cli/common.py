@@ -13,8 +13,9 @@ from typing import Any
 import redis
 import typer
 
-from toolq.errors import ConfigurationError
+from toolq.errors import ConfigurationError, RedisUnavailableError
 from toolq.models import ProviderFormat, RiskLevel
+from toolq.redis_failures import store_error
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget, probe_client
 from toolq.settings import Settings
@@ -88,10 +89,16 @@ def require_redis(where: Settings | str) -> None:
         finally:
             client.close()
     except (redis.RedisError, OSError, ValueError) as exc:
+        raise fail(redis_problem(exc, target.describe(), setting)) from None
+
+
+def redis_problem(exc: BaseException, where: str, setting: str = "TOOLQ_REDIS_URL") -> str:
+    """One line naming what went wrong with the Redis at ``where`` (``store_error``)."""
+    error = store_error(exc, where)
+    if error is None or isinstance(error, RedisUnavailableError):
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise fail(
-            f"Redis at {target.describe()} does not answer ({reason}); start it or set {setting}"
-        ) from None
+        return f"Redis at {where} does not answer ({reason}); start it or set {setting}"
+    return f"{error.message} [{error.code}]"
 
 
 def _require_a_cell(settings: Settings) -> None:
@@ -107,9 +114,8 @@ def _require_a_cell(settings: Settings) -> None:
                 client.close()
         except (redis.RedisError, OSError, ValueError) as exc:
             down += 1
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             typer.echo(
-                f"warning: cell {index} ({target.describe()}) does not answer ({reason}): "
+                f"warning: cell {index}: {redis_problem(exc, target.describe())}: "
                 "its runs are not reachable",
                 err=True,
             )

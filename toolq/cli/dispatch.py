@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -18,6 +19,7 @@ from toolq.cli.common import (
     require_redis,
     settings_for,
 )
+from toolq.cli.progress import watch
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError, WaitTimeoutError
 from toolq.quotas import DEFAULT_TENANT
@@ -35,7 +37,8 @@ def dispatch(
     wait: float | None = typer.Option(
         None,
         metavar="SECONDS",
-        help="Wait up to this many seconds for results; on timeout print what there is, exit 1.",
+        help="Wait up to this many seconds for results (progress on stderr); on timeout print "
+        "what there is, exit 1.",
     ),
     messages: str | None = typer.Option(
         None,
@@ -65,7 +68,12 @@ def dispatch(
             raise typer.Exit(1) from None
         timed_out = None
         try:
-            results = batch.wait(wait) if wait is not None else batch.results()
+            if wait is not None:
+                deadline = time.monotonic() + wait
+                watch(client, batch, wait)  # progress on stderr, until final or out of time
+                results = batch.wait(max(deadline - time.monotonic(), 0.01))
+            else:
+                results = batch.results()
         except WaitTimeoutError as exc:
             # What there is: every call's current state, with the outcome of finished ones.
             timed_out, results = exc, batch.results()

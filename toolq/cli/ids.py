@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 
+from toolq.dispatch.client import Client
 from toolq.errors import AmbiguousIdError, CallNotFoundError
 from toolq.keys import Keys
 from toolq.results.connection import as_text
@@ -33,3 +34,24 @@ def resolve_call_id(client: redis.Redis, keys: Keys, given: str) -> str:
             f"call id prefix {given!r} matches {len(found)} calls ({shown}); type more of it"
         )
     return found[0]
+
+
+def resolve_in(client: Client, given: str) -> str:
+    """``resolve_call_id`` in the one cell that holds the call, or in every cell that answers.
+
+    An unknown id is returned as given: the command reading it says it is unknown.
+    """
+    if client.cells is None:
+        return resolve_call_id(client.redis, client.keys, given)
+    found: set[str] = set()
+    for _, cell in client.reachable()[0]:
+        try:
+            found.add(resolve_call_id(cell.redis, cell.keys, given))
+        except CallNotFoundError:
+            continue
+    if len(found) > 1:
+        shown = ", ".join(sorted(found))
+        raise AmbiguousIdError(
+            f"call id prefix {given!r} matches {len(found)} calls ({shown}); type more of it"
+        )
+    return found.pop() if found else given

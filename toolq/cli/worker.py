@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import typer
-from celery.signals import worker_init
+from celery.signals import celeryd_after_setup, worker_init
 
 from toolq.cli.common import (
     APP_HELP,
@@ -26,6 +26,7 @@ from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
 from toolq.signing import verifier_for
 from toolq.workers.app import create_celery
+from toolq.workers.logs import quiet_expected_reconnects
 
 POOLS = ("prefork", "threads", "solo")
 
@@ -95,6 +96,8 @@ def worker(
         argv += ["--concurrency", str(concurrency)]
     fatal = _LastCritical()
     logging.getLogger("celery.worker").addHandler(fatal)
+    # After Celery's logging setup, which turns its deprecation warnings back on.
+    celeryd_after_setup.connect(lambda **_: quiet_expected_reconnects(), weak=False)
     started: list[Any] = []
     worker_init.connect(lambda sender, **_: started.append(sender), weak=False)
     create_celery(settings, registry).worker_main(argv)

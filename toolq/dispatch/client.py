@@ -27,6 +27,8 @@ from toolq.errors import (
 )
 from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
+from toolq.redis_failures import translated
+from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page, merge_pages
 from toolq.results.runs import RunSummary, run_summary, runs_page
@@ -249,7 +251,9 @@ class Client:
         dispatching into a run another principal owns raises ``NotRunOwnerError`` unless
         ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
         to one tenant, and an invalid name raises ``InvalidTenantError``. With cells the run
-        goes to its cell (``cell_for_run``).
+        goes to its cell (``cell_for_run``). A Redis that refuses writes (full, read-only)
+        raises ``StoreUnavailableError`` and nothing is queued; wrong credentials raise
+        ``RedisAuthError``.
         """
         if self.cells is not None:
             run = run_id or uuid.uuid4().hex
@@ -270,16 +274,19 @@ class Client:
                 self.cells.remember_call(call_id, cell)
             batch.cell = cell
             return batch
-        dispatched = self.dispatcher.dispatch(
-            payload,
-            run_id=run_id,
-            behavior=behavior,
-            idempotency_key=idempotency_key,
-            principal=principal,
-            format=format,
-            admin=admin,
-            tenant=tenant,
-        )
+        # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
+        # call's record and message are written by one script, so none is half-written.
+        with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
+            dispatched = self.dispatcher.dispatch(
+                payload,
+                run_id=run_id,
+                behavior=behavior,
+                idempotency_key=idempotency_key,
+                principal=principal,
+                format=format,
+                admin=admin,
+                tenant=tenant,
+            )
         return Batch(self, dispatched)
 
     def call(

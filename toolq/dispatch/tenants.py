@@ -24,6 +24,7 @@ from toolq.models import CallStatus, RiskLevel
 from toolq.quotas import (
     ANY_TENANT,
     DEFAULT_TENANT,
+    OTHER_TENANTS,
     LimitScope,
     RateLimit,
     TenantConfig,
@@ -125,23 +126,40 @@ def tool_limits(tool: Tool, use: LimitUse | None = None) -> ToolLimits:
     )
 
 
-def calls_by_tenant(client: Client) -> dict[str, TenantCalls]:
+def calls_by_tenant(client: Client, named: Sequence[str] | None = None) -> dict[str, TenantCalls]:
     """Unfinished calls per tenant, by state (records from before tenants: ``default``).
 
-    With cells: the sum over every cell that answers.
+    With ``named`` (``/metrics``), parked calls are counted from the parked-calls indexes
+    (a ``ZCARD`` per named tenant, whatever is parked) rather than call by call: each named
+    tenant's, and every other tenant's together under ``OTHER_TENANTS``. With cells: the
+    sum over every cell that answers.
     """
     counts: Counter[tuple[str, str]] = Counter()
+    parked = CallStatus.AWAITING_APPROVAL.value
     for _, cell in client.reachable()[0]:
         r = cell.redis
         keys = cell.keys
         pipe = r.pipeline(transaction=False)
-        for index in (keys.queued, keys.unsent, keys.pending_approvals, keys.running):
+        scanned = [keys.queued, keys.unsent, keys.running]
+        if named is None:
+            scanned.append(keys.pending_approvals)
+        for index in scanned:
             pipe.zrange(index, 0, -1)
         for level in RiskLevel:
             pipe.zrange(keys.lane(level), 0, -1)
+        if named is not None:
+            pipe.zcard(keys.parked)
+            for tenant in named:
+                pipe.zcard(keys.tenant_parked(tenant))
         found = pipe.execute()
-        ids = {as_text(c) for listed in found[:4] for c in listed}
-        backlogs = [as_text(b) for lane in found[4:] for b in lane]
+        if named is not None:
+            total, *each = found[-1 - len(named) :]
+            found = found[: -1 - len(named)]
+            for tenant, count in zip(named, each, strict=True):
+                counts[(tenant, parked)] += count
+            counts[(OTHER_TENANTS, parked)] += total - sum(each)
+        ids = {as_text(c) for listed in found[: len(scanned)] for c in listed}
+        backlogs = [as_text(b) for lane in found[len(scanned) :] for b in lane]
         ids.update(_waiting(r, keys, backlogs))
         if not ids:
             continue

@@ -86,6 +86,9 @@ class EventHub:
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()
         """Set when a run joins, to interrupt the blocking read so it reads that run too."""
+        self.draining = False
+        """Set when the process shuts down: event streams end, and clients resume elsewhere
+        (or here, after a restart) with ``Last-Event-ID``."""
 
     @property
     def streams(self) -> int:

@@ -8,6 +8,7 @@ while its key exists.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import redis
@@ -17,6 +18,7 @@ from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.results.connection import probe_client
 from toolq.settings import Settings
+from toolq.workers.health import LOST_NOTICE_SECONDS, lapsed_at, seen_entry
 
 _received = {"calls": 0}
 """Calls this process's Celery consumer received (``count_received``)."""
@@ -40,11 +42,14 @@ def count_received(sender: Any = None, request: Any = None, **_: Any) -> None:
 
 
 def activity() -> dict[str, Any]:
-    """Calls this worker process finished and runs now, from Celery's in-memory state.
+    """Calls this worker process finished, runs now and holds, from Celery's memory.
 
     Read in the main process, where Celery's consumer receives every message and keeps
     the requests not finished yet: the heartbeat carries them, so nothing is written on
-    the path of a call. A batch message counts as the calls it carries.
+    the path of a call. A batch message counts as the calls it carries. ``held`` are the
+    calls of every message the worker took and has not finished (running or prefetched):
+    the sweeper leaves their messages alone while this worker is alive
+    (``Sweeper.resend_stranded``).
     """
     from celery.worker import state
 
@@ -54,14 +59,43 @@ def activity() -> dict[str, Any]:
     except RuntimeError:  # the set changed while it was copied; the next beat has it
         active, unfinished = [], {}
     current = sorted(c for r in active for c in calls_of(r))
-    pending = sum(len(calls_of(r)) for r in unfinished.values())
-    return {"processed": max(0, _received["calls"] - pending), "current": current}
+    held = sorted(c for r in unfinished.values() for c in calls_of(r))
+    return {
+        "processed": max(0, _received["calls"] - len(held)),
+        "current": current,
+        "held": held,
+    }
 
 
 def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, Any]) -> None:
-    """Announce the worker ``info["hostname"]`` for three heartbeat periods."""
+    """Announce the worker ``info["hostname"]`` for three heartbeat periods.
+
+    Also records it in ``Keys.workers_seen`` (``toolq.workers.health``: a worker whose
+    heartbeat lapses there without a warm shutdown is reported lost), and drops the
+    entries of workers lost longer ago than the health checks report them.
+    """
     ttl = max(1, int(settings.heartbeat_seconds * 3))
-    client.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    now = time.time()
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    pipe.hset(keys.workers_seen, info["hostname"], seen_entry(info, ttl, now))
+    pipe.hgetall(keys.workers_seen)
+    *_, seen = pipe.execute()
+    stale = [
+        name
+        for name, entry in seen.items()
+        if (lapsed := lapsed_at(entry)) is None or now - lapsed > LOST_NOTICE_SECONDS
+    ]
+    if stale:
+        client.hdel(keys.workers_seen, *stale)
+
+
+def withdraw(client: redis.Redis, keys: Keys, hostname: str) -> None:
+    """Remove a stopping worker's heartbeat and its ``workers_seen`` entry (a clean stop)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(keys.worker(hostname))
+    pipe.hdel(keys.workers_seen, hostname)
+    pipe.execute()
 
 
 def live_workers(settings: Settings, client: redis.Redis | None = None) -> list[dict[str, Any]]:

@@ -24,11 +24,12 @@ from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME, UNDO_TASK_NAME, Publisher, unacked
 from toolq.models import CallStatus, RiskLevel, UndoState
+from toolq.redis_failures import store_error
 from toolq.results.admission import Admission
 from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
-from toolq.workers.heartbeat import beat
+from toolq.workers.heartbeat import beat, live_workers, withdraw
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -122,9 +123,11 @@ class Sweeper:
         that has sat there past ``redeliver_after`` while its call is still ``queued`` (an
         undo message: its undo still ``requested``) is sent again, once per message; of a
         batch message, each call still queued is sent again alone, once.
-        Should the worker holding it still be alive (calls waiting behind long ones), the
-        copy is harmless: the first delivery to start the call (or claim the undo) wins,
-        and any other finds it no longer queued (requested).
+        A call that a live worker's heartbeat names as held (prefetched behind the calls it
+        runs) is left alone: its message is not lost, only waiting, and a copy would be an
+        extra message, an extra delivery and a ``not run`` line. Were it sent anyway (a
+        heartbeat older than the message), the copy is harmless: the first delivery to
+        start the call (or claim the undo) wins, and any other finds it no longer queued.
         """
         cutoff = now - self.store.settings.redeliver_after
         # A batch message's calls are looked at (and re-sent) one by one, each marked once
@@ -150,6 +153,10 @@ class Sweeper:
             if as_text((status if task == TASK_NAME else undo_state) or b"")
             == (CallStatus.QUEUED.value if task == TASK_NAME else UndoState.REQUESTED.value)
         ]
+        if stranded:
+            held = {c for w in live_workers(self.store.settings, self.redis)
+                    for c in w.get("held", [])}  # fmt: skip
+            stranded = [(tag, task, c) for tag, task, c in stranded if c not in held]
         if not stranded:
             return 0
         ttl = int(self.store.settings.max_time_limit + 3600)
@@ -370,6 +377,7 @@ class Maintenance(threading.Thread):
         last_beat = 0.0
         if self.webhooks is not None:
             self.webhooks.start()
+        problem = ""  # what keeps maintenance from Redis now, said once until it changes
         while not self._stopping.is_set():
             try:
                 if time.monotonic() - last_beat >= self.settings.heartbeat_seconds:
@@ -378,8 +386,15 @@ class Maintenance(threading.Thread):
                 lock_ms = max(1, int(self.settings.sweep_interval * 900))
                 if self.redis.set(self.keys.sweeper_lock, self.hostname, nx=True, px=lock_ms):
                     self.sweeper.sweep()
+                if problem:
+                    log.warning("maintenance resumed")
+                    problem = ""
             except redis.RedisError as exc:
-                log.warning("maintenance cannot reach Redis: %s", exc)
+                error = store_error(exc)
+                now = f"{error.message} [{error.code}]" if error is not None else str(exc)
+                if now != problem:
+                    log.warning("maintenance paused: %s", now)
+                    problem = now
             except Exception:
                 log.exception("maintenance step failed")
             self._stopping.wait(self.settings.sweep_interval)
@@ -397,4 +412,4 @@ class Maintenance(threading.Thread):
         if self.webhooks is not None:
             self.webhooks.stop()
         with contextlib.suppress(redis.RedisError):
-            self.redis.delete(self.keys.worker(self.hostname))
+            withdraw(self.redis, self.keys, self.hostname)

@@ -47,6 +47,7 @@ from toolq.models import (
     UndoState,
     jsonable,
 )
+from toolq.redis_failures import refusal
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.admission import Admission
@@ -68,6 +69,10 @@ CANCELLED_BEFORE_START = {
 }
 HOOK_TIMEOUT = 60.0
 """Longest a preview or undo handler may take (seconds)."""
+REFUSED_FIRST_PAUSE = 0.2
+REFUSED_LONGEST_PAUSE = 5.0
+"""Seconds between attempts of a write Redis refuses (full, read-only): doubling from the
+first up to the longest (and never past a third of a lease: the leases are renewed then)."""
 
 
 class LeaseKeeper(threading.Thread):
@@ -237,7 +242,8 @@ class WorkerRuntime:
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             ended = [(*running.pop(f), f.result()) for f in done]
-            held = self._within_lease(functools.partial(self.store.finish_many, ended))
+            leases = {env.call_id: token for env, token, _ in ended}
+            held = self._within_lease(functools.partial(self.store.finish_many, ended), held=leases)
             for (env, _, result), ok in zip(ended, held, strict=True):
                 finished.append(env)
                 if not ok:
@@ -371,7 +377,15 @@ class WorkerRuntime:
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
-            self.store.progress(env, token, EventType.PROGRESS, {"status": running, "data": data})
+            try:
+                self.store.progress(
+                    env, token, EventType.PROGRESS, {"status": running, "data": data}
+                )
+            except redis.ResponseError as exc:
+                if refusal(exc) is None:
+                    raise
+                # Progress is news, not state: a full Redis drops it, not the call.
+                log.info("progress of call %s dropped: %s", call_id, exc)
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
@@ -420,7 +434,8 @@ class WorkerRuntime:
 
     def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan) -> None:
         span.finish(result)
-        if not self._within_lease(lambda: self.store.finish(env, token, result)):
+        held = {env.call_id: token}
+        if not self._within_lease(lambda: self.store.finish(env, token, result), held=held):
             log.warning(
                 "call %s finished after losing its lease; result dropped: %s",
                 env.call_id,
@@ -441,22 +456,55 @@ class WorkerRuntime:
         if risks:
             self.admission.admit_soon(risks)
 
-    def _within_lease(self, write: Callable[[], T], share: float = 1.0) -> T:
+    def _within_lease(
+        self, write: Callable[[], T], share: float = 1.0, held: dict[str, str] | None = None
+    ) -> T:
         """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
 
         Redis may be restarting or failing over; after a lease the call (or its undo)
         belongs to recovery. Every write retried here answers a repeat with the same
         token as it answered the first.
+
+        A Redis that refuses writes (full, read-only: ``refusal``) wrote nothing: the write
+        is retried, with a growing pause, until Redis takes it, however long that is. The
+        ``held`` leases (call id → token) are renewed meanwhile (a full Redis still renews
+        them), so no sweeper takes a call whose handler has finished for a lost one.
         """
         deadline = time.monotonic() + self.settings.lease_seconds * share
+        pause, longest = REFUSED_FIRST_PAUSE, min(REFUSED_LONGEST_PAUSE, self.keeper.renew_every)
+        refused_since: float | None = None
         while True:
             try:
-                return write()
+                done = write()
             except (redis.ConnectionError, ReplicationError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.info("retrying a write: %s", exc)
                 time.sleep(0.5)
+                continue
+            except redis.ResponseError as exc:
+                if refusal(exc) is None:
+                    raise
+                if refused_since is None:
+                    refused_since = time.monotonic()
+                    log.warning("Redis refuses writes; waiting until it takes them: %s", exc)
+                self._renew(held)
+                time.sleep(pause)
+                pause = min(pause * 2, longest)
+                continue
+            if refused_since is not None:
+                waited = time.monotonic() - refused_since
+                log.warning("Redis takes writes again (after %.1f s)", waited)
+            return done
+
+    def _renew(self, held: dict[str, str] | None) -> None:
+        """Renew ``held`` leases while a write waits (a Redis refusing even that: skipped)."""
+        if not held:
+            return
+        try:
+            self.store.renew(held)
+        except redis.RedisError as exc:
+            log.info("cannot renew leases while waiting: %s", exc)
 
     # -- approvals and undo ------------------------------------------------------------------
 

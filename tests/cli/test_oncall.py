@@ -1,0 +1,172 @@
+"""The on-call commands (calls, runs, bulk approve, tail, dispatch --wait), as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.cli.test_cli import toolq
+from toolq import CallStatus
+from toolq.signing import generate_pair
+
+pytestmark = pytest.mark.e2e
+
+APP = ("--app", "tests.apps:registry")
+
+
+def calls(*specs: tuple[str, dict[str, object]]) -> list[dict[str, object]]:
+    return [{"id": f"t{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(specs)]
+
+
+def test_tail_prints_one_readable_line_per_event(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(calls(("echo", {"text": "hi"}), ("boom", {})), run_id="tail-run")
+    batch.wait(20)
+    done = toolq("tail", "tail-run", settings=settings)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    echo, boom = batch.call_ids
+    assert any(
+        re.search(rf"tail-run  {echo[:8]}  echo  succeeded  \S+ {{\"text\": \"hi\"}}", x)
+        for x in lines
+    ), lines
+    assert any(f"{boom[:8]}  boom  failed" in x for x in lines), lines
+    assert "\x1b[" not in done.stdout  # no colour codes in a pipe
+    assert not any(line.startswith("{") for line in lines)
+    unknown = toolq("tail", "no-such-run", settings=settings)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: no events for run 'no-such-run': unknown run, or its events expired"
+    ]
+
+
+def test_calls_list_filters_and_show_prints_record_events_and_outcome(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(calls(("echo", {"text": "hi"}), ("boom", {})), run_id="list-run")
+    other = client.dispatch(calls(("echo", {"text": "elsewhere"})), run_id="other-run")
+    batch.wait(20)
+    other.wait(20)
+    echo, boom = batch.call_ids
+    listed = toolq("calls", "list", "--run", "list-run", settings=settings)
+    assert listed.returncode == 0, listed.stderr
+    assert echo in listed.stdout and boom in listed.stdout  # full ids
+    assert other.call_ids[0] not in listed.stdout
+    assert re.search(rf"{boom} .* list-run +boom +failed .*kaboom", listed.stdout), listed.stdout
+    failed = toolq("calls", "list", "--status", "failed", "--json", settings=settings)
+    assert [row["call_id"] for row in json.loads(failed.stdout)] == [boom]
+    shown = toolq("calls", "show", echo[:8], settings=settings)
+    assert shown.returncode == 0, shown.stderr
+    assert f"echo  call {echo}  succeeded" in shown.stdout
+    assert '"text": "hi"' in shown.stdout and "events:" in shown.stdout
+    assert f"{echo[:8]}  echo  queued" in shown.stdout
+    assert f"{echo[:8]}  echo  succeeded" in shown.stdout
+    unknown = toolq("calls", "show", "feedbeef", settings=settings)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == ["error: no call id is or starts with 'feedbeef'"]
+
+
+def test_calls_show_masks_secrets_and_cancel_is_the_api_cancel(settings, inproc, client, r):
+    batch = client.dispatch(
+        calls(("login", {"user": "ann", "password": "s3cret-pw"})), run_id="cancel-run"
+    )
+    [parked] = batch.call_ids
+    shown = toolq("calls", "show", parked, "--json", settings=settings)
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["call"]["status"] == CallStatus.AWAITING_APPROVAL
+    assert view["request"]["arguments"] == {"user": "ann", "password": "**********"}
+    assert [e["type"] for e in view["events"]] == ["call.awaiting_approval"]
+    assert "s3cret-pw" not in shown.stdout
+    cancelled = toolq("calls", "cancel", parked, "--by", "oncall", settings=settings)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == f"cancelled {parked}"
+    assert client.result(parked).status is CallStatus.CANCELLED
+    assert [e.type.value for e in client.events("cancel-run")][-1] == "call.cancelled"
+    again = toolq("calls", "cancel", parked, settings=settings)
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines() == [
+        f"error: call {parked} is already cancelled: nothing to cancel"
+    ]
+
+
+def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
+    settings, inproc, client
+):
+    signing, verify = generate_pair()
+    inproc.start(approval_verify_keys=verify)  # runs only approvals signed for its own risks
+    batch = client.dispatch(
+        calls(("transfer", {"amount": 500}), ("wipe", {"target": "t"}), ("echo", {"text": "x"})),
+        run_id="bulk-run",
+    )
+    transfer, wipe, _ = batch.call_ids
+    env = {"TOOLQ_APPROVAL_SIGNING_KEY": signing, "TOOLQ_APPROVERS": '{"bob": ["moderate"]}'}
+    done = toolq(
+        "approvals", "approve", "--run", "bulk-run", "--by", "bob", *APP, settings=settings, **env
+    )
+    assert done.returncode == 1, done.stderr  # one of them refused
+    lines = done.stdout.splitlines()
+    assert f"approved {transfer}  transfer: queued" in lines
+    [refused] = [line for line in lines if line.startswith("refused")]
+    assert refused.startswith(f"refused  {wipe}  wipe: ") and "bob" in refused
+    assert lines[-1] == "run bulk-run: 1 approved, 1 refused"
+    assert client.wait([transfer], timeout=30)[0].output == "moved 500"
+    assert client.result(wipe).status is CallStatus.AWAITING_APPROVAL
+    unknown = toolq("approvals", "approve", "--run", "no-such-run", *APP, settings=settings, **env)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: unknown run 'no-such-run': it has no calls"
+    ]
+
+
+def test_dispatch_wait_shows_progress_on_stderr_and_keeps_stdout_json(settings, inproc):
+    inproc.start()
+    payload = json.dumps(calls(("echo", {"text": "a"}), ("boom", {})))
+    done = toolq(
+        "dispatch", *APP, "--run-id", "wait-run", "--wait", "30", settings=settings, stdin=payload
+    )
+    assert done.returncode == 0, done.stderr
+    assert [c["status"] for c in json.loads(done.stdout)["calls"]] == ["succeeded", "failed"]
+    lines = done.stderr.splitlines()
+    assert lines[-1] == (
+        "run wait-run: 0 queued, 0 parked, 0 running, 2/2 done (1 failed, 1 succeeded)"
+    ), done.stderr
+    assert all(line.startswith("run wait-run: ") for line in lines), done.stderr
+    parked = json.dumps(calls(("echo", {"text": "b"}), ("wipe", {"target": "t"})))
+    timed_out = toolq(
+        "dispatch", *APP, "--run-id", "parked-run", "--wait", "3", settings=settings, stdin=parked
+    )
+    assert timed_out.returncode == 1
+    assert "run parked-run: 0 queued, 1 parked, 0 running, 1/2 done (1 succeeded)" in (
+        timed_out.stderr.splitlines()
+    ), timed_out.stderr
+    assert timed_out.stderr.splitlines()[-1].startswith("error: ")
+    assert len(json.loads(timed_out.stdout)["calls"]) == 2
+
+
+def test_runs_show_lists_the_calls_in_dispatch_order(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(
+        calls(("echo", {"text": "1"}), ("boom", {}), ("wipe", {"target": "t"})), run_id="show-run"
+    )
+    echo, boom, wipe = batch.call_ids
+    client.wait([echo, boom], timeout=20)
+    shown = toolq("runs", "show", "show-run", settings=settings)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == (
+        "run show-run  tenant default  3 calls: 1 awaiting_approval, 1 succeeded, 1 failed"
+    )
+    rows = [line.split() for line in lines[2:]]
+    assert [row[:4] for row in rows] == [
+        ["0", echo, "echo", "succeeded"],
+        ["1", boom, "boom", "failed"],
+        ["2", wipe, "wipe", "awaiting_approval"],
+    ]
+    assert "RuntimeError" in lines[3] or "kaboom" in lines[3]
+    unknown = toolq("runs", "show", "no-such-run", "--json", settings=settings)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines() == [
+        "error: unknown run 'no-such-run': it has no calls"
+    ]

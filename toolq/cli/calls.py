@@ -1,0 +1,228 @@
+"""``toolq calls``: list, show, cancel and retry calls, as an on-call person needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from toolq.cli.common import (
+    APP_HELP,
+    REDIS_HELP,
+    fail,
+    load_registry,
+    one_of,
+    print_json,
+    require_redis,
+    settings_for,
+)
+from toolq.cli.ids import resolve_in
+from toolq.cli.render import (
+    clock,
+    cut,
+    duration,
+    error_text,
+    event_line,
+    print_table,
+    status_text,
+    when,
+)
+from toolq.dispatch.client import Client
+from toolq.errors import ToolqError
+from toolq.models import CallResult, CallStatus
+from toolq.registry.registry import ToolRegistry
+
+calls = typer.Typer(help="Calls: list, show, cancel, retry.", no_args_is_help=True)
+console = Console(soft_wrap=True, highlight=False)
+
+STATUSES = tuple(s.value for s in CallStatus)
+_APP = typer.Option(
+    None,
+    "--app",
+    envvar="TOOLQ_APP",
+    help=APP_HELP + " Optional: masks secret arguments by the tool's schema.",
+)
+_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
+_JSON = typer.Option(False, "--json", help="Print JSON.")
+_CALL_ID = typer.Argument(..., help="Call id, or a unique prefix of one (the dashboard shows 8).")
+_BY = typer.Option("cli", "--by", help="Who acts (named in the events and the audit).")
+
+
+def open_client(app: str | None, redis_url: str | None) -> Client:
+    """A client over the ``--app`` registry, or an empty one: reading calls needs no tools."""
+    settings = settings_for(app, redis_url)
+    require_redis(settings)
+    registry = load_registry(settings.app, settings) if settings.app else ToolRegistry()
+    return Client(registry, settings)
+
+
+def resolved(client: Client, call_id: str) -> str:
+    """The full id of ``call_id`` (a prefix is enough), or exit 1 naming what is wrong."""
+    try:
+        return resolve_in(client, call_id)
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+
+
+def warn_down(client: Client, what: str) -> None:
+    """Name on stderr each cell a listing could not read."""
+    for cell in client.reachable()[1]:
+        typer.echo(f"warning: {cell.name} does not answer: its {what} are not listed", err=True)
+
+
+def recent(client: Client, limit: int, **filters: Any) -> list[dict[str, Any]]:
+    """The newest calls matching ``filters``, newest first, across every cell that answers."""
+    # The dashboard's listing: the same rows, read from the recent-calls index.
+    from toolq.api.dashboard import recent_calls
+
+    run_id = filters.get("run_id")
+    cells = client.reachable()[0]
+    if run_id is not None and client.cells is not None:
+        cells = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
+    rows: list[dict[str, Any]] = []
+    for _, cell in cells:
+        rows.extend(recent_calls(cell, limit=limit, **filters))
+    rows.sort(key=lambda row: row["created_at"] or 0.0, reverse=True)
+    return rows[:limit]
+
+
+@calls.command("list")
+def list_(
+    run_id: str | None = typer.Option(None, "--run", help="Only this run's calls."),
+    status: str | None = typer.Option(
+        None, callback=one_of(*STATUSES), help=f"Only this state ({', '.join(STATUSES)})."
+    ),
+    tool: str | None = typer.Option(None, help="Only this tool."),
+    tenant: str | None = typer.Option(None, help="Only this tenant's calls."),
+    limit: int = typer.Option(50, min=1, max=10_000, help="At most this many calls."),
+    json_: bool = _JSON,
+    redis_url: str | None = _REDIS,
+) -> None:
+    """The newest calls first, with full ids, state, duration and error."""
+    with open_client(None, redis_url) as client:
+        try:
+            rows = recent(
+                client,
+                limit,
+                run_id=run_id,
+                tool=tool,
+                tenant=tenant,
+                state=CallStatus(status) if status else None,
+            )
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+        if run_id is None:
+            warn_down(client, "calls")
+    if json_:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo("no calls")
+        return
+    table = Table("call", "created", "run", "tool", "state", "took", "error", box=None)
+    table.columns[0].no_wrap = True  # people copy full ids
+    for row in rows:
+        table.add_row(
+            row["call_id"],
+            clock(row["created_at"]),
+            row["run_id"],
+            row["name"],
+            status_text(row["status"]),
+            duration(row["duration_ms"]),
+            cut(row["error"], 60) if row["error"] else "",
+        )
+    print_table(table)
+
+
+@calls.command()
+def show(
+    call_id: str = _CALL_ID,
+    json_: bool = _JSON,
+    app: str | None = _APP,
+    redis_url: str | None = _REDIS,
+) -> None:
+    """One call: its record, arguments (secrets masked), decisions, events and outcome."""
+    with open_client(app, redis_url) as client:
+        full = resolved(client, call_id)
+        try:
+            result = client.result(full)
+            view = client.approvals.get(full)
+            events = [e for e in client.events(view.run_id) if e.call_id == full]
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+    if json_:
+        print_json(
+            {
+                "call": result.model_dump(mode="json", exclude_none=True),
+                "request": view.model_dump(mode="json"),
+                "events": [e.model_dump(mode="json") for e in events],
+            }
+        )
+        return
+    title = Text.assemble((view.name, "bold"), f"  call {full}  ", status_text(result.status))
+    console.print(title)
+    console.print(
+        f"run {view.run_id}  tenant {view.tenant}  risk {view.risk.value}  "
+        f"provider id {view.tool_call_id}  submitted by {view.submitter or '-'}"
+    )
+    console.print(
+        f"created {when(view.created_at)}  took {duration(result.duration_ms)}  "
+        f"attempts {result.attempts}"
+    )
+    console.print("arguments (secrets masked):")
+    console.print_json(data=view.arguments)
+    if view.original_arguments is not None:
+        console.print("arguments as the model sent them:")
+        console.print_json(data=view.original_arguments)
+    if view.status is CallStatus.AWAITING_APPROVAL and view.deadline:
+        console.print(f"awaiting approval until {when(view.deadline)}")
+    if view.approvals:
+        console.print(f"approved by: {', '.join(view.approvals)}")
+    if view.decided_by:
+        console.print(f"decided by: {view.decided_by}")
+    _outcome(result)
+    console.print("events:")
+    for event in events:
+        console.print(Text("  ").append_text(event_line(event, view.name)))
+
+
+def _outcome(result: CallResult) -> None:
+    if result.error:
+        console.print(Text("error: ", style="red"), end="")
+        console.print(Text(error_text(result.error_type, result.error)))
+    elif result.status is CallStatus.SUCCEEDED:
+        console.print("output:")
+        console.print_json(data=result.output, default=str)
+        for block in result.content:
+            console.print(f"content: {cut(block.model_dump(mode='json'))}")
+
+
+@calls.command()
+def cancel(
+    call_id: str = _CALL_ID,
+    by: str = _BY,
+    redis_url: str | None = _REDIS,
+) -> None:
+    """Cancel a call: at once when queued or parked, cooperatively when running.
+
+    As ``POST /v1/calls/{id}/cancel`` by an admin: whoever holds the Redis credentials may
+    cancel any run's calls. Exit 1 when the call is already final.
+    """
+    with open_client(None, redis_url) as client:
+        full = resolved(client, call_id)
+        try:
+            before = client.result(full).status
+            result = client.cancel(full, principal=by, admin=True)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+    if before.is_final:
+        raise fail(f"call {full} is already {before.value}: nothing to cancel")
+    if result.status is CallStatus.CANCELLED:
+        typer.echo(f"cancelled {full}")
+    else:
+        # Running: the tool is told to stop (ctx.cancelled) and its call ends when it does.
+        state = result.status.value
+        typer.echo(f"cancel requested for {full} ({state}): it stops when the tool checks")

@@ -1,0 +1,80 @@
+"""``toolq runs``: the newest runs with their calls' states, and one run's calls."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from toolq.cli.calls import open_client
+from toolq.cli.common import REDIS_HELP, fail, print_json
+from toolq.cli.render import cut, duration, error_text, print_table, status_text
+from toolq.errors import ToolqError
+from toolq.models import CallResult, CallStatus
+
+runs = typer.Typer(help="Runs: list, show.", no_args_is_help=True)
+console = Console(soft_wrap=True, highlight=False)
+
+_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
+_JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
+def counts(statuses: list[CallStatus]) -> dict[str, int]:
+    """Calls per state, in the order a call goes through them; states with none left out."""
+    found = Counter(statuses)
+    return {s.value: found[s] for s in CallStatus if found[s]}
+
+
+def counts_text(by_state: dict[str, int]) -> str:
+    """``2 succeeded, 1 awaiting_approval``."""
+    return ", ".join(f"{n} {state}" for state, n in by_state.items())
+
+
+@runs.command()
+def show(
+    run_id: str = typer.Argument(..., help="Run id."),
+    json_: bool = _JSON,
+    redis_url: str | None = _REDIS,
+) -> None:
+    """A run's calls in dispatch order: state, duration, and the error or output."""
+    with open_client(None, redis_url) as client:
+        try:
+            results = client.results(run_id)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+    if not results:
+        raise fail(f"unknown run {run_id!r}: it has no calls")
+    by_state = counts([r.status for r in results])
+    if json_:
+        print_json(
+            {
+                "run_id": run_id,
+                "counts": by_state,
+                "calls": [r.model_dump(mode="json", exclude_none=True) for r in results],
+            }
+        )
+        return
+    console.print(f"run {run_id}  tenant {results[0].tenant}  {len(results)} calls: ", end="")
+    console.print(counts_text(by_state))
+    table = Table("#", "call", "tool", "state", "took", "outcome", box=None)
+    table.columns[1].no_wrap = True  # people copy full ids
+    for position, result in enumerate(results):
+        table.add_row(
+            str(position),
+            result.call_id,
+            result.name,
+            status_text(result.status),
+            duration(result.duration_ms),
+            _outcome(result),
+        )
+    print_table(table)
+
+
+def _outcome(result: CallResult) -> str:
+    if result.error:
+        return cut(error_text(result.error_type, result.error), 60)
+    if result.status is CallStatus.SUCCEEDED:
+        return cut(result.output, 60)
+    return ""

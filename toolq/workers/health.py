@@ -1,0 +1,214 @@
+"""What ``/healthz`` and ``toolq check`` report besides "Redis answers": each with a fix.
+
+- ``redis_writes``: Redis answers but refuses writes. Probed with a real write (a ``SET``
+  with a short TTL on ``Keys.health_probe``), since a ``PING`` succeeds on a Redis that is
+  out of memory (``OOM``), cannot save its snapshot (``MISCONF``) or is a replica
+  (``READONLY``), while every dispatch and decision fails.
+- ``workers``: a queue the deployment needs (a risk level of its tools, or the levels
+  ``toolq check --risk`` names) that no live worker consumes: its calls wait.
+- ``worker_lost``: a worker whose heartbeat stopped without a clean stop (SIGKILL, OOM
+  kill, host loss), reported for ``LOST_NOTICE_SECONDS`` after its heartbeat lapsed.
+  Workers record themselves in ``Keys.workers_seen`` at each heartbeat and remove the
+  entry on a warm shutdown; an entry whose heartbeat is gone is a lost worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolq.keys import Keys
+
+LOST_NOTICE_SECONDS = 600.0
+"""How long a lost worker is reported after its heartbeat lapsed."""
+PROBE_TTL_MS = 10_000
+"""Lifetime of the write probe's key."""
+
+WRITE_REFUSALS = {
+    "OOM": (
+        "redis_oom",
+        "Redis is out of memory (maxmemory reached): every dispatch and decision fails",
+        "raise maxmemory or free memory (finished runs expire with TOOLQ_RESULT_TTL); "
+        "keep maxmemory-policy noeviction",
+    ),
+    "MISCONF": (
+        "redis_misconf",
+        "Redis refuses writes because its last snapshot (RDB) failed",
+        "fix the snapshot's disk (space, permissions of Redis's dir) and check the Redis "
+        "log; writes resume after a successful BGSAVE",
+    ),
+    "READONLY": (
+        "redis_readonly",
+        "TOOLQ_REDIS_URL points to a read-only replica",
+        "point TOOLQ_REDIS_URL at the master (or use TOOLQ_SENTINELS to follow failovers)",
+    ),
+    "NOPERM": (
+        "redis_noperm",
+        "the Redis user may not write toolq's keys",
+        "give the user write access to ~toolq:* (docs/operations/redis-acls.md)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: ``ok``, or a ``code``, the ``reason`` and the ``fix``."""
+
+    name: str
+    ok: bool
+    code: str = ""
+    reason: str = ""
+    fix: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The check as ``/healthz`` shows it."""
+        if self.ok:
+            return {"name": self.name, "ok": True}
+        return {
+            "name": self.name,
+            "ok": False,
+            "code": self.code,
+            "reason": self.reason,
+            "fix": self.fix,
+        }
+
+
+def write_check(refusal: redis.ResponseError | None, where: str) -> Check:
+    """The ``redis_writes`` check from the probe's error (None: the write succeeded)."""
+    if refusal is None:
+        return Check("redis_writes", True)
+    text = str(refusal).strip()
+    code, reason, fix = WRITE_REFUSALS.get(
+        refusal_kind(refusal),
+        ("redis_write_refused", "Redis refuses writes", "read the Redis log for the cause"),
+    )
+    first = text.splitlines()[0] if text else type(refusal).__name__
+    return Check("redis_writes", False, code, f"{reason} ({where}: {first})", fix)
+
+
+def refusal_kind(refusal: redis.ResponseError) -> str:
+    """Redis's error code of a refused write: ``OOM``, ``MISCONF``, ``READONLY``, ...
+
+    redis-py takes ``OOM``, ``READONLY`` and ``NOPERM`` off the message and raises a class
+    of its own for each.
+    """
+    for kind, cls in (
+        ("OOM", redis.exceptions.OutOfMemoryError),
+        ("READONLY", redis.exceptions.ReadOnlyError),
+        ("NOPERM", redis.exceptions.NoPermissionError),
+    ):
+        if isinstance(refusal, cls):
+            return kind
+    return str(refusal).strip().split(" ", 1)[0].upper()
+
+
+def queue_checks(workers: list[dict[str, Any]], queues: list[str]) -> list[Check]:
+    """A ``workers`` check per queue in ``queues``: whether a live worker consumes it."""
+    consumed = {queue for worker in workers for queue in worker.get("queues", [])}
+    return [
+        Check(f"workers:{queue}", True)
+        if queue in consumed
+        else Check(
+            f"workers:{queue}",
+            False,
+            "no_worker",
+            f"no live worker consumes {queue}: its calls wait in the queue",
+            f"start a worker for it: toolq worker --risk {queue.rsplit('.', 1)[-1]}",
+        )
+        for queue in queues
+    ]
+
+
+def lost_checks(seen: dict[str, str], alive: set[str], now: float | None = None) -> list[Check]:
+    """A ``worker_lost`` check per worker in ``seen`` without a heartbeat, lost recently.
+
+    ``seen`` maps hostnames to their ``Keys.workers_seen`` entries; ``alive`` holds the
+    hostnames with a heartbeat now.
+    """
+    now = time.time() if now is None else now
+    found = []
+    for hostname, entry in sorted(seen.items()):
+        if hostname in alive:
+            continue
+        lapsed = lapsed_at(entry)
+        if lapsed is None or now - lapsed > LOST_NOTICE_SECONDS:
+            continue
+        queues = ", ".join(json.loads(entry).get("queues", []))
+        ago = max(0, int(now - lapsed))
+        found.append(
+            Check(
+                "worker_lost",
+                False,
+                "worker_lost",
+                f"worker {hostname} ({queues}) stopped without a clean shutdown about "
+                f"{ago}s ago (killed, OOM-killed or its host lost)",
+                "check its host and supervisor logs (dmesg for the OOM killer); its calls "
+                "are recovered one lease later (runbook: a worker is killed mid-call)",
+            )
+        )
+    return found
+
+
+def lapsed_at(entry: str | bytes) -> float | None:
+    """When the heartbeat recorded in a ``workers_seen`` entry lapsed (None: unreadable)."""
+    try:
+        data = json.loads(entry)
+        return float(data["at"]) + float(data["ttl"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def seen_entry(info: dict[str, Any], ttl: int, now: float) -> str:
+    """The ``workers_seen`` entry a heartbeat writes."""
+    return json.dumps({"at": now, "ttl": ttl, "queues": info.get("queues", [])})
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def probe_writes(client: redis.Redis, keys: Keys) -> redis.ResponseError | None:
+    """Write the probe key; the error Redis refused it with, or None."""
+    try:
+        client.set(keys.health_probe, "1", px=PROBE_TTL_MS)
+    except redis.ResponseError as exc:  # OOM, MISCONF, READONLY, NOPERM: Redis answered
+        return exc
+    return None
+
+
+def run_checks(client: redis.Redis, keys: Keys, queues: list[str], where: str) -> list[Check]:
+    """Every check, read with ``client`` (connection errors propagate)."""
+    refusal = probe_writes(client, keys)
+    names: Any = list(client.scan_iter(match=keys.worker_pattern, count=500))
+    beats: Any = client.mget(names) if names else []
+    workers = [json.loads(b) for b in beats if b]
+    seen: Any = client.hgetall(keys.workers_seen)
+    alive = {str(w.get("hostname")) for w in workers}
+    return [
+        write_check(refusal, where),
+        *queue_checks(workers, queues),
+        *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
+    ]
+
+
+async def run_checks_async(client: Any, keys: Keys, queues: list[str], where: str) -> list[Check]:
+    """``run_checks`` over an asyncio Redis client (``redis.asyncio.Redis``)."""
+    refusal: redis.ResponseError | None = None
+    try:
+        await client.set(keys.health_probe, "1", px=PROBE_TTL_MS)
+    except redis.ResponseError as exc:
+        refusal = exc
+    names = [name async for name in client.scan_iter(match=keys.worker_pattern, count=500)]
+    beats = await client.mget(names) if names else []
+    workers = [json.loads(b) for b in beats if b]
+    seen = await client.hgetall(keys.workers_seen)
+    alive = {str(w.get("hostname")) for w in workers}
+    return [
+        write_check(refusal, where),
+        *queue_checks(workers, queues),
+        *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
+    ]
