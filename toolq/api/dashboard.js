@@ -31,6 +31,7 @@ let shownApprovals = [];
 let lastGood = 0;  // when every panel last got fresh data (ms)
 const RUNS_MS = 10000;  // the runs list counts every call of each run: read it less often
 let runsAt = 0;
+let runsShape = "";  // the calls shown when the runs list was last reloaded for them
 let runsSupported = false;  // true once GET /v1/runs answers: an older API has no runs, retry or bulk approve
 let runsChecked = false;
 const RETRYABLE = new Set(["failed", "denied", "expired", "cancelled"]);
@@ -218,8 +219,9 @@ async function refresh() {
     if (shape !== chartsShape && Date.now() - chartsAt > 3000) {
       chartsShape = shape;
       loadCharts().catch(() => {});
-      if (runsSupported) runsAt = 0;  // and the runs list (new calls, new states) on the next poll
     }
+    // New calls or states reload the runs list on the next poll too (at most every 3 s).
+    if (shape !== runsShape && Date.now() - runsAt > 3000) { runsShape = shape; runsAt = 0; }
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
     renderTenants(tenants);
