@@ -32,7 +32,8 @@ class Backend:
 
     ``redis_client`` replaces the retrying client built from ``settings`` (its Sentinels or URL);
     ``celery`` the app messages are encoded and sent with (default: ``celery_app``; a
-    worker passes its own). ``close`` closes the Redis client and the Celery app.
+    worker passes its own); ``max_connections`` bounds the client's pool (callers wait for a
+    free connection), as a ``Client`` does. ``close`` closes the Redis client and the Celery app.
     """
 
     def __init__(
@@ -42,11 +43,12 @@ class Backend:
         *,
         redis_client: redis.Redis | None = None,
         celery: Celery | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.registry = registry if registry is not None else ToolRegistry()
         self.keys = Keys(self.settings.key_prefix)
-        self.redis = redis_client or connect(self.settings)
+        self.redis = redis_client or connect(self.settings, max_connections)
         if celery is not None:
             self.celery = celery
 
@@ -94,6 +96,8 @@ class Backend:
 
     def close(self) -> None:
         """Release the Redis connections and the Celery app's, if one was made."""
+        if "log" in self.__dict__:
+            self.log.close()
         self.redis.close()
         if "celery" in self.__dict__:
             self.celery.close()

@@ -28,6 +28,10 @@ class Keys:
         """Redis Stream of a run's events."""
         return f"{self.prefix}:run:{run_id}:events"
 
+    def wait_wake(self, reader_id: str) -> str:
+        """Stream (TTL) a client's waits add to, to wake its shared reader for a new run."""
+        return f"{self.prefix}:waits:{reader_id}:wake"
+
     def run_calls(self, run_id: str) -> str:
         """List of a run's call ids in dispatch order."""
         return f"{self.prefix}:run:{run_id}:calls"

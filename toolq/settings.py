@@ -195,6 +195,10 @@ class Settings(BaseSettings):
     finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
     replica_ack_timeout_ms: int = Field(1000, gt=0)
     """How long one such write waits for its replicas before it is reported as failed."""
+    client_max_connections: int = Field(16, ge=2)
+    """Redis connections a ``Client`` (and the API's) opens at most for its commands; a
+    thread finding them all busy waits for one (up to 30 s). Every thread waiting for
+    results shares one of them, so any number of waiting threads fits."""
     shards: list[Cell] = Field(default_factory=list)
     """Independent Redis cells runs are spread over (``TOOLQ_SHARDS``, JSON list: each a
     Redis URL or ``{"sentinels": ["host:port", ...], "master": "name"}``; ``{"url": ...,
@@ -242,7 +246,12 @@ class Settings(BaseSettings):
     calls_per_message: int = Field(16, ge=1, le=256)
     """Most queued calls of one risk (and time limit) one broker message carries when a
     dispatch holds several; 1 sends one message per call. A worker runs a message's calls
-    concurrently, each under its own lease (docs: guide/dispatching.md)."""
+    as its slots free, each under its own lease, and gives back to the queue those it cannot
+    start soon (docs: operations/sizing.md)."""
+    async_concurrency: int = Field(100, ge=1)
+    """Most ``async def`` calls one worker runs at once on its event loops (``toolq worker
+    --async-concurrency``); a prefork worker shares it out between its processes, at least
+    one each. Synchronous calls are bounded by ``--concurrency`` (docs: operations/sizing.md)."""
 
     max_string_bytes: int = Field(1024 * 1024, gt=0)
     """Longest string accepted anywhere in an HTTP request body."""

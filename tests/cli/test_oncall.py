@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
+import subprocess
+import sys
 
 import pytest
 
 from tests.cli.test_cli import toolq
+from tests.conftest import ROOT
 from toolq import CallStatus
 from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
 APP = ("--app", "tests.apps:registry")
+APP_AND_WAIT = ("dispatch", *APP, "--wait", "30")
 
 
 def calls(*specs: tuple[str, dict[str, object]]) -> list[dict[str, object]]:
@@ -155,18 +162,108 @@ def test_runs_show_lists_the_calls_in_dispatch_order(settings, inproc, client):
     shown = toolq("runs", "show", "show-run", settings=settings)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0] == (
-        "run show-run  tenant default  3 calls: 1 awaiting_approval, 1 succeeded, 1 failed"
-    )
-    rows = [line.split() for line in lines[2:]]
+    assert lines[0].startswith("run show-run  tenant default  owner -  last dispatch 20")
+    assert lines[1] == "3 calls: 1 awaiting_approval, 1 succeeded, 1 failed"
+    rows = [line.split() for line in lines[3:]]
     assert [row[:4] for row in rows] == [
         ["0", echo, "echo", "succeeded"],
         ["1", boom, "boom", "failed"],
         ["2", wipe, "wipe", "awaiting_approval"],
     ]
-    assert "RuntimeError" in lines[3] or "kaboom" in lines[3]
+    assert "RuntimeError: kaboom" in lines[4]
     unknown = toolq("runs", "show", "no-such-run", "--json", settings=settings)
     assert unknown.returncode == 1 and unknown.stdout == ""
-    assert unknown.stderr.strip().splitlines() == [
-        "error: unknown run 'no-such-run': it has no calls"
+    assert unknown.stderr.strip().splitlines() == ["error: unknown run id 'no-such-run'"]
+
+
+def test_runs_list_newest_first_with_counts(settings, inproc, client):
+    inproc.start()
+    client.dispatch(calls(("echo", {"text": "1"})), run_id="older-run").wait(20)
+    newer = client.dispatch(calls(("boom", {}), ("wipe", {"target": "t"})), run_id="newer-run")
+    client.wait(newer.call_ids[:1], timeout=20)
+    listed = toolq("runs", "list", settings=settings)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["newer-run", "older-run"]
+    assert rows[0][-5:] == ["2", "1", "awaiting_approval,", "1", "failed"]
+    as_json = toolq("runs", "list", "--limit", "1", "--json", settings=settings)
+    [run] = json.loads(as_json.stdout)
+    assert run["run_id"] == "newer-run" and run["calls"] == 2
+    assert run["statuses"] == {"awaiting_approval": 1, "failed": 1}
+    bad = toolq("runs", "list", "--limit", "0", settings=settings)
+    assert bad.returncode == 2 and "--limit" in bad.stderr
+
+
+def test_calls_retry_dispatches_a_linked_call_that_runs(settings, inproc, client):
+    inproc.start()
+    batch = client.dispatch(calls(("boom", {}), ("echo", {"text": "ok"})), run_id="retry-run")
+    boom, echo = batch.call_ids
+    batch.wait(20)
+    retried = toolq("calls", "retry", boom[:8], *APP, settings=settings)
+    assert retried.returncode == 0, retried.stderr
+    # The worker may have run it already: its state is whatever it was when read.
+    line = retried.stdout.strip()
+    match = re.fullmatch(rf"retried {boom} as (\w+): (queued|running|failed)", line)
+    assert match, retried.stdout
+    new = client.wait([match[1]], timeout=20)[0]
+    assert new.status is CallStatus.FAILED and new.retry_of == boom and new.run_id == "retry-run"
+    assert new.attempts == 1 and "kaboom" in (new.error or "")  # it ran again, on the worker
+    assert client.result(boom).retried_by == match[1]
+    refused = toolq("calls", "retry", echo, *APP, settings=settings)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f"error: call {echo} is succeeded: it succeeded; only a failed, denied, expired or "
+        "cancelled call can be retried"
     ]
+
+
+def on_a_terminal(*args: str, settings, stdin: str = "") -> tuple[int, str, str]:
+    """Run the CLI with stdout and stderr on a pseudo-terminal each; (exit, stdout, stderr)."""
+    out_main, out_child = pty.openpty()
+    err_main, err_child = pty.openpty()
+    env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    env.update(COLUMNS="200", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolq", *args],
+        stdin=subprocess.PIPE,
+        stdout=out_child,
+        stderr=err_child,
+        env=env,
+        cwd=ROOT,
+    )
+    os.close(out_child)
+    os.close(err_child)
+    proc.stdin.write(stdin.encode())
+    proc.stdin.close()
+    chunks: dict[int, list[bytes]] = {out_main: [], err_main: []}
+    open_fds = [out_main, err_main]
+    while open_fds:
+        ready, _, _ = select.select(open_fds, [], [], 60)
+        assert ready, "no output for 60 s"
+        for fd in ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed its end
+                data = b""
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    code = proc.wait(60)
+    return code, b"".join(chunks[out_main]).decode(), b"".join(chunks[err_main]).decode()
+
+
+def test_on_a_terminal_tail_is_coloured_and_dispatch_shows_a_live_status(settings, inproc):
+    inproc.start()
+    payload = json.dumps(calls(("echo", {"text": "tty"})))
+    code, out, err = on_a_terminal(
+        *APP_AND_WAIT, "--run-id", "tty-run", settings=settings, stdin=payload
+    )
+    assert code == 0, err
+    assert json.loads(out)["calls"][0]["status"] == "succeeded"  # stdout is the JSON still
+    assert "run tty-run: 0 queued, 0 parked, 0 running, 1/1 done (1 succeeded)" in err
+    code, out, err = on_a_terminal("tail", "tty-run", settings=settings)
+    assert code == 0, err
+    assert "\x1b[" in out and "succeeded" in out  # rich colours on a terminal

@@ -1,8 +1,8 @@
 """Many calls per broker message (``calls_per_message``), on real worker processes.
 
 A dispatch's queued calls of one risk and time limit share messages (``toolq.execute_many``);
-the worker runs a message's calls side by side, each under its own lease, with its own
-events and its own final state.
+the worker runs a message's calls as its slots free, each under its own lease, with its own
+events and its own final state, and gives back to the queue those a busy slot cannot start.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, clie
         (BATCH_TASK_NAME, 8),
     ]
     assert [task for task, _ in queued_tasks(r, "toolq.moderate")] == ["toolq.execute"]
-    carried = [call_id for _, args in reversed(safe) for call_id, _ in args[0]]
+    carried = [call[0] for _, args in reversed(safe) for call in args[0]]
+    assert {call[2] for _, args in safe for call in args[0]} == {"sync"}
     assert carried == batch.call_ids[:40]
     records = [r.hgetall(keys.call(c)) for c in batch.call_ids[:40]]
     assert [int(rec[b"push_seq"]) for rec in records] == [1] * 16 + [2] * 16 + [3] * 8
@@ -58,9 +59,7 @@ def test_a_dispatch_shares_messages_and_every_call_keeps_its_bookkeeping(r, clie
     assert all(s is CallStatus.QUEUED for s in client.store.statuses(batch.call_ids))
 
 
-def test_calls_are_created_in_dispatch_order_even_when_redis_lost_its_scripts(
-    r, client: Client
-):
+def test_calls_are_created_in_dispatch_order_even_when_redis_lost_its_scripts(r, client: Client):
     # Shared messages, a lone moderate call and a call final at dispatch, in one pipeline,
     # while Redis holds CREATE but not CREATE_GROUP: the invocations that miss their script
     # are re-run after loading it, and must not land after the others.
@@ -93,7 +92,8 @@ def test_every_call_of_a_shared_message_runs_once(r, client: Client, workers: Wo
 
 
 def test_a_long_call_does_not_hold_up_its_siblings(r, client: Client, workers: Workers):
-    workers.start("safe", concurrency=1)
+    # its slot gives them back; the other slot takes them
+    workers.start("safe", concurrency=2)
     batch = client.dispatch(
         [{"id": "long", "name": "slow", "arguments": {"seconds": 6}}]
         + [{"id": f"q{i}", "name": "slow", "arguments": {"seconds": 0.2}} for i in range(5)]
@@ -108,7 +108,7 @@ def test_a_long_call_does_not_hold_up_its_siblings(r, client: Client, workers: W
 
 
 def test_cancel_one_sibling(r, client: Client, workers: Workers, wait_for):
-    workers.start("safe", concurrency=1)
+    workers.start("safe", concurrency=2)
     batch = client.dispatch(
         [
             {"id": "a", "name": "slow", "arguments": {"seconds": 20}},
@@ -160,26 +160,21 @@ def test_a_message_of_async_calls_reaches_the_loop_in_one_wake_up(
     assert len(wake_ups) == 1  # one per call before: 16
 
 
-def pool_child(proc) -> int:
-    """The one prefork pool process of a ``--concurrency 1`` worker."""
-    deadline = time.monotonic() + 10
-    while True:
-        children = psutil.Process(proc.pid).children(recursive=True)
-        if children:
-            return int(children[0].pid)
-        assert time.monotonic() < deadline, "no pool process"
-        time.sleep(0.1)
+def runner_pid(r, call_id: str) -> int:
+    """The process that ran a call (``tests.apps.record``)."""
+    return int(r.lindex(f"test:exec:{call_id}", 0).split(b":")[0])
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["worker", "pool-process"])
 def test_kill9_mid_message(r, client: Client, workers: Workers, wait_for, whole):
     """Killed with a shared message half done: every call ends, none runs twice unless
     idempotent (the started ones are recovered by their leases)."""
-    victim = workers.start("safe", pool="prefork", concurrency=1, TOOLQ_REDELIVER_AFTER="2")
+    # three slots: the long calls hold two, the quick ones (given back) run on the third
+    victim = workers.start("safe", pool="prefork", concurrency=3, TOOLQ_REDELIVER_AFTER="2")
     batch = client.dispatch(
         [
             {"id": "n", "name": "slow", "arguments": {"seconds": 30}},
-            {"id": "i", "name": "slow_idempotent", "arguments": {"seconds": 3}},
+            {"id": "i", "name": "slow_idempotent", "arguments": {"seconds": 6}},
         ]
         + [{"id": f"q{i}", "name": "slow", "arguments": {"seconds": 0}} for i in range(4)]
     )
@@ -189,9 +184,10 @@ def test_kill9_mid_message(r, client: Client, workers: Workers, wait_for, whole)
     wait_for(lambda: all(client.result(c).status is CallStatus.SUCCEEDED for c in quick))
     if whole:
         workers.kill9(victim)
-        workers.start("safe", pool="prefork", concurrency=1, TOOLQ_REDELIVER_AFTER="2")
+        workers.start("safe", pool="prefork", concurrency=3, TOOLQ_REDELIVER_AFTER="2")
     else:
-        psutil.Process(pool_child(victim)).kill()  # Celery redelivers the message
+        for pid in {runner_pid(r, calls[0]), runner_pid(r, calls[1])}:
+            psutil.Process(pid).kill()  # Celery redelivers their messages
     results = batch.wait(timeout=40)
     assert results[0].status is CallStatus.FAILED and results[0].error_type == "worker_lost"
     assert results[1].status is CallStatus.SUCCEEDED  # idempotent: run again

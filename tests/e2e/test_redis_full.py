@@ -25,6 +25,7 @@ from toolq.api.app import create_app
 from toolq.cli.stack import EmbeddedRedis
 from toolq.errors import StoreUnavailableError
 from toolq.keys import Keys
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +65,9 @@ def wait_until(predicate, timeout: float, message: str) -> None:
 def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_path):
     from tests.apps import registry
 
-    settings = make_settings(redis_url=full_redis.url)
+    # Leases and heartbeats longer than the suite's: a loaded machine must not let one
+    # lapse between two renewals (a full Redis renews both).
+    settings = make_settings(redis_url=full_redis.url, lease_seconds=6.0, heartbeat_seconds=2.0)
     keys = Keys(settings.key_prefix)
     admin = redis.Redis.from_url(full_redis.url)
     workers = Workers(settings)
@@ -75,8 +78,9 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
         running = client.dispatch(
             [{"id": "r", "name": "slow", "arguments": {"seconds": 1.5}}], run_id="before"
         )
+        # running, and past its own write to Redis (tests.apps' ``record``)
         wait_until(
-            lambda: client.result(running.call_ids[0]).status is CallStatus.RUNNING,
+            lambda: admin.llen(f"test:exec:{running.call_ids[0]}") == 1,
             20,
             "the slow call did not start",
         )
@@ -144,6 +148,8 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             logs = "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log"))
             assert proc.poll() is None, f"worker {n} exited ({proc.returncode}):\n{logs}"
         assert client.result(running.call_ids[0]).status is CallStatus.RUNNING
+        # the first worker is still seen alive: its heartbeat's TTL is extended
+        assert len(list(admin.scan_iter(match=keys.worker("*")))) == 1
 
         admin.config_set("maxmemory", 0)  # Redis takes writes again
         done = running.wait(timeout=30)[0]
@@ -211,18 +217,21 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
     settings = make_settings(redis_url=full_redis.url)
     admin = redis.Redis.from_url(full_redis.url)
     client = Client(registry, settings)
+    signing = generate_pair()[0]
     try:
         parked = client.dispatch(
             [{"id": "w", "name": "wipe", "arguments": {"target": "t"}}], run_id="park"
         )
         assert parked.results()[0].status is CallStatus.AWAITING_APPROVAL
         fill(admin)
-        for decision in (("approve",), ("deny", "--reason", "no")):
+        # --unsigned: no worker verifies approvals here, and without it the CLI refuses
+        # before it writes (it has no signing key)
+        for decision in (("approve", "--unsigned"), ("deny", "--reason", "no")):
             done = toolq(
                 "approvals", *decision, parked.call_ids[0], "--by", "alice",
-                redis_url=full_redis.url, timeout=60,
+                "--app", "tests.apps:registry",
+                redis_url=full_redis.url, timeout=60, TOOLQ_APPROVAL_SIGNING_KEY=signing,
             )  # fmt: skip
-            # (a warning about unsigned decisions may come first: no signing key here)
             errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
             assert done.returncode != 0, done.stderr
             assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr

@@ -14,21 +14,19 @@ from toolq.results.runner import Scripts
 ENVELOPE = '{"call_id": "c1"}'
 
 
-def decide(lua: Scripts, decision: str = "approve", **kw: Any) -> scripts.DecideReply:
+def decide(lua: Scripts, kind: scripts.DecisionKind = "approve", **kw: Any) -> scripts.DecideReply:
     args: dict[str, Any] = {
-        "keys": KEYS,
         "call_id": "c1",
-        "run_id": "run1",
-        "decision": decision,
+        "kind": kind,
         "by": "bob",
         "now": now(),
-        "envelope_read": ENVELOPE if decision == "approve" else "",
-        "check_approvals": decision == "approve",
+        "envelope_read": ENVELOPE if kind == "approve" else "",
+        "check_approvals": kind == "approve",
         "maxlen": 1000,
         "ttl": 3600,
-        "event_data": "{}",
-        "result": '{"error_type": "approval_denied"}' if decision == "deny" else "",
-        "envelope": "",
+        "data": "{}",
+        "result": '{"error_type": "approval_denied"}' if kind == "deny" else "",
+        "new_envelope": "",
         "audit_maxlen": 100,
         "expired_result": '{"error_type": "approval_expired"}',
         "message": (QUEUE, MESSAGE),
@@ -37,6 +35,7 @@ def decide(lua: Scripts, decision: str = "approve", **kw: Any) -> scripts.Decide
         "final": True,
         "new_digest": "",
         "approval": "signed",
+        "run_id": "run1",
         "tool": "echo",
         "audit_sig": "sig",
         "expired_sig": "esig",
@@ -44,7 +43,7 @@ def decide(lua: Scripts, decision: str = "approve", **kw: Any) -> scripts.Decide
         "shown": "d1",
     }
     args.update(kw)
-    return lua.run(scripts.DECIDE(**args))
+    return lua.run(scripts.DECIDE(keys=KEYS, decision=scripts.Decision(**args)))
 
 
 def park(lua: Scripts, deadline: float | None = None) -> None:
@@ -90,7 +89,7 @@ def test_decide_deny(r: redis.Redis, lua: Scripts):
 
 def test_decide_partial_then_final_approval_pushes_the_message(r: redis.Redis, lua: Scripts):
     park(lua)
-    partial = decide(lua, final=False, new_digest="d2", envelope='{"call_id": "c1", "e": 1}')
+    partial = decide(lua, final=False, new_digest="d2", new_envelope='{"call_id": "c1", "e": 1}')
     assert partial.outcome == "partial"
     rec = record(r)
     assert (rec["status"], rec["digest"], rec["envelope"]) == (

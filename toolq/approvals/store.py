@@ -690,7 +690,7 @@ class ApprovalStore:
     def _run_decide(
         self,
         parked: Parked,
-        decision: scripts.Decision,
+        decision: scripts.DecisionKind,
         by: str,
         data: dict[str, Any],
         result: dict[str, Any] | None,
@@ -759,35 +759,37 @@ class ApprovalStore:
             [
                 scripts.DECIDE(
                     keys=self.keys,
-                    call_id=call_id,
-                    run_id=run_id,
-                    decision=decision,
-                    by=by,
-                    now=ts,
-                    envelope_read=parked.record["envelope"] if decision == "approve" else "",
-                    check_approvals=decision == "approve",
-                    maxlen=self.settings.stream_maxlen,
-                    ttl=self.settings.result_ttl,
-                    event_data=dumps(event),
-                    result=dumps(result) if result is not None else "",
-                    envelope=envelope,
-                    audit_maxlen=self.settings.audit_maxlen,
-                    expired_result=dumps(EXPIRED_RESULT),
-                    message=(queue, message) if queue else None,
-                    approvals_read=parked.record.get("approvers", ""),
-                    approvals_new=dumps([*prior, own]),
-                    final=final,
-                    new_digest=new_digest or "",
-                    approval=approval,
-                    tool=env.name,
-                    audit_sig=self._audit_sig(
-                        call_id, run_id, env.name, by, outcome_name, digest, ts
+                    decision=scripts.Decision(
+                        call_id=call_id,
+                        kind=decision,
+                        by=by,
+                        now=ts,
+                        envelope_read=parked.record["envelope"] if decision == "approve" else "",
+                        check_approvals=decision == "approve",
+                        maxlen=self.settings.stream_maxlen,
+                        ttl=self.settings.result_ttl,
+                        data=dumps(event),
+                        result=dumps(result) if result is not None else "",
+                        new_envelope=envelope,
+                        audit_maxlen=self.settings.audit_maxlen,
+                        expired_result=dumps(EXPIRED_RESULT),
+                        message=(queue, message) if queue else None,
+                        approvals_read=parked.record.get("approvers", ""),
+                        approvals_new=dumps([*prior, own]),
+                        final=final,
+                        new_digest=new_digest or "",
+                        approval=approval,
+                        run_id=run_id,
+                        tool=env.name,
+                        audit_sig=self._audit_sig(
+                            call_id, run_id, env.name, by, outcome_name, digest, ts
+                        ),
+                        expired_sig=self._audit_sig(
+                            call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
+                        ),
+                        digest=digest,
+                        shown=shown,
                     ),
-                    expired_sig=self._audit_sig(
-                        call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
-                    ),
-                    digest=digest,
-                    shown=shown,
                     tenant=env.tenant,
                 )
             ],

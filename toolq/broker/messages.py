@@ -28,7 +28,10 @@ from toolq.settings import Settings
 TASK_NAME = "toolq.execute"
 """Run a call; arguments ``[call_id, run_id]``."""
 BATCH_TASK_NAME = "toolq.execute_many"
-"""Run several calls of one risk concurrently; one argument ``[[call_id, run_id], ...]``."""
+"""Run several calls of one risk as slots free; one argument ``[[call_id, run_id, kind], ...]``.
+
+``kind`` is ``"async"`` for a call of an ``async def`` tool, else ``"sync"``; messages of
+earlier clients carry ``[call_id, run_id]`` pairs (the worker then reads the kinds)."""
 UNDO_TASK_NAME = "toolq.undo"
 """Run a finished call's undo handler; arguments ``[call_id]``."""
 PREVIEW_TASK_NAME = "toolq.preview"
@@ -92,15 +95,15 @@ class Publisher:
         return queue, self._envelope(queue, TASK_NAME, [call_id, run_id], _limits(timeout))
 
     def batch_message(
-        self, calls: Sequence[tuple[str, str]], risk: RiskLevel, timeout: float | None
+        self, calls: Sequence[Sequence[str]], risk: RiskLevel, timeout: float | None
     ) -> tuple[str, str]:
-        """The queue and the one message carrying ``(call_id, run_id)`` of several calls.
+        """The queue and the one message carrying ``(call_id, run_id, kind)`` of several calls.
 
         The calls share their risk level and time limit (Celery's is per message). The
         script that creates them pushes it (``create_group.lua``), as ``message`` is.
         """
         queue = self.keys.queue_for(risk)
-        pairs = [[call_id, run_id] for call_id, run_id in calls]
+        pairs = [list(call) for call in calls]
         return queue, self._envelope(queue, BATCH_TASK_NAME, [pairs], _limits(timeout))
 
     def undo_message(self, call_id: str, risk: RiskLevel) -> tuple[str, str]:

@@ -183,6 +183,10 @@ def show(
         console.print(f"approved by: {', '.join(view.approvals)}")
     if view.decided_by:
         console.print(f"decided by: {view.decided_by}")
+    if result.retry_of:
+        console.print(f"retry of call {result.retry_of}")
+    if result.retried_by:
+        console.print(f"retried as call {result.retried_by}")
     _outcome(result)
     console.print("events:")
     for event in events:
@@ -226,3 +230,28 @@ def cancel(
         # Running: the tool is told to stop (ctx.cancelled) and its call ends when it does.
         state = result.status.value
         typer.echo(f"cancel requested for {full} ({state}): it stops when the tool checks")
+
+
+@calls.command()
+def retry(
+    call_id: str = _CALL_ID,
+    by: str = _BY,
+    app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
+    redis_url: str | None = _REDIS,
+) -> None:
+    """Dispatch a new call retrying a failed, denied, expired or cancelled one.
+
+    As ``POST /v1/calls/{id}/retry`` by an admin: same tool, arguments and run, through
+    the dispatcher (so approval applies again), linked to the old call. Prints the new
+    call's id and state; exit 1 when the call cannot be retried.
+    """
+    settings = settings_for(app, redis_url)
+    registry = load_registry(settings.app, settings)  # the new call is validated and routed
+    require_redis(settings)
+    with Client(registry, settings) as client:
+        full = resolved(client, call_id)
+        try:
+            new = client.retry(full, principal=by, admin=True)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+    typer.echo(f"retried {full} as {new.call_id}: {new.status.value}")

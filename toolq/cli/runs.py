@@ -1,4 +1,4 @@
-"""``toolq runs``: the newest runs with their calls' states, and one run's calls."""
+"""``toolq runs``: the runs most recently dispatched into, and one run's calls."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from toolq.cli.calls import open_client
+from toolq.cli.calls import open_client, warn_down
 from toolq.cli.common import REDIS_HELP, fail, print_json
-from toolq.cli.render import cut, duration, error_text, print_table, status_text
+from toolq.cli.render import cut, duration, error_text, print_table, status_text, when
 from toolq.errors import ToolqError
 from toolq.models import CallResult, CallStatus
+from toolq.results.paging import MAX_LIMIT
 
 runs = typer.Typer(help="Runs: list, show.", no_args_is_help=True)
 console = Console(soft_wrap=True, highlight=False)
@@ -32,6 +33,47 @@ def counts_text(by_state: dict[str, int]) -> str:
     return ", ".join(f"{n} {state}" for state, n in by_state.items())
 
 
+@runs.command("list")
+def list_(
+    tenant: str | None = typer.Option(None, help="Only this tenant's runs."),
+    limit: int = typer.Option(50, min=1, max=MAX_LIMIT, help="At most this many runs."),
+    json_: bool = _JSON,
+    redis_url: str | None = _REDIS,
+) -> None:
+    """The runs most recently dispatched into first, with their calls per state."""
+    with open_client(None, redis_url) as client:
+        try:
+            page = client.runs(limit=limit, tenant=tenant)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+        warn_down(client, "runs")
+    if json_:
+        print_json([run.model_dump(mode="json") for run in page.items])
+        return
+    if not page.items:
+        typer.echo("no runs")
+        return
+    table = Table("run", "last dispatch", "tenant", "owner", "calls", "states", box=None)
+    table.columns[0].no_wrap = True
+    for run in page.items:
+        table.add_row(
+            run.run_id,
+            when(run.last_dispatch_at),
+            run.tenant,
+            run.owner or "-",
+            str(run.calls),
+            counts_text(ordered(run.statuses)),
+        )
+    print_table(table)
+    if page.next_cursor is not None:
+        typer.echo(f"note: more runs than --limit {limit} shows", err=True)
+
+
+def ordered(statuses: dict[str, int]) -> dict[str, int]:
+    """Per-state counts in the order a call goes through the states."""
+    return {s.value: statuses[s.value] for s in CallStatus if statuses.get(s.value)}
+
+
 @runs.command()
 def show(
     run_id: str = typer.Argument(..., help="Run id."),
@@ -41,23 +83,25 @@ def show(
     """A run's calls in dispatch order: state, duration, and the error or output."""
     with open_client(None, redis_url) as client:
         try:
+            run = client.run(run_id)
             results = client.results(run_id)
         except ToolqError as exc:
             raise fail(str(exc)) from None
-    if not results:
-        raise fail(f"unknown run {run_id!r}: it has no calls")
     by_state = counts([r.status for r in results])
     if json_:
         print_json(
             {
-                "run_id": run_id,
-                "counts": by_state,
+                **run.model_dump(mode="json"),
+                "statuses": by_state,
                 "calls": [r.model_dump(mode="json", exclude_none=True) for r in results],
             }
         )
         return
-    console.print(f"run {run_id}  tenant {results[0].tenant}  {len(results)} calls: ", end="")
-    console.print(counts_text(by_state))
+    console.print(
+        f"run {run_id}  tenant {run.tenant}  owner {run.owner or '-'}  last dispatch "
+        f"{when(run.last_dispatch_at)}"
+    )
+    console.print(f"{len(results)} calls: {counts_text(by_state)}")
     table = Table("#", "call", "tool", "state", "took", "outcome", box=None)
     table.columns[1].no_wrap = True  # people copy full ids
     for position, result in enumerate(results):

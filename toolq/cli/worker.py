@@ -24,6 +24,7 @@ from toolq.cli.common import (
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
+from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.workers.app import create_celery
 from toolq.workers.logs import quiet_expected_reconnects
@@ -38,7 +39,19 @@ def worker(
         callback=parse_risks,
         help="Risk queues to consume (comma-separated).",
     ),
-    concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Processes/threads."),
+    concurrency: int | None = typer.Option(
+        None,
+        "--concurrency",
+        "-c",
+        help="Processes/threads: the most synchronous calls the worker runs at once.",
+    ),
+    async_concurrency: int | None = typer.Option(
+        None,
+        "--async-concurrency",
+        envvar="TOOLQ_ASYNC_CONCURRENCY",
+        min=1,
+        help="Most async def calls the worker runs at once (default 100).",
+    ),
     pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
     prefetch: int | None = typer.Option(
         None, help="Prefetch multiplier (default 1 with dangerous or fair share, else 4)."
@@ -56,6 +69,8 @@ def worker(
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
     settings = cell_settings(settings_for(app, redis_url), shard)
+    if async_concurrency is not None:
+        settings = settings.model_copy(update={"async_concurrency": async_concurrency})
     registry = load_registry(settings.app, settings)
     verifier_for(settings)  # a malformed verify key stops the worker here, not per call
     levels = risk_list(risk)
@@ -100,7 +115,9 @@ def worker(
     celeryd_after_setup.connect(lambda **_: quiet_expected_reconnects(), weak=False)
     started: list[Any] = []
     worker_init.connect(lambda sender, **_: started.append(sender), weak=False)
-    create_celery(settings, registry).worker_main(argv)
+    create_celery(
+        settings, registry, async_slots=async_slots(settings, pool, concurrency)
+    ).worker_main(argv)
     # ``worker_main`` drops the worker's exit status: a worker whose consumer died would
     # exit 0, which a supervisor restarting on failure (``Restart=on-failure``) ignores.
     code = started[-1].exitcode if started else 1
@@ -110,6 +127,18 @@ def worker(
         stderr = sys.__stderr__ or sys.stderr
         print(f"toolq worker: exiting with status {code}: {reason}", file=stderr, flush=True)
         raise typer.Exit(code)
+
+
+def async_slots(settings: Settings, pool: str, concurrency: int | None) -> int:
+    """The ``async def`` calls each pool process runs at once: a prefork worker's share.
+
+    Prefork processes each have their own event loop and get an equal share of
+    ``async_concurrency`` (at least one); threads and solo workers are one process.
+    """
+    if pool != "prefork":
+        return settings.async_concurrency
+    processes = concurrency or os.cpu_count() or 1  # Celery's default concurrency
+    return max(1, settings.async_concurrency // processes)
 
 
 class _LastCritical(logging.Handler):

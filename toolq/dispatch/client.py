@@ -16,6 +16,7 @@ from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
+from toolq.dispatch.providers.streams import StreamedCalls
 from toolq.dispatch.retry import retry_call
 from toolq.errors import (
     ApprovalPredicateError,
@@ -32,6 +33,7 @@ from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page, merge_pages
 from toolq.results.runs import RunSummary, run_summary, runs_page
+from toolq.results.waits import Waiter
 from toolq.settings import Settings
 
 T = TypeVar("T")
@@ -76,12 +78,26 @@ class Batch:
         return nullcontext() if self.cell is None else self.cell.guard()
 
     def _wait(self, timeout: float | None) -> list[CallResult]:
-        final = {c.call_id for c in self.calls if c.status.is_final}
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
-        seen = self._client.log.wait_final(
-            self.run_id, self.call_ids, timeout, after=self._first_event, final=final
+        waiter = self._start_wait()
+        if not self._client.log.waits.wait(waiter, timeout):
+            raise WaitTimeoutError(
+                f"{len(waiter.pending)} of {len(self.calls)} calls not final after {timeout:g}s",
+                pending=sorted(waiter.pending),
+            )
+        return self._collect(waiter.seen)
+
+    def _start_wait(self) -> Waiter:
+        """Register this batch's wait with the shared reader (``AsyncBatch.wait`` awaits it)."""
+        assert self._first_event is not None
+        final = {c.call_id for c in self.calls if c.status.is_final}
+        return self._client.log.start_wait(
+            self.run_id, self.call_ids, after=self._first_event, final=final
         )
+
+    def _collect(self, seen: dict[str, dict[str, Any]]) -> list[CallResult]:
+        """The results once every call is final; ``seen``: the final events' data by call id."""
         # Final events that carry the whole outcome save reading the records back.
         missing = [c for c in self.call_ids if not seen.get(c, {}).get("complete")]
         fetched = dict(zip(missing, self._client.store.results(missing), strict=True))
@@ -178,7 +194,12 @@ class Client:
             # The first cell's parts stand in below for code that names one store; every
             # method that reads or writes a run or call goes to its cell instead.
             backend = self.cells.cells[0].backend
-        self.backend = backend or Backend(chosen, registry, redis_client=redis_client)
+        self.backend = backend or Backend(
+            chosen,
+            registry,
+            redis_client=redis_client,
+            max_connections=chosen.client_max_connections,
+        )
         self.registry = registry
         self.settings = self.backend.settings
         self.keys = self.backend.keys
@@ -288,6 +309,42 @@ class Client:
                 tenant=tenant,
             )
         return Batch(self, dispatched)
+
+    def dispatch_stream(
+        self,
+        stream: Any,
+        *,
+        run_id: str | None = None,
+        behavior: str | None = None,
+        principal: str | None = None,
+        admin: bool = False,
+        tenant: str = DEFAULT_TENANT,
+    ) -> list[Batch]:
+        """Dispatch each tool call of a streamed model response as soon as it is complete.
+
+        ``stream`` iterates the events of OpenAI chat completion chunks, the OpenAI Responses
+        stream or Anthropic's message stream (the SDKs' models or their dicts;
+        ``StreamedCalls`` says when each call is complete). Every call goes into one run
+        (``run_id``, or the run the first call creates); returns one ``Batch`` per call in
+        stream order. A call the stream broke off inside is not dispatched: the stream's
+        error propagates, and the calls completed before it are already queued.
+        """
+        calls = StreamedCalls()
+        batches: list[Batch] = []
+        for event in stream:
+            for call in calls.feed(event):
+                batch = self.dispatch(
+                    [call],
+                    run_id=run_id,
+                    behavior=behavior,
+                    principal=principal,
+                    format=calls.format,
+                    admin=admin,
+                    tenant=tenant,
+                )
+                run_id = batch.run_id
+                batches.append(batch)
+        return batches
 
     def call(
         self,

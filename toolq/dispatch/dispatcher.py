@@ -47,6 +47,7 @@ from toolq.errors import (
     ToolDeniedError,
     ToolqError,
 )
+from toolq.execution.executor import runs_async
 from toolq.models import (
     CallEnvelope,
     CallStatus,
@@ -334,9 +335,21 @@ class Dispatcher:
             message = self.publisher.message(env.call_id, risk, timeout, env.run_id)
             calls[members[0]] = dataclasses.replace(first, message=message)
             return
-        carried = [(calls[i].envelope.call_id, calls[i].envelope.run_id) for i in members]
+        carried = [
+            (
+                calls[i].envelope.call_id,
+                calls[i].envelope.run_id,
+                self._kind(calls[i].envelope.name),
+            )
+            for i in members
+        ]
         queue, batch = self.publisher.batch_message(carried, risk, timeout)
         groups.append(MessageGroup(tuple(members), queue, batch, first.schedule))
+
+    def _kind(self, name: str) -> str:
+        """``"async"`` for a call of an ``async def`` tool, else ``"sync"`` (the worker's slots)."""
+        tool = self.registry.get(name)
+        return "async" if tool is not None and runs_async(tool) else "sync"
 
     def _prepare(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -35,8 +35,12 @@ Plan = tuple[tuple[str, str], dict[str, str]]
 class Admission:
     """The admission stage over one ``CallStore`` (its Redis client, keys and settings)."""
 
-    def __init__(self, store: CallStore) -> None:
+    def __init__(
+        self, store: CallStore, on_due: Callable[[RiskLevel, float], None] | None = None
+    ) -> None:
+        """``on_due(risk, at)``: told when ADMIT should run again for a full rate limit."""
         self.store = store
+        self.on_due = on_due
         self.settings = store.settings
         self.keys = store.keys
         self._plans: dict[tuple[int, str, RiskLevel], Plan | None] = {}
@@ -99,9 +103,14 @@ class Admission:
     def admit(self, risks: Iterable[RiskLevel] = tuple(RiskLevel)) -> int:
         """Run ADMIT for each of ``risks`` (one round trip); how many calls it admitted."""
         now_ms = int(time.time() * 1000)
-        replies = self.store.scripts.pipelined(
-            [self.invocation(risk, now_ms) for risk in dict.fromkeys(risks)]
-        )
+        ordered = list(dict.fromkeys(risks))
+        replies = self.store.scripts.pipelined([self.invocation(risk, now_ms) for risk in ordered])
+        if self.on_due is not None:
+            for risk, reply in zip(ordered, replies, strict=True):
+                if reply.due_ms:
+                    # The oldest start leaves the window just after due_ms (ADMIT keeps
+                    # starts newer than now - window).
+                    self.on_due(risk, (reply.due_ms + 1) / 1000)
         return sum(reply.admitted for reply in replies)
 
     def invocation(

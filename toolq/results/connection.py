@@ -129,11 +129,25 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
+class _BlockingSyncSentinelPool(
+    redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool
+):
+    """A Sentinel master's pool whose callers wait for a free connection."""
+
+
+POOL_TIMEOUT = 30
+"""Seconds a caller of a bounded client waits for a free connection before an error."""
+
+
+def redis_client(
+    where: Settings | RedisTarget | str, max_connections: int | None = None
+) -> redis.Redis:
     """A client that retries commands on connection errors with exponential backoff.
 
     Every write toolq retries is a compare-and-set or an idempotent claim, so a command
-    that reached Redis before the connection dropped cannot take effect twice.
+    that reached Redis before the connection dropped cannot take effect twice. With
+    ``max_connections`` its pool opens at most that many and a caller finding them all
+    busy waits for one (``POOL_TIMEOUT``); without, redis-py's pool raises past its limit.
     """
     target = RedisTarget.of(where)
     options: dict[str, Any] = {
@@ -143,11 +157,24 @@ def redis_client(where: Settings | RedisTarget | str) -> redis.Redis:
     }
     if target.is_sentinel:
         assert target.master is not None
+        if max_connections is not None:
+            options.update(
+                connection_pool_class=_BlockingSyncSentinelPool,
+                max_connections=max_connections,
+                timeout=POOL_TIMEOUT,
+            )
         client: redis.Redis = _sentinel(target).master_for(
             target.master, connection_class=FollowingConnection, **options
         )  # type: ignore[no-untyped-call]
         return client
-    return redis.Redis.from_url(target.url, **options)
+    if max_connections is None:
+        return redis.Redis.from_url(target.url, **options)
+    pool = redis.BlockingConnectionPool.from_url(
+        target.url, max_connections=max_connections, timeout=POOL_TIMEOUT, **options
+    )
+    bounded = redis.Redis(connection_pool=pool)
+    bounded.auto_close_connection_pool = True
+    return bounded
 
 
 class _BlockingSentinelPool(

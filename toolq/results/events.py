@@ -2,7 +2,8 @@
 
 Readers read the stream from their last id, then block on the stream itself
 (``XREAD BLOCK`` from that id), which every ``XADD`` wakes: nothing is published besides
-the events, and a reader can miss nothing between its read and its wait.
+the events, and a reader can miss nothing between its read and its wait. Waits for calls to
+turn final go through the process's one shared reader (``toolq.results.waits``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from toolq.errors import PayloadError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
 from toolq.results.connection import as_text
+from toolq.results.waits import SharedWaits, Waiter
 
 POLL_SECONDS = 1.0
 """Longest single ``XREAD BLOCK`` of the API's hub, so a run nobody follows is dropped."""
@@ -27,13 +29,8 @@ BLOCK_SECONDS = 2.0
 under redis-py's default 5 s socket timeout, which a longer block would hit (a
 ``TimeoutError``, retried by the client without looking at the reader's deadline)."""
 BATCH = 1000
-COALESCE_PENDING = 32
-COALESCE_SECONDS = 0.005
-"""While at least this many calls are pending, a wait reads at most every 5 ms."""
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
-_NOT_FINAL = frozenset(t.value for t in EventType if not t.is_final)
-"""Events a waiter skips without decoding their data (most of a busy run's events)."""
 
 
 _STREAM_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
@@ -71,6 +68,8 @@ class EventLog:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
         self.keys = keys
+        self.waits = SharedWaits(client, keys)
+        """The waits of this process on this Redis: one reader thread and connection for all."""
 
     def read(self, run_id: str, after: str | None = None, count: int | None = None) -> list[Event]:
         """Events of a run strictly after ``after`` (all of them when ``None``), in order."""
@@ -134,60 +133,50 @@ class EventLog:
         after: str | None = None,
         final: set[str] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Block until every call is final, reading the run's stream with ``XREAD BLOCK``.
+        """Block until every call is final, woken by the process's shared stream reader.
 
         One pipelined round trip reads the newest stream id and then the calls' states;
         Redis runs them in that order, so a call that turns final after its state was read
-        shows up in the stream after that id. Each wake-up is then one round trip that
-        returns the new events themselves: there is nothing to miss and nothing to poll.
+        shows up in the stream after that id, which the reader (``SharedWaits``) reads on:
+        there is nothing to miss and nothing to poll, and however many threads wait, the
+        waiting holds one connection.
 
         A caller that just created the calls passes ``after`` (the first creation event)
         and ``final`` (the calls created final), and saves the lookup. Returns the data of
         the final events read, by call id.
         """
-        seen: dict[str, dict[str, Any]] = {}
-        deadline = None if timeout is None else time.monotonic() + timeout
-        stream = self.keys.run_stream(run_id)
-        if after is not None:
-            last = after
-            pending = set(call_ids) - (final or set())
-        else:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xrevrange(stream, count=1)
-            for call_id in call_ids:
-                pipe.hget(self.keys.call(call_id), "status")
-            newest, *states = pipe.execute()
-            last = as_text(newest[0][0]) if newest else "0-0"
-            pending = {
-                c
-                for c, s in zip(call_ids, states, strict=True)
-                if s is None or as_text(s) not in _FINAL_VALUES
-            }
-        while pending:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise WaitTimeoutError(
-                    f"{len(pending)} of {len(call_ids)} calls not final after {timeout:g}s",
-                    pending=sorted(pending),
-                )
-            block = BLOCK_SECONDS if remaining is None else min(BLOCK_SECONDS, remaining)
-            reply: Any = self.redis.xread(
-                {stream: last}, count=BATCH, block=max(1, int(block * 1000))
+        waiter = self.start_wait(run_id, call_ids, after=after, final=final)
+        if not self.waits.wait(waiter, timeout):
+            raise WaitTimeoutError(
+                f"{len(waiter.pending)} of {len(call_ids)} calls not final after {timeout:g}s",
+                pending=sorted(waiter.pending),
             )
-            got = 0
-            for _, entries in reply or []:
-                got += len(entries)
-                for entry_id, fields in entries:
-                    last = as_text(entry_id)
-                    if as_text(fields.get(b"type", fields.get("type", ""))) in _NOT_FINAL:
-                        continue  # most of a busy run's events: skip decoding them
-                    call_id = as_text(fields.get(b"call_id", fields.get("call_id", "")))
-                    if call_id in pending:
-                        data = json.loads(fields.get(b"data", fields.get("data")) or "{}")
-                        if data.get("status") in _FINAL_VALUES:
-                            pending.discard(call_id)
-                            seen[call_id] = data
-            if len(pending) >= COALESCE_PENDING and got < BATCH:
-                # A big batch trickles in: let events gather instead of waking per event.
-                time.sleep(COALESCE_SECONDS)
-        return seen
+        return waiter.seen
+
+    def start_wait(
+        self,
+        run_id: str,
+        call_ids: Sequence[str],
+        *,
+        after: str | None = None,
+        final: set[str] | None = None,
+    ) -> Waiter:
+        """Register a wait for the calls (``wait_final`` without the blocking part)."""
+        if after is not None:
+            return self.waits.join(run_id, set(call_ids) - (final or set()), after)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrevrange(self.keys.run_stream(run_id), count=1)
+        for call_id in call_ids:
+            pipe.hget(self.keys.call(call_id), "status")
+        newest, *states = pipe.execute()
+        last = as_text(newest[0][0]) if newest else "0-0"
+        pending = {
+            c
+            for c, s in zip(call_ids, states, strict=True)
+            if s is None or as_text(s) not in _FINAL_VALUES
+        }
+        return self.waits.join(run_id, pending, last)
+
+    def close(self) -> None:
+        """Stop the shared reader, if one was started."""
+        self.waits.close()

@@ -1,5 +1,9 @@
 """``Script`` and ``Scripts``: the Lua files of ``toolq/results/lua``, run one way.
 
+Each file's header lists its KEYS and ARGV by name (``Header``); a wrapper fills them by
+those names, and an invocation whose names differ from the header's, or come in another
+order, is refused before it is sent: no slot is filled by its position alone.
+
 A script's SHA1 is computed here from its source, so nothing is registered ahead: every
 script runs with ``EVALSHA``, and a ``NOSCRIPT`` reply (Redis restarted, or its scripts were
 flushed) loads the script and runs that invocation again. A script Redis lacked ran nowhere,
@@ -11,7 +15,8 @@ many invocations: one round trip either way); the worker's hot path sends the sa
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -33,11 +38,89 @@ def lua_source(name: str) -> str:
     return (resources.files("toolq.results") / "lua" / name).read_text(encoding="utf-8")
 
 
+_ENTRY = re.compile(r"^--\s{2,}(\d+)(\.\.)?\s+(\S.*)$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_SECOND_ENTRY = re.compile(r"\s{2,}\d+(\.\.)?\s")
+
+
+@dataclass(frozen=True)
+class Slots:
+    """One section of a header: its names in order, and whether a variadic tail follows."""
+
+    names: tuple[str, ...]
+    tail: bool = False
+
+
+@dataclass(frozen=True)
+class Header:
+    """The KEYS and ARGV a script's header lists, by name, in order.
+
+    A section is the lines under ``-- KEYS`` (or ``-- ARGV``) indented by two spaces or
+    more; an entry is ``N  name  description``, numbered from 1, one per line, and
+    ``N..  description`` is a variadic tail (``N`` follows the last name).
+    """
+
+    keys: Slots
+    argv: Slots
+
+    @classmethod
+    def parse(cls, file: str, source: str) -> Header:
+        """The header of ``source`` (the file ``file``); a malformed one raises ``ValueError``."""
+        comments = [line for line in source.splitlines() if line.startswith("--")]
+        return cls(_section(file, "KEYS", comments), _section(file, "ARGV", comments))
+
+
+def _section(file: str, title: str, comments: list[str]) -> Slots:
+    try:
+        start = comments.index(f"-- {title}") + 1
+    except ValueError:
+        raise ValueError(f"{file}: its header has no '-- {title}' section") from None
+    names: list[str] = []
+    tail = False
+    for line in comments[start:]:
+        if not line.startswith("--  "):
+            break
+        entry = _ENTRY.match(line)
+        if entry is None:
+            continue  # a description's continuation
+        number, variadic, rest = int(entry[1]), bool(entry[2]), entry[3]
+        if tail or number != len(names) + 1:
+            raise ValueError(f"{file}: {title} entry {number} is out of order")
+        if variadic:
+            tail = True
+            continue
+        name = rest.split()[0]
+        if _SECOND_ENTRY.search(rest):
+            raise ValueError(f"{file}: {title} {number} shares its line; one entry a line")
+        if not _NAME.fullmatch(name) or name in names:
+            raise ValueError(f"{file}: {title} {number} needs a name of its own, not {name!r}")
+        names.append(name)
+    return Slots(tuple(names), tail)
+
+
+def _placed(script: str, title: str, slots: Slots, given: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``given``'s values, after checking its names are the header's, in the header's order."""
+    if tuple(given) == slots.names:
+        return tuple(given.values())
+    names = tuple(given)
+    missing = [n for n in slots.names if n not in given]
+    unknown = [n for n in names if n not in slots.names]
+    if missing:
+        problem = f"{missing[0]!r} is missing"
+    elif unknown:
+        problem = f"{unknown[0]!r} is not in its header"
+    else:
+        at = next(i for i, (a, b) in enumerate(zip(names, slots.names, strict=True)) if a != b)
+        problem = f"{names[at]!r} is given where the header lists {slots.names[at]!r}"
+    raise TypeError(f"{script} {title}: {problem} (the header lists {', '.join(slots.names)})")
+
+
 class Script(Generic[R]):
     """One ``.lua`` file (after the ``lib/`` files it includes) and how to read its reply.
 
     Subclasses name the file, the libraries and a ``parse``; their ``__call__`` takes
-    keyword arguments and returns an ``Invocation`` for ``Scripts`` to run.
+    keyword arguments and returns an ``Invocation`` for ``Scripts`` to run, filling the
+    KEYS and ARGV by the names of the file's ``header``.
     """
 
     file: ClassVar[str]
@@ -46,9 +129,15 @@ class Script(Generic[R]):
     """The outcome words the script returns (its ``Literal``'s values), if it returns words."""
 
     def __init__(self) -> None:
-        parts = [lua_source(f"lib/{name}.lua") for name in self.includes]
-        self.source = "\n".join([*parts, lua_source(self.file)])
+        self.source = self.text()
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.header = Header.parse(self.file, lua_source(self.file))
+        """The KEYS and ARGV the file's header names."""
+
+    def text(self) -> str:
+        """The source Redis runs: the included ``lib/`` files, then the script's file."""
+        parts = [lua_source(f"lib/{name}.lua") for name in self.includes]
+        return "\n".join([*parts, lua_source(self.file)])
 
     @property
     def name(self) -> str:
@@ -59,9 +148,29 @@ class Script(Generic[R]):
         """The typed outcome of a raw reply."""
         raise NotImplementedError
 
-    def invoke(self, keys: Sequence[str], args: Sequence[Any]) -> Invocation[R]:
-        """KEYS and ARGV in the order of the file's header."""
-        return Invocation(self, tuple(keys), tuple(args))
+    def invoke(
+        self,
+        keys: Mapping[str, str],
+        argv: Mapping[str, Any],
+        *,
+        extra_keys: Sequence[str] = (),
+        extra_argv: Sequence[Any] = (),
+    ) -> Invocation[R]:
+        """An invocation of KEYS and ARGV given by the header's names, in the header's order.
+
+        ``extra_keys`` and ``extra_argv`` fill a section's variadic tail. Names that differ
+        from the header's, or come in another order, raise ``TypeError``.
+        """
+        header = self.header
+        if extra_keys and not header.keys.tail:
+            raise TypeError(f"{self.file} KEYS: its header lists no variadic tail")
+        if extra_argv and not header.argv.tail:
+            raise TypeError(f"{self.file} ARGV: its header lists no variadic tail")
+        return Invocation(
+            self,
+            (*_placed(self.file, "KEYS", header.keys, keys), *extra_keys),
+            (*_placed(self.file, "ARGV", header.argv, argv), *extra_argv),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,9 +273,19 @@ def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
     return value
 
 
-def emit_keys(keys: Keys) -> list[str]:
-    """The KEYS every emitting script takes after its own (``lib/emit.lua``)."""
-    return [keys.webhook_events, keys.webhook_outbox]
+def emit_keys(keys: Keys) -> dict[str, str]:
+    """The KEYS every emitting script takes after its own (``lib/emit.lua``), by name."""
+    return {"hook_types": keys.webhook_events, "outbox": keys.webhook_outbox}
+
+
+def flag(value: bool) -> str:
+    """A boolean as scripts read it: ``'1'`` or ``'0'``."""
+    return "1" if value else "0"
+
+
+def pairs(fields: Mapping[str, str] | None) -> list[str]:
+    """Record field/value pairs, flat, for a variadic ARGV tail."""
+    return [item for pair in (fields or {}).items() for item in pair]
 
 
 def _no_script(reply: Any) -> bool:

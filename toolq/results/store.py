@@ -294,6 +294,22 @@ class CallStore:
 
     # -- worker side -------------------------------------------------------------------------
 
+    def give_back(self, queue: str, message: str, call_ids: Sequence[str]) -> int:
+        """Push ``message`` for the calls among ``call_ids`` still queued; how many.
+
+        A busy worker's calls it has not started (``give_back.lua``): the push is recorded
+        on each as at creation, so a lost message is sent again.
+        """
+        return self.scripts.run(
+            scripts.GIVE_BACK(
+                keys=self.keys,
+                queue=queue,
+                message=message,
+                call_ids=call_ids,
+                now=repr(time.time()),
+            )
+        )
+
     def start(
         self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None = None
     ) -> Started:

@@ -16,23 +16,30 @@ from celery import Celery, bootsteps, signals
 
 from toolq.broker import (
     BATCH_TASK_NAME,
+    HARD_LIMIT_GRACE,
     PREVIEW_TASK_NAME,
     TASK_NAME,
     UNDO_TASK_NAME,
     celery_app,
 )
+from toolq.keys import Keys
+from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 from toolq.workers.heartbeat import count_received
+from toolq.workers.slots import Route
 
 
 class _PerProcess:
     """One ``WorkerRuntime`` per process, made lazily after a prefork child is forked."""
 
-    def __init__(self, settings: Settings, registry: ToolRegistry, app: Celery) -> None:
+    def __init__(
+        self, settings: Settings, registry: ToolRegistry, app: Celery, async_slots: int | None
+    ) -> None:
         self.settings = settings
         self.registry = registry
         self.app = app
+        self.async_slots = async_slots
         self._runtime: Any = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -44,7 +51,9 @@ class _PerProcess:
                 if self._pid != os.getpid():
                     from toolq.workers.runtime import WorkerRuntime
 
-                    self._runtime = WorkerRuntime(self.settings, self.registry)
+                    self._runtime = WorkerRuntime(
+                        self.settings, self.registry, async_slots=self.async_slots
+                    )
                     self._pid = os.getpid()
         return self._runtime
 
@@ -101,15 +110,21 @@ class MaintenanceStep(bootsteps.StartStopStep):
             self.maintenance.stop()
 
 
-def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
+def create_celery(
+    settings: Settings, registry: ToolRegistry, *, async_slots: int | None = None
+) -> Celery:
     """``celery_app(settings)`` with the tasks that run ``registry``'s calls and the sweeper.
 
     Library code never imports a global app: every process builds its own from settings.
+    ``async_slots``: the ``async def`` calls each pool process runs at once (default
+    ``Settings.async_concurrency``: ``toolq worker`` shares it out between prefork processes).
     """
     app = celery_app(settings)
     app.toolq_settings = settings
     app.toolq_registry = registry
-    holder = _PerProcess(settings, registry, app)
+    holder = _PerProcess(settings, registry, app, async_slots)
+    keys = Keys(settings.key_prefix)
+    risks = {keys.queue_for(risk): risk for risk in RiskLevel}
     app.toolq_runtimes = holder
 
     @app.task(
@@ -118,17 +133,32 @@ def create_celery(settings: Settings, registry: ToolRegistry) -> Celery:
     def execute(call_id: str, run_id: str | None = None) -> None:
         holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
 
+    def route_of(request: Any) -> Route | None:
+        """Where a message came from (its queue's risk, its time limit); ``None`` if unknown."""
+        info = request.delivery_info or {}
+        risk = risks.get(info.get("routing_key") or "")
+        if risk is None:
+            return None
+        hard = (request.timelimit or (None, None))[0]
+        return Route(risk, None if hard is None else float(hard) - HARD_LIMIT_GRACE)
+
     @app.task(
         name=BATCH_TASK_NAME,
         ignore_result=True,
         acks_late=True,
         reject_on_worker_lost=True,
         shared=False,
+        bind=True,
     )
-    def execute_many(calls: list[list[str]]) -> None:
-        # Acknowledged when every call is final: a worker lost mid-message gets it redelivered,
-        # and START skips the calls already started or final.
-        holder.get().run_many([(str(c[0]), str(c[1])) for c in calls])
+    def execute_many(task: Any, calls: list[list[str]]) -> None:
+        # Acknowledged when every call is final or given back: a worker lost mid-message gets
+        # it redelivered, and START skips the calls already started or final.
+        pairs = [(str(c[0]), str(c[1])) for c in calls]
+        # [call_id, run_id, kind]; an earlier client's pairs leave the worker to read kinds
+        kinds = (
+            {str(c[0]): c[2] == "async" for c in calls} if all(len(c) > 2 for c in calls) else None
+        )
+        holder.get().run_many(pairs, route_of(task.request), kinds)
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:

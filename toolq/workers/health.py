@@ -22,6 +22,7 @@ from typing import Any
 import redis
 
 from toolq.keys import Keys
+from toolq.redis_failures import refusal
 
 LOST_NOTICE_SECONDS = 600.0
 """How long a lost worker is reported after its heartbeat lapsed."""
@@ -45,6 +46,11 @@ WRITE_REFUSALS = {
         "redis_readonly",
         "TOOLQ_REDIS_URL points to a read-only replica",
         "point TOOLQ_REDIS_URL at the master (or use TOOLQ_SENTINELS to follow failovers)",
+    ),
+    "NOREPLICAS": (
+        "redis_noreplicas",
+        "Redis refuses writes: fewer replicas than its min-replicas-to-write are connected",
+        "bring the replicas back, or lower min-replicas-to-write",
     ),
     "NOPERM": (
         "redis_noperm",
@@ -77,33 +83,32 @@ class Check:
         }
 
 
-def write_check(refusal: redis.ResponseError | None, where: str) -> Check:
+def write_check(refused: redis.ResponseError | None, where: str) -> Check:
     """The ``redis_writes`` check from the probe's error (None: the write succeeded)."""
-    if refusal is None:
+    if refused is None:
         return Check("redis_writes", True)
-    text = str(refusal).strip()
+    text = str(refused).strip()
     code, reason, fix = WRITE_REFUSALS.get(
-        refusal_kind(refusal),
+        refusal_kind(refused),
         ("redis_write_refused", "Redis refuses writes", "read the Redis log for the cause"),
     )
-    first = text.splitlines()[0] if text else type(refusal).__name__
+    first = text.splitlines()[0] if text else type(refused).__name__
     return Check("redis_writes", False, code, f"{reason} ({where}: {first})", fix)
 
 
-def refusal_kind(refusal: redis.ResponseError) -> str:
+def refusal_kind(exc: redis.ResponseError) -> str:
     """Redis's error code of a refused write: ``OOM``, ``MISCONF``, ``READONLY``, ...
 
-    redis-py takes ``OOM``, ``READONLY`` and ``NOPERM`` off the message and raises a class
-    of its own for each.
+    Read by ``toolq.redis_failures.refusal`` (redis-py takes some codes off the message and
+    raises a class of its own for them); ``NOPERM`` is an ACL refusal.
     """
-    for kind, cls in (
-        ("OOM", redis.exceptions.OutOfMemoryError),
-        ("READONLY", redis.exceptions.ReadOnlyError),
-        ("NOPERM", redis.exceptions.NoPermissionError),
-    ):
-        if isinstance(refusal, cls):
-            return kind
-    return str(refusal).strip().split(" ", 1)[0].upper()
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return "NOPERM"
+    reason = refusal(exc)
+    return _CODES.get(reason, "") if reason is not None else ""
+
+
+_CODES = {"full": "OOM", "disk": "MISCONF", "read_only": "READONLY", "no_replicas": "NOREPLICAS"}
 
 
 def queue_checks(workers: list[dict[str, Any]], queues: list[str]) -> list[Check]:
@@ -181,34 +186,46 @@ def probe_writes(client: redis.Redis, keys: Keys) -> redis.ResponseError | None:
 
 
 def run_checks(client: redis.Redis, keys: Keys, queues: list[str], where: str) -> list[Check]:
-    """Every check, read with ``client`` (connection errors propagate)."""
-    refusal = probe_writes(client, keys)
-    names: Any = list(client.scan_iter(match=keys.worker_pattern, count=500))
-    beats: Any = client.mget(names) if names else []
-    workers = [json.loads(b) for b in beats if b]
+    """Every check, read with ``client`` (connection errors propagate).
+
+    Workers are found through ``Keys.workers_seen`` (every live worker is there), not by
+    scanning the keyspace: a load balancer may ask every few seconds.
+    """
+    refused = probe_writes(client, keys)
     seen: Any = client.hgetall(keys.workers_seen)
+    return _checks(refused, seen, client.mget(_beat_keys(keys, seen)) if seen else [], queues,
+                   where)  # fmt: skip
+
+
+def _beat_keys(keys: Keys, seen: dict[Any, Any]) -> list[str]:
+    return [keys.worker(_text(name)) for name in seen]
+
+
+def _checks(
+    refused: redis.ResponseError | None,
+    seen: dict[Any, Any],
+    beats: Any,
+    queues: list[str],
+    where: str,
+) -> list[Check]:
+    workers = [json.loads(b) for b in beats if b]
     alive = {str(w.get("hostname")) for w in workers}
     return [
-        write_check(refusal, where),
+        write_check(refused, where),
         *queue_checks(workers, queues),
         *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
     ]
 
 
-async def run_checks_async(client: Any, keys: Keys, queues: list[str], where: str) -> list[Check]:
-    """``run_checks`` over an asyncio Redis client (``redis.asyncio.Redis``)."""
-    refusal: redis.ResponseError | None = None
+async def run_checks_async(
+    client: redis.asyncio.Redis, keys: Keys, queues: list[str], where: str
+) -> list[Check]:
+    """``run_checks`` over an asyncio Redis client."""
+    refused: redis.ResponseError | None = None
     try:
         await client.set(keys.health_probe, "1", px=PROBE_TTL_MS)
     except redis.ResponseError as exc:
-        refusal = exc
-    names = [name async for name in client.scan_iter(match=keys.worker_pattern, count=500)]
-    beats = await client.mget(names) if names else []
-    workers = [json.loads(b) for b in beats if b]
-    seen = await client.hgetall(keys.workers_seen)
-    alive = {str(w.get("hostname")) for w in workers}
-    return [
-        write_check(refusal, where),
-        *queue_checks(workers, queues),
-        *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
-    ]
+        refused = exc
+    seen: Any = await client.hgetall(keys.workers_seen)
+    beats = await client.mget(_beat_keys(keys, seen)) if seen else []
+    return _checks(refused, seen, beats, queues, where)

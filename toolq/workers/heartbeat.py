@@ -16,6 +16,7 @@ import redis
 from toolq.broker import BATCH_TASK_NAME, TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_failures import refusal
 from toolq.results.connection import probe_client
 from toolq.settings import Settings
 from toolq.workers.health import LOST_NOTICE_SECONDS, lapsed_at, seen_entry
@@ -76,11 +77,20 @@ def beat(client: redis.Redis, keys: Keys, settings: Settings, info: dict[str, An
     """
     ttl = max(1, int(settings.heartbeat_seconds * 3))
     now = time.time()
+    key = keys.worker(info["hostname"])
     pipe = client.pipeline(transaction=False)
-    pipe.set(keys.worker(info["hostname"]), json.dumps({**info, **activity()}), ex=ttl)
+    pipe.set(key, json.dumps({**info, **activity()}), ex=ttl)
     pipe.hset(keys.workers_seen, info["hostname"], seen_entry(info, ttl, now))
     pipe.hgetall(keys.workers_seen)
-    *_, seen = pipe.execute()
+    replies = pipe.execute(raise_on_error=False)
+    failed = [reply for reply in replies if isinstance(reply, Exception)]
+    if failed:
+        # A full Redis refuses the new values but still extends the heartbeat (EXPIRE
+        # does not take memory): the worker stays seen alive, with its last activity.
+        if refusal(failed[0]) != "full" or not client.expire(key, ttl):
+            raise failed[0]
+        return
+    seen = replies[-1]
     stale = [
         name
         for name, entry in seen.items()

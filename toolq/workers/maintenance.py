@@ -30,6 +30,7 @@ from toolq.results.connection import as_text
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
 from toolq.workers.heartbeat import beat, live_workers, withdraw
+from toolq.workers.readmit import Readmit
 
 if TYPE_CHECKING:
     from toolq.webhooks.deliverer import WebhookDeliverer
@@ -348,6 +349,8 @@ class Maintenance(threading.Thread):
         self.redis = backend.redis
         self.store = backend.store
         self.sweeper = Sweeper(self.store, backend.publisher, backend.approvals)
+        self.readmit = Readmit(self.sweeper.admission.admit_soon)
+        self.sweeper.admission.on_due = self.readmit.at
         self.hostname = hostname
         self.info: dict[str, Any] = {
             "hostname": hostname,
@@ -375,6 +378,7 @@ class Maintenance(threading.Thread):
     def run(self) -> None:
         """Heartbeat and sweep until stopped."""
         last_beat = 0.0
+        self.readmit.start()
         if self.webhooks is not None:
             self.webhooks.start()
         problem = ""  # what keeps maintenance from Redis now, said once until it changes
@@ -409,6 +413,7 @@ class Maintenance(threading.Thread):
     def stop(self) -> None:
         """Stop sweeping and withdraw the heartbeat (warm shutdown)."""
         self._stopping.set()
+        self.readmit.stop()
         if self.webhooks is not None:
             self.webhooks.stop()
         with contextlib.suppress(redis.RedisError):

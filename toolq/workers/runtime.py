@@ -2,8 +2,10 @@
 
 Start (lease + ``running``), execute, finish (final state + event), all through the
 store's atomic scripts. A ``LeaseKeeper`` thread renews leases and watches cancel flags.
-A batch message's calls (``run_many``) run side by side: synchronous handlers on threads,
-``async def`` handlers on the process's one event loop (``toolq.workers.siblings``).
+A batch message's calls (``run_many``) take the process's slots as they free: synchronous
+handlers one at a time on the pool's slot, ``async def`` handlers on the process's one event
+loop (``toolq.workers.siblings``) as its ``AsyncSlots`` allow; what a busy slot cannot start
+soon goes back to the queue (``toolq.workers.slots``).
 """
 
 from __future__ import annotations
@@ -57,12 +59,16 @@ from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
-from toolq.workers.siblings import EventLoop, Threads
+from toolq.workers.readmit import Readmit
+from toolq.workers.siblings import EventLoop
+from toolq.workers.slots import GIVE_BACK_AFTER, AsyncSlots, Pending, Route, Spiller
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
 
 CANCEL_POLL_SECONDS = 0.2
+ASYNC_POLL_SECONDS = 0.05
+"""How often a slot waiting on async calls also looks for loop slots freed by other slots."""
 CANCELLED_BEFORE_START = {
     "error": "cancelled before it started",
     "error_type": CallCancelledError.code,
@@ -147,9 +153,18 @@ class WorkerRuntime:
     """Runs calls by id in one worker process."""
 
     def __init__(
-        self, settings: Settings, registry: ToolRegistry, *, backend: Backend | None = None
+        self,
+        settings: Settings,
+        registry: ToolRegistry,
+        *,
+        backend: Backend | None = None,
+        async_slots: int | None = None,
     ) -> None:
-        """Run ``registry``'s calls over ``backend``, or a new ``Backend(settings, registry)``."""
+        """Run ``registry``'s calls over ``backend``, or a new ``Backend(settings, registry)``.
+
+        ``async_slots``: the ``async def`` calls this process may run at once (default
+        ``Settings.async_concurrency``; a prefork worker's processes share it out).
+        """
         backend = backend or Backend(settings, registry)
         self.settings = settings
         self.registry = registry
@@ -167,17 +182,28 @@ class WorkerRuntime:
         self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
         self.keeper.start()
-        self.admission = Admission(self.store)
+        self.readmit = Readmit(lambda risks: self.admission.admit_soon(risks))
+        self.readmit.start()
+        self.admission = Admission(self.store, on_due=self.readmit.at)
+        self.publisher = backend.publisher
         self._loops = threading.local()
-        self.threads = Threads(on_exit=self.release_thread)
-        """Runs a batch's synchronous calls side by side."""
         self.event_loop = EventLoop()
         """Runs a batch's ``async def`` calls: one loop for the whole process."""
+        self.async_slots = AsyncSlots(async_slots or settings.async_concurrency)
+        """How many ``async def`` calls this process runs at once."""
+        self._async_tools = {tool.name for tool in registry.list() if runs_async(tool)}
+        self._all_async = len(self._async_tools) == len(registry.list())
+        self.spiller = Spiller(self.give_back, GIVE_BACK_AFTER)
+        self.spiller.start()
 
     def close(self) -> None:
         """Stop the lease keeper and close the Redis client (a worker process just exits)."""
         self.keeper.stop()
         self.keeper.join(5)
+        self.spiller.stop()
+        self.spiller.join(5)
+        self.readmit.stop()
+        self.readmit.join(5)
         self.event_loop.close()
         self.redis.close()
 
@@ -196,74 +222,197 @@ class WorkerRuntime:
         return loop
 
     def run(self, call_id: str, run_id: str | None = None) -> None:
-        """Run one call if it is still queued; anything else is a duplicate delivery."""
+        """Run one call if it is still queued; anything else is a duplicate delivery.
+
+        An ``async def`` call takes one of the process's ``AsyncSlots`` (waiting for one,
+        before its start, when the loop's are all taken); a synchronous call that took one
+        on the way gives it back once started.
+        """
+        permit = self._async_permit(call_id)
+
+        def started(env: CallEnvelope) -> None:
+            nonlocal permit
+            if permit and env.name not in self._async_tools:
+                self.async_slots.release()
+                permit = False
+
+        try:
+            self._run_one(call_id, run_id, started)
+        finally:
+            if permit:
+                self.async_slots.release()
+
+    def _async_permit(self, call_id: str) -> bool:
+        """Whether an async slot was taken for ``call_id`` (needed if its tool is ``async def``).
+
+        One is taken without looking when free; the record is read (one round trip) only
+        when none is, to wait for one only for an ``async def`` call.
+        """
+        if not self._async_tools:
+            return False
+        if self.async_slots.try_acquire(1):
+            return True
+        if self._all_async or self._kinds([call_id]).get(call_id, False):
+            self.async_slots.acquire()
+            return True
+        return False
+
+    def _run_one(
+        self,
+        call_id: str,
+        run_id: str | None,
+        started_hook: Callable[[CallEnvelope], None] | None = None,
+    ) -> None:
         token = uuid.uuid4().hex
         started = self._start(call_id, token, CANCELLED_BEFORE_START, run_id)
         if started.outcome != "ok" or started.envelope is None:
             log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
             return
         env = started.envelope
+        if started_hook is not None:
+            started_hook(env)
         with call_span(env, started.attempt) as span:
             if span.recording:
                 self._trace_approval(env, span)
             self._execute(env, token, started.attempt, span)
 
-    def run_many(self, calls: Sequence[tuple[str, str]]) -> None:
-        """Run a batch message's ``(call_id, run_id)`` calls side by side; return when all end.
+    def run_many(
+        self,
+        calls: Sequence[tuple[str, str]],
+        route: Route | None = None,
+        kinds: dict[str, bool] | None = None,
+    ) -> None:
+        """Run a batch message's ``(call_id, run_id)`` calls as slots free; return when all end.
 
-        One round trip starts them all, each under its own lease (a call not queued any
-        more, say final after a redelivery, is skipped as ``run`` skips it). Each runs with
-        its own events; a long one holds up no other. The final states of calls that end
-        together are written in one round trip.
+        Synchronous calls run one after the other on this thread (the pool's slot);
+        ``async def`` calls on the process's event loop, as its ``AsyncSlots`` allow, those
+        that start together in one round trip and those that end together finished in one.
+        Each call runs under its own lease with its own events (a call not queued any
+        more, say final after a redelivery, is skipped as ``run`` skips it). With a
+        ``route`` (a message from the broker), the calls not started ``GIVE_BACK_AFTER``
+        seconds after the message arrived go out again for another slot (``Spiller``).
+        ``kinds``: which calls are ``async def`` ones, as the message says (else read here).
         """
+        if kinds is None:
+            kinds = self._kinds([call_id for call_id, _ in calls])
+        pending = Pending(calls, route, kinds)
+        if route is not None and len(calls) > 1:
+            self.spiller.watch(pending)
+
+        def is_async(call: tuple[str, str]) -> bool:
+            return kinds.get(call[0], False)
+
+        def is_sync(call: tuple[str, str]) -> bool:
+            return not kinds.get(call[0], False)
+
+        on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
+        try:
+            while True:
+                if kinds:
+                    self._start_on_loop(pending, is_async, on_loop)
+                    if on_loop:
+                        self._end_on_loop(on_loop, 0)
+                call = pending.take(is_sync)
+                if call is not None:
+                    self._run_one(*call)
+                elif on_loop:
+                    self._end_on_loop(on_loop, ASYNC_POLL_SECONDS)
+                elif len(pending):  # async calls waiting for the loop's slots to free
+                    self.async_slots.wait(ASYNC_POLL_SECONDS)
+                else:
+                    break
+        finally:
+            pending.close()
+            if on_loop:  # only if this thread broke: let them end on their own
+                log.warning("slot left %d async call(s) running", len(on_loop))
+
+    def _kinds(self, call_ids: Sequence[str]) -> dict[str, bool]:
+        """Which of ``call_ids`` are ``async def`` calls; ``{}`` when the registry has none.
+
+        Only a registry with both kinds needs a look at the records (one round trip).
+        """
+        if not self._async_tools:
+            return {}
+        if self._all_async:
+            return dict.fromkeys(call_ids, True)
+        # an earlier client's message, or a lone call while the loop is full
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hget(self.store.keys.call(call_id), "name")
+        names = pipe.execute()
+        return {
+            call_id: name is not None and name.decode() in self._async_tools
+            for call_id, name in zip(call_ids, names, strict=True)
+        }
+
+    def _start_on_loop(
+        self,
+        pending: Pending,
+        is_async: Callable[[tuple[str, str]], bool],
+        on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]],
+    ) -> None:
+        """Start the pending async calls the loop has slots for (one round trip)."""
+        got = self.async_slots.try_acquire(pending.count(is_async))
+        if not got:
+            return
+        calls = pending.take_many(is_async, got)
+        self.async_slots.release(got - len(calls))
+        if not calls:
+            return
         tokens = [uuid.uuid4().hex for _ in calls]
-        triples = [(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)]
-        starts = self._start_many(triples)
-        running: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
-        on_loop: list[tuple[CallEnvelope, str, int]] = []
+        starts = self._start_many([(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)])
+        ready: list[tuple[CallEnvelope, str, int]] = []
         for (call_id, _), token, started in zip(calls, tokens, starts, strict=True):
             if started.outcome != "ok" or started.envelope is None:
                 log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
+                self.async_slots.release()
                 continue
-            env = started.envelope
-            tool = self.registry.get(env.name)
-            if tool is not None and runs_async(tool):
-                on_loop.append((env, token, started.attempt))
-            else:
-                future = self.threads.submit(self._run_sync, env, token, started.attempt)
-                running[future] = (env, token)
-        # The message's coroutines reach the loop together: one wake-up of its thread.
-        coros = [self._run_async(env, token, attempt) for env, token, attempt in on_loop]
-        for future, (env, token, _) in zip(
-            self.event_loop.submit_many(coros), on_loop, strict=True
-        ):
-            running[future] = (env, token)
-        finished: list[CallEnvelope] = []
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            ended = [(*running.pop(f), f.result()) for f in done]
-            leases = {env.call_id: token for env, token, _ in ended}
-            held = self._within_lease(functools.partial(self.store.finish_many, ended), held=leases)
-            for (env, _, result), ok in zip(ended, held, strict=True):
-                finished.append(env)
-                if not ok:
-                    log.warning(
-                        "call %s finished after losing its lease; result dropped: %s",
-                        env.call_id,
-                        dumps(result.status),
-                    )
-        # the message's slot frees now (its calls have no limits: Admission.plan)
-        self._admit_after(finished)
+            ready.append((started.envelope, token, started.attempt))
+        # The coroutines reach the loop together: one wake-up of its thread.
+        coros = [self._run_async(env, token, attempt) for env, token, attempt in ready]
+        for future, (env, token, _) in zip(self.event_loop.submit_many(coros), ready, strict=True):
+            on_loop[future] = (env, token)
 
-    def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
-        """A batch's synchronous call, on a sibling thread (its own loop): ``_run_async``."""
-        return self._loop().run_until_complete(self._run_async(env, token, execution))
+    def _end_on_loop(
+        self, on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]], timeout: float
+    ) -> None:
+        """Finish the async calls that ended (waiting up to ``timeout`` for one): one round trip."""
+        done, _ = wait(on_loop, timeout=timeout, return_when=FIRST_COMPLETED)
+        if not done:
+            return
+        ended = [(*on_loop.pop(f), f.result()) for f in done]
+        self.async_slots.release(len(ended))
+        leases = {env.call_id: token for env, token, _ in ended}
+        held = self._within_lease(functools.partial(self.store.finish_many, ended), held=leases)
+        for (env, _, result), ok in zip(ended, held, strict=True):
+            if not ok:
+                log.warning(
+                    "call %s finished after losing its lease; result dropped: %s",
+                    env.call_id,
+                    dumps(result.status),
+                )
+        self._admit_after([env for env, _, _ in ended])
+
+    def give_back(self, pending: Pending) -> None:
+        """Send the calls ``pending`` still holds out again, in one message (``Spiller``)."""
+        calls = pending.take_all()
+        if not calls or pending.route is None:
+            pending.put_back(calls)
+            return
+        marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in calls]
+        queue, message = self.publisher.batch_message(
+            marked, pending.route.risk, pending.route.timeout
+        )
+        try:
+            given = self.store.give_back(queue, message, [call_id for call_id, _ in calls])
+        except redis.RedisError as exc:
+            log.info("could not give back %d call(s), running them here: %s", len(calls), exc)
+            pending.put_back(calls)
+            return
+        log.debug("gave back %d call(s) of a busy slot", given)
 
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's call, on an event loop: its result, never an error.
-
-        ``async def`` calls run on the process's loop; synchronous ones on their thread's
-        (``_run_sync``).
 
         Its approval check (gated calls: one read) and progress events reach Redis from
         the loop's thread, briefly holding up the other coroutines.

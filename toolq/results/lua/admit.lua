@@ -26,9 +26,19 @@
 -- Keys named by the lane and the records (see lib/sched.lua): backlogs, call records
 -- (call_prefix .. id), slots and starts sets, run streams (stream_prefix .. run .. suffix).
 -- ARGV
---   1 now (s)   2 now_ms   3 depth   4 hold_ms   5 window   6 maxlen
---   7 call_prefix   8 stream_prefix   9 stream_suffix
--- Returns {admitted (calls), throttled (calls found over a limit)}.
+--   1 now            (s)
+--   2 now_ms         (ms)
+--   3 depth          how many messages the queue may hold
+--   4 hold_ms        how long an admitted call not started keeps its slots (ms)
+--   5 window         how many calls from a backlog's head are looked at
+--   6 maxlen         the run stream's approximate length cap
+--   7 call_prefix    of the call records' keys (Keys.call_prefix)
+--   8 stream_prefix  of the run streams' keys (Keys.run_stream_parts)
+--   9 stream_suffix  their suffix
+-- Returns {admitted (calls), throttled (calls found over a limit), due_ms (when the first
+--   rate limit found full frees a start: its oldest start leaves the window; 0: none)}.
+-- The caller runs ADMIT again at due_ms (WorkerRuntime, Maintenance), so a flooded rate
+-- limit starts its next call as soon as the window allows, whatever the sweep's phase.
 local lane, queue, pushes, queued, hook_types, outbox =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, now_ms, depth, hold_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -36,7 +46,7 @@ local window, maxlen = tonumber(ARGV[5]), ARGV[6]
 local call_prefix, stream_prefix, stream_suffix = ARGV[7], ARGV[8], ARGV[9]
 
 local room = depth - redis.call('LLEN', queue)
-if room <= 0 then return {0, 0} end
+if room <= 0 then return {0, 0, 0} end
 local raw = redis.call('ZRANGE', lane, 0, -1, 'WITHSCORES')
 local backlogs = {}
 for i = 1, #raw, 2 do
@@ -56,9 +66,13 @@ local function over(l)
   return (first + l.ms) / 1000
 end
 
-local throttled = 0
+local throttled, due_ms = 0, 0
 local function throttle(call, call_id, run_id, mark, l, until_s)
   throttled = throttled + 1
+  if l.kind == 'rate_limit' then
+    local at = math.floor(until_s * 1000 + 0.5)
+    if due_ms == 0 or at < due_ms then due_ms = at end
+  end
   local episode = l.scope .. ':' .. l.name .. ':' .. l.kind
   if mark == episode then return end
   redis.call('HSET', call, 'throttled', episode)
@@ -143,4 +157,4 @@ while room > 0 do
     redis.call('ZADD', lane, 'XX', best.score, best.key)
   end
 end
-return {admitted, throttled}
+return {admitted, throttled, due_ms}

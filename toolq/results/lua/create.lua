@@ -46,24 +46,36 @@
 --   19 runs               runs by last dispatch (Keys.runs)
 --   20 tenant_runs        the tenant's runs by last dispatch (Keys.tenant_runs)
 -- ARGV
---   1  call_id            2  status (queued | awaiting_approval | a final status)
---   3  envelope (JSON)    4  etype (first event)     5  data (its JSON)
---   6  maxlen             7  ttl (s)                 8  now (s)
---   9  deadline (s, 0 = none)                        10 run_id
---   11 name               12 risk                    13 idempotent ('1' | '0')
---   14 timeout (s, '' = none)                        15 result (JSON, '' = not final)
---   16 message ('' = leave it to the sweeper)        17 owner (RunOwner.encode)
---   18 admin ('1' | '0')  19 refresh ('1': the dispatch's last call of this run)
+--   1  call_id            the call's id
+--   2  status             queued | awaiting_approval | a final status
+--   3  envelope           the call's envelope (JSON)
+--   4  etype              the first event's type
+--   5  data               its data (JSON)
+--   6  maxlen             the run stream's approximate length cap
+--   7  ttl                (s)
+--   8  now                (s)
+--   9  deadline           (s, 0 = none)
+--   10 run_id             the call's run
+--   11 name               the tool's name
+--   12 risk               the tool's risk
+--   13 idempotent         '1' | '0'
+--   14 timeout            (s, '' = none)
+--   15 result             (JSON, '' = not final)
+--   16 message            ('' = leave it to the sweeper)
+--   17 submitter          the dispatching principal (RunOwner.encode)
+--   18 admin              '1' | '0'
+--   19 refresh            '1': the dispatch's last call of this run
 --   20 tenant             the call's tenant (a run's owner names it, null = 'default')
---   21 cost               what the call is charged ('0': nothing to charge)
+--   21 cost_text          what the call is charged ('0': nothing to charge)
 --   22 limit              the tenant's budget for the period ('' = no budget)
---   23 spent_ttl (s)      how long the spent counter must live
+--   23 spent_ttl          (s) how long the spent counter must live
 --   24 denied_result      result JSON of a call over budget; LEFT_MARK stands for what is left
 --   25 denied_data        its call.denied event data, with the same mark
 --   26 denied_envelope    the envelope stored instead when over budget ('' = the same)
---   27 schedule ('1': a queued call goes to its backlog, not to the queue)
+--   27 schedule           '1': a queued call goes to its backlog, not to the queue
 --   28 fingerprint        the call's tool and arguments, claimed with the key ('' = none)
---   29.. extra record field/value pairs (a scheduled call's lane, backlog, weight, limits)
+--   29..                  extra record field/value pairs (a scheduled call's lane, backlog,
+--                         weight, limits)
 --
 -- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
 -- counter INCRBYFLOAT, the record's 'charged' field), after the idempotency key is claimed,

@@ -19,17 +19,18 @@
 -- members still waiting.
 --
 -- KEYS
---   1 queued   calls pushed, by push time (Keys.queued)
---   2 unsent   calls whose message is not sent yet (Keys.unsent)
---   then, per message: its queue, the queue's push counter (Keys.queue_pushes), the
---     backlog and lane of a scheduled group (Keys.backlog, Keys.lane; else Keys.unsent)
---   then, per call: its record (Keys.call), then its CREATE KEYS
+--   1  queued  calls pushed, by push time (Keys.queued)
+--   2  unsent  calls whose message is not sent yet (Keys.unsent)
+--   3..        per message: its queue, the queue's push counter (Keys.queue_pushes), the
+--              backlog and lane of a scheduled group (Keys.backlog, Keys.lane; else
+--              Keys.unsent); then, per call: its record (Keys.call), then its CREATE KEYS
 -- ARGV
---   1 now (s)   2 m (messages)   3 n (calls)
---   then the m messages (Publisher.batch_message)
---   then, per message, '1' if its group is scheduled, else '0'
---   then, per call: call_id, its message's number (1..m; 0: none),
---   #its CREATE KEYS, #its CREATE ARGV, its CREATE ARGV
+--   1  now     (s)
+--   2  m       the number of messages
+--   3  n       the number of calls
+--   4..        the m messages (Publisher.batch_message); then, per message, '1' if its
+--              group is scheduled, else '0'; then, per call: call_id, its message's
+--              number (1..m; 0: none), #its CREATE KEYS, #its CREATE ARGV, its CREATE ARGV
 -- Returns one CREATE reply per call, in order.
 local queued, unsent = KEYS[1], KEYS[2]
 local now, m, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])

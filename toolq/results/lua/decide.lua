@@ -17,7 +17,7 @@
 --   2  stream             the run's event stream (Keys.run_stream)
 --   3  pending_approvals  parked calls by deadline (Keys.pending_approvals)
 --   4  unsent             calls whose message is not sent yet (Keys.unsent)
---   5  audit              the approval audit stream (Keys.audit_stream)
+--   5  audit_stream       the approval audit stream (Keys.audit_stream)
 --   6  queue              the queue the message goes to (Keys.unsent when there is none)
 --   7  queued             calls pushed, by push time (Keys.queued)
 --   8  pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
@@ -26,22 +26,37 @@
 --   11 parked             parked calls by parking time (Keys.parked)
 --   12 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
---   1  call_id          2  decision (approve | deny)       3  by       4  now (s)
---   5  envelope_read ('' = unchecked)   6  check_approvals ('1' = compare approvals)
---   7  maxlen           8  ttl (s)          9  event_data (JSON)
---   10 result (JSON of a denial)            11 envelope (edited, '' = unchanged)
---   12 audit_maxlen     13 expired_result (JSON)
---   14 message ('' = leave it to the sweeper)               15 approvals_read
---   16 approvals_new    17 final ('1' | '0')                18 new_digest ('' = unchanged)
---   19 approval (the signed decision)   20 run_id   21 tool
---   22 audit_sig        23 expired_sig      24 digest (of the decided arguments)
---   25 shown (digest of the arguments as read)
+--   1  call_id          the call's id
+--   2  kind             approve | deny
+--   3  by               the approver
+--   4  now              (s)
+--   5  envelope_read    the envelope as read ('' = unchecked)
+--   6  check_approvals  '1' = compare approvals
+--   7  maxlen           the run stream's approximate length cap
+--   8  ttl              (s)
+--   9  data             the event's data (JSON)
+--   10 result           (JSON of a denial)
+--   11 new_envelope     the edited envelope ('' = unchanged)
+--   12 audit_maxlen     the audit stream's approximate length cap
+--   13 expired_result   (JSON)
+--   14 message          ('' = leave it to the sweeper)
+--   15 approvals_read   the approvals as read
+--   16 approvals_new    the approvals to store
+--   17 final            '1' | '0'
+--   18 new_digest       ('' = unchanged)
+--   19 approval         the signed decision
+--   20 run_id           the call's run
+--   21 tool             the tool's name
+--   22 audit_sig        the audit entry's signature
+--   23 expired_sig      the signature of an expiry audited instead
+--   24 digest           of the decided arguments
+--   25 shown            digest of the arguments as read
 -- Returns {'ok', event_id} | {'partial', event_id} (approved, quorum not reached) |
 --   {'expired'} | {'digest'} | {'retry'} | {'missing'} | {'conflict', status}.
 local call, stream, pending_approvals, unsent, audit_stream =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local queue, queued, pushes, hook_types, outbox = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local call_id, decision, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local call_id, kind, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local envelope_read, check_approvals = ARGV[5], ARGV[6]
 local maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local new_envelope, audit_maxlen, expired_result, message = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
@@ -80,7 +95,7 @@ if envelope_read ~= '' and envelope_read ~= redis.call('HGET', call, 'envelope')
   return {'digest'}
 end
 if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry'} end
-if decision == 'deny' then
+if kind == 'deny' then
   redis.call('HSET', call, 'status', 'denied', 'result', result, 'decided_by', by,
              'approval', approval, 'updated_at', now, 'finished_at', now)
   unpark()

@@ -5,14 +5,19 @@
 --   1 call               the call's record (Keys.call)
 --   2 stream             the run's event stream (Keys.run_stream)
 --   3 pending_approvals  parked calls by deadline (Keys.pending_approvals)
---   4 audit              the approval audit stream (Keys.audit_stream)
+--   4 audit_stream       the approval audit stream (Keys.audit_stream)
 --   5 hook_types         event types webhooks want (Keys.webhook_events)
 --   6 outbox             webhook outbox stream (Keys.webhook_outbox)
 --   7 parked             parked calls by parking time (Keys.parked)
 --   8 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
---   1 call_id   2 now (s)   3 maxlen   4 ttl (s)   5 result (JSON)   6 audit_maxlen
---   7 run_id
+--   1 call_id       the call's id
+--   2 now           (s)
+--   3 maxlen        the run stream's approximate length cap
+--   4 ttl           (s)
+--   5 result        (JSON)
+--   6 audit_maxlen  the audit stream's approximate length cap
+--   7 run_id        the call's run
 -- Returns 'expired' | 'early' (deadline not passed) | 'gone' (no longer parked).
 local call, stream, pending_approvals, audit_stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hook_types, outbox = KEYS[5], KEYS[6]

@@ -14,9 +14,18 @@
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token   3 status (final)   4 result (JSON)   5 etype (final event)
---   6 data (event JSON)   7 maxlen   8 now (s)   9 ttl (s)
---   10 undo (JSON, '' = none)   11 undo_ttl (s)   12 run_id
+--   1  call_id    the call's id
+--   2  token      the worker's lease token
+--   3  status     (final)
+--   4  result     (JSON)
+--   5  etype      the final event's type
+--   6  data       the event's data (JSON)
+--   7  maxlen     the run stream's approximate length cap
+--   8  now        (s)
+--   9  ttl        (s)
+--   10 undo_data  the call's undo data (JSON, '' = none)
+--   11 undo_ttl   (s)
+--   12 run_id     the call's run
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]

@@ -7,7 +7,13 @@
 --   3 hook_types  event types webhooks want (Keys.webhook_events)
 --   4 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token   3 etype   4 data (JSON)   5 maxlen   6 now (s)   7 run_id
+--   1 call_id  the call's id
+--   2 token    the worker's lease token
+--   3 etype    the event's type
+--   4 data     (JSON)
+--   5 maxlen   the run stream's approximate length cap
+--   6 now      (s)
+--   7 run_id   the call's run
 -- Returns {'ok', event_id} | {'stale'} (not running under this token).
 local call, stream, hook_types, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local call_id, token, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4]

@@ -17,9 +17,14 @@
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 now (s)   3 maxlen   4 ttl (s)   5 max_recoveries
---   6 lost_result (JSON, error_type worker_lost)   7 timeout_result (JSON, error_type timeout)
---   8 run_id
+--   1 call_id         the call's id
+--   2 now             (s)
+--   3 maxlen          the run stream's approximate length cap
+--   4 ttl             (s)
+--   5 max_recoveries  requeues before the call fails
+--   6 lost_result     (JSON, error_type worker_lost)
+--   7 timeout_result  (JSON, error_type timeout)
+--   8 run_id          the call's run
 -- Returns {'requeue'} | {'failed'} | {'timeout'} | {'alive'} (lease held) | {'gone'}.
 local call, lease, running, stream, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]

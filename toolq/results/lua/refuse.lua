@@ -10,9 +10,17 @@
 --   3  budget   audit entries of this principal in the window (Keys.refusal_budget)
 --   4  audit    the approval audit stream (Keys.audit_stream)
 -- ARGV
---   1  window (s)      2  per_window      3  audit_maxlen
---   4  call_id         5  run_id          6  tool        7  by        8  outcome     9  ts
---   10 proof_field ('sig' | 'system')     11 proof (the signature | '1')
+--   1  window        (s)
+--   2  per_window    audit entries a principal may write per window
+--   3  audit_maxlen  the audit stream's approximate length cap
+--   4  call_id       the audit entry's call
+--   5  run_id        its run
+--   6  tool          its tool
+--   7  by            its principal
+--   8  outcome       its outcome
+--   9  ts            its time
+--   10 proof_field   'sig' | 'system'
+--   11 proof         the signature | '1'
 -- Returns 1 (audited) | 0 (counted only).
 local counts, mark, budget, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window, per_window, audit_maxlen = ARGV[1], tonumber(ARGV[2]), ARGV[3]

@@ -6,7 +6,11 @@
 --   2 running  its index by lease end (Keys.running, or Keys.undoing)
 --   3 call     the call's record (Keys.call; for an undo, the undo lease again)
 -- ARGV
---   1 call_id   2 token   3 lease_ms   4 now_ms   5 slots ('1': a call's lease, '0': an undo's)
+--   1 call_id   the call's id
+--   2 token     the lease token
+--   3 lease_ms  the lease's length (ms)
+--   4 now_ms    (ms)
+--   5 slots     '1': a call's lease, '0': an undo's
 -- Returns 1 (renewed) | 0 (the lease is no longer this token's).
 local lease, running, call = KEYS[1], KEYS[2], KEYS[3]
 local call_id, token, lease_ms, now_ms, slots = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]

@@ -11,7 +11,9 @@
 --   5 unsent   calls whose message is not sent yet (Keys.unsent)
 --   6 suspect  the lost-message suspicion mark (Keys.lost_suspect)
 -- ARGV
---   1 call_id   2 message   3 now (s)
+--   1 call_id  the call's id
+--   2 message  the message
+--   3 now      (s)
 -- Returns 1 (pushed) | 0 (no longer queued: only taken out of the indexes).
 local call, queue, pushes, queued, unsent, suspect =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

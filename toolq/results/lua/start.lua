@@ -18,9 +18,14 @@
 --   7 hook_types  event types webhooks want (Keys.webhook_events)
 --   8 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token (the worker's)   3 lease_ms   4 now (s)   5 maxlen
---   6 cancel_result (JSON result of a call cancelled here)   7 now_ms
---   8 run_id (from the message; must match the record's)
+--   1 call_id        the call's id
+--   2 token          the worker's lease token
+--   3 lease_ms       the lease's length (ms)
+--   4 now            (s)
+--   5 maxlen         the run stream's approximate length cap
+--   6 cancel_result  JSON result of a call cancelled here
+--   7 now_ms         (ms)
+--   8 run_id         from the message; must match the record's
 -- Returns {'ok', envelope, attempt, event_id ('' for a repeat)} | {'cancelled'} |
 --   {'leased'} | {'missing'} | {'skip', status} | {'skip', 'run_mismatch'} |
 --   {'skip', 'waiting'}.

@@ -15,10 +15,17 @@
 --   8 parked             parked calls by parking time (Keys.parked)
 --   9 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
---   1 call_id   2 from_states (comma-separated, or '*' for any)   3 to_status
---   4 etype   5 data (JSON)   6 maxlen   7 now (s)   8 ttl (s)
---   9 result (JSON, '' keeps the stored one)   10 run_id
---   11.. extra record field/value pairs
+--   1  call_id      the call's id
+--   2  from_states  comma-separated, or '*' for any
+--   3  to_status    the new status
+--   4  etype        the event's type
+--   5  data         (JSON)
+--   6  maxlen       the run stream's approximate length cap
+--   7  now          (s)
+--   8  ttl          (s)
+--   9  result       (JSON, '' keeps the stored one)
+--   10 run_id       the call's run
+--   11..            extra record field/value pairs
 -- Returns {'ok', event_id, previous_status} | {'conflict', status} | {'missing'}.
 local call, stream, pending_approvals, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local running, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7]

@@ -12,7 +12,9 @@
 --   4 pushes       the queue's push counter (Keys.queue_pushes)
 --   5 undo_queued  undos pushed, by push time (Keys.undo_queued)
 -- ARGV
---   1 call_id   2 now (s)   3 message
+--   1 call_id  the call's id
+--   2 now      (s)
+--   3 message  the undo message
 -- Returns 'ok' | 'missing' | 'in_progress' | 'undone' | 'nothing' (no undo data).
 local call, undo, queue, pushes, undo_queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local call_id, now, message = ARGV[1], ARGV[2], ARGV[3]

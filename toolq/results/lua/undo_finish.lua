@@ -10,8 +10,14 @@
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 token   3 state (undone | failed)   4 etype   5 data (JSON)
---   6 maxlen   7 now (s)   8 run_id
+--   1 call_id  the call's id
+--   2 token    the worker's undo lease token
+--   3 state    undone | failed
+--   4 etype    the event's type
+--   5 data     (JSON)
+--   6 maxlen   the run stream's approximate length cap
+--   7 now      (s)
+--   8 run_id   the call's run
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, undo_lease, undoing, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]

@@ -13,9 +13,13 @@
 --   8 hook_types   event types webhooks want (Keys.webhook_events)
 --   9 outbox       webhook outbox stream (Keys.webhook_outbox)
 -- ARGV
---   1 call_id   2 now (s)   3 maxlen   4 max_recoveries
---   5 lost_data (call.undo_failed event JSON, error_type worker_lost)
---   6 message ('' = never requeue)   7 run_id
+--   1 call_id         the call's id
+--   2 now             (s)
+--   3 maxlen          the run stream's approximate length cap
+--   4 max_recoveries  requeues before the undo fails
+--   5 lost_data       call.undo_failed event JSON, error_type worker_lost
+--   6 message         ('' = never requeue)
+--   7 run_id          the call's run
 -- Returns 'requeue' | 'failed' | 'alive' (lease held) | 'gone' (not undoing).
 local call, undo_lease, undoing, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, pushes, undo_queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]

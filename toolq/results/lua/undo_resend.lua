@@ -8,7 +8,9 @@
 --   4 undo_queued  undos pushed, by push time (Keys.undo_queued)
 --   5 suspect      the lost-undo suspicion mark (Keys.lost_undo_suspect)
 -- ARGV
---   1 call_id   2 message   3 now (s)
+--   1 call_id  the call's id
+--   2 message  the undo message
+--   3 now      (s)
 -- Returns 1 (pushed) | 0 (no longer requested: only taken out of the index).
 local call, queue, pushes, undo_queued, suspect = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local call_id, message, now = ARGV[1], ARGV[2], ARGV[3]

@@ -8,7 +8,11 @@
 --   3 undoing      undos running, by lease end (Keys.undoing)
 --   4 undo_queued  undos pushed, by push time (Keys.undo_queued)
 -- ARGV
---   1 call_id   2 token   3 lease_ms   4 now (s)   5 now_ms
+--   1 call_id   the call's id
+--   2 token     the worker's undo lease token
+--   3 lease_ms  the lease's length (ms)
+--   4 now       (s)
+--   5 now_ms    (ms)
 -- Returns {'ok'} | {'leased'} | {'skip', undo_state ('' = none)}.
 local call, undo_lease, undoing, undo_queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local call_id, token, lease_ms, now, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]

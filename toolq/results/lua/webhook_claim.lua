@@ -5,7 +5,9 @@
 --   1 due       pending deliveries by next attempt (Keys.webhook_due)
 --   2 delivery  the delivery's record (Keys.webhook_delivery)
 -- ARGV
---   1 delivery_id   2 now (s)   3 claimed_until (s)
+--   1 delivery_id    the delivery's id
+--   2 now            (s)
+--   3 claimed_until  (s)
 -- Returns the delivery's fields (HGETALL, attempts counted) | nil (not due, or gone).
 local due, delivery = KEYS[1], KEYS[2]
 local delivery_id, now, claimed_until = ARGV[1], ARGV[2], ARGV[3]

@@ -3,8 +3,8 @@
 Every state change of a call is one of these scripts: an atomic compare-and-set that updates
 the record and appends the event to the run's stream (``lib/emit.lua``), which wakes the
 readers blocked on it, so a record and its event never disagree. Each wrapper computes the
-script's KEYS from ``Keys`` in the order of the file's header; no script builds a key name
-itself.
+script's KEYS from ``Keys`` and fills KEYS and ARGV by the names of the file's header
+(``Script.invoke``); no script builds a key name itself.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from toolq.results.scripts.approvals import (
     DecideOutcome,
     DecideReply,
     Decision,
+    DecisionKind,
     Expire,
     ExpireOutcome,
 )
@@ -27,6 +28,7 @@ from toolq.results.scripts.calls import (
     CREATE,
     CREATE_GROUP,
     FINISH,
+    GIVE_BACK,
     PROGRESS,
     RECOVER,
     RENEW,
@@ -40,6 +42,7 @@ from toolq.results.scripts.calls import (
     CreateReply,
     Finish,
     FinishOutcome,
+    GiveBack,
     Progress,
     ProgressOutcome,
     Recover,
@@ -84,6 +87,7 @@ ALL: tuple[Script[Any], ...] = (
     TRANSITION,
     RECOVER,
     RESEND,
+    GIVE_BACK,
     DECIDE,
     EXPIRE,
     UNDO_CLAIM,
@@ -105,6 +109,7 @@ __all__ = [
     "DECIDE",
     "EXPIRE",
     "FINISH",
+    "GIVE_BACK",
     "PAGE",
     "PROGRESS",
     "RECOVER",
@@ -130,10 +135,12 @@ __all__ = [
     "DecideOutcome",
     "DecideReply",
     "Decision",
+    "DecisionKind",
     "Expire",
     "ExpireOutcome",
     "Finish",
     "FinishOutcome",
+    "GiveBack",
     "Page",
     "Progress",
     "ProgressOutcome",

@@ -12,10 +12,12 @@ from toolq.results.runner import Invocation, Script, emit_keys
 
 @dataclass(frozen=True)
 class AdmitReply:
-    """How many calls one ADMIT pushed, and how many it found over a limit."""
+    """How many calls one ADMIT pushed, how many it found over a limit, and when to run again."""
 
     admitted: int
     throttled: int
+    due_ms: int = 0
+    """When the first full rate limit it met frees a start (ms since the epoch); 0: none."""
 
 
 class Admit(Script[AdmitReply]):
@@ -39,23 +41,29 @@ class Admit(Script[AdmitReply]):
         queue = keys.queue_for(risk)
         before, after = keys.run_stream_parts
         return self.invoke(
-            [keys.lane(risk), queue, keys.queue_pushes(queue), keys.queued, *emit_keys(keys)],
-            [
-                repr(now_ms / 1000),
-                now_ms,
-                depth,
-                hold_ms,
-                window,
-                maxlen,
-                keys.call_prefix,
-                before,
-                after,
-            ],
+            keys={
+                "lane": keys.lane(risk),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "queued": keys.queued,
+                **emit_keys(keys),
+            },
+            argv={
+                "now": repr(now_ms / 1000),
+                "now_ms": now_ms,
+                "depth": depth,
+                "hold_ms": hold_ms,
+                "window": window,
+                "maxlen": maxlen,
+                "call_prefix": keys.call_prefix,
+                "stream_prefix": before,
+                "stream_suffix": after,
+            },
         )
 
     def parse(self, reply: Any) -> AdmitReply:
         """The typed outcome of a reply."""
-        return AdmitReply(int(reply[0]), int(reply[1]))
+        return AdmitReply(int(reply[0]), int(reply[1]), int(reply[2]))
 
 
 ADMIT = Admit()

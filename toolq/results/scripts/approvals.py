@@ -2,16 +2,57 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, cast, get_args
 
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, outcome
+from toolq.results.runner import Invocation, Script, emit_keys, flag, outcome
 
 DecideOutcome = Literal["ok", "partial", "expired", "digest", "retry", "missing", "conflict"]
-Decision = Literal["approve", "deny"]
+DecisionKind = Literal["approve", "deny"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision on a parked call, as DECIDE commits it.
+
+    Its fields are ``decide.lua``'s ARGV, by name and in the order of its header; DECIDE
+    fills ARGV from them by name (flags as ``'1'``/``'0'``, ``message`` as its text).
+    """
+
+    call_id: str
+    kind: DecisionKind
+    by: str
+    now: str
+    envelope_read: str
+    """The envelope as the approver read it (``""``: unchecked)."""
+    check_approvals: bool
+    maxlen: int
+    ttl: int
+    data: str
+    """The event's data (JSON)."""
+    result: str
+    """A denial's result (JSON)."""
+    new_envelope: str
+    """The edited envelope (``""``: unchanged)."""
+    audit_maxlen: int
+    expired_result: str
+    message: tuple[str, str] | None
+    """``(queue, message)`` of an approval that makes the call runnable."""
+    approvals_read: str
+    approvals_new: str
+    final: bool
+    new_digest: str
+    approval: str
+    """The signed decision."""
+    run_id: str
+    tool: str
+    audit_sig: str
+    expired_sig: str
+    digest: str
+    shown: str
 
 
 @dataclass(frozen=True)
@@ -30,79 +71,35 @@ class Decide(Script[DecideReply]):
     includes = ("emit", "push", "sched")
 
     def __call__(
-        self,
-        *,
-        keys: Keys,
-        call_id: str,
-        run_id: str,
-        decision: Decision,
-        by: str,
-        now: str,
-        envelope_read: str,
-        check_approvals: bool,
-        maxlen: int,
-        ttl: int,
-        event_data: str,
-        result: str,
-        envelope: str,
-        audit_maxlen: int,
-        expired_result: str,
-        message: tuple[str, str] | None,
-        approvals_read: str,
-        approvals_new: str,
-        final: bool,
-        new_digest: str,
-        approval: str,
-        tool: str,
-        audit_sig: str,
-        expired_sig: str,
-        digest: str,
-        shown: str,
-        tenant: str = DEFAULT_TENANT,
+        self, *, keys: Keys, decision: Decision, tenant: str = DEFAULT_TENANT
     ) -> Invocation[DecideReply]:
-        """An invocation: KEYS and ARGV as the header of ``decide.lua`` lists them."""
+        """An invocation: KEYS as the header of ``decide.lua`` lists them, ARGV ``decision``'s.
+
+        ``tenant``: the call's, whose index of parked calls it leaves.
+        """
+        message = decision.message
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
+        argv = {field.name: getattr(decision, field.name) for field in fields(decision)}
+        argv.update(
+            check_approvals=flag(decision.check_approvals),
+            message=message[1] if message else "",
+            final=flag(decision.final),
+        )
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.pending_approvals,
-                keys.unsent,
-                keys.audit_stream,
-                queue,
-                keys.queued,
-                keys.queue_pushes(queue) if message else keys.unsent,
-                *emit_keys(keys),
-                keys.parked,
-                keys.tenant_parked(tenant),
-            ],
-            [
-                call_id,
-                decision,
-                by,
-                now,
-                envelope_read,
-                "1" if check_approvals else "0",
-                maxlen,
-                ttl,
-                event_data,
-                result,
-                envelope,
-                audit_maxlen,
-                expired_result,
-                message[1] if message else "",
-                approvals_read,
-                approvals_new,
-                "1" if final else "0",
-                new_digest,
-                approval,
-                run_id,
-                tool,
-                audit_sig,
-                expired_sig,
-                digest,
-                shown,
-            ],
+            keys={
+                "call": keys.call(decision.call_id),
+                "stream": keys.run_stream(decision.run_id),
+                "pending_approvals": keys.pending_approvals,
+                "unsent": keys.unsent,
+                "audit_stream": keys.audit_stream,
+                "queue": queue,
+                "queued": keys.queued,
+                "pushes": keys.queue_pushes(queue) if message else keys.unsent,
+                **emit_keys(keys),
+                "parked": keys.parked,
+                "tenant_parked": keys.tenant_parked(tenant),
+            },
+            argv=argv,
         )
 
     def parse(self, reply: Any) -> DecideReply:
@@ -136,16 +133,24 @@ class Expire(Script[ExpireOutcome]):
     ) -> Invocation[ExpireOutcome]:
         """An invocation: KEYS and ARGV as the header of ``expire.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.pending_approvals,
-                keys.audit_stream,
-                *emit_keys(keys),
-                keys.parked,
-                keys.tenant_parked(tenant),
-            ],
-            [call_id, now, maxlen, ttl, result, audit_maxlen, run_id],
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "pending_approvals": keys.pending_approvals,
+                "audit_stream": keys.audit_stream,
+                **emit_keys(keys),
+                "parked": keys.parked,
+                "tenant_parked": keys.tenant_parked(tenant),
+            },
+            argv={
+                "call_id": call_id,
+                "now": now,
+                "maxlen": maxlen,
+                "ttl": ttl,
+                "result": result,
+                "audit_maxlen": audit_maxlen,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> ExpireOutcome:

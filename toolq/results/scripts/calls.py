@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -10,7 +9,7 @@ from typing import Any, Literal, cast, get_args
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, lua_source, outcome
+from toolq.results.runner import Invocation, Script, emit_keys, flag, lua_source, outcome, pairs
 
 CreateOutcome = Literal["new", "over_budget", "dup", "call_id_conflict", "not_owner"]
 
@@ -94,59 +93,60 @@ class Create(Script[CreateReply]):
         (``""``: a reuse of the key is never a conflict).
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
-        spent = keys.tenant_spent(tenant, charge.period) if charge else keys.unsent
+        backlog, lane = schedule or (keys.unsent, keys.unsent)
         return self.invoke(
-            [
-                idempotency,
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.run_calls(run_id),
-                keys.recent_calls,
-                keys.unsent,
-                keys.pending_approvals,
-                queue,
-                keys.run_owner(run_id),
-                keys.queued,
-                keys.queue_pushes(queue) if message else keys.unsent,
-                spent,
-                *emit_keys(keys),
-                *(schedule or (keys.unsent, keys.unsent)),
-                keys.parked,
-                keys.tenant_parked(tenant),
-                keys.runs,
-                keys.tenant_runs(tenant),
-            ],
-            [
-                call_id,
-                status,
-                envelope,
-                etype,
-                data,
-                maxlen,
-                ttl,
-                now,
-                deadline,
-                run_id,
-                name,
-                risk,
-                "1" if idempotent else "0",
-                timeout,
-                result,
-                message[1] if message else "",
-                owner,
-                "1" if admin else "0",
-                "1" if refresh else "0",
-                tenant,
-                repr(charge.cost) if charge else "0",
-                repr(charge.limit) if charge else "",
-                charge.ttl if charge else 0,
-                charge.denied_result if charge else "",
-                charge.denied_data if charge else "",
-                charge.denied_envelope if charge else "",
-                "1" if schedule else "0",
-                fingerprint,
-                *[item for pair in (fields or {}).items() for item in pair],
-            ],
+            keys={
+                "idempotency": idempotency,
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "run_calls": keys.run_calls(run_id),
+                "recent": keys.recent_calls,
+                "unsent": keys.unsent,
+                "pending_approvals": keys.pending_approvals,
+                "queue": queue,
+                "run_owner": keys.run_owner(run_id),
+                "queued": keys.queued,
+                "pushes": keys.queue_pushes(queue) if message else keys.unsent,
+                "spent": keys.tenant_spent(tenant, charge.period) if charge else keys.unsent,
+                **emit_keys(keys),
+                "backlog": backlog,
+                "lane": lane,
+                "parked": keys.parked,
+                "tenant_parked": keys.tenant_parked(tenant),
+                "runs": keys.runs,
+                "tenant_runs": keys.tenant_runs(tenant),
+            },
+            argv={
+                "call_id": call_id,
+                "status": status,
+                "envelope": envelope,
+                "etype": etype,
+                "data": data,
+                "maxlen": maxlen,
+                "ttl": ttl,
+                "now": now,
+                "deadline": deadline,
+                "run_id": run_id,
+                "name": name,
+                "risk": risk,
+                "idempotent": flag(idempotent),
+                "timeout": timeout,
+                "result": result,
+                "message": message[1] if message else "",
+                "submitter": owner,
+                "admin": flag(admin),
+                "refresh": flag(refresh),
+                "tenant": tenant,
+                "cost_text": repr(charge.cost) if charge else "0",
+                "limit": repr(charge.limit) if charge else "",
+                "spent_ttl": charge.ttl if charge else 0,
+                "denied_result": charge.denied_result if charge else "",
+                "denied_data": charge.denied_data if charge else "",
+                "denied_envelope": charge.denied_envelope if charge else "",
+                "schedule": flag(schedule is not None),
+                "fingerprint": fingerprint,
+            },
+            extra_argv=pairs(fields),
         )
 
     def parse(self, reply: Any) -> CreateReply:
@@ -165,11 +165,11 @@ class CreateGroup(Script[list[CreateReply]]):
     file = "create_group.lua"
     includes = Create.includes
 
-    def __init__(self) -> None:
+    def text(self) -> str:
+        """The libraries, ``create.lua`` as the local function ``create_one``, then the file."""
         parts = [lua_source(f"lib/{name}.lua") for name in self.includes]
         create_one = f"local function create_one(KEYS, ARGV)\n{lua_source(Create.file)}\nend"
-        self.source = "\n".join([*parts, create_one, lua_source(self.file)])
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        return "\n".join([*parts, create_one, lua_source(self.file)])
 
     def __call__(
         self,
@@ -187,20 +187,19 @@ class CreateGroup(Script[list[CreateReply]]):
         ``(backlog, lane)`` of a scheduled group (backlogged, not pushed), or ``None``.
         """
         plans = list(schedules) or [None] * len(messages)
-        call_keys: list[str] = [keys.queued, keys.unsent]
+        call_keys: list[str] = []
         for (queue, _), plan in zip(messages, plans, strict=True):
             call_keys.extend([queue, keys.queue_pushes(queue), *(plan or (keys.unsent,) * 2)])
-        args: list[Any] = [
-            now,
-            len(messages),
-            len(members),
-            *(m for _, m in messages),
-            *("1" if plan else "0" for plan in plans),
-        ]
+        args: list[Any] = [*(m for _, m in messages), *(flag(plan is not None) for plan in plans)]
         for call_id, group, member in members:
             call_keys.extend([keys.call(call_id), *member.keys])
             args.extend([call_id, group, len(member.keys), len(member.args), *member.args])
-        return self.invoke(call_keys, args)
+        return self.invoke(
+            keys={"queued": keys.queued, "unsent": keys.unsent},
+            argv={"now": now, "m": len(messages), "n": len(members)},
+            extra_keys=call_keys,
+            extra_argv=args,
+        )
 
     def parse(self, reply: Any) -> list[CreateReply]:
         """One typed CREATE outcome per call."""
@@ -242,25 +241,25 @@ class Start(Script[StartReply]):
     ) -> Invocation[StartReply]:
         """An invocation: KEYS and ARGV as the header of ``start.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.lease(call_id),
-                keys.cancel(call_id),
-                keys.running,
-                keys.queued,
-                *emit_keys(keys),
-            ],
-            [
-                call_id,
-                token,
-                lease_ms,
-                now,
-                maxlen,
-                cancel_result,
-                now_ms,
-                run_id,
-            ],
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "lease": keys.lease(call_id),
+                "cancel": keys.cancel(call_id),
+                "running": keys.running,
+                "queued": keys.queued,
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "lease_ms": lease_ms,
+                "now": now,
+                "maxlen": maxlen,
+                "cancel_result": cancel_result,
+                "now_ms": now_ms,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> StartReply:
@@ -300,28 +299,28 @@ class Finish(Script[FinishOutcome]):
     ) -> Invocation[FinishOutcome]:
         """An invocation: KEYS and ARGV as the header of ``finish.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.lease(call_id),
-                keys.running,
-                keys.undo(call_id),
-                *emit_keys(keys),
-            ],
-            [
-                call_id,
-                token,
-                status,
-                result,
-                etype,
-                data,
-                maxlen,
-                now,
-                ttl,
-                undo,
-                undo_ttl,
-                run_id,
-            ],
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "lease": keys.lease(call_id),
+                "running": keys.running,
+                "undo": keys.undo(call_id),
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "status": status,
+                "result": result,
+                "etype": etype,
+                "data": data,
+                "maxlen": maxlen,
+                "now": now,
+                "ttl": ttl,
+                "undo_data": undo,
+                "undo_ttl": undo_ttl,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> FinishOutcome:
@@ -353,8 +352,16 @@ class Progress(Script[ProgressOutcome]):
     ) -> Invocation[ProgressOutcome]:
         """An invocation: KEYS and ARGV as the header of ``progress.lua`` lists them."""
         return self.invoke(
-            [keys.call(call_id), keys.run_stream(run_id), *emit_keys(keys)],
-            [call_id, token, etype, data, maxlen, now, run_id],
+            keys={"call": keys.call(call_id), "stream": keys.run_stream(run_id), **emit_keys(keys)},
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "etype": etype,
+                "data": data,
+                "maxlen": maxlen,
+                "now": now,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> ProgressOutcome:
@@ -385,8 +392,14 @@ class Renew(Script[bool]):
         lease has none).
         """
         return self.invoke(
-            [lease, running, record or lease],
-            [call_id, token, lease_ms, now_ms, "1" if record else "0"],
+            keys={"lease": lease, "running": running, "call": record or lease},
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "lease_ms": lease_ms,
+                "now_ms": now_ms,
+                "slots": flag(bool(record)),
+            },
         )
 
     def parse(self, reply: Any) -> bool:
@@ -431,29 +444,29 @@ class Transition(Script[TransitionReply]):
     ) -> Invocation[TransitionReply]:
         """An invocation: KEYS and ARGV as the header of ``transition.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.pending_approvals,
-                keys.unsent,
-                keys.running,
-                *emit_keys(keys),
-                keys.parked,
-                keys.tenant_parked(tenant),
-            ],
-            [
-                call_id,
-                from_states,
-                to_status,
-                etype,
-                data,
-                maxlen,
-                now,
-                ttl,
-                result,
-                run_id,
-                *[item for pair in (fields or {}).items() for item in pair],
-            ],
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "pending_approvals": keys.pending_approvals,
+                "unsent": keys.unsent,
+                "running": keys.running,
+                **emit_keys(keys),
+                "parked": keys.parked,
+                "tenant_parked": keys.tenant_parked(tenant),
+            },
+            argv={
+                "call_id": call_id,
+                "from_states": from_states,
+                "to_status": to_status,
+                "etype": etype,
+                "data": data,
+                "maxlen": maxlen,
+                "now": now,
+                "ttl": ttl,
+                "result": result,
+                "run_id": run_id,
+            },
+            extra_argv=pairs(fields),
         )
 
     def parse(self, reply: Any) -> TransitionReply:
@@ -487,24 +500,24 @@ class Recover(Script[RecoverOutcome]):
     ) -> Invocation[RecoverOutcome]:
         """An invocation: KEYS and ARGV as the header of ``recover.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.lease(call_id),
-                keys.running,
-                keys.run_stream(run_id),
-                keys.unsent,
-                *emit_keys(keys),
-            ],
-            [
-                call_id,
-                now,
-                maxlen,
-                ttl,
-                max_recoveries,
-                lost_result,
-                timeout_result,
-                run_id,
-            ],
+            keys={
+                "call": keys.call(call_id),
+                "lease": keys.lease(call_id),
+                "running": keys.running,
+                "stream": keys.run_stream(run_id),
+                "unsent": keys.unsent,
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "now": now,
+                "maxlen": maxlen,
+                "ttl": ttl,
+                "max_recoveries": max_recoveries,
+                "lost_result": lost_result,
+                "timeout_result": timeout_result,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> RecoverOutcome:
@@ -523,20 +536,42 @@ class Resend(Script[bool]):
     ) -> Invocation[bool]:
         """An invocation: KEYS and ARGV as the header of ``resend.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                queue,
-                keys.queue_pushes(queue),
-                keys.queued,
-                keys.unsent,
-                keys.lost_suspect(call_id),
-            ],
-            [call_id, message, now],
+            keys={
+                "call": keys.call(call_id),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "queued": keys.queued,
+                "unsent": keys.unsent,
+                "suspect": keys.lost_suspect(call_id),
+            },
+            argv={"call_id": call_id, "message": message, "now": now},
         )
 
     def parse(self, reply: Any) -> bool:
         """The typed outcome of a reply."""
         return bool(int(reply))
+
+
+class GiveBack(Script[int]):
+    """Calls a busy worker has not started, out again in one message (``give_back.lua``)."""
+
+    file = "give_back.lua"
+    includes = ("push",)
+
+    def __call__(
+        self, *, keys: Keys, queue: str, message: str, call_ids: Sequence[str], now: str
+    ) -> Invocation[int]:
+        """An invocation: KEYS and ARGV as the header of ``give_back.lua`` lists them."""
+        return self.invoke(
+            keys={"queue": queue, "pushes": keys.queue_pushes(queue), "queued": keys.queued},
+            argv={"message": message, "now": now},
+            extra_keys=[keys.call(c) for c in call_ids],
+            extra_argv=call_ids,
+        )
+
+    def parse(self, reply: Any) -> int:
+        """How many calls were given back."""
+        return int(reply)
 
 
 CREATE = Create()
@@ -548,3 +583,4 @@ RENEW = Renew()
 TRANSITION = Transition()
 RECOVER = Recover()
 RESEND = Resend()
+GIVE_BACK = GiveBack()

@@ -30,20 +30,27 @@ class Refuse(Script[bool]):
         and ``ts``; ``proof``: ``("sig", signature)`` or ``("system", "1")``.
         """
         run_id, call_id = entry["run_id"], entry["call_id"]
+        proof_field, proof_value = proof
         return self.invoke(
-            [
-                keys.refusals,
-                keys.refusal_mark(principal, run_id, call_id),
-                keys.refusal_budget(principal),
-                keys.audit_stream,
-            ],
-            [
-                window,
-                per_window,
-                audit_maxlen,
-                *(entry[f] for f in ("call_id", "run_id", "tool", "by", "outcome", "ts")),
-                *proof,
-            ],
+            keys={
+                "counts": keys.refusals,
+                "mark": keys.refusal_mark(principal, run_id, call_id),
+                "budget": keys.refusal_budget(principal),
+                "audit": keys.audit_stream,
+            },
+            argv={
+                "window": window,
+                "per_window": per_window,
+                "audit_maxlen": audit_maxlen,
+                "call_id": call_id,
+                "run_id": run_id,
+                "tool": entry["tool"],
+                "by": entry["by"],
+                "outcome": entry["outcome"],
+                "ts": entry["ts"],
+                "proof_field": proof_field,
+                "proof": proof_value,
+            },
         )
 
     def parse(self, reply: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script
+from toolq.results.runner import Invocation, Script, flag
 
 
 class Page(Script[list[tuple[str, str]]]):
@@ -29,7 +29,17 @@ class Page(Script[list[tuple[str, str]]]):
         ``hi``: score bounds (``-inf``/``+inf`` for none), as Redis writes scores.
         """
         score, member = after or ("", "")
-        return self.invoke([index], [score, member, lo, hi, count, "1" if descending else "0"])
+        return self.invoke(
+            keys={"index": index},
+            argv={
+                "after_score": score,
+                "after_member": member,
+                "lo": lo,
+                "hi": hi,
+                "count": count,
+                "descending": flag(descending),
+            },
+        )
 
     def parse(self, reply: Any) -> list[tuple[str, str]]:
         """``(member, score)`` pairs, in the page's order."""

@@ -23,14 +23,14 @@ class UndoClaim(Script[UndoClaimOutcome]):
     ) -> Invocation[UndoClaimOutcome]:
         """An invocation: KEYS and ARGV as the header of ``undo_claim.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.undo(call_id),
-                queue,
-                keys.queue_pushes(queue),
-                keys.undo_queued,
-            ],
-            [call_id, now, message],
+            keys={
+                "call": keys.call(call_id),
+                "undo": keys.undo(call_id),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "undo_queued": keys.undo_queued,
+            },
+            argv={"call_id": call_id, "now": now, "message": message},
         )
 
     def parse(self, reply: Any) -> UndoClaimOutcome:
@@ -52,8 +52,19 @@ class UndoStart(Script[tuple[UndoStartOutcome, str]]):
     ) -> Invocation[tuple[UndoStartOutcome, str]]:
         """An invocation: KEYS and ARGV as the header of ``undo_start.lua`` lists them."""
         return self.invoke(
-            [keys.call(call_id), keys.undo_lease(call_id), keys.undoing, keys.undo_queued],
-            [call_id, token, lease_ms, now, now_ms],
+            keys={
+                "call": keys.call(call_id),
+                "undo_lease": keys.undo_lease(call_id),
+                "undoing": keys.undoing,
+                "undo_queued": keys.undo_queued,
+            },
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "lease_ms": lease_ms,
+                "now": now,
+                "now_ms": now_ms,
+            },
         )
 
     def parse(self, reply: Any) -> tuple[UndoStartOutcome, str]:
@@ -87,15 +98,24 @@ class UndoFinish(Script[UndoFinishOutcome]):
     ) -> Invocation[UndoFinishOutcome]:
         """An invocation: KEYS and ARGV as the header of ``undo_finish.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.run_stream(run_id),
-                keys.undo_lease(call_id),
-                keys.undoing,
-                keys.undo(call_id),
-                *emit_keys(keys),
-            ],
-            [call_id, token, state, etype, data, maxlen, now, run_id],
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "undo_lease": keys.undo_lease(call_id),
+                "undoing": keys.undoing,
+                "undo": keys.undo(call_id),
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "token": token,
+                "state": state,
+                "etype": etype,
+                "data": data,
+                "maxlen": maxlen,
+                "now": now,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> UndoFinishOutcome:
@@ -128,25 +148,25 @@ class UndoRecover(Script[UndoRecoverOutcome]):
     ) -> Invocation[UndoRecoverOutcome]:
         """An invocation: KEYS and ARGV as the header of ``undo_recover.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                keys.undo_lease(call_id),
-                keys.undoing,
-                keys.run_stream(run_id),
-                queue,
-                keys.queue_pushes(queue),
-                keys.undo_queued,
-                *emit_keys(keys),
-            ],
-            [
-                call_id,
-                now,
-                maxlen,
-                max_recoveries,
-                lost_data,
-                message,
-                run_id,
-            ],
+            keys={
+                "call": keys.call(call_id),
+                "undo_lease": keys.undo_lease(call_id),
+                "undoing": keys.undoing,
+                "stream": keys.run_stream(run_id),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "undo_queued": keys.undo_queued,
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "now": now,
+                "maxlen": maxlen,
+                "max_recoveries": max_recoveries,
+                "lost_data": lost_data,
+                "message": message,
+                "run_id": run_id,
+            },
         )
 
     def parse(self, reply: Any) -> UndoRecoverOutcome:
@@ -165,14 +185,14 @@ class UndoResend(Script[bool]):
     ) -> Invocation[bool]:
         """An invocation: KEYS and ARGV as the header of ``undo_resend.lua`` lists them."""
         return self.invoke(
-            [
-                keys.call(call_id),
-                queue,
-                keys.queue_pushes(queue),
-                keys.undo_queued,
-                keys.lost_undo_suspect(call_id),
-            ],
-            [call_id, message, now],
+            keys={
+                "call": keys.call(call_id),
+                "queue": queue,
+                "pushes": keys.queue_pushes(queue),
+                "undo_queued": keys.undo_queued,
+                "suspect": keys.lost_undo_suspect(call_id),
+            },
+            argv={"call_id": call_id, "message": message, "now": now},
         )
 
     def parse(self, reply: Any) -> bool:

@@ -19,7 +19,8 @@ class WebhookClaim(Script[dict[str, str] | None]):
     ) -> Invocation[dict[str, str] | None]:
         """An invocation: KEYS and ARGV as the header of ``webhook_claim.lua`` lists them."""
         return self.invoke(
-            [keys.webhook_due, keys.webhook_delivery(delivery_id)], [delivery_id, now, until]
+            keys={"due": keys.webhook_due, "delivery": keys.webhook_delivery(delivery_id)},
+            argv={"delivery_id": delivery_id, "now": now, "claimed_until": until},
         )
 
     def parse(self, reply: Any) -> dict[str, str] | None:

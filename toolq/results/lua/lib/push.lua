@@ -37,3 +37,22 @@ local function push_batch(queue, pushes, queued, unsent, carried, message, now)
     redis.call('ZREM', unsent, c[2])
   end
 end
+-- Calls a busy worker gives back (GIVE_BACK), {record, call_id} in calls: one new message
+-- for those still queued (and not waiting for admission), noted on each as push_batch
+-- notes them; how many (0: none, nothing pushed).
+local function push_again(queue, pushes, queued, calls, message, now)
+  local live = {}
+  for _, c in ipairs(calls) do
+    local f = redis.call('HMGET', c[1], 'status', 'admission')
+    if f[1] == 'queued' and f[2] ~= 'waiting' then live[#live + 1] = c end
+  end
+  if #live == 0 then return 0 end
+  redis.call('LPUSH', queue, message)
+  local seq = redis.call('INCR', pushes)
+  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
+  for _, c in ipairs(live) do
+    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag)
+    redis.call('ZADD', queued, now, c[2])
+  end
+  return #live
+end

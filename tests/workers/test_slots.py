@@ -1,0 +1,98 @@
+"""A worker's slots on real `toolq worker` processes: ``--concurrency`` bounds the synchronous
+calls it runs at once, ``--async-concurrency`` the ``async def`` ones, whatever the number of
+calls a message carries; a busy slot gives back what it cannot start, so free ones (in the
+same worker or another) take it; a flooded rate limit starts calls at its rate.
+
+The bounds are counted exactly by the tools (a Redis counter around each call), the spread by
+the process ids they record: no wall-clock assertion but the rate limit's, over seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.conftest import Workers
+from tests.slots_app import PIDS, TICKS, most_at_once, registry
+from toolq import CallStatus, Client
+from toolq.settings import Settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+APP = {"TOOLQ_APP": "tests.slots_app:registry"}
+
+
+@pytest.fixture
+def slots_client(settings: Settings) -> Iterator[Client]:
+    with Client(registry, settings) as c:
+        yield c
+
+
+def naps(n: int, name: str = "nap", seconds: float = 0.2) -> list[dict[str, object]]:
+    return [{"id": f"{name}{i}", "name": name, "arguments": {"seconds": seconds}}
+            for i in range(n)]  # fmt: skip
+
+
+def all_succeed(client: Client, calls: list[dict[str, object]], timeout: float = 60) -> None:
+    results = client.dispatch(calls).wait(timeout=timeout)
+    assert [x.status for x in results] == [CallStatus.SUCCEEDED] * len(calls)
+
+
+@pytest.mark.parametrize(("pool", "concurrency"), [("threads", 4), ("prefork", 2)])
+def test_concurrency_bounds_the_synchronous_calls_of_shared_messages(
+    r: redis.Redis, slots_client: Client, workers: Workers, pool: str, concurrency: int
+) -> None:
+    workers.start("safe", pool=pool, concurrency=concurrency, **APP)
+    all_succeed(slots_client, naps(8 * concurrency))  # in messages of 16 calls
+    assert most_at_once(r, "sync") == concurrency
+
+
+@pytest.mark.parametrize(("pool", "concurrency"), [("threads", 2), ("prefork", 2)])
+def test_async_concurrency_bounds_the_async_calls(
+    r: redis.Redis, slots_client: Client, workers: Workers, pool: str, concurrency: int
+) -> None:
+    # prefork: each of the two processes runs at most 4 // 2 = 2 on its loop
+    workers.start("safe", pool=pool, concurrency=concurrency, TOOLQ_ASYNC_CONCURRENCY="4", **APP)
+    all_succeed(slots_client, naps(24, "anap"))
+    seen = most_at_once(r, "async")
+    assert seen <= 4
+    assert seen > (2 if pool == "prefork" else 3)  # both processes' loops, or the one's all
+
+
+def test_a_message_of_cpu_bound_calls_spreads_over_both_processes(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    workers.start("safe", pool="prefork", concurrency=2, **APP)
+    all_succeed(slots_client, naps(16, "burn", 0.1))
+    pids = [int(p) for p in r.lrange(PIDS, 0, -1)]
+    assert len(pids) == 16 and len(set(pids)) == 2
+
+
+def test_a_message_of_cpu_bound_calls_spreads_over_two_workers(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    for _ in range(2):
+        workers.start("safe", pool="prefork", concurrency=1, **APP)
+    all_succeed(slots_client, naps(16, "burn", 0.1))
+    pids = [int(p) for p in r.lrange(PIDS, 0, -1)]
+    assert len(pids) == 16 and len(set(pids)) == 2
+
+
+def test_a_flooded_rate_limit_starts_calls_at_its_rate_and_never_above(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    # sweeps at the default interval: admission must not wait for them
+    workers.start("safe", pool="threads", concurrency=4, TOOLQ_SWEEP_INTERVAL="1", **APP)
+    calls = [{"id": f"t{i}", "name": "tick", "arguments": {"n": i}} for i in range(50)]
+    batch = slots_client.dispatch(calls)
+    assert [x.status for x in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED] * 50
+    assert r.llen(TICKS) == 50
+    # the limit counts starts (START's time, as recorded)
+    starts = sorted(float(rec["started_at"]) for rec in slots_client.store.records(batch.call_ids))
+    for i in range(len(starts) - 10):  # "10/s": never 11 starts within a second
+        assert starts[i + 10] - starts[i] > 1.0, starts[i : i + 11]
+    # delivered: 10 starts per mean time 10 consecutive starts spanned, at least 0.9x
+    spans = [starts[i + 10] - starts[i] for i in range(len(starts) - 10)]
+    assert 10 / (sum(spans) / len(spans)) >= 9.0, spans

@@ -1,0 +1,308 @@
+"""``SharedWaits``: one reader per process waits on the event streams of every waiting call.
+
+A thread that waits for calls registers what it waits for and sleeps on a
+``threading.Event``; one reader thread, on one connection of its own, blocks in a single
+``XREAD BLOCK`` over the streams of every run someone waits on and wakes each waiter whose
+calls turned final. However many threads wait, a client holds one connection for all the
+waiting, plus its pool's connections for short commands.
+
+The guarantee of ``EventLog.wait_final`` holds: a waiter brings the id it has read its
+calls' states up to; the reader's cursor of a run it does not follow yet starts there. When
+the reader follows the run already, from an older cursor, it will hand the waiter every
+event after that cursor; when from a newer one, the waiter reads the events in between
+itself (``XRANGE``). A reader blocked on the other runs is woken by an entry on a wake
+stream of its own (one ``XADD`` per new run per read, however many join during it), which
+it reads along with the runs: an entry added before the ``XREAD`` arrives still ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from toolq.keys import Keys
+from toolq.models import FINAL_STATUSES, EventType
+from toolq.results.connection import as_text
+
+WAKE_TTL_SECONDS = 60
+"""Lifetime of a reader's wake stream after its last wake-up."""
+IDLE_SECONDS = 30.0
+"""How long an idle reader thread (nobody waiting) stays before it exits."""
+BLOCK_MS = 2000
+"""Longest single ``XREAD BLOCK`` of the reader (below redis-py's 5 s socket timeout)."""
+BATCH = 1000
+PAUSE_PER_STREAM_SECONDS = 5e-6
+"""After a read that returned events, the reader waits this long per followed run (at most
+``COALESCE_SECONDS``), so that with many runs each read gathers many runs' events: a read
+costs Redis about 0.75 µs per stream it names, and the client more to build and parse. The
+API's ``EventHub`` does the same."""
+COALESCE_PENDING = 32
+COALESCE_SECONDS = 0.005
+"""While one waiter has at least this many calls pending, the reader reads at most every 5 ms
+(a big batch's events then arrive in few reads instead of one read per event)."""
+
+FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
+_NOT_FINAL = frozenset(t.value for t in EventType if not t.is_final)
+"""Events the reader skips without decoding their data (most of a busy run's events)."""
+
+
+def _id_key(value: str) -> tuple[int, int]:
+    """A stream id as a sortable pair (``<ms>`` alone counts as ``<ms>-0``)."""
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _field(fields: dict[Any, Any], name: str) -> Any:
+    return fields.get(name.encode(), fields.get(name))
+
+
+class Waiter:
+    """One thread's wait for some calls of one run to turn final."""
+
+    __slots__ = ("done", "error", "on_done", "pending", "run_id", "seen")
+
+    def __init__(self, run_id: str, pending: set[str]) -> None:
+        self.run_id = run_id
+        self.pending = pending
+        self.seen: dict[str, dict[str, Any]] = {}
+        """The data of the final events read, by call id."""
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        """Set when the reader failed (a Redis error): the wait raises it."""
+        self.on_done: Callable[[], None] | None = None
+        """Called (from the reader's thread) once ``done`` is set: an asyncio wake-up."""
+
+    def _finish(self) -> None:
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done()
+
+
+class _Run:
+    __slots__ = ("cursor", "waiters")
+
+    def __init__(self, cursor: str) -> None:
+        self.cursor = cursor
+        self.waiters: set[Waiter] = set()
+
+
+class SharedWaits:
+    """The waits of one process on one Redis: one reader thread and connection for all."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self.wake_key = self.keys.wait_wake(uuid.uuid4().hex)
+        self._wake_cursor = "0-0"
+        self._runs: dict[str, _Run] = {}
+        self._by_stream: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+        self._reading = False
+        self._woken = False
+        self._closed = False
+
+    # -- waiters -----------------------------------------------------------------------------
+
+    def join(self, run_id: str, pending: set[str], last: str) -> Waiter:
+        """Register a wait for ``pending`` calls of ``run_id``, whose states were read at ``last``.
+
+        Events after ``last`` reach the waiter; the caller then blocks in ``wait``.
+        """
+        waiter = Waiter(run_id, set(pending))
+        if not waiter.pending:
+            waiter.done.set()
+            return waiter
+        stream = self.keys.run_stream(run_id)
+        backlog_to: str | None = None
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the reader thread stayed in the parent
+                self._reset()
+            self._closed = False  # a closed client used again reconnects, as redis-py does
+            run = self._runs.get(run_id)
+            wake = False
+            if run is None:
+                run = self._runs[run_id] = _Run(last)
+                self._by_stream[stream] = run_id
+                wake = self._reading and not self._woken
+                self._woken = self._woken or wake
+            elif _id_key(last) < _id_key(run.cursor):
+                backlog_to = run.cursor
+            run.waiters.add(waiter)
+            self._start_reader()
+        try:
+            if wake:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.xadd(self.wake_key, {"w": "1"}, maxlen=1, approximate=False)
+                pipe.expire(self.wake_key, WAKE_TTL_SECONDS)
+                pipe.execute()
+            if backlog_to is not None:
+                entries: Any = self.redis.xrange(stream, min=f"({last}", max=backlog_to)
+                with self._lock:
+                    if waiter in run.waiters:
+                        self._apply(run, [waiter], entries)
+        except BaseException:
+            self.leave(waiter)
+            raise
+        return waiter
+
+    def wait(self, waiter: Waiter, timeout: float | None) -> bool:
+        """Block until ``waiter`` is done (``True``) or ``timeout`` runs out (``False``, left).
+
+        Raises the reader's error when it failed meanwhile.
+        """
+        if not waiter.done.wait(timeout):
+            with self._lock:
+                if not waiter.done.is_set():
+                    self._drop(waiter)
+                    return False
+        if waiter.error is not None:
+            raise waiter.error
+        return True
+
+    def leave(self, waiter: Waiter) -> None:
+        """Stop waiting (a wait given up)."""
+        with self._lock:
+            self._drop(waiter)
+
+    def _drop(self, waiter: Waiter) -> None:
+        run = self._runs.get(waiter.run_id)
+        if run is None:
+            return
+        run.waiters.discard(waiter)
+        if not run.waiters:
+            del self._runs[waiter.run_id]
+            self._by_stream.pop(self.keys.run_stream(waiter.run_id), None)
+
+    @property
+    def waiting(self) -> int:
+        """Waiters registered now."""
+        with self._lock:
+            return sum(len(r.waiters) for r in self._runs.values())
+
+    # -- the reader --------------------------------------------------------------------------
+
+    def _start_reader(self) -> None:
+        """Start the reader thread, or wake an idle one (the lock is held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="toolq-waits", daemon=True)
+            self._thread.start()
+        else:
+            self._idle.notify()
+
+    def _loop(self) -> None:
+        # One connection of the client's pool, kept for the reader's life; commands on it
+        # retry as the client's do.
+        reader = redis.Redis(
+            connection_pool=self.redis.connection_pool, single_connection_client=True
+        )
+        try:
+            while self._read_once(reader):
+                pass
+        finally:
+            reader.close()
+
+    def _read_once(self, reader: redis.Redis) -> bool:
+        """One ``XREAD`` over every waited run; ``False`` when the reader should exit."""
+        with self._lock:
+            while not self._runs:
+                if self._closed or (not self._idle.wait(IDLE_SECONDS) and not self._runs):
+                    self._thread = None
+                    return False
+            if self._closed:
+                self._thread = None
+                return False
+            streams = {self.keys.run_stream(r): run.cursor for r, run in self._runs.items()}
+            streams[self.wake_key] = self._wake_cursor
+            coalesce = any(
+                len(w.pending) >= COALESCE_PENDING for r in self._runs.values() for w in r.waiters
+            )
+            self._reading = True
+            self._woken = False
+        try:
+            reply: Any = reader.xread(streams, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
+        except Exception as exc:
+            self._fail(exc)
+            return True
+        got = 0
+        with self._lock:
+            self._reading = False
+            for raw_stream, entries in reply or []:
+                stream = as_text(raw_stream)
+                if not entries:
+                    continue
+                if stream == self.wake_key:
+                    self._wake_cursor = as_text(entries[-1][0])
+                    continue
+                run_id = self._by_stream.get(stream)
+                run = self._runs.get(run_id) if run_id is not None else None
+                if run is None or run.cursor != streams.get(stream):
+                    continue  # left, or left and joined again from another cursor
+                got += len(entries)
+                run.cursor = as_text(entries[-1][0])
+                self._apply(run, list(run.waiters), entries)
+        if coalesce and got < BATCH:
+            time.sleep(COALESCE_SECONDS)
+        elif got and PAUSE_PER_STREAM_SECONDS:
+            time.sleep(min(COALESCE_SECONDS, len(streams) * PAUSE_PER_STREAM_SECONDS))
+        return True
+
+    def _apply(self, run: _Run, waiters: list[Waiter], entries: Any) -> None:
+        """Hand ``entries`` (of ``run``'s stream) to ``waiters`` (the lock is held)."""
+        for _, fields in entries:
+            if as_text(_field(fields, "type") or "") in _NOT_FINAL:
+                continue  # most of a busy run's events: skip decoding them
+            call_id = as_text(_field(fields, "call_id") or "")
+            data: dict[str, Any] | None = None
+            for waiter in waiters:
+                if call_id not in waiter.pending:
+                    continue
+                if data is None:
+                    data = json.loads(_field(fields, "data") or "{}")
+                if data.get("status") not in FINAL_VALUES:
+                    break
+                waiter.pending.discard(call_id)
+                waiter.seen[call_id] = data
+                if not waiter.pending:
+                    self._drop(waiter)
+                    waiter._finish()
+
+    def _fail(self, exc: BaseException) -> None:
+        """The read failed after the client's retries: every current waiter raises it."""
+        with self._lock:
+            self._reading = False
+            waiters = [w for run in self._runs.values() for w in run.waiters]
+            self._runs.clear()
+            self._by_stream.clear()
+        for waiter in waiters:
+            waiter.error = exc
+            waiter._finish()
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the reader thread (waking it) and let it return its connection."""
+        with self._lock:
+            thread = self._thread
+            self._closed = True
+            reading = self._reading
+            self._idle.notify()
+        if thread is None or self._pid != os.getpid():
+            return
+        if reading:
+            try:
+                self.redis.xadd(self.wake_key, {"w": "1"}, maxlen=1, approximate=False)
+                self.redis.expire(self.wake_key, WAKE_TTL_SECONDS)
+            except redis.RedisError:
+                pass
+        thread.join(timeout)

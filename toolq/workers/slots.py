@@ -1,0 +1,199 @@
+"""How a worker process's execution slots take the calls of a batch message.
+
+A Celery pool slot (a prefork process, a thread of the threads pool, the solo worker) runs
+one synchronous call at a time: ``--concurrency`` bounds the synchronous calls a worker
+runs at once, as it bounds Celery tasks. ``async def`` calls run on the process's event
+loop, at most ``AsyncSlots`` of them at once (``TOOLQ_ASYNC_CONCURRENCY``, shared out
+between a prefork worker's processes).
+
+A batch message's calls wait in its ``Pending`` until its slot can start them. A slot
+still busy ``GIVE_BACK_AFTER`` seconds after it took the message gives the calls it has
+not started back (``Spiller``): they go out again in one new message, which any free
+slot of the fleet takes, so no slot idles while a call waits behind a busy one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from toolq.models import RiskLevel
+
+log = logging.getLogger("toolq.worker")
+
+GIVE_BACK_AFTER = 0.05
+"""Seconds a slot holds a batch message's calls it has not started before giving them back.
+
+Short calls (a whole message in less than this) keep the message's round trips shared;
+longer ones spread over the free slots after this delay.
+"""
+DEFAULT_ASYNC_CONCURRENCY = 100
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a batch message came from: what a message giving back its calls needs."""
+
+    risk: RiskLevel
+    timeout: float | None
+    """The calls' own time limit (the message's hard limit less its grace), if any."""
+
+
+Call = tuple[str, str]
+"""``(call_id, run_id)`` as a batch message carries it."""
+
+
+class Pending:
+    """A batch message's calls not started yet, shared by its slot and the ``Spiller``."""
+
+    def __init__(
+        self, calls: Sequence[Call], route: Route | None, kinds: dict[str, bool] | None = None
+    ) -> None:
+        self.route = route
+        self.kinds = kinds or {}
+        """Which calls are ``async def`` ones (the message given back says so too)."""
+        self._calls: deque[Call] = deque(calls)
+        self._lock = threading.Lock()
+        self.closed = False
+        """Its slot is done with the message: nothing is given back any more."""
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def count(self, wanted: Callable[[Call], bool]) -> int:
+        """How many pending calls ``wanted`` accepts."""
+        with self._lock:
+            return sum(1 for call in self._calls if wanted(call))
+
+    def take(self, wanted: Callable[[Call], bool]) -> Call | None:
+        """The first call ``wanted`` accepts, taken out; ``None`` if there is none."""
+        with self._lock:
+            for call in self._calls:
+                if wanted(call):
+                    self._calls.remove(call)
+                    return call
+        return None
+
+    def take_many(self, wanted: Callable[[Call], bool], most: int) -> list[Call]:
+        """Up to ``most`` calls ``wanted`` accepts, in order, taken out."""
+        taken: list[Call] = []
+        with self._lock:
+            for call in list(self._calls):
+                if len(taken) >= most:
+                    break
+                if wanted(call):
+                    self._calls.remove(call)
+                    taken.append(call)
+        return taken
+
+    def take_all(self) -> list[Call]:
+        """Every call left, taken out (none once the slot is done with the message)."""
+        with self._lock:
+            if self.closed:
+                return []
+            taken = list(self._calls)
+            self._calls.clear()
+            return taken
+
+    def put_back(self, calls: Sequence[Call]) -> None:
+        """Calls a give-back could not send, for the slot to run after all."""
+        with self._lock:
+            self._calls.extendleft(reversed(calls))
+
+    def close(self) -> None:
+        """The slot is done: what is left (nothing, normally) stays with it."""
+        with self._lock:
+            self.closed = True
+
+
+class AsyncSlots:
+    """How many ``async def`` calls the process may still start on its event loop."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = size
+        self._changed = threading.Condition()
+
+    def try_acquire(self, want: int = 1) -> int:
+        """Take up to ``want`` slots without waiting; how many were taken."""
+        with self._changed:
+            got = min(want, self._free)
+            self._free -= got
+            return got
+
+    def acquire(self) -> None:
+        """Take one slot, waiting for one to free."""
+        with self._changed:
+            while self._free <= 0:
+                self._changed.wait()
+            self._free -= 1
+
+    def release(self, n: int = 1) -> None:
+        """Give ``n`` slots back."""
+        if n <= 0:
+            return
+        with self._changed:
+            self._free += n
+            self._changed.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a slot to free (none may be left by then)."""
+        with self._changed:
+            if self._free <= 0:
+                self._changed.wait(timeout)
+
+
+class Spiller(threading.Thread):
+    """Gives back, ``after`` seconds on, the calls a busy slot has not started."""
+
+    def __init__(self, give_back: Callable[[Pending], None], after: float) -> None:
+        super().__init__(name="toolq-give-back", daemon=True)
+        self.give_back = give_back
+        self.after = after
+        self._due: list[tuple[float, int, Pending]] = []
+        self._seq = itertools.count()
+        self._changed = threading.Condition()
+        self._stopping = False
+
+    def watch(self, pending: Pending) -> None:
+        """Give back what ``pending`` still holds ``after`` seconds from now."""
+        with self._changed:
+            # Deadlines only grow: a new one wakes the thread only when it was idle.
+            idle = not self._due
+            heapq.heappush(self._due, (time.monotonic() + self.after, next(self._seq), pending))
+            if idle:
+                self._changed.notify()
+
+    def stop(self) -> None:
+        """End the thread (in-process test workers close their runtimes)."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+
+    def run(self) -> None:
+        """Wait for each message's deadline; give back what its slot has not started."""
+        while True:
+            with self._changed:
+                while not self._stopping:
+                    if not self._due:
+                        self._changed.wait()
+                        continue
+                    wait = self._due[0][0] - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._changed.wait(wait)
+                if self._stopping:
+                    return
+                _, _, pending = heapq.heappop(self._due)
+            if pending.closed or not len(pending):
+                continue
+            try:
+                self.give_back(pending)
+            except Exception:  # the slot runs them after all
+                log.exception("giving back calls failed")
