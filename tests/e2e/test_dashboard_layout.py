@@ -1,4 +1,4 @@
-"""The dashboard at 1400 px and at a phone's width, under volume, and when the API stops.
+"""The dashboard at 1400 px and at a phone's width, under volume, when the API stops; runs.
 
 Chromium as ``test_dashboard`` drives it (uvicorn, real Redis, a real ``toolq worker``).
 Screenshots of both widths go to the test's tmp dir (and to ``TOOLQ_DASHBOARD_SCREENSHOTS``).
@@ -155,7 +155,7 @@ def test_panels_are_marked_stale_when_the_api_stops(stoppable):
         stale = page.locator("#stale")
         expect(stale).to_be_visible(timeout=SLOW)
         expect(stale).to_contain_text(re.compile(r"data of \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"))
-        expect(page.locator("[data-stale]")).to_have_count(6)
+        expect(page.locator("[data-stale]")).to_have_count(7)
         note = page.locator("#approvals-panel [data-testid=stale-note]")
         expect(note).to_have_text(re.compile(r"^stale · as of \d{4}-"))
         # the last good data stays on screen
@@ -164,3 +164,42 @@ def test_panels_are_marked_stale_when_the_api_stops(stoppable):
         pages.close()
         raise
     next(pages, None)
+
+
+def test_runs_list_bulk_approve_and_retry(api, inproc, page):
+    inproc.start()
+    parked = dispatch(api, "run-bulk", *[(f"w{i}", "wipe", {"target": f"t{i}"}) for i in range(3)])
+    [boom] = dispatch(api, "run-fail", ("b", "boom", {}))
+    sign_in(page)
+    bulk = page.locator('[data-testid=run-row][data-run-id="run-bulk"]')
+    expect(bulk).to_contain_text("3 awaiting approval", timeout=SLOW)
+    expect(page.locator('[data-testid=run-row][data-run-id="run-fail"]')).to_be_visible()
+
+    # one click approves the run's parked calls (the admin is not their submitter)
+    page.once("dialog", lambda dialog: dialog.accept())
+    bulk.get_by_test_id("approve-run").click()
+    expect(bulk).to_contain_text("3 succeeded", timeout=SLOW)
+    expect(bulk.get_by_test_id("approve-run")).to_have_count(0)
+    for call_id in parked:
+        assert httpx.get(f"{api}/v1/calls/{call_id}", headers=h("agent-t")).json()["status"] == (
+            "succeeded"
+        )
+
+    # a failed call is retried as a new call of the same run
+    failed = page.locator(f'#calls tr[data-call-id="{boom}"]')
+    expect(failed.locator(".badge[data-state]")).to_have_text("failed", timeout=SLOW)
+    page.once("dialog", lambda dialog: dialog.accept())
+    failed.get_by_test_id("retry").click()
+    runs = page.get_by_test_id("call-row").filter(
+        has=page.locator("button.run-id", has_text="run-fail")
+    )
+    expect(runs).to_have_count(2, timeout=SLOW)
+    again = httpx.get(f"{api}/v1/calls/{boom}", headers=h("agent-t")).json()["retried_by"]
+    assert again and again != boom
+    # the call page offers Retry only while the call was not retried
+    page.goto(f"{api}/#/calls/{boom}")
+    expect(page.locator("#call-state .badge[data-state]")).to_have_text("failed")
+    expect(page.locator("#call-retry")).to_be_hidden()
+    page.goto(f"{api}/#/calls/{again}")
+    expect(page.locator("#call-state .badge[data-state]")).to_have_text("failed", timeout=SLOW)
+    expect(page.locator("#call-retry")).to_be_visible()

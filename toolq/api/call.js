@@ -81,6 +81,8 @@ async function refreshCall() {
   $("#call-cancel").hidden = !actions.cancel;
   $("#call-undo").hidden = !actions.undo;
   $("#call-cancel").onclick = () => cancelCall(current.id, result.name);
+  $("#call-retry").hidden = !runsSupported || !RETRYABLE.has(result.status) || Boolean(result.retried_by);
+  $("#call-retry").onclick = () => retryCall(current.id, result.name);
   $("#call-undo").onclick = () => undoCall(current, result.name);
 }
 async function undoCall(current, name) {

@@ -29,6 +29,12 @@ let approvalCursors = [""];  // the cursor of each approvals page walked through
 let approvalsKey = "";  // the filters those cursors belong to
 let shownApprovals = [];
 let lastGood = 0;  // when every panel last got fresh data (ms)
+const RUNS_MS = 10000;  // the runs list counts every call of each run: read it less often
+let runsAt = 0;
+let runsShape = "";  // the calls shown when the runs list was last reloaded for them
+let runsSupported = false;  // true once GET /v1/runs answers: an older API has no runs, retry or bulk approve
+let runsChecked = false;
+const RETRYABLE = new Set(["failed", "denied", "expired", "cancelled"]);
 const drafts = new Map();  // call_id -> what the approver typed, kept if its card is rebuilt
 
 function el(tag, attrs, ...children) {
@@ -203,6 +209,7 @@ async function refresh() {
       Date.now() - chartsAt > CHARTS_MS ? loadCharts() : null,
       api("v1/tenants"),
     ]);
+    if ((runsSupported || !runsChecked) && Date.now() - runsAt > RUNS_MS) loadRuns().catch(() => {});
     if (JSON.stringify(filters()) !== JSON.stringify(f) || page !== wantedPage) {  // changed meanwhile
       inflight = false;
       return refresh();
@@ -213,6 +220,8 @@ async function refresh() {
       chartsShape = shape;
       loadCharts().catch(() => {});
     }
+    // New calls or states reload the runs list on the next poll too (at most every 3 s).
+    if (shape !== runsShape && Date.now() - runsAt > 3000) { runsShape = shape; runsAt = 0; }
     renderStats(overview);
     renderWorkers(overview.worker_list || []);
     renderTenants(tenants);
@@ -234,7 +243,8 @@ async function refresh() {
 }
 
 // Panels the poll fills: when a poll fails they keep the last good data, marked stale.
-const POLLED = ["#stats", "#charts-panel", "#workers-panel", "#tenants-panel", "#approvals-panel", "#calls-panel"];
+const POLLED = ["#stats", "#charts-panel", "#workers-panel", "#tenants-panel", "#approvals-panel", "#calls-panel",
+  "#runs-panel"];
 function markStale(error) {
   const since = lastGood ? clock(lastGood / 1000) : null;
   for (const sel of POLLED) {
@@ -306,6 +316,32 @@ async function cancelCall(id, name) {
   }
   refresh();
 }
+async function retryCall(id, name) {
+  if (!confirm(`Retry ${name || "call"} ${shortId(id)} as a new call?`)) return;
+  try {
+    const result = await api(`v1/calls/${encodeURIComponent(id)}/retry`, {});
+    toast(`Retry ${name || ""} (${shortId(id)}) → new call ${shortId(result.call_id)}, ${result.status}`);
+  } catch (e) {
+    toast(`${e.code}: ${e.message}`, true);
+  }
+  refresh();
+}
+const retryButton = c => runsSupported && RETRYABLE.has(c.status) ? el("button", { type: "button",
+  class: "retry", title: "Dispatch this call again as a new call", "data-testid": "retry",
+  onclick: () => retryCall(c.call_id, c.name) }, "Retry") : null;
+async function approveRun(runId, parked) {
+  if (!confirm(`Approve ${parked ? parked + " parked call(s)" : "every parked call"} of run ${runId}?`)) return;
+  try {
+    const result = await api(`v1/runs/${encodeURIComponent(runId)}/approvals/approve`, {});
+    toast(`Run ${runId}: ${result.approved.length} approved`
+      + (result.refused.length ? `, ${result.refused.length} refused (${result.refused[0].code})` : ""),
+      result.refused.length > 0);
+  } catch (e) {
+    toast(`${e.code}: ${e.message}`, true);
+  }
+  runsAt = 0;
+  refresh();
+}
 const cancelButton = c => FINAL.has(c.status) ? null : el("button", { type: "button", class: "cancel",
   title: "Cancel this call", onclick: () => cancelCall(c.call_id, c.name) }, "Cancel");
 
@@ -321,7 +357,7 @@ function renderCalls(o) {
     cell("Call", { class: "tool" }, c.name, el("br"), callLink(c.call_id)),
     cell("Run", { class: "run" }, runLink(c.run_id)),
     cell("Risk", {}, riskBadge(c.risk)),
-    cell("State", { class: "state" }, badge(c.status), cancelButton(c)),
+    cell("State", { class: "state" }, badge(c.status), cancelButton(c), retryButton(c)),
     cell("Duration", { class: "num" }, duration(c.duration_ms)),
     cell("Error", { class: "error" }, c.error || "", c.error_truncated
       ? ["… ", el("a", { href: "#/calls/" + encodeURIComponent(c.call_id), class: "more" }, "full error")] : null)));
@@ -639,6 +675,38 @@ function renderApprovals(pending) {
   }
 }
 
+// -- runs -----------------------------------------------------------------------------
+async function loadRuns() {
+  runsAt = Date.now();
+  let runs;
+  try {
+    runs = await api("v1/runs" + query({ limit: 20 }));
+  } catch (e) {
+    if (e.status === 404) { runsChecked = true; $("#runs-panel").hidden = true; }
+    throw e;
+  }
+  runsChecked = true;
+  if (!runsSupported) { runsSupported = true; callsDrawn = ""; }  // the calls table gets its Retry buttons
+  $("#runs-panel").hidden = false;
+  $("#runs-count").textContent = runs.length;
+  $("#runs-empty").hidden = runs.length > 0;
+  $("#runs").hidden = runs.length === 0;
+  const states = s => Object.entries(s || {}).map(([st, n]) => el("span", { class: "badge s-" + st,
+    "data-state": st }, `${n} ${st.replace("_", " ")}`));
+  $("#runs tbody").replaceChildren(...runs.map(r => {
+    const parked = (r.statuses || {}).awaiting_approval || 0;
+    return el("tr", { "data-testid": "run-row", "data-run-id": r.run_id },
+      el("td", { class: "run", "data-label": "Run" }, runLink(r.run_id)),
+      el("td", { class: "mono", "data-label": "Tenant" }, r.tenant),
+      el("td", { "data-label": "Owner" }, r.owner || ""),
+      el("td", { class: "mono", "data-label": "Last dispatch" }, clock(r.last_dispatch_at)),
+      el("td", { class: "num", "data-label": "Calls" }, r.calls),
+      el("td", { class: "states", "data-label": "States" }, states(r.statuses)),
+      el("td", {}, parked ? el("button", { type: "button", class: "approve", "data-testid": "approve-run",
+        onclick: () => approveRun(r.run_id, parked) }, `Approve ${parked}`) : null));
+  }));
+}
+
 // -- run view -----------------------------------------------------------------------------
 function streamState(text, cls) {
   $("#stream-state").textContent = text;
@@ -694,6 +762,7 @@ function closeRun(keepRoute) {
   if (!keepRoute && location.hash.startsWith("#run=")) history.replaceState(null, "", location.pathname + location.search);
 }
 $("#run-close").addEventListener("click", () => closeRun());
+$("#run-approve-all").addEventListener("click", () => { if (run) approveRun(run.id, 0); });
 
 async function refreshRunCalls() {
   const current = run;
@@ -701,6 +770,7 @@ async function refreshRunCalls() {
   const { calls } = await api("v1/overview" + query({ run_id: current.id, limit: 1000 }));
   if (run !== current) return;
   calls.reverse();  // oldest first, as dispatched
+  $("#run-approve-all").hidden = !runsSupported || !calls.some(c => c.status === "awaiting_approval");
   for (const c of calls) current.names.set(c.call_id, c.name);
   for (const node of document.querySelectorAll("#timeline strong[data-name-for]")) {
     if (!node.textContent) node.textContent = current.names.get(node.dataset.nameFor) || "";
