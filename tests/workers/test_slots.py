@@ -17,6 +17,7 @@ import redis
 from tests.conftest import Workers
 from tests.slots_app import PIDS, TICKS, most_at_once, registry
 from toolq import CallStatus, Client
+from toolq.cli.check import live_workers
 from toolq.settings import Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -71,10 +72,12 @@ def test_a_message_of_cpu_bound_calls_spreads_over_both_processes(
 
 
 def test_a_message_of_cpu_bound_calls_spreads_over_two_workers(
-    r: redis.Redis, slots_client: Client, workers: Workers
+    r: redis.Redis, slots_client: Client, workers: Workers, settings: Settings, wait_for
 ) -> None:
     for _ in range(2):
         workers.start("safe", pool="prefork", concurrency=1, **APP)
+    # the queue has a consumer once the first is up: wait for the second too
+    wait_for(lambda: len(live_workers(settings)) == 2, timeout=30)
     all_succeed(slots_client, naps(16, "burn", 0.1))
     pids = [int(p) for p in r.lrange(PIDS, 0, -1)]
     assert len(pids) == 16 and len(set(pids)) == 2

@@ -22,7 +22,6 @@ from toolq.cli.common import (
     settings_for,
 )
 from toolq.keys import Keys
-from toolq.models import RiskLevel
 from toolq.secretbox import SecretBox
 from toolq.settings import Settings
 from toolq.signing import verifier_for
@@ -54,7 +53,7 @@ def worker(
     ),
     pool: str = typer.Option("prefork", callback=one_of(*POOLS), help="prefork, threads or solo."),
     prefetch: int | None = typer.Option(
-        None, help="Prefetch multiplier (default 1 with dangerous or fair share, else 4)."
+        None, help="Prefetch multiplier (default 1: a worker takes a message when a slot frees)."
     ),
     log_level: str = log_level_option("info"),
     hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
@@ -79,9 +78,11 @@ def worker(
             tool.check_runtime()  # e.g. the sandbox's namespaces: refuse to start without them
     keys = Keys(settings.key_prefix)
     if prefetch is None:
-        # Fair share: a message a worker holds in reserve has left admission's count, so
-        # reserves would fill with a busy tenant's messages, ahead of every newcomer.
-        prefetch = 1 if RiskLevel.DANGEROUS in levels or settings.fair_share_on else 4
+        # A message held in reserve by a busy worker waits while another worker's slot may
+        # be free: calls a busy slot gives back must reach a free one (work-conserving).
+        # Fair share: a reserved message has left admission's count, so reserves would fill
+        # with a busy tenant's messages, ahead of every newcomer.
+        prefetch = 1
     cell = f"cell{settings.shard}-" if settings.shard is not None else ""
     name = hostname or f"toolq-{cell}{'-'.join(level.value for level in levels)}-{os.getpid()}@%h"
     if SecretBox.from_settings(settings) is None:  # a malformed key fails here, at start

@@ -393,6 +393,30 @@ class CallStore:
             self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
         return outcome == "ok"
 
+    def finish_then_start(
+        self,
+        envelope: CallEnvelope,
+        token: str,
+        result: CallResult,
+        following: tuple[str, str],
+        next_token: str,
+        cancelled: dict[str, Any],
+    ) -> tuple[bool, Started]:
+        """``finish`` of a call and ``start`` of the ``(call_id, run_id)`` after it: one round trip.
+
+        A worker slot's calls, one after the other. Safe to repeat, each alone.
+        """
+        call_id, run_id = following
+        invocations: list[Invocation[Any]] = [
+            self._finish(envelope, token, result),
+            self._start(call_id, run_id, next_token, dumps(cancelled), time.time()),
+        ]
+        replies, acked = self.scripts.pipelined_after(invocations, self.acks.commands())
+        finished, started = replies[0] == "ok", _started(replies[1])
+        if acked and (finished or started.outcome == "ok"):
+            self.acks.check(acked[-1], f"final state of call {envelope.call_id} and a start")
+        return finished, started
+
     def finish_many(self, finished: Sequence[tuple[CallEnvelope, str, CallResult]]) -> list[bool]:
         """``finish`` for calls that ended together, in one round trip (safe to retry)."""
         replies, acked = self.scripts.pipelined_after(

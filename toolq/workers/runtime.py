@@ -61,7 +61,7 @@ from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
 from toolq.workers.readmit import Readmit
 from toolq.workers.siblings import EventLoop
-from toolq.workers.slots import GIVE_BACK_AFTER, AsyncSlots, Pending, Route, Spiller
+from toolq.workers.slots import AsyncSlots, Pending, Route, Spiller
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
@@ -193,7 +193,7 @@ class WorkerRuntime:
         """How many ``async def`` calls this process runs at once."""
         self._async_tools = {tool.name for tool in registry.list() if runs_async(tool)}
         self._all_async = len(self._async_tools) == len(registry.list())
-        self.spiller = Spiller(self.give_back, GIVE_BACK_AFTER)
+        self.spiller = Spiller(self.give_back)
         self.spiller.start()
 
     def close(self) -> None:
@@ -289,8 +289,8 @@ class WorkerRuntime:
         that start together in one round trip and those that end together finished in one.
         Each call runs under its own lease with its own events (a call not queued any
         more, say final after a redelivery, is skipped as ``run`` skips it). With a
-        ``route`` (a message from the broker), the calls not started ``GIVE_BACK_AFTER``
-        seconds after the message arrived go out again for another slot (``Spiller``).
+        ``route`` (a message from the broker), the calls not started while this slot is
+        busy too long go out again for another slot (``Pending.give_back_at``, ``Spiller``).
         ``kinds``: which calls are ``async def`` ones, as the message says (else read here).
         """
         if kinds is None:
@@ -305,6 +305,12 @@ class WorkerRuntime:
         def is_sync(call: tuple[str, str]) -> bool:
             return not kinds.get(call[0], False)
 
+        if not any(kinds.values()):  # synchronous calls only: one round trip per call
+            try:
+                self._run_chain(pending)
+            finally:
+                pending.close()
+            return
         on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
         try:
             while True:
@@ -314,6 +320,7 @@ class WorkerRuntime:
                         self._end_on_loop(on_loop, 0)
                 call = pending.take(is_sync)
                 if call is not None:
+                    pending.busy()
                     self._run_one(*call)
                 elif on_loop:
                     self._end_on_loop(on_loop, ASYNC_POLL_SECONDS)
@@ -359,6 +366,7 @@ class WorkerRuntime:
         self.async_slots.release(got - len(calls))
         if not calls:
             return
+        pending.busy()
         tokens = [uuid.uuid4().hex for _ in calls]
         starts = self._start_many([(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)])
         ready: list[tuple[CallEnvelope, str, int]] = []
@@ -485,20 +493,73 @@ class WorkerRuntime:
 
     def _execute(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> None:
         """Decrypt, verify, run and finish a started call."""
+        self._finish(env, token, self._outcome(env, token, execution, span), span)
+
+    def _outcome(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> CallResult:
+        """Decrypt, verify and run a started call on this thread: its result, never an error."""
         body = self._body(env, token, execution, span)
         if isinstance(body, CallResult):
-            self._finish(env, token, body, span)
-            return
+            return body
         coro, ctx = body
         self.keeper.add(env.call_id, token, ctx)
         try:
-            result = self._loop().run_until_complete(coro)
+            return self._loop().run_until_complete(coro)
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", env.call_id)
-            result = _crashed(env, exc)
+            return _crashed(env, exc)
         finally:
             self.keeper.remove(env.call_id)
-        self._finish(env, token, result, span)
+
+    def _run_chain(self, pending: Pending) -> None:
+        """A message's synchronous calls one after the other on this thread.
+
+        Each call's FINISH and the next one's START go in one round trip (on a failure,
+        each is repeated alone with the same token: both answer a repeat as the first).
+        """
+        call = pending.take(_any)
+        if call is None:
+            return
+        pending.busy()
+        token = uuid.uuid4().hex
+        started = self._start(call[0], token, CANCELLED_BEFORE_START, call[1])
+        while True:
+            env = started.envelope
+            if started.outcome != "ok" or env is None:
+                log.info("call %s not run: %s %s", call[0], started.outcome, started.status or "")
+                call = pending.take(_any)
+                if call is None:
+                    return
+                pending.busy()
+                token = uuid.uuid4().hex
+                started = self._start(call[0], token, CANCELLED_BEFORE_START, call[1])
+                continue
+            with call_span(env, started.attempt) as span:
+                if span.recording:
+                    self._trace_approval(env, span)
+                result = self._outcome(env, token, started.attempt, span)
+                span.finish(result)
+            call = pending.take(_any)
+            if call is None:
+                self._finish(env, token, result, None)
+                return
+            pending.busy()
+            next_token = uuid.uuid4().hex
+            try:
+                held, started = self.store.finish_then_start(
+                    env, token, result, call, next_token, CANCELLED_BEFORE_START
+                )
+            except (redis.ConnectionError, ReplicationError) as exc:
+                log.info("retrying a finish and a start: %s", exc)
+                held = self._within_lease(functools.partial(self.store.finish, env, token, result))
+                started = self._start(call[0], next_token, CANCELLED_BEFORE_START, call[1])
+            if not held:
+                log.warning(
+                    "call %s finished after losing its lease; result dropped: %s",
+                    env.call_id,
+                    dumps(result.status),
+                )
+            self._admit_after([env])
+            token = next_token
 
     def _body(
         self, env: CallEnvelope, token: str, execution: int, span: CallSpan
@@ -581,8 +642,9 @@ class WorkerRuntime:
             return env.arguments
         return open_arguments(self.box, tool, env.call_id, env.arguments)
 
-    def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan) -> None:
-        span.finish(result)
+    def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan | None) -> None:
+        if span is not None:
+            span.finish(result)
         held = {env.call_id: token}
         if not self._within_lease(lambda: self.store.finish(env, token, result), held=held):
             log.warning(
@@ -726,6 +788,11 @@ class WorkerRuntime:
             lambda: self.undos.finish(call_id, envelope.run_id, token, end, data)
         ):
             log.warning("undo of call %s ended after losing its lease: %s dropped", call_id, end)
+
+
+def _any(call: tuple[str, str]) -> bool:
+    """Every call of a message (``Pending.take``)."""
+    return True
 
 
 def _failed(env: CallEnvelope, error: str, error_type: str) -> CallResult:

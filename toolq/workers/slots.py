@@ -7,9 +7,11 @@ loop, at most ``AsyncSlots`` of them at once (``TOOLQ_ASYNC_CONCURRENCY``, share
 between a prefork worker's processes).
 
 A batch message's calls wait in its ``Pending`` until its slot can start them. A slot
-still busy ``GIVE_BACK_AFTER`` seconds after it took the message gives the calls it has
-not started back (``Spiller``): they go out again in one new message, which any free
-slot of the fleet takes, so no slot idles while a call waits behind a busy one.
+whose current call has run ``GIVE_BACK_AFTER`` seconds, or that has held the message
+``HOLD_AT_MOST``, gives the calls it has not started back (``Spiller``): they go out again
+in one new message, which any free slot of the fleet takes, so no slot idles for long
+while a call waits behind a busy one. A message of short calls stays with its slot, its
+calls one after the other, each with two round trips and no new message.
 """
 
 from __future__ import annotations
@@ -28,11 +30,9 @@ from toolq.models import RiskLevel
 log = logging.getLogger("toolq.worker")
 
 GIVE_BACK_AFTER = 0.05
-"""Seconds a slot holds a batch message's calls it has not started before giving them back.
-
-Short calls (a whole message in less than this) keep the message's round trips shared;
-longer ones spread over the free slots after this delay.
-"""
+"""Seconds a slot's current call may run before the message's calls waiting behind it go back."""
+HOLD_AT_MOST = 0.25
+"""Seconds a slot keeps a batch message's calls it has not started, however short its calls."""
 DEFAULT_ASYNC_CONCURRENCY = 100
 
 
@@ -62,6 +62,17 @@ class Pending:
         self._lock = threading.Lock()
         self.closed = False
         """Its slot is done with the message: nothing is given back any more."""
+        self.taken_at = time.monotonic()
+        self.busy_since = self.taken_at
+        """When the slot started its current call (or began waiting for the loop's slots)."""
+
+    def busy(self) -> None:
+        """The slot starts its next call: the calls behind it wait from now."""
+        self.busy_since = time.monotonic()
+
+    def give_back_at(self) -> float:
+        """When its calls not started go back (``time.monotonic()``), as things stand."""
+        return min(self.busy_since + GIVE_BACK_AFTER, self.taken_at + HOLD_AT_MOST)
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -150,23 +161,22 @@ class AsyncSlots:
 
 
 class Spiller(threading.Thread):
-    """Gives back, ``after`` seconds on, the calls a busy slot has not started."""
+    """Gives back the calls a busy slot has not started (``Pending.give_back_at``)."""
 
-    def __init__(self, give_back: Callable[[Pending], None], after: float) -> None:
+    def __init__(self, give_back: Callable[[Pending], None]) -> None:
         super().__init__(name="toolq-give-back", daemon=True)
         self.give_back = give_back
-        self.after = after
         self._due: list[tuple[float, int, Pending]] = []
         self._seq = itertools.count()
         self._changed = threading.Condition()
         self._stopping = False
 
     def watch(self, pending: Pending) -> None:
-        """Give back what ``pending`` still holds ``after`` seconds from now."""
+        """Give back what ``pending`` still holds when its slot has been busy too long."""
         with self._changed:
-            # Deadlines only grow: a new one wakes the thread only when it was idle.
+            # A new message's first look is never before one already due.
             idle = not self._due
-            heapq.heappush(self._due, (time.monotonic() + self.after, next(self._seq), pending))
+            heapq.heappush(self._due, (pending.give_back_at(), next(self._seq), pending))
             if idle:
                 self._changed.notify()
 
@@ -191,8 +201,12 @@ class Spiller(threading.Thread):
                 if self._stopping:
                     return
                 _, _, pending = heapq.heappop(self._due)
-            if pending.closed or not len(pending):
-                continue
+                if pending.closed or not len(pending):
+                    continue
+                again = pending.give_back_at()
+                if again > time.monotonic():  # its slot started another call meanwhile
+                    heapq.heappush(self._due, (again, next(self._seq), pending))
+                    continue
             try:
                 self.give_back(pending)
             except Exception:  # the slot runs them after all
