@@ -8,9 +8,7 @@ Event streams are ``async for`` iterators fed by a thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -24,13 +22,12 @@ from toolq.cells import Cell
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.dispatch.providers.streams import StreamedCalls
-from toolq.errors import ToolqError, WaitTimeoutError
+from toolq.errors import ToolqError
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary
-from toolq.results.waits import SharedWaits, Waiter
 from toolq.settings import Settings
 
 T = TypeVar("T")
@@ -143,11 +140,16 @@ class AsyncClient:
         tenant: str = DEFAULT_TENANT,
     ) -> CallResult:
         """Dispatch one call and wait for its final result."""
-        payload = [{"id": f"call_{uuid.uuid4().hex}", "name": name, "arguments": arguments or {}}]
-        batch = await self.dispatch(
-            payload, run_id=run_id, behavior=behavior, principal=principal, tenant=tenant
+        return await asyncio.to_thread(
+            self.sync.call,
+            name,
+            arguments,
+            timeout=timeout,
+            run_id=run_id,
+            behavior=behavior,
+            principal=principal,
+            tenant=tenant,
         )
-        return (await batch.wait(timeout))[0]
 
     async def wait(
         self, call_ids: Sequence[str], *, timeout: float | None = None, run_id: str | None = None
@@ -290,16 +292,9 @@ class AsyncBatch:
     async def wait(self, timeout: float | None = None) -> list[CallResult]:
         """Wait until every call is final; results in call order.
 
-        Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first. While
-        it waits it holds no thread: the client's shared reader wakes it.
+        Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
-        batch = self.sync
-        if batch._final is not None or batch.cell is not None or batch._first_event is None:
-            return await asyncio.to_thread(batch.wait, timeout)
-        waiter = await asyncio.to_thread(batch._start_wait)
-        await _done(waiter, batch._client.log.waits, timeout, len(batch.calls))
-        batch._final = await asyncio.to_thread(batch._collect, waiter.seen)
-        return list(batch._final)
+        return await asyncio.to_thread(self.sync.wait, timeout)
 
     async def results(self) -> list[CallResult]:
         """Current results in call order, final or not."""
@@ -511,36 +506,3 @@ async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
             yield value
     finally:
         stop.set()
-
-
-async def _done(waiter: Waiter, waits: SharedWaits, timeout: float | None, calls: int) -> None:
-    """Await ``waiter`` without a thread: the reader's thread wakes the loop when it is done."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def from_reader() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(wake)
-
-    waiter.on_done = from_reader
-    if waiter.done.is_set():  # finished before the callback was in place
-        wake()
-    try:
-        await asyncio.wait_for(done, timeout)
-    except TimeoutError:
-        if not waiter.done.is_set():
-            waits.leave(waiter)
-            if not waiter.done.is_set():
-                raise WaitTimeoutError(
-                    f"{len(waiter.pending)} of {calls} calls not final after {timeout:g}s",
-                    pending=sorted(waiter.pending),
-                ) from None
-    except BaseException:
-        waits.leave(waiter)
-        raise
-    if waiter.error is not None:
-        raise waiter.error

@@ -89,7 +89,7 @@ class Batch:
         return self._collect(waiter.seen)
 
     def _start_wait(self) -> Waiter:
-        """Register this batch's wait with the shared reader (``AsyncBatch.wait`` awaits it)."""
+        """Register this batch's wait with the client's shared reader."""
         assert self._first_event is not None
         final = {c.call_id for c in self.calls if c.status.is_final}
         return self._client.log.start_wait(

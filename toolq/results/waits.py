@@ -22,7 +22,6 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -66,7 +65,7 @@ def _field(fields: dict[Any, Any], name: str) -> Any:
 class Waiter:
     """One thread's wait for some calls of one run to turn final."""
 
-    __slots__ = ("done", "error", "on_done", "pending", "run_id", "seen")
+    __slots__ = ("done", "error", "pending", "run_id", "seen")
 
     def __init__(self, run_id: str, pending: set[str]) -> None:
         self.run_id = run_id
@@ -76,13 +75,9 @@ class Waiter:
         self.done = threading.Event()
         self.error: BaseException | None = None
         """Set when the reader failed (a Redis error): the wait raises it."""
-        self.on_done: Callable[[], None] | None = None
-        """Called (from the reader's thread) once ``done`` is set: an asyncio wake-up."""
 
     def _finish(self) -> None:
         self.done.set()
-        if self.on_done is not None:
-            self.on_done()
 
 
 class _Run:
