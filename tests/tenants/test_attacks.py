@@ -32,6 +32,7 @@ from toolq.keys import Keys
 from toolq.models import CallStatus, RiskLevel
 from toolq.quotas import Budget, TenantConfig
 from toolq.settings import ApiToken
+from toolq.workers.health import seen_entry
 
 TOKENS = {
     "acme-t": ApiToken(principal="ann", roles=["submitter", "viewer"], tenant="acme"),
@@ -135,17 +136,14 @@ def test_the_overview_counts_a_bound_viewers_tenant_only(
     parked = dispatch(api, "globex-t", "gx", one("gated", "g1", target="prod"))
     queued = dispatch(api, "globex-t", "gx", one("free", "f1", text="x"))
     keys = Keys(configured.key_prefix)
-    r.set(  # a worker's heartbeat, running globex's queued call
-        keys.worker("w1@host"),
-        json.dumps(
-            {
-                "hostname": "w1@host",
-                "queues": [keys.queue_for(RiskLevel.SAFE)],
-                "current": queued + parked,
-            }
-        ),
-        ex=60,
-    )
+    heartbeat = {
+        "hostname": "w1@host",
+        "queues": [keys.queue_for(RiskLevel.SAFE)],
+        "current": queued + parked,
+    }
+    # a worker's heartbeat, running globex's queued call, as beat() writes it
+    r.set(keys.worker("w1@host"), json.dumps(heartbeat), ex=60)
+    r.hset(keys.workers_seen, "w1@host", seen_entry(heartbeat, 60, time.time()))
     seen = api.get("/v1/overview", headers=h("acme-t"))
     assert seen.status_code == 200, seen.text
     body = seen.json()

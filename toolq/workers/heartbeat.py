@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from typing import Any
 
 import redis
@@ -17,12 +18,16 @@ from toolq.broker import BATCH_TASK_NAME, TASK_NAME
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
-from toolq.results.connection import probe_client
+from toolq.results.connection import as_text, probe_client
 from toolq.settings import Settings
 from toolq.workers.health import LOST_NOTICE_SECONDS, lapsed_at, seen_entry
 
 _received = {"calls": 0}
-"""Calls this process's Celery consumer received (``count_received``)."""
+"""Calls this process's Celery consumer received (``count_received``), each counted once."""
+_recent: OrderedDict[str, None] = OrderedDict()
+"""The latest call ids received: a call a busy slot gave back (``WorkerRuntime.give_back``)
+comes again in a new message, and is not counted again when it comes back here."""
+RECENT_IDS = 50_000
 
 
 def calls_of(request: Any) -> list[str]:
@@ -38,8 +43,15 @@ def calls_of(request: Any) -> list[str]:
 
 def count_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     """Count the calls of a message the consumer received (Celery's ``task_received``)."""
-    if request is not None:
-        _received["calls"] += len(calls_of(request))
+    if request is None:
+        return
+    for call_id in calls_of(request):
+        if call_id in _recent:
+            continue
+        _recent[call_id] = None
+        if len(_recent) > RECENT_IDS:
+            _recent.popitem(last=False)
+        _received["calls"] += 1
 
 
 def activity() -> dict[str, Any]:
@@ -59,8 +71,9 @@ def activity() -> dict[str, Any]:
         unfinished = {id(r): r for r in [*state.reserved_requests, *active]}
     except RuntimeError:  # the set changed while it was copied; the next beat has it
         active, unfinished = [], {}
-    current = sorted(c for r in active for c in calls_of(r))
-    held = sorted(c for r in unfinished.values() for c in calls_of(r))
+    # A call given back is in its first message and in the new one: listed once.
+    current = sorted({c for r in active for c in calls_of(r)})
+    held = sorted({c for r in unfinished.values() for c in calls_of(r)})
     return {
         "processed": max(0, _received["calls"] - len(held)),
         "current": current,
@@ -112,12 +125,15 @@ def live_workers(settings: Settings, client: redis.Redis | None = None) -> list[
     """Heartbeats of the workers alive now, read with ``client`` (else a short-lived probe).
 
     Readers that poll (the dashboard, ``/metrics``) pass their own client: a probe is a new
-    connection, and its authentication, on every poll.
+    connection, and its authentication, on every poll. The workers are found through
+    ``Keys.workers_seen`` (every beat records its worker there), two commands whatever else
+    Redis holds: a scan of the keyspace would cost as much as the calls stored.
     """
     reader = client or probe_client(settings, 2)
     try:
-        keys = list(reader.scan_iter(match=Keys(settings.key_prefix).worker_pattern, count=500))
-        values = reader.mget(keys) if keys else []
+        keys = Keys(settings.key_prefix)
+        names = [as_text(name) for name in reader.hkeys(keys.workers_seen)]
+        values = reader.mget([keys.worker(name) for name in names]) if names else []
         return [json.loads(v) for v in values if v]
     finally:
         if client is None:
