@@ -312,22 +312,22 @@ def test_kill9_with_prefetched_calls_resends_them_quickly(unbatched, workers, r,
     assert time.monotonic() - started < 15  # not kombu's visibility timeout (an hour)
 
 
-def test_messages_waiting_on_a_live_worker_are_sent_again_but_run_once(unbatched, workers, r):
-    # One slot busy for 4 s while three more messages wait on the same worker past
-    # redeliver_after: the sweeper sends copies, a second worker takes them, and still
-    # every call runs exactly once.
+def test_calls_waiting_behind_a_busy_slot_go_to_a_free_worker(unbatched, workers, r):
+    # A busy worker holds no message it cannot start (prefetch 1 by default), and the
+    # sweeper leaves the messages a live worker holds alone: the calls behind its one slot
+    # stay in the queue, and a second worker runs them while the first is still busy.
     client = unbatched
-    workers.start("safe", concurrency=1, prefetch=4, TOOLQ_REDELIVER_AFTER="1")
+    workers.start("safe", concurrency=1, TOOLQ_REDELIVER_AFTER="1")
     batch = client.dispatch(
-        [{"id": "s", "name": "slow", "arguments": {"seconds": 4}}]
+        [{"id": "s", "name": "slow", "arguments": {"seconds": 15}}]
         + [{"id": f"w{i}", "name": "slow", "arguments": {"seconds": 0.1}} for i in range(3)]
     )
-    time.sleep(2.5)
-    assert r.keys("toolq:resent:*"), "nothing was re-sent"
     workers.start("safe", concurrency=1, TOOLQ_REDELIVER_AFTER="1")
-    results = batch.wait(timeout=30)
-    assert [x.status for x in results] == [CallStatus.SUCCEEDED] * 4
-    time.sleep(1.0)  # let every copy be delivered and skipped
+    slow, *quick = batch.call_ids
+    assert [x.status for x in client.wait(quick, timeout=30)] == [CallStatus.SUCCEEDED] * 3
+    assert client.result(slow).status is CallStatus.RUNNING
+    assert not r.keys("toolq:resent:*")  # nothing a live worker held was sent again
+    assert [x.status for x in batch.wait(timeout=30)] == [CallStatus.SUCCEEDED] * 4
     assert [executions(r, c) for c in batch.call_ids] == [1, 1, 1, 1]
 
 
