@@ -171,7 +171,27 @@ def _queue_bind_unless_refused(self: Any, *args: Any) -> None:
         log.warning("queue binding not written: Redis refuses writes (%s)", exc)
 
 
+def _size_unless_refused(self: Any, queue: str) -> int:
+    """The ``Channel._size`` of kombu (``LLEN`` per priority in a ``MULTI``).
+
+    A full Redis refuses the transaction, though it answers the reads alone: a consumer
+    declaring its queues (a worker starting, or reconnecting, while Redis is full) then
+    reads them without one instead of exiting.
+    """
+    try:
+        return int(_KOMBU_SIZE(self, queue))
+    except redis_errors.ResponseError as exc:
+        if not _refused(exc):
+            raise
+    with self.conn_or_acquire() as client:
+        pipe = client.pipeline(transaction=False)
+        for pri in self.priority_steps:
+            pipe.llen(self._q_for_pri(queue, pri))
+        return sum(size for size in pipe.execute() if isinstance(size, int))
+
+
 _KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
+_KOMBU_SIZE = kombu_redis.Channel._size
 _KOMBU_QUEUE_BIND = kombu_redis.Channel._queue_bind
 _KOMBU_APPEND = kombu_redis.QoS.append
 _KOMBU_ACK = kombu_redis.QoS.ack
@@ -201,6 +221,8 @@ def patch_kombu() -> None:
         kombu_redis.QoS.restore_visible = _restore_visible_unless_refused
     if kombu_redis.Channel._queue_bind is not _queue_bind_unless_refused:
         kombu_redis.Channel._queue_bind = _queue_bind_unless_refused
+    if kombu_redis.Channel._size is not _size_unless_refused:
+        kombu_redis.Channel._size = _size_unless_refused
 
 
 def celery_app(settings: Settings) -> Celery:
