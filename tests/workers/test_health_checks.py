@@ -27,9 +27,9 @@ REPLIES = {
 
 @pytest.mark.parametrize(("reply", "code"), REPLIES.items())
 def test_each_refused_write_is_named_with_a_fix(reply: str, code: str) -> None:
-    check = write_check(BaseParser.parse_error(reply), "redis://127.0.0.1:6379/0")
+    check = write_check(BaseParser.parse_error(reply), "redis://redis.example:6380/0")
     assert (check.ok, check.code) == (False, code)
-    assert check.fix and "redis://127.0.0.1:6379/0" in check.reason
+    assert check.fix and "redis://redis.example:6380/0" in check.reason
 
 
 def test_a_worker_is_lost_only_without_heartbeat_and_only_for_a_while() -> None:
