@@ -1,5 +1,5 @@
 -- DECIDE: a human's decision on a parked call, one compare-and-set, so exactly one of any
--- number of racing approvers wins. Includes lib/emit.lua, lib/push.lua and lib/sched.lua.
+-- number of racing approvers wins. Includes lib/emit.lua, lib/push.lua, lib/sched.lua and lib/park.lua.
 --
 -- Past the deadline the call is expired here and then, not decided. The deciding process
 -- reads the record, computes the digest of the stored arguments itself, signs the outcome it
@@ -65,13 +65,6 @@ local approval, run_id, tool = ARGV[19], ARGV[20], ARGV[21]
 local audit_sig, expired_sig, digest, shown = ARGV[22], ARGV[23], ARGV[24], ARGV[25]
 local parked, tenant_parked = KEYS[11], KEYS[12]
 
--- A call leaves every index of parked calls together.
-local function unpark()
-  redis.call('ZREM', pending_approvals, call_id)
-  redis.call('ZREM', parked, call_id)
-  redis.call('ZREM', tenant_parked, call_id)
-end
-
 local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers', 'lane', 'backlog')
 if not f[1] then return {'missing'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
@@ -85,7 +78,7 @@ local deadline = tonumber(f[2])
 if deadline and deadline > 0 and tonumber(now) > deadline then
   redis.call('HSET', call, 'status', 'expired', 'result', expired_result, 'updated_at', now,
              'finished_at', now)
-  unpark()
+  unpark(pending_approvals, parked, tenant_parked, call_id)
   redis.call('EXPIRE', call, ttl)
   emit('call.expired', '{"status":"expired"}')
   audit('expired', shown, expired_sig)
@@ -98,7 +91,7 @@ if check_approvals == '1' and (f[3] or '') ~= approvals_read then return {'retry
 if kind == 'deny' then
   redis.call('HSET', call, 'status', 'denied', 'result', result, 'decided_by', by,
              'approval', approval, 'updated_at', now, 'finished_at', now)
-  unpark()
+  unpark(pending_approvals, parked, tenant_parked, call_id)
   redis.call('EXPIRE', call, ttl)
   audit('denied', digest, audit_sig)
   return {'ok', emit('call.denied', data)}
@@ -111,7 +104,7 @@ if final ~= '1' then
   return {'partial', emit('call.approved', data)}
 end
 redis.call('HSET', call, 'status', 'queued', 'decided_by', by, 'approval', approval)
-unpark()
+unpark(pending_approvals, parked, tenant_parked, call_id)
 if f[4] and message ~= '' then
   redis.call('HSET', call, 'message', message, 'admission', 'waiting')
   sched_join(f[4], f[5], call_id, false)

@@ -1,5 +1,5 @@
 -- EXPIRE: the sweeper's expiry of a parked call whose deadline passed, with its event and
--- an audit entry (by 'sweeper', marked system: unsigned). Includes lib/emit.lua.
+-- an audit entry (by 'sweeper', marked system: unsigned). Includes lib/emit.lua and lib/park.lua.
 --
 -- KEYS
 --   1 call               the call's record (Keys.call)
@@ -25,22 +25,15 @@ local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local result, audit_maxlen, run_id = ARGV[5], ARGV[6], ARGV[7]
 local parked, tenant_parked = KEYS[7], KEYS[8]
 
--- A call leaves every index of parked calls together.
-local function unpark()
-  redis.call('ZREM', pending_approvals, call_id)
-  redis.call('ZREM', parked, call_id)
-  redis.call('ZREM', tenant_parked, call_id)
-end
-
 local f = redis.call('HMGET', call, 'status', 'deadline', 'run_id', 'name', 'digest')
 if f[1] ~= 'awaiting_approval' then
-  unpark()
+  unpark(pending_approvals, parked, tenant_parked, call_id)
   return 'gone'
 end
 if tonumber(f[2]) > tonumber(now) then return 'early' end
 redis.call('HSET', call, 'status', 'expired', 'result', result, 'updated_at', now,
            'finished_at', now)
-unpark()
+unpark(pending_approvals, parked, tenant_parked, call_id)
 redis.call('EXPIRE', call, ttl)
 local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
 emit('call.expired', '{"status":"expired"}')

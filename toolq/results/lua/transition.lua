@@ -1,5 +1,5 @@
 -- TRANSITION: the generic compare-and-set of a call's status with its event, used by
--- cancel, approvals bookkeeping and the sweeper. Includes lib/emit.lua and lib/sched.lua.
+-- cancel, approvals bookkeeping and the sweeper. Includes lib/emit.lua, lib/sched.lua and lib/park.lua.
 -- A call moved to a final state (a result given) frees a scheduled call's slots and its
 -- rate entry if it never started; a call cancelled in its backlog is dropped from it by
 -- the next ADMIT.
@@ -35,13 +35,6 @@ local result, run_id = ARGV[9], ARGV[10]
 local FIRST_EXTRA = 11
 local parked, tenant_parked = KEYS[8], KEYS[9]
 
--- A call leaves every index of parked calls together.
-local function unpark()
-  redis.call('ZREM', pending_approvals, call_id)
-  redis.call('ZREM', parked, call_id)
-  redis.call('ZREM', tenant_parked, call_id)
-end
-
 local function allowed(list, value)
   if list == '*' then return true end
   for item in string.gmatch(list, '[^,]+') do
@@ -61,7 +54,7 @@ if result ~= '' then
   if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 end
 for i = FIRST_EXTRA, #ARGV, 2 do redis.call('HSET', call, ARGV[i], ARGV[i + 1]) end
-unpark()
+unpark(pending_approvals, parked, tenant_parked, call_id)
 redis.call('ZREM', running, call_id)
 if to_status == 'queued' then redis.call('ZADD', unsent, now, call_id)
 else redis.call('ZREM', unsent, call_id) end

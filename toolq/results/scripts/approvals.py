@@ -68,7 +68,7 @@ class Decide(Script[DecideReply]):
 
     file = "decide.lua"
     outcomes = get_args(DecideOutcome)
-    includes = ("emit", "push", "sched")
+    includes = ("emit", "push", "sched", "park")
 
     def __call__(
         self, *, keys: Keys, decision: Decision, tenant: str = DEFAULT_TENANT
@@ -116,7 +116,7 @@ class Expire(Script[ExpireOutcome]):
 
     file = "expire.lua"
     outcomes = get_args(ExpireOutcome)
-    includes = ("emit",)
+    includes = ("emit", "park")
 
     def __call__(
         self,

@@ -423,7 +423,7 @@ class Transition(Script[TransitionReply]):
 
     file = "transition.lua"
     outcomes = get_args(TransitionOutcome)
-    includes = ("emit", "sched")
+    includes = ("emit", "sched", "park")
 
     def __call__(
         self,
