@@ -36,8 +36,9 @@ from toolq.results.connection import RedisTarget, probe_client
 from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page
 from toolq.settings import Settings
 
-PING_TIMEOUT = 0.5
-"""Seconds a cell's PING may take before the cell is reported down."""
+PING_TIMEOUT = 2.0
+"""Seconds a cell's PING may take before the cell is reported down (a loaded host can take
+over half a second to accept a connection to a healthy Redis)."""
 FRESH_SECONDS = 1.0
 """A PING that succeeded is trusted this long: a healthy cell costs one PING a second."""
 T = TypeVar("T")
