@@ -105,8 +105,15 @@ def test_dispatch_tail_and_approvals(settings, inproc):
         TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
     )
     assert approved.returncode == 0, approved.stderr
-    again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry",
-                  settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY)
+    again = toolq(
+        "approvals",
+        "approve",
+        parked,
+        "--app",
+        "tests.apps:registry",
+        settings=settings,
+        TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
+    )
     assert again.returncode == 1 and "not awaiting approval" in again.stderr
     waited = toolq(
         "dispatch",
@@ -248,8 +255,16 @@ def test_demo_on_a_given_redis_removes_every_key_it_wrote(r, settings, tmp_path)
 
 def test_dev_refuses_a_given_redis_that_does_not_answer(settings, tmp_path):
     dead = "redis://127.0.0.1:1/0"
-    done = toolq("dev", "--app", "tests.apps:registry", "--redis-url", dead, "--no-api",
-                 settings=settings, timeout=30)
+    done = toolq(
+        "dev",
+        "--app",
+        "tests.apps:registry",
+        "--redis-url",
+        dead,
+        "--no-api",
+        settings=settings,
+        timeout=30,
+    )
     assert done.returncode == 2, done.stdout + done.stderr  # a configuration error
     assert "nothing answers at redis://127.0.0.1:1/0" in done.stderr
     assert "Traceback" not in done.stderr

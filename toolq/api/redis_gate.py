@@ -5,8 +5,9 @@ restart. A request that arrives while Redis is down would wait out those retries
 in a 500; the gate asks Redis first (a PING with a short timeout, no retries) and answers a
 JSON 503 at once when Redis refuses the connection, and within ``PING_TIMEOUT`` when it does
 not answer at all. The timeout is not shorter because on a loaded host a healthy Redis can
-take over half a second to accept a connection, and a false 503 refuses a good request. A PING that succeeded is trusted for ``FRESH_SECONDS``, so a
-healthy API pays one PING per second, not one per request.
+take over half a second to accept a connection, and a false 503 refuses a good request.
+A PING that succeeded is trusted for ``FRESH_SECONDS``, so a healthy API pays one PING per
+second, not one per request.
 """
 
 from __future__ import annotations

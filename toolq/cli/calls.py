@@ -73,8 +73,11 @@ def warn_down(client: Client, what: str) -> None:
         typer.echo(f"warning: {cell.name} does not answer: its {what} are not listed", err=True)
 
 
-def recent(client: Client, limit: int, **filters: Any) -> list[dict[str, Any]]:
-    """The newest calls matching ``filters``, newest first, across every cell that answers."""
+def recent(client: Client, limit: int, offset: int = 0, **filters: Any) -> list[dict[str, Any]]:
+    """The newest calls matching ``filters`` across every cell that answers, newest first.
+
+    The first ``offset`` of them are skipped (a next page).
+    """
     # The dashboard's listing: the same rows, read from the recent-calls index.
     from toolq.api.dashboard import recent_calls
 
@@ -84,9 +87,9 @@ def recent(client: Client, limit: int, **filters: Any) -> list[dict[str, Any]]:
         cells = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
     rows: list[dict[str, Any]] = []
     for _, cell in cells:
-        rows.extend(recent_calls(cell, limit=limit, **filters))
+        rows.extend(recent_calls(cell, limit=offset + limit, **filters))
     rows.sort(key=lambda row: row["created_at"] or 0.0, reverse=True)
-    return rows[:limit]
+    return rows[offset : offset + limit]
 
 
 @calls.command("list")
@@ -98,6 +101,9 @@ def list_(
     tool: str | None = typer.Option(None, help="Only this tool."),
     tenant: str | None = typer.Option(None, help="Only this tenant's calls."),
     limit: int = typer.Option(50, min=1, max=10_000, help="At most this many calls."),
+    offset: int = typer.Option(
+        0, min=0, help="Skip this many of the newest matching calls (the next page)."
+    ),
     json_: bool = _JSON,
     redis_url: str | None = _REDIS,
 ) -> None:
@@ -106,7 +112,8 @@ def list_(
         try:
             rows = recent(
                 client,
-                limit,
+                limit + 1,
+                offset,
                 run_id=run_id,
                 tool=tool,
                 tenant=tenant,
@@ -116,12 +123,20 @@ def list_(
             raise fail(str(exc)) from None
         if run_id is None:
             warn_down(client, "calls")
+    more = len(rows) > limit
+    rows = rows[:limit]
     if json_:
         print_json(rows)
-        return
-    if not rows:
+    elif not rows:
         typer.echo("no calls")
-        return
+    else:
+        _print_calls(rows)
+    if more:  # on stderr, so --json output stays one JSON list
+        typer.echo(f"note: more calls: next page with --offset {offset + limit}", err=True)
+
+
+def _print_calls(rows: list[dict[str, Any]]) -> None:
+    """The rows of ``calls list`` as a table."""
     table = Table("call", "created", "run", "tool", "state", "took", "error", box=None)
     table.columns[0].no_wrap = True  # people copy full ids
     for row in rows:
