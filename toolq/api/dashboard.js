@@ -703,9 +703,13 @@ async function loadRuns() {
       el("td", { "data-label": "Owner" }, r.owner || ""),
       el("td", { class: "mono", "data-label": "Last dispatch" }, clock(r.last_dispatch_at)),
       el("td", { class: "num", "data-label": "Calls" }, r.calls),
-      el("td", { class: "states", "data-label": "States" }, states(r.statuses)),
+      el("td", { class: "states", "data-label": "States" }, states(r.statuses),
+        r.counted < r.calls ? el("span", { class: "muted", "data-testid": "run-counted",
+          title: "states are counted over the run's newest calls only" },
+          ` of the newest ${r.counted}`) : null),
       el("td", {}, parked ? el("button", { type: "button", class: "approve", "data-testid": "approve-run",
-        onclick: () => approveRun(r.run_id, parked) }, `Approve ${parked}`) : null));
+        onclick: () => approveRun(r.run_id, r.counted < r.calls ? 0 : parked) },
+        `Approve ${parked}${r.counted < r.calls ? "+" : ""}`) : null));
   }));
 }
 

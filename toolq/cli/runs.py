@@ -64,7 +64,8 @@ def list_(
                 run.tenant,
                 run.owner or "-",
                 str(run.calls),
-                counts_text(ordered(run.statuses)),
+                counts_text(ordered(run.statuses))
+                + (f" (of the newest {run.counted})" if run.counted < run.calls else ""),
             )
         print_table(table)
     if page.next_cursor is not None:  # on stderr, so --json output stays one JSON list

@@ -2,7 +2,8 @@
 
 Runs come from the runs indexes (``Keys.runs``, ``Keys.tenant_runs``: scored by each run's
 last dispatch, kept by ``create.lua`` and bounded by the result TTL), newest first; a
-run's status counts are read from its own calls.
+run's status counts are read from its own newest calls, at most ``STATUS_READ`` of them, so
+a page of runs costs the same however many calls each run holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from toolq.results.owners import RunOwner
 from toolq.results.paging import Page, bounds, check_limit, walk
 from toolq.results.runner import Scripts
 
+STATUS_READ = 1_000
+"""A run's newest calls whose status a listing counts (``RunSummary.counted``)."""
+
 
 class RunSummary(BaseModel):
     """A run: who owns it, when it was last dispatched into, its calls by status."""
@@ -33,7 +37,9 @@ class RunSummary(BaseModel):
     """When calls were last dispatched into the run (epoch seconds)."""
     calls: int = 0
     statuses: dict[str, int] = Field(default_factory=dict)
-    """How many of its calls are in each status (only the statuses that occur)."""
+    """How many of its counted calls are in each status (only the statuses that occur)."""
+    counted: int = 0
+    """How many of its calls ``statuses`` counts: all of them, or its newest ``STATUS_READ``."""
 
 
 def summaries(
@@ -45,16 +51,18 @@ def summaries(
     pipe = redis.pipeline(transaction=False)
     for run_id, _ in runs:
         pipe.get(keys.run_owner(run_id))
-        pipe.lrange(keys.run_calls(run_id), 0, -1)
+        pipe.llen(keys.run_calls(run_id))
+        pipe.lrange(keys.run_calls(run_id), -STATUS_READ, -1)
     found = pipe.execute()
-    owners, lists = found[::2], [[as_text(c) for c in ids] for ids in found[1::2]]
+    owners, sizes = found[::3], found[1::3]
+    lists = [[as_text(c) for c in ids] for ids in found[2::3]]
     pipe = redis.pipeline(transaction=False)
     for ids in lists:
         for call_id in ids:
             pipe.hget(keys.call(call_id), "status")
     statuses = iter(pipe.execute() if any(lists) else [])
     out: list[RunSummary | None] = []
-    for (run_id, at), raw_owner, ids in zip(runs, owners, lists, strict=True):
+    for (run_id, at), raw_owner, size, ids in zip(runs, owners, sizes, lists, strict=True):
         counted = Counter(as_text(s) for s in (next(statuses) for _ in ids) if s is not None)
         if raw_owner is None and not ids:
             out.append(None)
@@ -66,8 +74,9 @@ def summaries(
                 tenant=owner.tenant_name if owner else DEFAULT_TENANT,
                 owner=owner.principal if owner else None,
                 last_dispatch_at=at,
-                calls=len(ids),
+                calls=size,
                 statuses=dict(sorted(counted.items())),
+                counted=len(ids),
             )
         )
     return out
