@@ -2,8 +2,9 @@
 
 Runs come from the runs indexes (``Keys.runs``, ``Keys.tenant_runs``: scored by each run's
 last dispatch, kept by ``create.lua`` and bounded by the result TTL), newest first; a
-run's status counts are read from its own newest calls, at most ``STATUS_READ`` of them, so
-a page of runs costs the same however many calls each run holds.
+run's status counts are read from its own newest calls: a page reads at most
+``STATUS_BUDGET`` statuses, shared among its runs (``STATUS_READ`` at most for one run), so a
+page of runs costs the same however many calls each run holds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from toolq.results.paging import Page, bounds, check_limit, walk
 from toolq.results.runner import Scripts
 
 STATUS_READ = 1_000
-"""A run's newest calls whose status a listing counts (``RunSummary.counted``)."""
+"""At most this many of a run's newest calls have their status counted (``RunSummary.counted``)."""
+STATUS_BUDGET = 5_000
+"""Statuses one page of runs reads at most, shared equally among its runs (at least 10 each)."""
 
 
 class RunSummary(BaseModel):
@@ -39,7 +42,8 @@ class RunSummary(BaseModel):
     statuses: dict[str, int] = Field(default_factory=dict)
     """How many of its counted calls are in each status (only the statuses that occur)."""
     counted: int = 0
-    """How many of its calls ``statuses`` counts: all of them, or its newest ``STATUS_READ``."""
+    """How many of its calls ``statuses`` counts: all of them, or only its newest (a page of
+    runs counts at most ``STATUS_BUDGET`` calls, one run at most ``STATUS_READ``)."""
 
 
 def summaries(
@@ -48,11 +52,12 @@ def summaries(
     """``RunSummary`` of each ``(run_id, last dispatch)``; ``None`` for a run that is gone."""
     if not runs:
         return []
+    each = min(STATUS_READ, max(10, STATUS_BUDGET // len(runs)))
     pipe = redis.pipeline(transaction=False)
     for run_id, _ in runs:
         pipe.get(keys.run_owner(run_id))
         pipe.llen(keys.run_calls(run_id))
-        pipe.lrange(keys.run_calls(run_id), -STATUS_READ, -1)
+        pipe.lrange(keys.run_calls(run_id), -each, -1)
     found = pipe.execute()
     owners, sizes = found[::3], found[1::3]
     lists = [[as_text(c) for c in ids] for ids in found[2::3]]
