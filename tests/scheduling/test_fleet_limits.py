@@ -63,8 +63,10 @@ def test_a_rate_limited_tool_flooded_for_4_s_starts_at_most_5_in_any_second(
     while time.monotonic() < flood_ends:
         batches.append(
             tenants_client.dispatch(
-                [{"id": f"l{n + i}", "name": "limited", "arguments": {"n": n + i}}
-                 for i in range(4)]
+                [
+                    {"id": f"l{n + i}", "name": "limited", "arguments": {"n": n + i}}
+                    for i in range(4)
+                ]
             )
         )
         n += 4
@@ -75,8 +77,11 @@ def test_a_rate_limited_tool_flooded_for_4_s_starts_at_most_5_in_any_second(
         lambda: sum(s is CallStatus.SUCCEEDED for s in tenants_client.store.statuses(ids)) >= 25,
         timeout=30,
     )
-    waiting = [c for c, s in zip(ids, tenants_client.store.statuses(ids), strict=True)
-               if s is CallStatus.QUEUED]
+    waiting = [
+        c
+        for c, s in zip(ids, tenants_client.store.statuses(ids), strict=True)
+        if s is CallStatus.QUEUED
+    ]
     for call_id in waiting:  # the rest are cancelled while throttled
         tenants_client.cancel(call_id)
     results = [x for b in batches for x in b.wait(timeout=30)]
