@@ -225,7 +225,7 @@ def test_concurrent_python_and_lua_writers_keep_one_chain(pair, r: redis.Redis):
     assert len(entries) >= 150 + 60  # the Python writers', a decision or an expiry per call
     report = log.verify()
     assert report.ok and report.entries == len(entries) and report.head_checked
-    first, second = c.audit(count=2)  # what the API and clients read carries the chain too
+    first, second = c.approvals.audit(count=2)  # what the API and clients read carries the chain too
     assert (first.seq, first.prev, second.seq, second.prev) == (1, GENESIS, 2, first.hash)
     c.close()
 
