@@ -45,6 +45,11 @@ def written(log: AuditLog, n: int) -> list[str]:
     return [log.append(entry(i)) for i in range(1, n + 1)]
 
 
+def expiries(log: AuditLog, n: int) -> list[str]:
+    """Entries the sweeper writes (unsigned by design), so signature checks pass."""
+    return [log.append(entry(i, by="sweeper", outcome="expired", system="1")) for i in range(n)]
+
+
 def stored(r: redis.Redis) -> list[tuple[str, dict[bytes, bytes]]]:
     return [(i.decode(), f) for i, f in r.xrange(KEYS.audit_stream)]
 
@@ -225,7 +230,7 @@ def test_concurrent_python_and_lua_writers_keep_one_chain(pair, r: redis.Redis):
     assert len(entries) >= 150 + 60  # the Python writers', a decision or an expiry per call
     report = log.verify()
     assert report.ok and report.entries == len(entries) and report.head_checked
-    first, second = c.approvals.audit(count=2)  # what the API and clients read carries the chain too
+    first, second = c.approvals.audit(count=2)  # what the API and clients read has the chain
     assert (first.seq, first.prev, second.seq, second.prev) == (1, GENESIS, 2, first.hash)
     c.close()
 
@@ -243,3 +248,56 @@ def test_verify_audit_cli_reports_and_exits_1(r: redis.Redis, log: AuditLog, set
     done = toolq("verify-audit", "--chain-only", "--json", settings=settings)
     report = json.loads(done.stdout)
     assert done.returncode == 1 and report["deleted"] == 1 and not report["signatures_checked"]
+
+
+def recompute_from(r: redis.Redis, seq: int, change: dict[bytes, bytes]) -> None:
+    """What anyone with Redis credentials can do: rewrite entry ``seq`` and recompute the
+    chain from there (re-adding every later entry with new links, and the head)."""
+    entries = stored(r)
+    r.xdel(KEYS.audit_stream, *[i for i, _ in entries[seq - 1 :]])
+    prev = entries[seq - 2][1][b"hash"].decode() if seq > 1 else GENESIS
+    for n, (_, raw) in enumerate(entries[seq - 1 :], start=seq):
+        fields = {
+            k.decode(): v.decode() for k, v in {**raw, **(change if n == seq else {})}.items()
+        }
+        fields["prev"] = prev
+        fields["hash"] = prev = entry_hash(prev, {k: v for k, v in fields.items() if k != "hash"})
+        r.xadd(KEYS.audit_stream, fields)
+    r.hset(KEYS.audit_chain, "hash", prev)
+
+
+def test_a_recomputed_chain_is_caught_only_by_a_signed_anchor(pair, r: redis.Redis, settings):
+    from toolq.approvals.audit import anchor_head, verify_audit
+    from toolq.signing import Signer, Verifier
+
+    log = AuditLog(r, KEYS, maxlen=1_000_000)
+    expiries(log, 4)
+    signer, verifier = Signer.from_text(pair.signing), Verifier.from_text(pair.verify)
+    assert anchor_head(log, signer, "ops") is not None  # seq 5 vouches for seq 4
+    expiries(log, 2)
+    recompute_from(r, 3, {b"digest": b"other"})
+    assert log.verify().ok  # the chain alone cannot tell: it was recomputed
+    report = verify_audit(r, settings, verifier)
+    assert not report.ok and report.altered == 1 and report.unsigned == 0
+    [chain] = report.chains
+    [problem] = chain.problems
+    assert (problem.kind, problem.seq) == ("altered", 4) and "signed anchor" in problem.detail
+    # A rewrite after the last anchor is outside what it vouches for, and the report says so.
+    expiries(log, 1)
+    assert anchor_head(log, signer, "ops") is not None  # seq 9 vouches for seq 8
+    assert verify_audit(r, settings, verifier).chains[0].anchored_seq == 8
+    recompute_from(r, 9, {b"by": b"mallory"})  # rewrites the anchor itself: its signature fails
+    found = verify_audit(r, settings, verifier)
+    assert found.invalid == 1 and not found.ok
+
+
+def test_anchor_audit_cli_signs_the_head(pair, r: redis.Redis, log: AuditLog, settings):
+    expiries(log, 3)
+    keys = {"TOOLQ_APPROVAL_SIGNING_KEY": pair.signing, "TOOLQ_APPROVAL_VERIFY_KEYS": pair.verify}
+    done = toolq("approvals", "anchor-audit", "--by", "ops", settings=settings, **keys)
+    assert done.returncode == 0 and "anchored seq 3" in done.stdout, done.stderr
+    done = toolq("verify-audit", settings=settings, **keys)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "signed anchor at seq 3 (1 entries after it)" in done.stdout
+    done = toolq("approvals", "anchor-audit", settings=settings)
+    assert done.returncode == 2 and "TOOLQ_APPROVAL_SIGNING_KEY is not set" in done.stderr

@@ -14,6 +14,7 @@ other entry without a signature.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -22,10 +23,10 @@ from pydantic import BaseModel, Field
 from toolq.errors import ApprovalUnverifiedError, NotRunOwnerError
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
-from toolq.results.audit_chain import ChainReport
+from toolq.results.audit_chain import ChainHead, ChainReport
 from toolq.results.audit_log import AuditLog
 from toolq.settings import Settings
-from toolq.signing import VERSIONS, Verifier
+from toolq.signing import VERSIONS, Signer, Verifier
 
 SYSTEM_OUTCOMES = frozenset(
     {
@@ -114,6 +115,7 @@ def verify_audit(
     """
     log = AuditLog(client, Keys(settings.key_prefix), settings.audit_maxlen)
     report = AuditReport(signatures_checked=verifier is not None)
+    anchors: dict[int, str] = {}
     if verifier is not None:
         for entry_id, fields in log.entries():
             verdict = check_entry(fields, verifier)
@@ -121,4 +123,32 @@ def verify_audit(
             setattr(report, verdict, getattr(report, verdict) + 1)
             if verdict in ("invalid", "unsigned"):
                 report.bad_ids.append(entry_id)
-    return report.with_chain(log.verify(source))
+            elif verdict == "valid" and fields.get("outcome") == AuditOutcome.ANCHOR.value:
+                seq, _, hash_ = fields.get("digest", "").partition(":")
+                if seq.isdigit():
+                    anchors[int(seq)] = hash_
+    return report.with_chain(log.verify(source, anchors))
+
+
+def anchor_head(log: AuditLog, signer: Signer, by: str) -> ChainHead | None:
+    """Append a signed anchor naming the chain's head (None: the chain is empty).
+
+    The anchor is an ordinary audit entry (outcome ``anchor``, ``digest`` = ``<seq>:<hash>``)
+    signed like any other; ``verify-audit`` then reports an entry at or before that seq whose
+    hash differs, which is what a chain recomputed by a Redis writer looks like.
+    """
+    _, head, _ = log.state()
+    if head is None:
+        return None
+    ts = repr(time.time())
+    fields = {
+        "call_id": "",
+        "run_id": "",
+        "tool": "",
+        "by": by,
+        "outcome": AuditOutcome.ANCHOR.value,
+        "digest": f"{head.seq}:{head.hash}",
+        "ts": ts,
+    }
+    log.append({**fields, "sig": str(signer.sign("audit", **fields)["sig"])})
+    return head

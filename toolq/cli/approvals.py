@@ -14,7 +14,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from toolq.approvals.models import ApprovalRequest
-from toolq.cli.audit import verify_audit_
+from toolq.cli.audit import anchor_audit, verify_audit_
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
@@ -406,3 +406,4 @@ def deny(
 
 
 approvals.command("verify-audit")(verify_audit_)
+approvals.command("anchor-audit")(anchor_audit)

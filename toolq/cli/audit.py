@@ -5,11 +5,13 @@ from __future__ import annotations
 import redis
 import typer
 
-from toolq.approvals.audit import AuditReport, verify_audit
+from toolq.approvals.audit import AuditReport, anchor_head, verify_audit
 from toolq.backend import Backend
 from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
+from toolq.keys import Keys
 from toolq.results.audit_chain import ChainReport
-from toolq.signing import verifier_for
+from toolq.results.audit_log import AuditLog
+from toolq.signing import signer_for, verifier_for
 
 SHOWN = 20
 """Problems (and bad entries) printed per stream; ``--json`` lists them all."""
@@ -56,6 +58,34 @@ def verify_audit_(
         raise typer.Exit(1)
 
 
+def anchor_audit(
+    by: str = typer.Option("cli", "--by", help="Who anchors (named in the entry)."),
+    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+) -> None:
+    """Sign the audit chain's head (needs TOOLQ_APPROVAL_SIGNING_KEY); run it periodically.
+
+    Appends an anchor entry naming the head's seq and hash, in each cell's stream: a chain
+    a Redis writer recomputes no longer matches it, and verify-audit says so.
+    """
+    settings = settings_for(redis_url=redis_url)
+    signer = signer_for(settings)
+    if signer is None:
+        raise fail("TOOLQ_APPROVAL_SIGNING_KEY is not set: nothing to sign the anchor with", 2)
+    require_redis(settings)
+    for cell in range(len(settings.shards)) if settings.shards else [None]:
+        one = settings.for_cell(cell) if cell is not None else settings
+        backend = Backend(one)
+        try:
+            log = AuditLog(backend.redis, Keys(one.key_prefix), one.audit_maxlen)
+            head = anchor_head(log, signer, by)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise fail(f"cell {cell} does not answer: {exc}") from None
+        finally:
+            backend.close()
+        where = f"cell {cell}" if cell is not None else "audit"
+        typer.echo(f"{where}: anchored seq {head.seq}" if head else f"{where}: empty, no anchor")
+
+
 def _print(report: AuditReport) -> None:
     if report.signatures_checked:
         typer.echo(
@@ -85,7 +115,12 @@ def _chain_line(chain: ChainReport) -> str:
         head = "head checked"
     verdict = "intact" if chain.ok else f"BROKEN ({len(chain.problems)} problems)"
     legacy = f", {chain.unchained} entries older than the chain" if chain.unchained else ""
+    anchored = (
+        f", signed anchor at seq {chain.anchored_seq} ({chain.unanchored} entries after it)"
+        if chain.anchored_seq
+        else ", no signed anchor checked"
+    )
     return (
         f"chain {chain.source}: {verdict}: {chain.entries} entries {start} to seq "
-        f"{chain.last_seq}, {head}{legacy}"
+        f"{chain.last_seq}, {head}{anchored}{legacy}"
     )

@@ -20,7 +20,8 @@ What it detects: an entry deleted (a seq missing, or a ``prev`` that does not ma
 reordered (a seq that comes after a later one) or forged (no chain fields, a repeated seq, or
 past the recorded head) by anyone who does not recompute the chain. Whoever holds Redis
 credentials can recompute it: the per-entry signatures of deciding processes are what keeps
-a forged decision entry from verifying.
+a forged decision entry from verifying, and signed anchors (entries whose signed ``digest``
+names a seq and its hash) are what shows a recomputed chain up to the last anchor.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class ChainReport(BaseModel):
     from_checkpoint: bool = False
     """True when the chain was checked from a recorded checkpoint, not from seq 1."""
     last_seq: int = 0
+    anchored_seq: int = 0
+    """The highest seq a signed anchor vouches for (0: none); entries after it are covered
+    only by the chain, which whoever holds Redis credentials can recompute."""
     head_checked: bool = False
     """True when the last entry was compared with the writer's recorded head."""
     problems: list[ChainProblem] = Field(default_factory=list)
@@ -115,6 +119,11 @@ class ChainReport(BaseModel):
             if p.kind == kind
         )
 
+    @property
+    def unanchored(self) -> int:
+        """Entries after the last one a signed anchor vouches for."""
+        return self.last_seq - self.anchored_seq
+
 
 class ChainVerifier:
     """Checks entries fed in append order against the chain; ``finish`` gives the report.
@@ -123,8 +132,15 @@ class ChainVerifier:
     and the hashes next to them (to check entries that come back out of order).
     """
 
-    def __init__(self, start: ChainStart | None = None, source: str = "") -> None:
+    def __init__(
+        self,
+        start: ChainStart | None = None,
+        source: str = "",
+        anchors: Mapping[int, str] | None = None,
+    ) -> None:
         begin = start or ChainStart()
+        self.anchors = dict(anchors or {})
+        """Hashes that signed anchors name, by seq: a recomputed chain does not match them."""
         self.report = ChainReport(
             source=source,
             start_seq=begin.seq,
@@ -166,6 +182,11 @@ class ChainVerifier:
         stored, prev = fields["hash"], fields["prev"]
         if entry_hash(prev, fields) != stored:
             self._problem("altered", seq, stream_id, "its fields do not match its hash")
+        if seq in self.anchors:
+            if self.anchors[seq] != stored:
+                detail = "its hash is not the one a signed anchor names (a recomputed chain)"
+                self._problem("altered", seq, stream_id, detail)
+            report.anchored_seq = max(report.anchored_seq, seq)
         if seq == self.top + 1:
             if prev != self.top_hash:
                 self._break(seq, stream_id)
@@ -247,9 +268,13 @@ def verify_chain(
     start: ChainStart | None = None,
     head: ChainHead | None = None,
     source: str = "",
+    anchors: Mapping[int, str] | None = None,
 ) -> ChainReport:
-    """Check ``(stream_id, fields)`` pairs in append order; see the module docstring."""
-    verifier = ChainVerifier(start, source)
+    """Check ``(stream_id, fields)`` pairs in append order; see the module docstring.
+
+    ``anchors``: the hash each signed anchor names, by seq (checked by the caller's verifier).
+    """
+    verifier = ChainVerifier(start, source, anchors)
     for stream_id, fields in entries:
         verifier.feed(stream_id, fields)
     return verifier.finish(head)

@@ -8,7 +8,7 @@ script, which calls the same function). So one function assigns every ``seq``, `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import redis
@@ -65,12 +65,14 @@ class AuditLog:
         head = ChainHead(int(state["seq"]), state.get("hash", "")) if "seq" in state else None
         return start, head, as_text(last[0][0]) if last else "-"
 
-    def verify(self, source: str = "") -> ChainReport:
-        """Check the stream's chain from its start to the head recorded when it is read."""
+    def verify(self, source: str = "", anchors: Mapping[int, str] | None = None) -> ChainReport:
+        """Check the stream's chain from its start to the head recorded when it is read.
+
+        ``anchors``: the hashes signed anchors name, by seq (``toolq.approvals.audit``).
+        """
         start, head, last = self.state()
-        if last == "-":
-            return verify_chain([], start, head, source)
-        return verify_chain(self.entries(until=last), start, head, source)
+        entries = self.entries(until=last) if last != "-" else iter(())
+        return verify_chain(entries, start, head, source, anchors)
 
 
 __all__ = ["AuditLog"]
