@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -301,3 +302,32 @@ def test_anchor_audit_cli_signs_the_head(pair, r: redis.Redis, log: AuditLog, se
     assert "signed anchor at seq 3 (1 entries after it)" in done.stdout
     done = toolq("approvals", "anchor-audit", settings=settings)
     assert done.returncode == 2 and "TOOLQ_APPROVAL_SIGNING_KEY is not set" in done.stderr
+
+
+def test_the_api_anchors_the_head_periodically(pair, r: redis.Redis):
+    from tests.apps import registry
+    from tests.conftest import make_settings, serve
+    from toolq.api.app import create_app
+    from toolq.approvals.audit import verify_audit
+    from toolq.signing import Verifier
+
+    log = AuditLog(r, KEYS, maxlen=1_000_000)
+    expiries(log, 3)
+    settings = make_settings(approval_signing_key=pair.signing, audit_anchor_interval=0.2)
+
+    def anchors() -> list[dict[bytes, bytes]]:
+        return [f for _, f in stored(r) if f[b"outcome"] == b"anchor"]
+
+    for _ in serve(create_app(settings, registry)):
+        deadline = time.monotonic() + 10
+        while not anchors():
+            assert time.monotonic() < deadline, "no anchor"
+            time.sleep(0.05)
+        time.sleep(1)  # five intervals: nothing new, so no anchor of the anchor
+        assert [a[b"digest"].split(b":")[0] for a in anchors()] == [b"3"]
+        expiries(log, 1)
+        while len(anchors()) < 2:
+            assert time.monotonic() < deadline + 10, "no second anchor"
+            time.sleep(0.05)
+    report = verify_audit(r, settings, Verifier.from_text(pair.verify))
+    assert report.ok and report.valid == 2 and report.chains[0].anchored_seq == 5

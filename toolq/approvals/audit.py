@@ -130,13 +130,20 @@ def verify_audit(
     return report.with_chain(log.verify(source, anchors))
 
 
-def anchor_head(log: AuditLog, signer: Signer, by: str) -> ChainHead | None:
+def anchor_head(log: AuditLog, signer: Signer, by: str, *, again: bool = True) -> ChainHead | None:
     """Append a signed anchor naming the chain's head (None: the chain is empty).
+
+    ``again=False`` appends nothing (None) when the newest entry is an anchor already, so
+    several processes anchoring periodically do not anchor each other's anchors forever.
 
     The anchor is an ordinary audit entry (outcome ``anchor``, ``digest`` = ``<seq>:<hash>``)
     signed like any other; ``verify-audit`` then reports an entry at or before that seq whose
     hash differs, which is what a chain recomputed by a Redis writer looks like.
     """
+    if not again:
+        newest = log.last()
+        if newest is None or newest.get("outcome") == AuditOutcome.ANCHOR.value:
+            return None
     _, head, _ = log.state()
     if head is None:
         return None

@@ -49,6 +49,13 @@ class AuditLog:
                 yield as_text(entry_id), {as_text(k): as_text(v) for k, v in raw.items()}
             start = f"({as_text(page[-1][0])}"
 
+    def last(self) -> dict[str, str] | None:
+        """The newest entry's fields (None: the stream is empty)."""
+        newest: Any = self.redis.xrevrange(self.keys.audit_stream, count=1)
+        if not newest:
+            return None
+        return {as_text(k): as_text(v) for k, v in newest[0][1].items()}
+
     def state(self) -> tuple[ChainStart, ChainHead | None, str]:
         """The chain's start (a trim's checkpoint, or seq 1), head, and the stream's last id.
 
