@@ -171,7 +171,9 @@ class WorkerRuntime:
         self.registry = registry
         self.redis = backend.redis
         self.store = backend.store
-        self.audit_log = AuditLog(self.redis, self.store.keys, settings.audit_maxlen)
+        self.audit_log = AuditLog(
+            self.redis, self.store.keys, settings.audit_maxlen, self.store.scripts
+        )
         self.executor = Executor(
             registry,
             default_timeout=settings.default_timeout,
