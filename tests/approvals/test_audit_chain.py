@@ -331,3 +331,24 @@ def test_the_api_anchors_the_head_periodically(pair, r: redis.Redis):
             time.sleep(0.05)
     report = verify_audit(r, settings, Verifier.from_text(pair.verify))
     assert report.ok and report.valid == 2 and report.chains[0].anchored_seq == 5
+
+
+def test_verifying_while_the_cap_trims_reports_nothing(r: redis.Redis):
+    log = AuditLog(r, KEYS, maxlen=20)
+    done = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not done.is_set():
+            i += 1
+            log.append(entry(i))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        reports = [log.verify() for _ in range(300)]
+    finally:
+        done.set()
+        writer.join(10)
+    assert all(report.ok for report in reports), [r.problems for r in reports if not r.ok][:3]
+    assert sum(report.from_checkpoint for report in reports) > 200

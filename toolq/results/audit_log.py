@@ -8,6 +8,7 @@ script, which calls the same function). So one function assigns every ``seq``, `
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -79,7 +80,13 @@ class AuditLog:
         """
         start, head, last = self.state()
         entries = self.entries(until=last) if last != "-" else iter(())
-        return verify_chain(entries, start, head, source, anchors)
+        first = next(entries, None)
+        if first is not None and first[1].get("seq", "").isdigit():
+            trimmed, _, _ = self.state()  # the cap may have trimmed since the state was read
+            if trimmed.seq == int(first[1]["seq"]) > start.seq:
+                start = trimmed
+        walk = itertools.chain([first], entries) if first is not None else entries
+        return verify_chain(walk, start, head, source, anchors)
 
 
 __all__ = ["AuditLog"]
