@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -352,3 +353,16 @@ def test_verifying_while_the_cap_trims_reports_nothing(r: redis.Redis):
         writer.join(10)
     assert all(report.ok for report in reports), [r.problems for r in reports if not r.ok][:3]
     assert sum(report.from_checkpoint for report in reports) > 200
+
+
+def test_lib_audit_is_the_only_place_that_appends_to_the_audit_stream():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "toolq"
+    for path in package.rglob("*.lua"):
+        text = path.read_text()
+        if path.name != "audit.lua" or path.parent.name != "lib":
+            assert "'XADD', audit" not in text, path
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"xadd\(\s*[\w.]*audit", text), path
