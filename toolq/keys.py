@@ -125,6 +125,11 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def audit_chain(self) -> str:
+        """Hash of the audit chain's state: ``seq``, ``hash``, ``first_seq``, ``first_prev``."""
+        return f"{self.prefix}:audit:chain"
+
+    @property
     def refusals(self) -> str:
         """Hash of counters of requests the run-owner checks refused: ``refused``, ``audited``."""
         return f"{self.prefix}:refusals"

@@ -128,6 +128,8 @@ class AuditOutcome(StrEnum):
     """One approval of a quorum that still needs more."""
     DENIED = "denied"
     EXPIRED = "expired"
+    ANCHOR = "anchor"
+    """A deciding process's signature over the chain's head (``digest``: ``<seq>:<hash>``)."""
 
     @staticmethod
     def refused(reason: str) -> str:

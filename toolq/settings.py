@@ -230,6 +230,9 @@ class Settings(BaseSettings):
     """Distinct approvers a DANGEROUS call needs."""
     audit_maxlen: int = Field(1_000_000, gt=0)
     """Approximate cap on the audit stream."""
+    audit_anchor_interval: float = Field(60.0, ge=0)
+    """Seconds between the signed anchors of the audit chain's head that an API process
+    holding ``TOOLQ_APPROVAL_SIGNING_KEY`` appends when entries were added (0: none)."""
     result_ttl: int = Field(7 * 24 * 3600, gt=0)
     """How long records and event streams of finished runs are kept (seconds)."""
     undo_ttl: int = Field(24 * 3600, gt=0)

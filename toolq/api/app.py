@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
+from toolq.api.anchoring import AuditAnchors
 from toolq.api.approval_page import build_approval_page_router
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.cells import CellParts, cells_health, health_response, needed_queues, unreachable
@@ -64,9 +65,13 @@ def create_app(
     # gate checks the one Redis before every request.
     probe = RedisProbe(RedisTarget.of(settings)) if client.cells is None else None
 
+    anchors = AuditAnchors(client)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        anchors.start()
         yield
+        await anchors.stop()
         await parts.close()
         if probe is not None:
             await probe.close()

@@ -81,3 +81,9 @@ class AuditEntry(BaseModel):
     system: bool = False
     """Written by a worker or the sweeper, which hold no signing key."""
     reason: str | None = None
+    seq: int | None = None
+    """The entry's place in the audit hash chain (1, 2, 3, ...; None: written before it)."""
+    prev: str | None = None
+    """The hash of the entry before (forty zeros for seq 1)."""
+    hash: str | None = None
+    """SHA1 of ``prev`` and the entry's fields (see the security model)."""

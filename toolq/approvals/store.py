@@ -48,6 +48,7 @@ from toolq.quotas import tenant_config
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
 from toolq.results.admission import Admission
+from toolq.results.audit_log import AuditLog
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
@@ -202,6 +203,7 @@ class ApprovalStore:
         self.authority = Authority(registry, self.settings, self.signer)
         self._warned = False
         self.owners = owners or RunOwners(self.redis, self.keys, self.settings)
+        self.audit_log = AuditLog(self.redis, self.keys, self.settings.audit_maxlen, self.scripts)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -614,13 +616,7 @@ class ApprovalStore:
         ts = repr(time.time())
         outcome = AuditOutcome.refused(f"rule:{reason}")
         fields = audit_fields("", run_id, "", by or "", outcome, "", ts)
-        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
-        self.redis.xadd(
-            self.keys.audit_stream,
-            entry,
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
-        )
+        self.audit_log.append({**fields, "sig": self._audit_sig(**fields)})
         raise NotAuthorizedError(
             f"{change} loosens the approval gate of run {run_id}: it needs an approver for "
             f"{risk.value} calls (by=...); {by or 'nobody'!r} is refused: "
@@ -840,13 +836,7 @@ class ApprovalStore:
         fields = audit_fields(
             request.call_id, request.run_id, request.name, by, outcome, request.digest, ts
         )
-        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
-        self.redis.xadd(
-            self.keys.audit_stream,
-            entry,
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
-        )
+        self.audit_log.append({**fields, "sig": self._audit_sig(**fields)})
 
 
 __all__ = [

@@ -11,6 +11,7 @@ import typer
 
 from toolq.cli.api import api
 from toolq.cli.approvals import approvals
+from toolq.cli.audit import verify_audit_
 from toolq.cli.calls import calls
 from toolq.cli.check import check
 from toolq.cli.demo import demo
@@ -77,6 +78,7 @@ app.command()(tools)
 app.command()(check)
 app.command()(mcp)
 app.command()(tenants)
+app.command("verify-audit")(verify_audit_)
 app.add_typer(approvals, name="approvals")
 app.add_typer(calls, name="calls")
 app.add_typer(runs, name="runs")

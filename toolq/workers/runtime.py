@@ -53,6 +53,7 @@ from toolq.redis_failures import refusal
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.admission import Admission
+from toolq.results.audit_log import AuditLog
 from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
@@ -170,6 +171,9 @@ class WorkerRuntime:
         self.registry = registry
         self.redis = backend.redis
         self.store = backend.store
+        self.audit_log = AuditLog(
+            self.redis, self.store.keys, settings.audit_maxlen, self.store.scripts
+        )
         self.executor = Executor(
             registry,
             default_timeout=settings.default_timeout,
@@ -617,8 +621,7 @@ class WorkerRuntime:
             f"approval unverified: {reason}; the call did not run", call_id=env.call_id
         )
         # Workers hold no signing key: the entry is marked as a system entry.
-        self.redis.xadd(
-            self.store.keys.audit_stream,
+        self.audit_log.append(
             {
                 "call_id": env.call_id,
                 "run_id": env.run_id,
@@ -629,9 +632,7 @@ class WorkerRuntime:
                 "ts": repr(time.time()),
                 "system": "1",
                 "reason": reason,
-            },
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
+            }
         )
         return _failed(env, exc.message, exc.code)
 

@@ -24,6 +24,7 @@ from toolq.results.scripts.approvals import (
     Expire,
     ExpireOutcome,
 )
+from toolq.results.scripts.audit import AUDIT, Audit
 from toolq.results.scripts.calls import (
     CREATE,
     CREATE_GROUP,
@@ -98,12 +99,14 @@ ALL: tuple[Script[Any], ...] = (
     WEBHOOK_CLAIM,
     REFUSE,
     PAGE,
+    AUDIT,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
 __all__ = [
     "ADMIT",
     "ALL",
+    "AUDIT",
     "CREATE",
     "CREATE_GROUP",
     "DECIDE",
@@ -126,6 +129,7 @@ __all__ = [
     "WEBHOOK_CLAIM",
     "Admit",
     "AdmitReply",
+    "Audit",
     "Charge",
     "Create",
     "CreateGroup",

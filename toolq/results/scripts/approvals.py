@@ -68,7 +68,7 @@ class Decide(Script[DecideReply]):
 
     file = "decide.lua"
     outcomes = get_args(DecideOutcome)
-    includes = ("emit", "push", "sched", "park")
+    includes = ("emit", "push", "sched", "park", "audit")
 
     def __call__(
         self, *, keys: Keys, decision: Decision, tenant: str = DEFAULT_TENANT
@@ -98,6 +98,7 @@ class Decide(Script[DecideReply]):
                 **emit_keys(keys),
                 "parked": keys.parked,
                 "tenant_parked": keys.tenant_parked(tenant),
+                "audit_chain": keys.audit_chain,
             },
             argv=argv,
         )
@@ -116,7 +117,7 @@ class Expire(Script[ExpireOutcome]):
 
     file = "expire.lua"
     outcomes = get_args(ExpireOutcome)
-    includes = ("emit", "park")
+    includes = ("emit", "park", "audit")
 
     def __call__(
         self,
@@ -141,6 +142,7 @@ class Expire(Script[ExpireOutcome]):
                 **emit_keys(keys),
                 "parked": keys.parked,
                 "tenant_parked": keys.tenant_parked(tenant),
+                "audit_chain": keys.audit_chain,
             },
             argv={
                 "call_id": call_id,
