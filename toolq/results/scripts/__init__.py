@@ -56,6 +56,7 @@ from toolq.results.scripts.calls import (
     TransitionOutcome,
     TransitionReply,
 )
+from toolq.results.scripts.history import COOL, Cool
 from toolq.results.scripts.owners import REFUSE, Refuse
 from toolq.results.scripts.paging import PAGE, Page
 from toolq.results.scripts.undos import (
@@ -98,12 +99,14 @@ ALL: tuple[Script[Any], ...] = (
     WEBHOOK_CLAIM,
     REFUSE,
     PAGE,
+    COOL,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
 __all__ = [
     "ADMIT",
     "ALL",
+    "COOL",
     "CREATE",
     "CREATE_GROUP",
     "DECIDE",
@@ -127,6 +130,7 @@ __all__ = [
     "Admit",
     "AdmitReply",
     "Charge",
+    "Cool",
     "Create",
     "CreateGroup",
     "CreateOutcome",
