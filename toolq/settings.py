@@ -243,6 +243,9 @@ class Settings(BaseSettings):
     """With a history store: how long an archived call stays in Redis (seconds)."""
     history_batch: int = Field(200, gt=0, le=10_000)
     """Finished calls the archiver writes to the history store in one transaction."""
+    history_claim_after: float = Field(30.0, gt=0)
+    """Seconds a batch taken by an archiver may stay unwritten before another archiver takes
+    it over (the first one died mid-batch)."""
     history_lag_alert: float = Field(300.0, gt=0)
     """``/healthz`` reports degraded when the oldest unarchived final call is older (seconds)."""
     history_retention: dict[str, int] = Field(default_factory=dict)

@@ -7,7 +7,7 @@ the group is written to SQL in one transaction of idempotent upserts (the calls'
 their events, their decisions, and the audit entries after the last one archived), and only
 then acknowledged and deleted from the stream; the calls' Redis keys then get the hot TTL
 (``COOL``). A writer killed mid-batch leaves its entries pending: another archiver claims
-them after ``STALE_MS`` (``XAUTOCLAIM``) and writes the batch again, which the upserts make
+them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batch again, which the upserts make
 a no-op for rows already there. So nothing is lost and nothing is written twice.
 
 Archivers run in every ``toolq worker`` when ``TOOLQ_HISTORY_URL`` is set (the consumer
@@ -35,8 +35,6 @@ from toolq.settings import Settings
 
 log = logging.getLogger("toolq.history")
 
-STALE_MS = 30_000
-"""An archive entry read but not acknowledged for this long is taken over by another archiver."""
 AUDIT_BATCH = 1000
 """Audit entries archived with one batch at most."""
 PRUNE_EVERY = 3600.0
@@ -86,9 +84,10 @@ class Archiver:
     def take(self, block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
         """Entries to archive: stale ones of dead archivers first, then new ones."""
         k, count = self.keys, self.settings.history_batch
+        idle_ms = int(self.settings.history_claim_after * 1000)
         try:
             stale: Any = self.redis.xautoclaim(
-                k.history_archive, HISTORY_GROUP, self.consumer, STALE_MS, "0-0", count=count
+                k.history_archive, HISTORY_GROUP, self.consumer, idle_ms, "0-0", count=count
             )
             entries = list(stale[1])
             if not entries:
