@@ -93,7 +93,9 @@ class Backend:
     @cached_property
     def owners(self) -> RunOwners:
         """Who owns each run."""
-        return RunOwners(self.redis, self.keys, self.settings)
+        owners = RunOwners(self.redis, self.keys, self.settings)
+        owners.cold = self.history
+        return owners
 
     @cached_property
     def policy(self) -> ApprovalPolicy:

@@ -17,6 +17,7 @@ from toolq.api.dashboard import build_dashboard_router
 from toolq.api.decision_tokens import DecisionTokens
 from toolq.api.decisions import build_decisions_router
 from toolq.api.headers import SecurityHeaders
+from toolq.api.history import build_history_router
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
@@ -90,6 +91,7 @@ def create_app(
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
+    app.include_router(build_history_router(client, auth))
     app.include_router(build_slack_router(client))
     app.include_router(build_approval_page_router())
     app.state.client = client

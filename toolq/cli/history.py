@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import signal
@@ -19,9 +17,8 @@ from toolq.backend import Backend
 from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
 from toolq.errors import ToolqError
 from toolq.history.archiver import Archiver, ensure_group, lag_seconds
-from toolq.history.search import CallQuery
+from toolq.history.search import CallQuery, csv_text, search_row
 from toolq.history.store import HistoryStore
-from toolq.results.store import record_to_result
 from toolq.settings import Settings
 
 history = typer.Typer(
@@ -32,20 +29,6 @@ _REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
 _URL = typer.Option(
     None, "--url", envvar="TOOLQ_HISTORY_URL", help="SQLAlchemy URL of the history store."
 )
-
-SEARCH_COLUMNS = (
-    "call_id",
-    "run_id",
-    "tool",
-    "status",
-    "tenant",
-    "submitter",
-    "approver",
-    "error",
-    "created_at",
-    "finished_at",
-)
-"""Columns of a search's CSV and JSON rows."""
 
 
 def _settings(url: str | None, redis_url: str | None = None) -> Settings:
@@ -122,24 +105,6 @@ def _epoch(value: str | None) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
-def search_row(record: dict[str, str]) -> dict[str, Any]:
-    """The row a search shows of one archived call."""
-    result = record_to_result(record)
-    envelope = json.loads(record.get("envelope") or "{}")
-    return {
-        "call_id": result.call_id,
-        "run_id": result.run_id,
-        "tool": result.name,
-        "status": result.status.value,
-        "tenant": result.tenant,
-        "submitter": envelope.get("principal") or "",
-        "approver": record.get("decided_by", ""),
-        "error": result.error or "",
-        "created_at": float(record.get("created_at") or 0),
-        "finished_at": float(record.get("finished_at") or 0),
-    }
-
-
 @history.command()
 def search(
     url: str | None = _URL,
@@ -184,11 +149,7 @@ def search(
         for row in rows:
             typer.echo(json.dumps(row, ensure_ascii=False))
     elif as_csv:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=SEARCH_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-        typer.echo(buffer.getvalue(), nl=False)
+        typer.echo(csv_text(rows), nl=False)
     else:
         for row in rows:
             when = datetime.fromtimestamp(row["finished_at"], UTC).strftime("%Y-%m-%d %H:%M:%S")

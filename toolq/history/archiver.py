@@ -7,8 +7,9 @@ the group is written to SQL in one transaction of idempotent upserts (the calls'
 their events, their decisions, and the audit entries after the last one archived), and only
 then acknowledged and deleted from the stream; the calls' Redis keys then get the hot TTL
 (``COOL``). A writer killed mid-batch leaves its entries pending: another archiver claims
-them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batch again, which the upserts make
-a no-op for rows already there. So nothing is lost and nothing is written twice.
+them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batch again,
+which the upserts make a no-op for rows already there: nothing is lost, nothing is written
+twice.
 
 Archivers run in every ``toolq worker`` when ``TOOLQ_HISTORY_URL`` is set (the consumer
 group spreads batches over them), or alone as ``toolq history archive``.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from sqlalchemy import Connection, and_, or_, select
 
 from toolq.errors import PayloadError
 from toolq.history.models import CallRow
+from toolq.results.store import record_to_result
 
 MAX_LIMIT = 1000
 """The largest page a search returns."""
@@ -117,3 +120,48 @@ def search_calls(conn: Connection, query: CallQuery) -> Found:
 def _escaped(text: str) -> str:
     """``text`` with the ``LIKE`` wildcards taken literally."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+SEARCH_COLUMNS = (
+    "call_id",
+    "run_id",
+    "tool",
+    "status",
+    "tenant",
+    "submitter",
+    "approver",
+    "error",
+    "error_type",
+    "created_at",
+    "finished_at",
+)
+"""Fields of a search's rows (JSON, JSON lines, CSV columns in this order)."""
+
+
+def search_row(record: dict[str, str]) -> dict[str, Any]:
+    """The row a search shows of one archived call."""
+    result = record_to_result(record)
+    envelope = json.loads(record.get("envelope") or "{}")
+    return {
+        "call_id": result.call_id,
+        "run_id": result.run_id,
+        "tool": result.name,
+        "status": result.status.value,
+        "tenant": result.tenant,
+        "submitter": envelope.get("principal") or "",
+        "approver": record.get("decided_by", ""),
+        "error": result.error or "",
+        "error_type": result.error_type or "",
+        "created_at": float(record.get("created_at") or 0),
+        "finished_at": float(record.get("finished_at") or 0),
+    }
+
+
+def csv_text(rows: list[dict[str, Any]], header: bool = True) -> str:
+    """Rows as CSV (``SEARCH_COLUMNS``), with the header line first when ``header``."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SEARCH_COLUMNS, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
