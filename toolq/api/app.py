@@ -99,6 +99,7 @@ def create_app(
     app.state.parts = parts
 
     queues = needed_queues(client)
+    history_alert = settings.history_lag_alert if settings.history_url else None
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -107,7 +108,9 @@ def create_app(
             return await run_in_threadpool(cells_health, client, queues)
         try:
             await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
-            checks = await run_checks_async(probe.client, client.keys, queues, probe.where)
+            checks = await run_checks_async(
+                probe.client, client.keys, queues, probe.where, history_alert
+            )
         except RedisUnavailableError as exc:
             return unreachable(exc)
         except (redis.RedisError, OSError) as exc:
