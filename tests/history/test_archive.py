@@ -18,8 +18,8 @@ def call(name: str, call_id: str, **arguments: object) -> list[dict[str, object]
     return [{"id": call_id, "name": name, "arguments": arguments}]
 
 
-def test_finished_calls_are_archived_with_their_events_then_read_from_history(r, tmp_path):
-    settings = make_settings(history_url=f"sqlite:///{tmp_path}/h.db", hot_seconds=1)
+def test_finished_calls_are_archived_with_their_events_then_read_from_history(r, history_url):
+    settings = make_settings(history_url=history_url, hot_seconds=1)
     keys = Keys(settings.key_prefix)
     with Client(registry, settings) as client:
         batch = client.dispatch(call("echo", "e1", text="hi") + call("add", "a1", a=2, b=3))

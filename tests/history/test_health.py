@@ -21,8 +21,8 @@ def sample(text: str, name: str) -> float:
     return float(line.split()[1])
 
 
-def test_an_unarchived_final_call_shows_as_lag_then_degrades_health_until_archived(r, tmp_path):
-    settings = make_settings(history_url=f"sqlite:///{tmp_path}/h.db", history_lag_alert=0.5)
+def test_an_unarchived_final_call_shows_as_lag_then_degrades_health_until_archived(r, history_url):
+    settings = make_settings(history_url=history_url, history_lag_alert=0.5)
     with Client(registry, settings) as client:
         client.dispatch([{"id": "x", "name": "no_such_tool", "arguments": {}}], run_id="r1")
     for api in serve(create_app(settings, registry, tokens=TOKENS)):

@@ -80,8 +80,10 @@ def finished_calls(settings) -> tuple[list[str], list[str]]:
         ]
 
 
-def test_an_archiver_killed_mid_batch_again_and_again_archives_each_call_exactly_once(r, tmp_path):
-    url = f"sqlite:///{tmp_path}/history.db"
+def test_an_archiver_killed_mid_batch_again_and_again_archives_each_call_exactly_once(
+    r, history_url
+):
+    url = history_url
     settings = make_settings(history_url=url, hot_seconds=3600)
     keys = Keys(settings.key_prefix)
     call_ids, runs = finished_calls(settings)

@@ -43,9 +43,9 @@ def toolq(*args: str, settings) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def cold(r, tmp_path):
+def cold(r, history_url):
     """Calls of two tenants run, denied and failed, archived, then gone from Redis."""
-    settings = make_settings(history_url=f"sqlite:///{tmp_path}/h.db", hot_seconds=1)
+    settings = make_settings(history_url=history_url, hot_seconds=1)
     keys = Keys(settings.key_prefix)
     with Client(registry, settings) as client:
         ran = client.dispatch(
