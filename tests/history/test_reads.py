@@ -127,6 +127,13 @@ def test_clients_read_archived_calls_as_they_read_hot_ones(cold):
 def test_the_api_serves_archived_calls_events_and_history_search_per_tenant(cold):
     settings, hot, ids = cold
     for api in serve(create_app(settings, registry, tokens=TOKENS)):
+        run = httpx.get(f"{api}/v1/runs/run-default", headers=h("view-t"))
+        assert run.status_code == 200, run.text
+        assert run.json()["statuses"] == {"denied": 1, "failed": 1, "succeeded": 1}
+        assert run.json()["owner"] == "agent"
+        listed = httpx.get(f"{api}/v1/runs", headers=h("acme-view-t")).json()
+        assert [(x["run_id"], x["calls"]) for x in listed] == [("run-acme", 1)]
+        assert httpx.get(f"{api}/v1/runs/run-default", headers=h("acme-view-t")).status_code == 403
         got = httpx.get(f"{api}/v1/calls/{ids['echo']}", headers=h("view-t"))
         assert got.status_code == 200 and got.json()["output"] == {"text": "hi"}
         events = httpx.get(

@@ -109,3 +109,55 @@ def test_audit_entries_come_in_stream_order_after_a_given_id(history_url):
     assert [i for i, _ in store.audit_entries(after="10-0")] == ["10-2", "100-1"]
     assert store.audit_mark() == "100-1"
     store.close()
+
+
+def test_archivers_apply_retention_once_an_hour_between_them(r, history_url):
+    from tests.conftest import make_settings
+    from toolq.history.archiver import Archiver
+    from toolq.keys import Keys
+
+    settings = make_settings(history_url=history_url, history_retention={"results": 30})
+    store = HistoryStore(history_url)
+    old = time.time() - 40 * 86400
+    store.write(Batch(calls=[record("old", "default", old), record("new", "default", time.time())]))
+    first = Archiver(r, Keys(), settings, store, "a1")
+    second = Archiver(r, Keys(), settings, store, "a2")
+    assert first.prune_if_due() == {"results": 1, "events": 0, "audit": 0}
+    assert second.prune_if_due() is None  # the first one holds the hour
+    assert set(store.records(["old", "new"])) == {"new"}
+    store.close()
+
+
+def test_the_cli_upgrades_a_new_postgresql_store_then_reports_and_prunes_it(r, postgres):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, make_settings
+
+    url = postgres.create()  # empty: no tables yet
+    env = {
+        **os.environ,
+        "TOOLQ_REDIS_URL": make_settings().redis_url,
+        "TOOLQ_HISTORY_URL": url,
+        "TOOLQ_HISTORY_RETENTION": '{"audit": 1}',
+    }
+
+    def toolq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "toolq", "history", *args],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+
+    upgraded = toolq("upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert toolq("upgrade").returncode == 0  # again: nothing to do
+    store = HistoryStore(url)
+    store.write(Batch(audit=[("1000-0", {"outcome": "denied"})]))  # from 1970
+    store.close()
+    status = toolq("status")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["history_audit"] == 1
+    pruned = toolq("prune")
+    assert json.loads(pruned.stdout) == {"results": 0, "events": 0, "audit": 1}
