@@ -59,3 +59,25 @@ def test_finished_calls_are_archived_with_their_events_then_read_from_history(r,
         stored = history.records(batch.call_ids)
         assert json.loads(json.dumps(stored))[batch.call_ids[0]]["status"] == "succeeded"
         history.close()
+
+
+def test_a_call_changed_after_it_was_archived_is_archived_again(r, history_url):
+    settings = make_settings(history_url=history_url)
+    keys = Keys(settings.key_prefix)
+    with Client(registry, settings) as client:
+        parked = client.dispatch(
+            [{"id": "w1", "name": "wipe", "arguments": {"target": "/tmp/x"}}],
+            run_id="r-retry",
+            principal="agent",
+        )
+        [call_id] = parked.call_ids
+        client.approvals.deny(call_id, "alice", "no")
+        history = HistoryStore(settings.history_url)
+        archiver = Archiver(r, keys, settings, history, "a1")
+        assert archiver.step(100) == 1
+        assert "retried_by" not in history.record(call_id)
+        new = client.retry(call_id, principal="agent")
+        assert archiver.step(100) == 1
+        assert history.record(call_id)["retried_by"] == new.call_id
+        assert history.counts()["history_calls"] == 1  # the same row, replaced
+        history.close()

@@ -18,6 +18,7 @@ from tests.apps import registry
 from tests.conftest import ROOT, make_settings, serve
 from toolq import AsyncClient, CallStatus, Client
 from toolq.api.app import create_app
+from toolq.errors import NotRetryableError
 from toolq.history.archiver import Archiver
 from toolq.history.store import HistoryStore
 from toolq.keys import Keys
@@ -111,6 +112,9 @@ def test_clients_read_archived_calls_as_they_read_hot_ones(cold):
             ids["wipe"],
         ]
         assert client.approvals.get(ids["wipe"]).status == "denied"
+        with pytest.raises(NotRetryableError, match="archived"):
+            client.retry(ids["wipe"], principal="agent")
+        assert not client.redis.exists(Keys().call(ids["wipe"]))  # nothing half-written
 
     async def read() -> None:
         async with AsyncClient(registry, settings) as aclient:
