@@ -26,6 +26,7 @@
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
     ├── RunNotFoundError            unknown run id (or one whose keys expired)
+    ├── NoHistoryError              a history read, but no history store (TOOLQ_HISTORY_URL)
     ├── NotRetryableError           a retry of a call that is not final, or that succeeded
     ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
@@ -224,6 +225,12 @@ class RunNotFoundError(ToolqError, LookupError):
     """Unknown run id (or one whose keys expired)."""
 
     code = "run_not_found"
+
+
+class NoHistoryError(ToolqError, LookupError):
+    """A history read (search, export) where no history store is configured."""
+
+    code = "no_history"
 
 
 class NotRetryableError(ToolqError):

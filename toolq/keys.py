@@ -239,6 +239,20 @@ class Keys:
         """
         return f"{self.prefix}:webhooks:outbox"
 
+    @property
+    def history_archive(self) -> str:
+        """Stream of finished calls waiting for the history store (group ``HISTORY_GROUP``).
+
+        Passed to every script that emits an event (``lib/emit.lua``), which appends a call
+        here with the event that makes it final, once the archivers created the stream.
+        """
+        return f"{self.prefix}:history:archive"
+
+    @property
+    def history_lock(self) -> str:
+        """Short lock so one archiver at a time prunes the history store."""
+        return f"{self.prefix}:history:prune-lock"
+
     def webhook_delivery(self, delivery_id: str) -> str:
         """Hash of one pending delivery: endpoint id, event, attempts, last error."""
         return f"{self.prefix}:webhooks:delivery:{delivery_id}"
@@ -339,5 +353,7 @@ def _glob_escaped(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
+HISTORY_GROUP = "toolq-history"
+"""Consumer group of the history archive stream."""
 WEBHOOK_GROUP = "toolq-webhooks"
 """Consumer group of the webhook outbox stream."""

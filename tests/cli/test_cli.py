@@ -198,6 +198,27 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
                 time.sleep(0.2)
         assert tools.status_code == 200 and tools.json()
         assert httpx.get(f"{url}/v1/tools").status_code == 401
+        # The workers archive finished calls to the SQLite history store dev made.
+        history_url = next(line.split()[1] for line in lines if line.strip().startswith("history"))
+        assert history_url.startswith("sqlite:///")
+        sent = httpx.post(
+            f"{url}/v1/runs/r-dev/calls",
+            json=[{"id": "e1", "name": "echo", "arguments": {"text": "hi"}}],
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert sent.status_code == 202, sent.text
+        call_id = sent.json()["calls"][0]["call_id"]
+        from toolq.history.store import HistoryStore
+
+        history = HistoryStore(history_url)
+        try:
+            deadline = time.monotonic() + 30
+            while history.record(call_id) is None:
+                assert time.monotonic() < deadline, "the call was not archived"
+                time.sleep(0.2)
+            assert history.record(call_id)["status"] == "succeeded"
+        finally:
+            history.close()
         proc.send_signal(signal.SIGINT)
         # Read what it prints while it stops: a full pipe would block its processes' exit.
         rest, _ = proc.communicate(timeout=60)

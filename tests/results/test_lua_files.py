@@ -58,10 +58,12 @@ def test_header_names_every_key_and_argument_bound_at_the_top(script: Script[obj
             assert line.startswith(("local ", "  KEYS[")), line
 
 
-NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT}
+NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT, scripts.COOL}
 """ADMIT finds its calls in the backlogs its lane names: it reaches their records (prefix
 from ``Keys.call_prefix``), limits' sets and run streams through names the lane and the
-records hold (docs: guide/fair-share.md). Every other script is keyed through KEYS."""
+records hold (docs: guide/fair-share.md). COOL reads the state of every call its run's
+list names (prefix from ``Keys.call_prefix``) and writes only its KEYS. Every other script
+is keyed through KEYS."""
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from toolq.api.dashboard import build_dashboard_router
 from toolq.api.decision_tokens import DecisionTokens
 from toolq.api.decisions import build_decisions_router
 from toolq.api.headers import SecurityHeaders
+from toolq.api.history import build_history_router
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
@@ -95,6 +96,7 @@ def create_app(
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
+    app.include_router(build_history_router(client, auth))
     app.include_router(build_slack_router(client))
     app.include_router(build_approval_page_router())
     app.state.client = client
@@ -102,6 +104,7 @@ def create_app(
     app.state.parts = parts
 
     queues = needed_queues(client)
+    history_alert = settings.history_lag_alert if settings.history_url else None
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -110,7 +113,9 @@ def create_app(
             return await run_in_threadpool(cells_health, client, queues)
         try:
             await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
-            checks = await run_checks_async(probe.client, client.keys, queues, probe.where)
+            checks = await run_checks_async(
+                probe.client, client.keys, queues, probe.where, history_alert
+            )
         except RedisUnavailableError as exc:
             return unreachable(exc)
         except (redis.RedisError, OSError) as exc:

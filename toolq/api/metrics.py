@@ -23,6 +23,7 @@ from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, to
 from toolq.models import RiskLevel
 from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
+from toolq.workers.health import history_lag
 from toolq.workers.heartbeat import live_workers
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
@@ -111,6 +112,19 @@ def render(client: Client) -> str:
             lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {len(values)}')
             lines.append(f"toolq_call_duration_ms_sum{{{tool}}} {sum(values):.3f}")
             lines.append(f"toolq_call_duration_ms_count{{{tool}}} {len(values)}")
+    if client.settings.history_url:
+        metric(
+            "toolq_history_lag_seconds",
+            "gauge",
+            "Age of the oldest finished call not archived to the history store yet (0: none).",
+        )
+        for cell in cells:
+            first = cell.redis.xrange(cell.keys.history_archive, count=1)
+            lines.append(f"toolq_history_lag_seconds{cell.only_label} {history_lag(first):.3f}")
+        metric("toolq_history_unarchived", "gauge", "Finished calls waiting to be archived.")
+        for cell in cells:
+            waiting = cell.redis.xlen(cell.keys.history_archive)
+            lines.append(f"toolq_history_unarchived{cell.only_label} {waiting}")
     lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
 

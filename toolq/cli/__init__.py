@@ -17,6 +17,7 @@ from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
+from toolq.cli.history import history
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
 from toolq.cli.runs import runs
@@ -83,6 +84,7 @@ app.add_typer(approvals, name="approvals")
 app.add_typer(calls, name="calls")
 app.add_typer(runs, name="runs")
 app.add_typer(keys, name="keys")
+app.add_typer(history, name="history")
 
 
 def _metavars(command: Any) -> None:

@@ -423,6 +423,7 @@ class Client:
                 tenant=tenant,
                 since=since,
                 until=until,
+                cold=self.store.cold,
             )
         pages = [
             c.runs(limit=limit, cursor=cursor, tenant=tenant, since=since, until=until)
@@ -434,7 +435,7 @@ class Client:
         """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
         if self.cells is not None:
             return self._on_run(run_id, lambda c: c.run(run_id))
-        return run_summary(self.redis, self.keys, run_id)
+        return run_summary(self.redis, self.keys, run_id, self.store.cold)
 
     def retry(
         self, call_id: str, *, principal: str | None = None, admin: bool = False

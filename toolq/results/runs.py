@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from toolq.errors import RunNotFoundError
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
+from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
 from toolq.results.paging import Page, bounds, check_limit, walk
@@ -47,9 +48,15 @@ class RunSummary(BaseModel):
 
 
 def summaries(
-    redis: Any, keys: Keys, runs: Sequence[tuple[str, float | None]]
+    redis: Any,
+    keys: Keys,
+    runs: Sequence[tuple[str, float | None]],
+    cold: ColdStore | None = None,
 ) -> list[RunSummary | None]:
-    """``RunSummary`` of each ``(run_id, last dispatch)``; ``None`` for a run that is gone."""
+    """``RunSummary`` of each ``(run_id, last dispatch)``; ``None`` for a run that is gone.
+
+    A run whose keys left Redis is summed up from its archived calls (``cold``).
+    """
     if not runs:
         return []
     each = min(STATUS_READ, max(10, STATUS_BUDGET // len(runs)))
@@ -70,7 +77,7 @@ def summaries(
     for (run_id, at), raw_owner, size, ids in zip(runs, owners, sizes, lists, strict=True):
         counted = Counter(as_text(s) for s in (next(statuses) for _ in ids) if s is not None)
         if raw_owner is None and not ids:
-            out.append(None)
+            out.append(_archived(cold, run_id, at) if cold is not None else None)
             continue
         owner = RunOwner.decode(raw_owner) if raw_owner is not None else None
         out.append(
@@ -87,6 +94,24 @@ def summaries(
     return out
 
 
+def _archived(cold: ColdStore, run_id: str, at: float | None) -> RunSummary | None:
+    """A run's summary from its archived calls; ``None`` when none was archived."""
+    records = list(cold.records(cold.run_call_ids(run_id)).values())
+    if not records:
+        return None
+    raw_owner = records[0].get("owner")
+    owner = RunOwner.decode(raw_owner) if raw_owner else None
+    counted = Counter(r.get("status", "") for r in records)
+    return RunSummary(
+        run_id=run_id,
+        tenant=owner.tenant_name if owner else DEFAULT_TENANT,
+        owner=owner.principal if owner else None,
+        last_dispatch_at=at,
+        calls=len(records),
+        statuses=dict(sorted(counted.items())),
+    )
+
+
 def runs_page(
     redis: Any,
     scripts: Scripts,
@@ -97,6 +122,7 @@ def runs_page(
     tenant: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    cold: ColdStore | None = None,
 ) -> Page[RunSummary]:
     """Runs last dispatched into within ``since``..``until``, newest first (one tenant's)."""
     check_limit(limit)
@@ -104,7 +130,7 @@ def runs_page(
     index = keys.runs if tenant is None else keys.tenant_runs(tenant)
 
     def keep(chunk: Sequence[tuple[str, str]]) -> list[RunSummary | None]:
-        return summaries(redis, keys, [(run_id, float(score)) for run_id, score in chunk])
+        return summaries(redis, keys, [(run_id, float(score)) for run_id, score in chunk], cold)
 
     items, next_cursor = walk(
         scripts, index, cursor=cursor, limit=limit, lo=lo, hi=hi, descending=True, keep=keep
@@ -112,10 +138,10 @@ def runs_page(
     return Page(items, next_cursor, int(redis.zcount(index, lo, hi)))
 
 
-def run_summary(redis: Any, keys: Keys, run_id: str) -> RunSummary:
+def run_summary(redis: Any, keys: Keys, run_id: str, cold: ColdStore | None = None) -> RunSummary:
     """One run's summary; ``RunNotFoundError`` for a run with no calls and no owner."""
     at = redis.zscore(keys.runs, run_id)
-    [found] = summaries(redis, keys, [(run_id, float(at) if at is not None else None)])
+    [found] = summaries(redis, keys, [(run_id, float(at) if at is not None else None)], cold)
     if found is None:
         raise RunNotFoundError(f"unknown run id {run_id!r}", run_id=run_id)
     return found

@@ -16,6 +16,7 @@
 --   5 unsent      calls whose message is not sent yet (Keys.unsent)
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   8 archive     finished calls for the history store (Keys.history_archive)
 -- ARGV
 --   1 call_id         the call's id
 --   2 now             (s)
@@ -28,6 +29,7 @@
 -- Returns {'requeue'} | {'failed'} | {'timeout'} | {'alive'} (lease held) | {'gone'}.
 local call, lease, running, stream, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
+local archive = KEYS[8]
 local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local max_recoveries, lost_result, timeout_result, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
@@ -36,7 +38,7 @@ local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeo
                     'started_at', 'limits', 'lane', 'backlog', 'message', 'carries')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 local t = tonumber(now)
 local limits = sched_limits(f[6])
 if limits then sched_release(limits, call_id, t * 1000) end

@@ -57,6 +57,7 @@ from toolq.results.scripts.calls import (
     TransitionOutcome,
     TransitionReply,
 )
+from toolq.results.scripts.history import COOL, Cool
 from toolq.results.scripts.owners import REFUSE, Refuse
 from toolq.results.scripts.paging import PAGE, Page
 from toolq.results.scripts.undos import (
@@ -100,6 +101,7 @@ ALL: tuple[Script[Any], ...] = (
     REFUSE,
     PAGE,
     AUDIT,
+    COOL,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
@@ -107,6 +109,7 @@ __all__ = [
     "ADMIT",
     "ALL",
     "AUDIT",
+    "COOL",
     "CREATE",
     "CREATE_GROUP",
     "DECIDE",
@@ -131,6 +134,7 @@ __all__ = [
     "AdmitReply",
     "Audit",
     "Charge",
+    "Cool",
     "Create",
     "CreateGroup",
     "CreateOutcome",
