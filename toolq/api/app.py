@@ -20,6 +20,7 @@ from toolq.api.headers import SecurityHeaders
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
+from toolq.api.resolving import build_resolve_router
 from toolq.api.routes import build_router
 from toolq.api.slack import build_slack_router
 from toolq.api.tenants import build_tenants_router
@@ -88,6 +89,7 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, parts))
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
+    app.include_router(build_resolve_router(client, auth))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
     app.include_router(build_slack_router(client))
