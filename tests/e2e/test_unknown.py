@@ -13,6 +13,7 @@ import httpx
 import pytest
 import redis
 
+from tests.cli.test_approve import toolq
 from tests.conftest import Workers, make_settings, serve
 from toolq import CallStatus, Client
 from toolq.approvals.audit import verify_audit
@@ -40,14 +41,18 @@ def executions(r: redis.Redis, call_id: str) -> int:
 class Stack:
     """Verifying worker processes, a deciding API holding the signing key, a client."""
 
-    def __init__(self, workers: Workers, api: str, client: Client, verify: str) -> None:
-        self.workers, self.api, self.client, self.verify = workers, api, client, verify
+    def __init__(
+        self, workers: Workers, api: str, client: Client, signing: str, verify: str
+    ) -> None:
+        self.workers, self.api, self.client = workers, api, client
+        self.signing, self.verify = signing, verify
 
     def worker(self) -> object:
         return self.workers.start("safe", concurrency=1, TOOLQ_APPROVAL_VERIFY_KEYS=self.verify)
 
     def lose_a_call(self, r: redis.Redis, wait_for, seconds: float = 3) -> tuple[str, str]:
         """Dispatch ``slow`` (not idempotent), kill -9 its worker mid-call; (call, run)."""
+        self.workers.stop_all()  # the victim is the only worker when the call is sent
         victim = self.worker()
         batch = self.client.dispatch(
             [{"id": "lost", "name": "slow", "arguments": {"seconds": seconds}}],
@@ -82,7 +87,7 @@ def stack(r: redis.Redis, workers: Workers) -> Iterator[Stack]:
     settings = make_settings(approval_signing_key=signing, approval_verify_keys=verify)
     with Client(registry, make_settings()) as client:
         for api in serve(create_app(settings, registry, tokens=TOKENS)):
-            yield Stack(workers, api, client, verify)
+            yield Stack(workers, api, client, signing, verify)
 
 
 def resolve(stack: Stack, call_id: str, token: str = "alice-t", **body: object) -> httpx.Response:
@@ -225,3 +230,59 @@ def test_a_forged_rerun_written_into_redis_does_not_run(stack: Stack, r, wait_fo
     assert executions(r, call_id) == 1  # the handler never ran again
     refused = [e for e in audit_of(r, call_id) if e["outcome"] == "refused:approval_unverified"]
     assert refused and refused[0]["by"] == "worker"
+
+
+def test_cli_resolves_signed_here_and_through_the_api(stack: Stack, r, wait_for):
+    call_id, _ = stack.lose_a_call(r, wait_for, seconds=0.5)
+    settings = stack.client.settings
+    unsigned = toolq("calls", "resolve", call_id, "--rerun", settings=settings)
+    assert unsigned.returncode == 1 and "TOOLQ_APPROVAL_SIGNING_KEY" in unsigned.stderr
+    both = toolq("calls", "resolve", call_id, "--rerun", "--failed", settings=settings)
+    assert both.returncode == 2
+    done = toolq(
+        "calls",
+        "resolve",
+        call_id[:12],
+        "--rerun",
+        "--note",
+        "not sent",
+        "--by",
+        "alice",
+        settings=settings,
+        TOOLQ_APP="tests.apps:registry",
+        TOOLQ_APPROVAL_SIGNING_KEY=stack.signing,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"resolved {call_id}: queued" in done.stdout
+    assert stack.final(call_id)["status"] == "succeeded"  # the verifying worker ran it
+    assert executions(r, call_id) == 2
+
+    call_id, _ = stack.lose_a_call(r, wait_for)
+    via_api = toolq(
+        "calls",
+        "resolve",
+        call_id,
+        "--failed",
+        "--note",
+        "bounced",
+        "--api",
+        stack.api,
+        "--token",
+        "alice-t",
+        settings=settings,
+    )
+    assert via_api.returncode == 0, via_api.stderr
+    assert f"resolved {call_id}: failed" in via_api.stdout
+    refused = toolq(
+        "calls",
+        "resolve",
+        call_id,
+        "--rerun",
+        "--api",
+        stack.api,
+        "--token",
+        "alice-t",
+        settings=settings,
+    )
+    assert refused.returncode == 1 and "409" in refused.stderr
+    assert executions(r, call_id) == 1
