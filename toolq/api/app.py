@@ -38,6 +38,7 @@ ASSETS = {
     "dashboard.js": "text/javascript",
     "charts.js": "text/javascript",
     "call.js": "text/javascript",
+    "unknown.js": "text/javascript",
     "dashboard.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
