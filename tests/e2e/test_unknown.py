@@ -5,6 +5,7 @@ resolutions written straight into Redis refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ import redis
 
 from tests.cli.test_approve import toolq
 from tests.conftest import Workers, make_settings, serve
-from toolq import CallStatus, Client
+from toolq import ApprovalClient, AsyncApprovalClient, CallStatus, Client
 from toolq.approvals.audit import verify_audit
+from toolq.errors import NotAwaitingApprovalError
 from toolq.models import RiskLevel
 from toolq.settings import ApiToken
 from toolq.signing import Verifier, generate_pair
@@ -138,13 +140,22 @@ def test_resolved_succeeded_over_http(stack: Stack, r, wait_for):
     assert executions(r, call_id) == 1
 
 
-def test_resolved_failed_over_http(stack: Stack, r, wait_for):
-    call_id, _ = stack.lose_a_call(r, wait_for)
-    done = resolve(stack, call_id, outcome="failed", note="no charge at the bank")
-    assert done.status_code == 200, done.text
-    body = done.json()
-    assert body["status"] == "failed" and "no charge at the bank" in body["error"]
-    assert [e["outcome"] for e in audit_of(r, call_id)] == ["resolved:failed"]
+def test_resolved_failed_with_the_approval_clients(stack: Stack, r, wait_for):
+    call_id, run_id = stack.lose_a_call(r, wait_for)
+
+    async def listed() -> list[str]:
+        async with AsyncApprovalClient(stack.api, "alice-t") as approver:
+            return [c.call_id for c in await approver.unknown(run_id)]
+
+    assert asyncio.run(listed()) == [call_id]
+    with ApprovalClient(stack.api, "alice-t") as approver:
+        result = approver.resolve(call_id, "failed", note="no charge at the bank")
+        assert result.status is CallStatus.FAILED
+        assert "no charge at the bank" in (result.error or "")
+        with pytest.raises(NotAwaitingApprovalError):
+            approver.resolve(call_id, "rerun")
+        assert approver.unknown() == []
+    assert [e["outcome"] for e in audit_of(r, call_id)] == ["resolved:failed", "refused:failed"]
     time.sleep(1.0)
     assert executions(r, call_id) == 1
 
@@ -235,6 +246,10 @@ def test_a_forged_rerun_written_into_redis_does_not_run(stack: Stack, r, wait_fo
 def test_cli_resolves_signed_here_and_through_the_api(stack: Stack, r, wait_for):
     call_id, _ = stack.lose_a_call(r, wait_for, seconds=0.5)
     settings = stack.client.settings
+    cancel = toolq("calls", "cancel", call_id, settings=settings)
+    assert cancel.returncode == 1 and "unknown outcome" in cancel.stderr
+    listed = toolq("calls", "list", "--status", "unknown", "--json", settings=settings)
+    assert listed.returncode == 0 and call_id in listed.stdout
     unsigned = toolq("calls", "resolve", call_id, "--rerun", settings=settings)
     assert unsigned.returncode == 1 and "TOOLQ_APPROVAL_SIGNING_KEY" in unsigned.stderr
     both = toolq("calls", "resolve", call_id, "--rerun", "--failed", settings=settings)

@@ -225,6 +225,11 @@ def cancel(
             raise fail(str(exc)) from None
     if before.is_final:
         raise fail(f"call {full} is already {before.value}: nothing to cancel")
+    if before is CallStatus.UNKNOWN:
+        raise fail(
+            f"call {full} is of unknown outcome (its worker was lost mid-call): nothing runs "
+            "it; record what happened with toolq calls resolve"
+        )
     if result.status is CallStatus.CANCELLED:
         typer.echo(f"cancelled {full}")
     else:
