@@ -392,6 +392,12 @@ class CellApprovals(ApprovalStore):
         """Deny a parked call in its cell."""
         return self._on_call(call_id, lambda a: a.deny(call_id, by, reason, always=always))
 
+    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome of every cell that answers (one run's: its cell's)."""
+        if run_id is not None:
+            return self._on_run(run_id, lambda a: a.unknown(run_id))
+        return self._each(lambda a: a.unknown())
+
     def decide_run(
         self,
         run_id: str,

@@ -19,6 +19,7 @@
     │   ├── InvalidOutputError      the output does not match the output schema
     │   ├── ToolFailureError        the handler returned ``ToolOutput.fail``
     │   ├── WorkerLostError         the worker died while running a non-idempotent call
+    │   ├── OutcomeUnknownError     that call is parked for a person: did it take effect?
     │   ├── UpstreamError           an upstream MCP server answered the call with an error
     │   ├── UpstreamUnavailableError the upstream MCP server cannot be started or reached
     │   ├── UpstreamLostError       the upstream MCP server went away while running the call
@@ -179,6 +180,15 @@ class WorkerLostError(ToolExecutionError):
     """The worker died while running a call that is not safe to run twice."""
 
     code = "worker_lost"
+
+
+class OutcomeUnknownError(ToolExecutionError):
+    """The worker died mid-call and the tool is not idempotent: a person resolves the call.
+
+    The ``error_type`` of a call in state ``unknown`` until it is resolved.
+    """
+
+    code = "outcome_unknown"
 
 
 class UpstreamError(ToolExecutionError):

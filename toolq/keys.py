@@ -88,6 +88,11 @@ class Keys:
         """Sorted set of parked calls scored by when they were parked (s): approval listings."""
         return f"{self.prefix}:approvals:parked"
 
+    @property
+    def unknown(self) -> str:
+        """Sorted set of calls of unknown outcome (lost mid-call), scored by when lost (s)."""
+        return f"{self.prefix}:calls:unknown"
+
     def tenant_parked(self, tenant: str) -> str:
         """Sorted set of one tenant's parked calls scored by when they were parked (s)."""
         return f"{self.prefix}:tenant:{tenant}:approvals:parked"

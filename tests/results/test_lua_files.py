@@ -12,7 +12,14 @@ import pytest
 
 from toolq import errors
 from toolq.approvals.store import EXPIRED_RESULT
-from toolq.models import AdmissionState, AuditOutcome, CallStatus, EventType, UndoState
+from toolq.models import (
+    AdmissionState,
+    AuditOutcome,
+    CallStatus,
+    EventType,
+    Resolution,
+    UndoState,
+)
 from toolq.quotas import LimitKind
 from toolq.results import scripts
 from toolq.results.runner import Script, lua_source
@@ -92,7 +99,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
     statuses = {s.value for s in CallStatus}
     undo_states = {s.value for s in UndoState}
     event_types = {e.value for e in EventType}
-    decisions = set(get_args(scripts.DecisionKind))
+    decisions = set(get_args(scripts.DecisionKind)) | {r.value for r in Resolution}
     admission = {s.value for s in AdmissionState} | set(get_args(LimitKind))
     audit_outcomes = {o.value for o in AuditOutcome}
     seen: dict[str, int] = {}

@@ -22,6 +22,7 @@ from toolq.api.history import build_history_router
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
+from toolq.api.resolving import build_resolve_router
 from toolq.api.routes import build_router
 from toolq.api.slack import build_slack_router
 from toolq.api.tenants import build_tenants_router
@@ -39,6 +40,7 @@ ASSETS = {
     "dashboard.js": "text/javascript",
     "charts.js": "text/javascript",
     "call.js": "text/javascript",
+    "unknown.js": "text/javascript",
     "dashboard.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -94,6 +96,7 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, parts))
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
+    app.include_router(build_resolve_router(client, auth))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
     app.include_router(build_history_router(client, auth))

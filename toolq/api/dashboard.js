@@ -7,12 +7,13 @@ const APPROVALS_PAGE = 50;  // rows of the approvals table: one page is fetched,
 let FINAL = new Set();  // the states a call never leaves: /v1/overview's final_states
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
-  "retrying", "throttled", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
+  "retrying", "throttled", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed",
+  "unknown"].map(t => "call." + t);
 const EVENT_STATE = { "call.queued": "queued", "call.awaiting_approval": "awaiting_approval",
   "call.approved": "queued", "call.denied": "denied", "call.expired": "expired", "call.started": "running",
   "call.progress": "running", "call.retrying": "running", "call.throttled": "queued", "call.succeeded": "succeeded",
   "call.failed": "failed", "call.cancelled": "cancelled", "call.undone": "cancelled",
-  "call.undo_failed": "failed" };
+  "call.undo_failed": "failed", "call.unknown": "unknown" };
 
 const $ = (sel, root = document) => root.querySelector(sel);
 let token = localStorage.getItem("toolq.token") || "";

@@ -80,6 +80,13 @@ def render(client: Client) -> str:
     for cell in cells:
         lines.append(f"toolq_pending_approvals{cell.only_label} {cell.pending}")
     metric(
+        "toolq_calls_unknown",
+        "gauge",
+        "Calls of unknown outcome (lost with their worker mid-call) waiting for a person.",
+    )
+    for cell in cells:
+        lines.append(f"toolq_calls_unknown{cell.only_label} {cell.unknown}")
+    metric(
         "toolq_refused_requests_total",
         "counter",
         "Requests refused because their run belongs to another principal or tenant.",
@@ -151,6 +158,7 @@ class _Cell:
         self.durations: dict[str, list[float]] = {}
         self.depths: dict[RiskLevel, int] = {}
         self.pending = 0
+        self.unknown = 0
         self.refused = 0
         self.audited = 0
 
@@ -160,13 +168,14 @@ class _Cell:
         return f"{{{self.label.rstrip(',')}}}" if self.label else ""
 
     def read_depths(self) -> None:
-        """Queue depths, pending approvals and refusal counters, in one round trip."""
+        """Queue depths, parked calls and refusal counters, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for level in RiskLevel:
             pipe.llen(self.keys.queue_for(level))
         pipe.zcard(self.keys.pending_approvals)
+        pipe.zcard(self.keys.unknown)
         pipe.hmget(self.keys.refusals, "refused", "audited")
-        *depths, self.pending, (refused, audited) = pipe.execute()
+        *depths, self.pending, self.unknown, (refused, audited) = pipe.execute()
         self.depths = dict(zip(RiskLevel, depths, strict=True))
         self.refused, self.audited = int(refused or 0), int(audited or 0)
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from toolq.models import CallStatus, RiskLevel
+from toolq.models import CallStatus, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 
 
@@ -63,6 +63,21 @@ class Deny(BaseModel):
     reason: str = ""
     always: bool = False
     """Also deny this tool for the rest of the run."""
+
+
+class Resolve(BaseModel):
+    """A person's outcome for a call of unknown outcome (lost with its worker mid-call).
+
+    The body of ``POST /v1/calls/{id}/resolve``.
+    """
+
+    outcome: Resolution
+    """``succeeded`` (it took effect), ``failed`` (it did not) or ``rerun`` (run it again)."""
+    note: str | None = None
+    """Why: stored with the decision and audited; the error the model reads on ``failed``."""
+    result: str | None = None
+    """The output text the model reads on ``succeeded`` (default: the note, else a line
+    saying it took effect)."""
 
 
 class AuditEntry(BaseModel):

@@ -643,6 +643,20 @@ class ApprovalStore:
 
         self.policy.update_rules(run_id, change)
 
+    # -- calls of unknown outcome ------------------------------------------------------------
+
+    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
+        raw: Any = self.redis.zrange(self.keys.unknown, 0, -1)
+        out = []
+        for record in self.store.records([as_text(c) for c in raw]):
+            if record is None or record["status"] != CallStatus.UNKNOWN.value:
+                continue
+            if run_id is not None and record["run_id"] != run_id:
+                continue
+            out.append(self._request(record))
+        return out
+
     # -- internals ---------------------------------------------------------------------------
 
     def _read(self, call_id: str) -> Parked:

@@ -11,6 +11,7 @@ import redis
 
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.policy import RunRules
+from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
@@ -26,7 +27,15 @@ from toolq.errors import (
     UndoError,
     WaitTimeoutError,
 )
-from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
+from toolq.models import (
+    CallResult,
+    CallStatus,
+    Event,
+    EventType,
+    ProviderFormat,
+    Resolution,
+    RiskLevel,
+)
 from toolq.quotas import DEFAULT_TENANT
 from toolq.redis_failures import translated
 from toolq.redis_target import RedisTarget
@@ -508,6 +517,28 @@ class Client:
         if not ok and current == CallStatus.RUNNING.value:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
         return self.store.result(call_id)
+
+    def resolve_unknown(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        by: str,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """Resolve a call of unknown outcome (lost with its worker mid-call) as approver ``by``.
+
+        ``outcome``: ``succeeded`` (it took effect; ``result`` is its output text),
+        ``failed`` (it did not; ``note`` is the error the model reads) or ``rerun`` (run it
+        again). Authorized, signed and audited like an approval (``toolq.approvals.resolving``).
+        """
+        if self.cells is not None:
+            return self._on_call(
+                call_id,
+                lambda c: c.resolve_unknown(call_id, outcome, by=by, note=note, result=result),
+            )
+        return resolve(self.approval_store, call_id, by, outcome, note=note, result=result)
 
     def undo(
         self,

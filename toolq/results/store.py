@@ -10,7 +10,13 @@ from typing import Any, Literal
 
 import redis
 
-from toolq.errors import CallNotFoundError, PayloadError, ToolTimeoutError, WorkerLostError
+from toolq.errors import (
+    CallNotFoundError,
+    OutcomeUnknownError,
+    PayloadError,
+    ToolTimeoutError,
+    WorkerLostError,
+)
 from toolq.keys import Keys
 from toolq.models import (
     FINAL_EVENT_OF,
@@ -39,6 +45,15 @@ OUTPUT_IN_EVENT_LIMIT = 4096
 def dumps(value: Any) -> str:
     """Compact JSON used for everything toolq writes to Redis."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+UNKNOWN_RESULT = {
+    "error": "the worker running this call was lost mid-call and the tool is not safe to run "
+    "twice, so whether it took effect is unknown; a person is checking and will record the "
+    "outcome. Do not repeat the call meanwhile.",
+    "error_type": OutcomeUnknownError.code,
+}
+"""The result of a call in state ``unknown``: what the model reads until it is resolved."""
 
 
 @dataclass(frozen=True)
@@ -556,8 +571,8 @@ class CallStore:
             self.redis.zrem(k.running, call_id)
             return "gone"
         lost = {
-            "error": "worker lost during execution; the tool is not idempotent, so it was "
-            "not run again",
+            "error": "worker lost during execution; the tool is idempotent but was already "
+            "run again as often as allowed",
             "error_type": WorkerLostError.code,
         }
         timed_out = {
@@ -575,6 +590,7 @@ class CallStore:
                 max_recoveries=max_recoveries,
                 lost_result=dumps(lost),
                 timeout_result=dumps(timed_out),
+                unknown_result=dumps(UNKNOWN_RESULT),
             )
         )
 

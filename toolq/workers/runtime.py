@@ -26,6 +26,7 @@ import redis
 
 from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
+from toolq.approvals.resolving import rerun_refusal
 from toolq.approvals.store import approvals_of
 from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
@@ -181,6 +182,7 @@ class WorkerRuntime:
             retry_backoff_max=settings.retry_backoff_max,
         )
         verifier = verifier_for(settings)
+        self.verifier = verifier
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
         self.undos = backend.undos
@@ -586,6 +588,15 @@ class WorkerRuntime:
             # Only gated calls pay for this read; everything else starts as before.
             approval = self.redis.hget(self.store.keys.call(call_id), "approval")
             reason = self.guard.refusal(env, approval, arguments)
+            if reason is not None:
+                return self._refusal(env, reason)
+        tool = self.registry.get(env.name)
+        if execution > 1 and tool is not None and not tool.idempotent:
+            # Started before and lost: its outcome was unknown, and only a person's signed
+            # re-run lets it run again (``toolq.approvals.resolving``).
+            resolution = self.redis.hget(self.store.keys.call(call_id), "resolution")
+            digest = digest_arguments(env.arguments)
+            reason = rerun_refusal(env, tool.risk, digest, execution, resolution, self.verifier)
             if reason is not None:
                 return self._refusal(env, reason)
 

@@ -16,6 +16,7 @@ from toolq.results.scripts.admission import ADMIT, Admit, AdmitReply
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
+    RESOLVE,
     Decide,
     DecideOutcome,
     DecideReply,
@@ -23,6 +24,9 @@ from toolq.results.scripts.approvals import (
     DecisionKind,
     Expire,
     ExpireOutcome,
+    Resolve,
+    ResolveOutcome,
+    ResolveReply,
 )
 from toolq.results.scripts.audit import AUDIT, Audit
 from toolq.results.scripts.calls import (
@@ -92,6 +96,7 @@ ALL: tuple[Script[Any], ...] = (
     GIVE_BACK,
     DECIDE,
     EXPIRE,
+    RESOLVE,
     UNDO_CLAIM,
     UNDO_START,
     UNDO_FINISH,
@@ -122,6 +127,7 @@ __all__ = [
     "REFUSE",
     "RENEW",
     "RESEND",
+    "RESOLVE",
     "START",
     "TRANSITION",
     "UNDO_CLAIM",
@@ -157,6 +163,9 @@ __all__ = [
     "Refuse",
     "Renew",
     "Resend",
+    "Resolve",
+    "ResolveOutcome",
+    "ResolveReply",
     "Start",
     "StartOutcome",
     "StartReply",
