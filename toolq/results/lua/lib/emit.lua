@@ -11,7 +11,29 @@
 -- as the event itself, so no notification can be lost between the two. Whether a type is
 -- wanted is asked once per type per script invocation (one SISMEMBER without webhooks),
 -- shared by every emitter of the invocation.
+--
+-- A final event is also copied to the inbox stream the call's record names (field 'notify',
+-- Keys.wait_inbox: the stream the dispatching client's shared reader blocks on), so that
+-- client reads one stream for all its waits instead of one per run. The copy is a
+-- wake-up with the outcome, not the record of it: the run's stream above stays the durable
+-- event. A record naming anything but an inbox of this prefix gets no copy, and a failed
+-- copy (say the key holds another type) never fails the state change.
 local hooked = {}
+local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
+               ['call.expired'] = true, ['call.cancelled'] = true}
+local INBOX_MAXLEN, INBOX_TTL = 10000, 3600
+local function notify(stream, call_id, run_id, etype, data, id)
+  local suffix = ':run:' .. run_id .. ':events'
+  if stream:sub(-#suffix) ~= suffix then return end
+  local prefix = stream:sub(1, #stream - #suffix)
+  local inbox = redis.call('HGET', prefix .. ':call:' .. call_id, 'notify')
+  if not inbox or inbox:sub(1, #prefix + 7) ~= prefix .. ':waits:' or inbox:sub(-6) ~= ':inbox' then
+    return
+  end
+  local ok = redis.pcall('XADD', inbox, 'MAXLEN', '~', INBOX_MAXLEN, '*', 'type', etype,
+                         'call_id', call_id, 'data', data, 'event_id', id)
+  if type(ok) ~= 'table' or ok.err == nil then redis.pcall('EXPIRE', inbox, INBOX_TTL) end
+end
 local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
   return function(etype, data)
     local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
@@ -23,6 +45,7 @@ local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
       redis.call('XADD', outbox, '*', 'type', etype, 'call_id', call_id, 'run_id', run_id,
                  'ts', now, 'data', data, 'event_id', id)
     end
+    if FINAL[etype] then notify(stream, call_id, run_id, etype, data, id) end
     return id
   end
 end
