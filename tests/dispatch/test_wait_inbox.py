@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import toolq.results as results_pkg
 from toolq import Client
 from toolq.errors import WaitTimeoutError
 from toolq.models import FINAL_EVENTS, CallStatus
+from toolq.results.waits import INBOX_KEEP_SECONDS
 
 
 def _activate(client: Client) -> None:
@@ -106,10 +108,27 @@ def test_a_record_naming_a_key_that_is_no_inbox_still_finishes(client: Client, i
     assert not client.redis.exists(elsewhere)
 
 
-def test_the_scripts_copy_exactly_the_final_events() -> None:
+def test_calls_older_than_the_inbox_keeps_are_waited_on_through_their_run(
+    client: Client, inproc
+) -> None:
+    inproc.start("safe", concurrency=2)
+    _activate(client)
+    waits = client.log.waits
+    batch = client.dispatch([{"id": "o", "name": "echo", "arguments": {"text": "o"}}])
+    batch.wait(timeout=30)
+    # The same calls as if dispatched an hour ago: their inbox entries may be trimmed.
+    old = f"{int((time.time() - INBOX_KEEP_SECONDS) * 1000)}-0"
+    waiter = waits.join_inbox(batch.run_id, set(batch.call_ids), old, waits.inbox)
+    assert not waiter.inbox
+    assert waits.wait(waiter, 30)
+    assert waiter.seen[batch.call_ids[0]]["status"] == "succeeded"
+
+
+def test_the_scripts_copy_exactly_the_final_events_and_keep_them_as_long() -> None:
     source = (Path(results_pkg.__file__).parent / "lua" / "lib" / "emit.lua").read_text()
     table = re.search(r"local FINAL = \{(.*?)\}", source, re.S)
     assert table is not None
     assert set(re.findall(r"\['([a-z._]+)'\] = true", table.group(1))) == {
         e.value for e in FINAL_EVENTS
     }
+    assert f"local INBOX_KEEP_MS = {INBOX_KEEP_SECONDS * 1000}\n" in source

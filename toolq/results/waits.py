@@ -57,6 +57,10 @@ COALESCE_SECONDS = 0.005
 """While one waiter has at least this many calls pending, the reader reads at most every 5 ms
 (a big batch's events then arrive in few reads instead of one read per event)."""
 
+INBOX_KEEP_SECONDS = 3600
+"""How long an inbox keeps its entries (``lib/emit.lua`` trims older ones and lets an idle
+inbox expire); calls dispatched more than half of it ago are waited on through their run's
+stream (the margin covers the clocks of client and Redis)."""
 ORPHANS = 20000
 """Inbox entries kept for waiters not registered yet (a call that ended before its wait)."""
 
@@ -183,14 +187,17 @@ class SharedWaits:
         """Register a wait for ``pending`` calls created (at ``after``) to notify ``inbox``.
 
         ``inbox`` is what their records name: when it is not this reader's (another process
-        made the calls, or this one forked since), or the reader may have dropped one of
-        their entries, the wait goes through the run's stream instead (``join``).
+        made the calls, or this one forked since), when the calls are too old for the inbox
+        to keep their entries, or the reader may have dropped one of them, the wait goes
+        through the run's stream instead (``join``).
         """
         with self._lock:
             if self._pid != os.getpid():
                 self._reset()
             self.inbox_used = True
-            usable = inbox == self.inbox and _id_key(after)[0] > self._dropped_ms
+            after_ms = _id_key(after)[0]
+            recent = after_ms > (time.time() - INBOX_KEEP_SECONDS / 2) * 1000
+            usable = inbox == self.inbox and recent and after_ms > self._dropped_ms
             if not pending:
                 waiter = Waiter(run_id, set())
                 waiter._finish()

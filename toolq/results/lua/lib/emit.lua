@@ -17,11 +17,13 @@
 -- client reads one stream for all its waits instead of one per run. The copy is a
 -- wake-up with the outcome, not the record of it: the run's stream above stays the durable
 -- event. A record naming anything but an inbox of this prefix gets no copy, and a failed
--- copy (say the key holds another type) never fails the state change.
+-- copy (say the key holds another type) never fails the state change. An inbox keeps an
+-- hour of entries (trimmed by their ids' time, and expiring an hour after the last one): a
+-- client waits through it only on calls dispatched less than half an hour ago.
 local hooked = {}
 local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
                ['call.expired'] = true, ['call.cancelled'] = true}
-local INBOX_MAXLEN, INBOX_TTL = 10000, 3600
+local INBOX_KEEP_MS = 3600000
 local function notify(stream, call_id, run_id, etype, data, id)
   local suffix = ':run:' .. run_id .. ':events'
   if stream:sub(-#suffix) ~= suffix then return end
@@ -30,9 +32,12 @@ local function notify(stream, call_id, run_id, etype, data, id)
   if not inbox or inbox:sub(1, #prefix + 7) ~= prefix .. ':waits:' or inbox:sub(-6) ~= ':inbox' then
     return
   end
-  local ok = redis.pcall('XADD', inbox, 'MAXLEN', '~', INBOX_MAXLEN, '*', 'type', etype,
+  local oldest = string.format('%d', tonumber(string.match(id, '^(%d+)')) - INBOX_KEEP_MS)
+  local ok = redis.pcall('XADD', inbox, 'MINID', '~', oldest, '*', 'type', etype,
                          'call_id', call_id, 'data', data, 'event_id', id)
-  if type(ok) ~= 'table' or ok.err == nil then redis.pcall('EXPIRE', inbox, INBOX_TTL) end
+  if type(ok) ~= 'table' or ok.err == nil then
+    redis.pcall('EXPIRE', inbox, INBOX_KEEP_MS / 1000)
+  end
 end
 local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
   return function(etype, data)
