@@ -32,6 +32,14 @@ class Keys:
         """Stream (TTL) a client's waits add to, to wake its shared reader for a new run."""
         return f"{self.prefix}:waits:{reader_id}:wake"
 
+    def wait_inbox(self, reader_id: str) -> str:
+        """Stream (TTL) the final events of the calls a client waits on are copied to.
+
+        A call's record names it (field ``notify``); ``lib/emit.lua`` appends each final
+        event there too, so the client's shared reader reads one stream, not one per run.
+        """
+        return f"{self.prefix}:waits:{reader_id}:inbox"
+
     def run_calls(self, run_id: str) -> str:
         """List of a run's call ids in dispatch order."""
         return f"{self.prefix}:run:{run_id}:calls"

@@ -56,6 +56,7 @@ class Batch:
         self.cell: Cell | None = None
         """With cells, the cell its run lives in: losing it mid-way is ``CellUnavailableError``."""
         self._first_event = dispatched.first_event
+        self._notify = dispatched.notify
         self.run_id = dispatched.run_id
         self.calls: list[CallRef] = dispatched.calls
         self.format = dispatched.format
@@ -102,7 +103,7 @@ class Batch:
         assert self._first_event is not None
         final = {c.call_id for c in self.calls if c.status.is_final}
         return self._client.log.start_wait(
-            self.run_id, self.call_ids, after=self._first_event, final=final
+            self.run_id, self.call_ids, after=self._first_event, final=final, inbox=self._notify
         )
 
     def _collect(self, seen: dict[str, dict[str, Any]]) -> list[CallResult]:
@@ -306,6 +307,8 @@ class Client:
             return batch
         # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
         # call's record and message are written by one script, so none is half-written.
+        # Once this client waited on a batch, its new calls name its reader's inbox.
+        waits = self.log.waits
         with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
             dispatched = self.dispatcher.dispatch(
                 payload,
@@ -316,6 +319,7 @@ class Client:
                 format=format,
                 admin=admin,
                 tenant=tenant,
+                notify=waits.inbox if waits.inbox_used else None,
             )
         return Batch(self, dispatched)
 

@@ -171,10 +171,16 @@ class EventLog:
         *,
         after: str | None = None,
         final: set[str] | None = None,
+        inbox: str | None = None,
     ) -> Waiter:
-        """Register a wait for the calls (``wait_final`` without the blocking part)."""
+        """Register a wait for the calls (``wait_final`` without the blocking part).
+
+        ``inbox``: the inbox the calls created at ``after`` notify (``Dispatched.notify``),
+        or ``None``.
+        """
         if after is not None:
-            return self.waits.join(run_id, set(call_ids) - (final or set()), after)
+            pending = set(call_ids) - (final or set())
+            return self.waits.join_inbox(run_id, pending, after, inbox)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(self.keys.run_stream(run_id), count=1)
         for call_id in call_ids:

@@ -12,10 +12,37 @@
 -- as the event itself, so no notification can be lost between the two. Whether a type is
 -- wanted is asked once per type per script invocation (one SISMEMBER without webhooks),
 -- shared by every emitter of the invocation.
+--
+-- A final event is also copied to the inbox stream the call's record names (field 'notify',
+-- Keys.wait_inbox: the stream the dispatching client's shared reader blocks on), so that
+-- client reads one stream for all its waits instead of one per run. The copy is a
+-- wake-up with the outcome, not the record of it: the run's stream above stays the durable
+-- event. A record naming anything but an inbox of this prefix gets no copy, and a failed
+-- copy (say the key holds another type) never fails the state change. An inbox keeps an
+-- hour of entries (trimmed by their ids' time, and expiring an hour after the last one): a
+-- client waits through it only on calls dispatched less than half an hour ago.
 -- An event that makes a call final (or changes a final call: an undo) also appends the call
 -- to the archive stream, in the same script, when a history store is on (the archivers made
 -- the stream with their consumer group): no finished call can miss the history store.
 local hooked = {}
+local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
+               ['call.expired'] = true, ['call.cancelled'] = true}
+local INBOX_KEEP_MS = 3600000
+local function notify(stream, call_id, run_id, etype, data, id)
+  local suffix = ':run:' .. run_id .. ':events'
+  if stream:sub(-#suffix) ~= suffix then return end
+  local prefix = stream:sub(1, #stream - #suffix)
+  local inbox = redis.call('HGET', prefix .. ':call:' .. call_id, 'notify')
+  if not inbox or inbox:sub(1, #prefix + 7) ~= prefix .. ':waits:' or inbox:sub(-6) ~= ':inbox' then
+    return
+  end
+  local oldest = string.format('%d', tonumber(string.match(id, '^(%d+)')) - INBOX_KEEP_MS)
+  local ok = redis.pcall('XADD', inbox, 'MINID', '~', oldest, '*', 'type', etype,
+                         'call_id', call_id, 'data', data, 'event_id', id)
+  if type(ok) ~= 'table' or ok.err == nil then
+    redis.pcall('EXPIRE', inbox, INBOX_KEEP_MS / 1000)
+  end
+end
 local archived_types = {['call.succeeded'] = true, ['call.failed'] = true,
                         ['call.denied'] = true, ['call.expired'] = true,
                         ['call.cancelled'] = true, ['call.undone'] = true,
@@ -38,6 +65,7 @@ local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run
         redis.call('XADD', archive, '*', 'call_id', call_id, 'run_id', run_id, 'ts', now)
       end
     end
+    if FINAL[etype] then notify(stream, call_id, run_id, etype, data, id) end
     return id
   end
 end
