@@ -105,8 +105,9 @@ class Archiver:
                 raise
             ensure_group(self.redis, self.keys)
             return []
+        # An entry deleted while pending comes back without fields: it is acknowledged only.
         return [
-            (as_text(entry_id), {as_text(a): as_text(b) for a, b in fields.items()})
+            (as_text(entry_id), {as_text(a): as_text(b) for a, b in (fields or {}).items()})
             for entry_id, fields in entries
         ]
 
