@@ -83,18 +83,15 @@ class HistoryStore:
         """Upsert a batch in one transaction (a repeat writes nothing new)."""
         now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            if batch.calls:
-                rows = [_call_row(record, now) for record in batch.calls]
-                stmt = self._insert(CallRow).values(rows)
-                updated = {c: stmt.excluded[c] for c in rows[0] if c != "call_id"}
+            rows = [_call_row(record, now) for record in batch.calls]
+            decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
+            for model, chunk in [
+                *((CallRow, c) for c in _chunks(rows, 500)),
+                *((DecisionRow, c) for c in _chunks(decisions, 500)),
+            ]:
+                stmt = self._insert(model).values(chunk)
+                updated = {c: stmt.excluded[c] for c in chunk[0] if c != "call_id"}
                 conn.execute(stmt.on_conflict_do_update(index_elements=["call_id"], set_=updated))
-                decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
-                if decisions:
-                    stmt = self._insert(DecisionRow).values(decisions)
-                    updated = {c: stmt.excluded[c] for c in decisions[0] if c != "call_id"}
-                    conn.execute(
-                        stmt.on_conflict_do_update(index_elements=["call_id"], set_=updated)
-                    )
             if batch.events:
                 tenants = {r["call_id"]: r.get("tenant") or "default" for r in batch.calls}
                 events = [
