@@ -108,9 +108,9 @@ def test_workers_follow_the_master_through_a_failover(
         # Everything the workers did after the switch is on the master. Under load the
         # Sentinel may fail over a second time (the promoted node missed its PINGs for the
         # 1 s down-after period): whichever replica it is now, the final states are there.
+        # (The killed master rejoined as a replica, so a second failover may promote it.)
         current = group.wait_master()
         promoted = group.direct(group.node_at(current))
-        assert current != old
         for result in results:
             status = promoted.hget(Keys().call(result.call_id), "status")
             assert status is not None and status.decode() == result.status.value
