@@ -178,12 +178,23 @@ class Workers:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
 
+    def kill_all(self) -> None:
+        """SIGKILL every worker still running, with its pool processes (its process group)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs:
+            proc.wait(10)
+
 
 @pytest.fixture
 def workers(settings: Settings) -> Iterator[Workers]:
     manager = Workers(settings)
     yield manager
-    manager.stop_all()
+    # Killed, not stopped warm: the test is over and the database is flushed next; a warm
+    # shutdown only waits for the consumer's next poll (about a second) and up to 15 s for
+    # the calls a test left running. Tests that check a warm stop call stop_all() themselves.
+    manager.kill_all()
 
 
 def settings_with_env(base: Settings, env: dict[str, str]) -> Settings:

@@ -63,8 +63,10 @@ def test_a_rate_limited_tool_flooded_for_4_s_starts_at_most_5_in_any_second(
     while time.monotonic() < flood_ends:
         batches.append(
             tenants_client.dispatch(
-                [{"id": f"l{n + i}", "name": "limited", "arguments": {"n": n + i}}
-                 for i in range(4)]
+                [
+                    {"id": f"l{n + i}", "name": "limited", "arguments": {"n": n + i}}
+                    for i in range(4)
+                ]
             )
         )
         n += 4
@@ -75,8 +77,11 @@ def test_a_rate_limited_tool_flooded_for_4_s_starts_at_most_5_in_any_second(
         lambda: sum(s is CallStatus.SUCCEEDED for s in tenants_client.store.statuses(ids)) >= 25,
         timeout=30,
     )
-    waiting = [c for c, s in zip(ids, tenants_client.store.statuses(ids), strict=True)
-               if s is CallStatus.QUEUED]
+    waiting = [
+        c
+        for c, s in zip(ids, tenants_client.store.statuses(ids), strict=True)
+        if s is CallStatus.QUEUED
+    ]
     for call_id in waiting:  # the rest are cancelled while throttled
         tenants_client.cancel(call_id)
     results = [x for b in batches for x in b.wait(timeout=30)]
@@ -105,13 +110,20 @@ def test_a_busy_tenant_does_not_delay_another_by_more_than_its_share(
             [{"id": f"a{i}", "name": "work", "arguments": {"tag": "A"}} for i in range(400)],
             tenant="A",
         )
+        # B's delay is counted from B's arrival: the A calls a loaded machine finished while
+        # A's 400 calls were being dispatched delayed nothing of B's.
+        mark = r.llen(DONE)
+        # With A served first-come-first-served, B would wait behind every A call left: at
+        # least 200 of them, twice the bound below, or the bound tells nothing.
+        assert mark <= 200, mark
         b = client.dispatch(
             [{"id": f"b{i}", "name": "work", "arguments": {"tag": "B"}} for i in range(10)],
             tenant="B",
         )
         assert all(x.status is CallStatus.SUCCEEDED for x in b.wait(timeout=60))
         done = [x.decode() for x in r.lrange(DONE, 0, -1)]
-        a_before_b = done[: max(i for i, tag in enumerate(done) if tag == "B")].count("A")
+        last_b = max(i for i, tag in enumerate(done) if tag == "B")
+        a_before_b = done[mark:last_b].count("A")
         assert a_before_b < 100, a_before_b
         assert all(x.status is CallStatus.SUCCEEDED for x in a.wait(timeout=120))
 
@@ -174,8 +186,8 @@ def test_a_slot_held_by_a_killed_worker_is_freed_within_one_lease(
     workers.start("safe", concurrency=2, **APP)
     results = second.wait(timeout=60)
     assert results[0].status is CallStatus.SUCCEEDED
-    lost = first.wait(timeout=30)[0]
-    assert lost.status is CallStatus.FAILED and lost.error_type == "worker_lost"
+    # solo is not idempotent: its outcome is unknown, for a person to resolve
+    wait_for(lambda: tenants_client.store.statuses([a]) == [CallStatus.UNKNOWN], timeout=30)
 
 
 def test_a_recovered_throttled_call_is_admitted_again_first_and_runs_once_more(
@@ -243,13 +255,13 @@ def test_throttled_calls_survive_restarts_of_redis_and_of_every_worker(
         assert backlog >= 1  # still waiting in Redis, not in any worker
         for _ in range(2):
             fleet.start("safe", concurrency=2, **APP)
-        results = {x.call_id: x for x in batch.wait(timeout=90)}
-        for call_id, status in before.items():
-            result = results[call_id]
-            if status is CallStatus.RUNNING:  # its worker died under it; solo is not idempotent
-                assert result.status is CallStatus.FAILED and result.error_type == "worker_lost"
-            else:  # it finished before, or it was waiting: every waiting call ran
-                assert result.status is CallStatus.SUCCEEDED, (status, result)
+        lost = [c for c, s in before.items() if s is CallStatus.RUNNING]
+        rest = [c for c in ids if c not in lost]
+        # it finished before, or it was waiting: every waiting call ran
+        for result in client.wait(rest, timeout=90):
+            assert result.status is CallStatus.SUCCEEDED, (before[result.call_id], result)
+        # its worker died under it and solo is not idempotent: unknown, never run again
+        wait_for(lambda: set(client.store.statuses(lost)) <= {CallStatus.UNKNOWN}, timeout=30)
     finally:
         client.close()
         fleet.stop_all()

@@ -11,6 +11,7 @@ import redis
 
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.policy import RunRules
+from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
@@ -26,7 +27,15 @@ from toolq.errors import (
     UndoError,
     WaitTimeoutError,
 )
-from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
+from toolq.models import (
+    CallResult,
+    CallStatus,
+    Event,
+    EventType,
+    ProviderFormat,
+    Resolution,
+    RiskLevel,
+)
 from toolq.quotas import DEFAULT_TENANT
 from toolq.redis_failures import translated
 from toolq.redis_target import RedisTarget
@@ -427,6 +436,7 @@ class Client:
                 tenant=tenant,
                 since=since,
                 until=until,
+                cold=self.store.cold,
             )
         pages = [
             c.runs(limit=limit, cursor=cursor, tenant=tenant, since=since, until=until)
@@ -438,7 +448,7 @@ class Client:
         """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
         if self.cells is not None:
             return self._on_run(run_id, lambda c: c.run(run_id))
-        return run_summary(self.redis, self.keys, run_id)
+        return run_summary(self.redis, self.keys, run_id, self.store.cold)
 
     def retry(
         self, call_id: str, *, principal: str | None = None, admin: bool = False
@@ -511,6 +521,28 @@ class Client:
         if not ok and current == CallStatus.RUNNING.value:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
         return self.store.result(call_id)
+
+    def resolve_unknown(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        by: str,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """Resolve a call of unknown outcome (lost with its worker mid-call) as approver ``by``.
+
+        ``outcome``: ``succeeded`` (it took effect; ``result`` is its output text),
+        ``failed`` (it did not; ``note`` is the error the model reads) or ``rerun`` (run it
+        again). Authorized, signed and audited like an approval (``toolq.approvals.resolving``).
+        """
+        if self.cells is not None:
+            return self._on_call(
+                call_id,
+                lambda c: c.resolve_unknown(call_id, outcome, by=by, note=note, result=result),
+            )
+        return resolve(self.approval_store, call_id, by, outcome, note=note, result=result)
 
     def undo(
         self,
