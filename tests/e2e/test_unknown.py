@@ -18,7 +18,7 @@ from tests.cli.test_approve import toolq
 from tests.conftest import Workers, make_settings, serve
 from toolq import ApprovalClient, AsyncApprovalClient, CallStatus, Client
 from toolq.approvals.audit import verify_audit
-from toolq.errors import NotAwaitingApprovalError
+from toolq.errors import NotAuthorizedError, NotAwaitingApprovalError
 from toolq.models import RiskLevel
 from toolq.settings import ApiToken
 from toolq.signing import Verifier, generate_pair
@@ -124,6 +124,8 @@ def test_resolved_succeeded_over_http(stack: Stack, r, wait_for):
     call_id, run_id = stack.lose_a_call(r, wait_for)
     # a viewer and the submitter itself may not resolve it
     assert resolve(stack, call_id, "viewer-t", outcome="succeeded").status_code == 403
+    with pytest.raises(NotAuthorizedError):  # its submitter may not, whatever its roles
+        stack.client.resolve_unknown(call_id, "rerun", by="agent")
     done = resolve(stack, call_id, outcome="succeeded", note="charge found", result="charged")
     assert done.status_code == 200, done.text
     assert done.json()["status"] == "succeeded" and done.json()["output"] == "charged"
@@ -135,7 +137,11 @@ def test_resolved_succeeded_over_http(stack: Stack, r, wait_for):
     assert events[-1].type.value == "call.succeeded"
     assert events[-1].data["resolved_by"] == "alice" and events[-1].data["note"] == "charge found"
     outcomes = [(e["by"], e["outcome"]) for e in audit_of(r, call_id)]
-    assert outcomes == [("alice", "resolved:succeeded"), ("alice", "refused:succeeded")]
+    assert outcomes == [
+        ("agent", "refused:self_approval"),
+        ("alice", "resolved:succeeded"),
+        ("alice", "refused:succeeded"),
+    ]
     time.sleep(1.0)
     assert executions(r, call_id) == 1
 

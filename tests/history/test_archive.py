@@ -81,3 +81,29 @@ def test_a_call_changed_after_it_was_archived_is_archived_again(r, history_url):
         assert history.record(call_id)["retried_by"] == new.call_id
         assert history.counts()["history_calls"] == 1  # the same row, replaced
         history.close()
+
+
+def test_a_batch_reads_its_run_stream_back_only_to_its_oldest_call(r, history_url):
+    settings = make_settings(history_url=history_url, history_batch=5000)
+    keys = Keys(settings.key_prefix)
+
+    def xrevranges() -> int:
+        return int(r.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0))
+
+    with Client(registry, settings) as client:
+        client.dispatch(
+            [{"id": f"u{i}", "name": "no_such_tool", "arguments": {}} for i in range(3000)],
+            run_id="r-long",
+        )
+        history = HistoryStore(settings.history_url)
+        archiver = Archiver(r, keys, settings, history, "a1")
+        assert archiver.step(100) == 3000
+        late = client.dispatch(
+            [{"id": "late", "name": "no_such_tool", "arguments": {}}], run_id="r-long"
+        )
+        before = xrevranges()
+        assert archiver.step(100) == 1
+        assert xrevranges() - before == 1  # one chunk from the end, not 3,001 entries
+        assert [f["call_id"] for _, f in history.events("r-long")][-1] == late.call_ids[0]
+        assert history.counts()["history_events"] == 3001
+        history.close()

@@ -161,3 +161,14 @@ def test_the_cli_upgrades_a_new_postgresql_store_then_reports_and_prunes_it(r, p
     assert json.loads(status.stdout)["history_audit"] == 1
     pruned = toolq("prune")
     assert json.loads(pruned.stdout) == {"results": 0, "events": 0, "audit": 1}
+
+
+def test_a_batch_larger_than_one_statement_is_written_whole_and_twice_is_once(history_url):
+    store = HistoryStore(history_url)
+    now = time.time()
+    batch = Batch(calls=[record(f"c{i}", "default", now) for i in range(1200)])
+    store.write(batch)
+    store.write(batch)  # a batch written again (its archiver died before acknowledging)
+    counts = store.counts()
+    assert counts["history_calls"] == 1200 and counts["history_decisions"] == 1200
+    store.close()

@@ -14,6 +14,7 @@ other entry without a signature.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from toolq.errors import ApprovalUnverifiedError, NotRunOwnerError
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.results.audit_chain import ChainHead, ChainReport
-from toolq.results.audit_log import AuditLog
+from toolq.results.audit_log import Archived, AuditLog
 from toolq.settings import Settings
 from toolq.signing import VERSIONS, Signer, Verifier
 
@@ -106,18 +107,26 @@ def check_entry(fields: dict[str, str], verifier: Verifier) -> str:
 
 
 def verify_audit(
-    client: redis.Redis, settings: Settings, verifier: Verifier | None, source: str = ""
+    client: redis.Redis,
+    settings: Settings,
+    verifier: Verifier | None,
+    source: str = "",
+    archived: Archived | None = None,
 ) -> AuditReport:
     """Check one audit stream: each entry's signature, then its hash chain.
 
     Signatures are checked oldest first (none when ``verifier`` is None); the chain from
-    its start to the head recorded when it is read.
+    its start to the head recorded when it is read. With ``archived`` (a history store's
+    audit), both run over the archived entries first, then the stream's newer ones.
     """
     log = AuditLog(client, Keys(settings.key_prefix), settings.audit_maxlen)
     report = AuditReport(signatures_checked=verifier is not None)
     anchors: dict[int, str] = {}
     if verifier is not None:
-        for entry_id, fields in log.entries():
+        entries = log.entries()
+        if archived is not None:
+            entries = itertools.chain(archived.entries(), log.entries(after=archived.mark() or "-"))
+        for entry_id, fields in entries:
             verdict = check_entry(fields, verifier)
             report.total += 1
             setattr(report, verdict, getattr(report, verdict) + 1)
@@ -127,7 +136,7 @@ def verify_audit(
                 seq, _, hash_ = fields.get("digest", "").partition(":")
                 if seq.isdigit():
                     anchors[int(seq)] = hash_
-    return report.with_chain(log.verify(source, anchors))
+    return report.with_chain(log.verify(source, anchors, archived))
 
 
 def anchor_head(log: AuditLog, signer: Signer, by: str, *, again: bool = True) -> ChainHead | None:

@@ -26,7 +26,9 @@ def verify_audit_(
 ) -> None:
     """Check the audit stream's hash chain and every entry's signature.
 
-    Reports entries deleted, altered, reordered or forged (by seq and stream id) and
+    With a history store (TOOLQ_HISTORY_URL) the archived entries are checked first, then
+    the stream's newer ones: the chain runs from seq 1 (or the checkpoint retention left)
+    to the head. Reports entries deleted, altered, reordered or forged (by seq and stream id) and
     signatures that do not verify (needs TOOLQ_APPROVAL_VERIFY_KEYS unless --chain-only);
     entries written by workers and the sweeper (which hold no signing key) are counted apart.
     Exits 1 on any problem.
@@ -43,7 +45,9 @@ def verify_audit_(
         backend = Backend(one)
         source = f"cell {cell}" if cell is not None else "redis"
         try:
-            found = verify_audit(backend.redis, one, verifier, source)
+            history = backend.history
+            archived = history.archived_audit() if history is not None else None
+            found = verify_audit(backend.redis, one, verifier, source, archived)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise fail(f"cell {cell} does not answer: {exc}") from None
         finally:

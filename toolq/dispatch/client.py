@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -90,13 +91,16 @@ class Batch:
     def _wait(self, timeout: float | None) -> list[CallResult]:
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
+        started = time.monotonic()
         waiter = self._start_wait()
         if not self._client.log.waits.wait(waiter, timeout):
             raise WaitTimeoutError(
                 f"{len(waiter.pending)} of {len(self.calls)} calls not final after {timeout:g}s",
                 pending=sorted(waiter.pending),
             )
-        return self._collect(waiter.seen)
+        results = self._collect(waiter.seen)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return self._client.confirmed(self.run_id, self.call_ids, results, left)
 
     def _start_wait(self) -> Waiter:
         """Register this batch's wait with the client's shared reader."""
@@ -389,8 +393,42 @@ class Client:
         run = run_id or self.store.run_id(ids[0])
         if run is None:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
+        started = time.monotonic()
         self.log.wait_final(run, ids, timeout)
-        return self.store.results(ids)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return self.confirmed(run, ids, self.store.results(ids), left)
+
+    def confirmed(
+        self, run_id: str, ids: list[str], results: list[CallResult], timeout: float | None
+    ) -> list[CallResult]:
+        """``results`` once the replicas hold them (``TOOLQ_MIN_REPLICAS_ACK``), else as is.
+
+        A final state is read from the master as soon as a worker wrote it, which may be
+        before any replica has it; a failover then would take it back. So a wait ends only
+        when a fence (``ReplicaAcks.confirmed``) says the replicas hold what was read. When
+        it does not (the master went away), the records are read again from whichever
+        master there is now, and the calls not final there are waited for again.
+        """
+        acks = self.store.acks
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while acks.enabled:
+            if acks.confirmed(self.redis) and all(r.status.is_final for r in results):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                pending = [r.call_id for r in results if not r.status.is_final] or ids
+                raise WaitTimeoutError(
+                    f"{len(pending)} of {len(ids)} calls not confirmed final by the replicas "
+                    f"after {timeout:g}s",
+                    pending=sorted(pending),
+                )
+            time.sleep(0.1)
+            results = self.store.results(ids)
+            pending = [r.call_id for r in results if not r.status.is_final]
+            if pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self.log.wait_final(run_id, pending, left)
+                results = self.store.results(ids)
+        return results
 
     def result(self, call_id: str) -> CallResult:
         """A call's current state and, once final, its outcome."""

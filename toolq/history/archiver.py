@@ -36,6 +36,8 @@ from toolq.settings import Settings
 
 log = logging.getLogger("toolq.history")
 
+EVENT_CHUNK = 500
+"""Stream entries read per ``XREVRANGE`` while looking for a batch's events."""
 AUDIT_BATCH = 1000
 """Audit entries archived with one batch at most."""
 PRUNE_EVERY = 3600.0
@@ -105,8 +107,9 @@ class Archiver:
                 raise
             ensure_group(self.redis, self.keys)
             return []
+        # An entry deleted while pending comes back without fields: it is acknowledged only.
         return [
-            (as_text(entry_id), {as_text(a): as_text(b) for a, b in fields.items()})
+            (as_text(entry_id), {as_text(a): as_text(b) for a, b in (fields or {}).items()})
             for entry_id, fields in entries
         ]
 
@@ -131,7 +134,8 @@ class Archiver:
         by_run: dict[str, list[str]] = defaultdict(list)
         for record in records:
             by_run[record["run_id"]].append(record["call_id"])
-        batch = Batch(calls=records, events=self._events(by_run), audit=self._audit())
+        created = {r["call_id"]: r.get("created_at", "") for r in records}
+        batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
         self.history.write(batch)
         ids = [entry_id for entry_id, _ in entries]
         if by_run:
@@ -148,21 +152,34 @@ class Archiver:
             pipe.execute()
         return len(records)
 
-    def _events(self, by_run: dict[str, list[str]]) -> list[tuple[str, str, dict[str, str]]]:
-        """The events of the batch's calls, read from their runs' streams."""
+    def _events(
+        self, by_run: dict[str, list[str]], created: dict[str, str]
+    ) -> list[tuple[str, str, dict[str, str]]]:
+        """The events of the batch's calls, read from their runs' streams.
+
+        Each stream is read backwards from its end and only as far as the oldest creation
+        event of the batch's calls (its ``ts`` is the record's ``created_at``: the same
+        value, written by the same script), so a long run is not read whole for each batch.
+        """
         out: list[tuple[str, str, dict[str, str]]] = []
         for run_id, ids in by_run.items():
             wanted, stream = set(ids), self.keys.run_stream(run_id)
-            start = "-"
-            while True:
-                entries: Any = self.redis.xrange(stream, start, "+", 1000)
+            unseen = {c: created.get(c, "") for c in ids}
+            found: list[tuple[str, str, dict[str, str]]] = []
+            end = "+"
+            while unseen:
+                entries: Any = self.redis.xrevrange(stream, end, "-", EVENT_CHUNK)
                 for entry_id, raw in entries:
                     fields = {as_text(a): as_text(b) for a, b in raw.items()}
-                    if fields.get("call_id") in wanted:
-                        out.append((run_id, as_text(entry_id), fields))
-                if len(entries) < 1000:
+                    call_id = fields.get("call_id", "")
+                    if call_id in wanted:
+                        found.append((run_id, as_text(entry_id), fields))
+                        if unseen.get(call_id) == fields.get("ts"):
+                            del unseen[call_id]
+                if len(entries) < EVENT_CHUNK:
                     break
-                start = f"({as_text(entries[-1][0])}"
+                end = f"({as_text(entries[-1][0])}"
+            out.extend(reversed(found))
         return out
 
     def _audit(self) -> list[tuple[str, dict[str, str]]]:

@@ -15,16 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 
 from toolq.history.migrate import migrate
 from toolq.history.models import AuditRow, CallRow, DecisionRow, EventRow, MarkRow
 from toolq.history.search import CallQuery, Found, search_calls
+from toolq.results.audit_chain import ChainStart
 
 AUDIT_MARK = "audit"
 """Name of the mark holding the last audit stream id archived."""
+AUDIT_START = "audit_start"
+"""Name of the mark holding where the archived chain starts once retention cut its oldest
+entries: ``<seq>:<prev hash>`` of the first entry kept (``verify-audit`` starts there)."""
 
 
 def id_parts(stream_id: str) -> tuple[int, int]:
@@ -79,18 +83,15 @@ class HistoryStore:
         """Upsert a batch in one transaction (a repeat writes nothing new)."""
         now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            if batch.calls:
-                rows = [_call_row(record, now) for record in batch.calls]
-                stmt = self._insert(CallRow).values(rows)
-                updated = {c: stmt.excluded[c] for c in rows[0] if c != "call_id"}
+            rows = [_call_row(record, now) for record in batch.calls]
+            decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
+            for model, chunk in [
+                *((CallRow, c) for c in _chunks(rows, 500)),
+                *((DecisionRow, c) for c in _chunks(decisions, 500)),
+            ]:
+                stmt = self._insert(model).values(chunk)
+                updated = {c: stmt.excluded[c] for c in chunk[0] if c != "call_id"}
                 conn.execute(stmt.on_conflict_do_update(index_elements=["call_id"], set_=updated))
-                decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
-                if decisions:
-                    stmt = self._insert(DecisionRow).values(decisions)
-                    updated = {c: stmt.excluded[c] for c in decisions[0] if c != "call_id"}
-                    conn.execute(
-                        stmt.on_conflict_do_update(index_elements=["call_id"], set_=updated)
-                    )
             if batch.events:
                 tenants = {r["call_id"]: r.get("tenant") or "default" for r in batch.calls}
                 events = [
@@ -185,6 +186,21 @@ class HistoryStore:
                 return
             ms, seq = rows[-1].ms, rows[-1].seq
 
+    def audit_start(self) -> ChainStart:
+        """Where the archived chain starts: seq 1, or the checkpoint retention left."""
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(MarkRow.value).where(MarkRow.name == AUDIT_START)
+            ).scalar_one_or_none()
+        if not value:
+            return ChainStart()
+        seq, _, prev = value.partition(":")
+        return ChainStart(int(seq), prev)
+
+    def archived_audit(self) -> ArchivedAudit:
+        """The archived audit as ``verify-audit`` reads it (``audit_log.Archived``)."""
+        return ArchivedAudit(self)
+
     def audit_mark(self) -> str | None:
         """The last audit stream id archived, or ``None``."""
         with self.engine.connect() as conn:
@@ -247,14 +263,65 @@ class HistoryStore:
                     deleted[kind] += n if model is not DecisionRow else 0
             if "audit" in retention:
                 cutoff_ms = int((now - retention["audit"] * 86400) * 1000)
+                checkpoint = self._audit_checkpoint(conn, cutoff_ms)
                 deleted["audit"] = conn.execute(
                     delete(AuditRow).where(AuditRow.ms < cutoff_ms)
                 ).rowcount
+                if deleted["audit"] and checkpoint is not None:
+                    conn.execute(delete(MarkRow).where(MarkRow.name == AUDIT_START))
+                    conn.execute(insert(MarkRow).values(name=AUDIT_START, value=checkpoint))
         return deleted
+
+    @staticmethod
+    def _audit_checkpoint(conn: Any, cutoff_ms: int) -> str | None:
+        """``<seq>:<prev>`` the chain continues from once the entries before ``cutoff_ms`` go.
+
+        The first entry kept names both; with none kept, the seq after the last entry and
+        that entry's hash. None when the entries carry no chain fields (from before it).
+        """
+        kept = conn.execute(
+            select(AuditRow.fields)
+            .where(AuditRow.ms >= cutoff_ms)
+            .order_by(AuditRow.ms, AuditRow.seq)
+            .limit(1)
+        ).scalar_one_or_none()
+        if kept is not None:
+            fields = json.loads(kept)
+            if "seq" in fields and "prev" in fields:
+                return f"{fields['seq']}:{fields['prev']}"
+            return None
+        last = conn.execute(
+            select(AuditRow.fields).order_by(AuditRow.ms.desc(), AuditRow.seq.desc()).limit(1)
+        ).scalar_one_or_none()
+        if last is None:
+            return None
+        fields = json.loads(last)
+        if "seq" in fields and "hash" in fields:
+            return f"{int(fields['seq']) + 1}:{fields['hash']}"
+        return None
 
     def close(self) -> None:
         """Release the engine's connections."""
         self.engine.dispose()
+
+
+class ArchivedAudit:
+    """A history store's audit entries as the chain check reads them (``Archived``)."""
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.store = store
+
+    def entries(self) -> Iterator[tuple[str, dict[str, str]]]:
+        """Every archived entry, in stream order."""
+        return self.store.audit_entries()
+
+    def mark(self) -> str | None:
+        """The stream id of the last entry archived."""
+        return self.store.audit_mark()
+
+    def start(self) -> ChainStart:
+        """Where the archived chain starts."""
+        return self.store.audit_start()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -22,6 +22,22 @@ from toolq.results.scripts.audit import AUDIT
 
 PAGE = 1000
 """Entries read per ``XRANGE`` when walking the stream."""
+
+
+class Archived(Protocol):
+    """Audit entries a history store archived, for the chain check (``HistoryStore``)."""
+
+    def entries(self) -> Iterator[tuple[str, dict[str, str]]]:
+        """Every archived entry, ``(stream id, fields)``, in stream order."""
+        ...
+
+    def mark(self) -> str | None:
+        """The stream id of the last entry archived (None: none yet)."""
+        ...
+
+    def start(self) -> ChainStart:
+        """Where the archive's chain starts: seq 1, or the checkpoint retention left."""
+        ...
 
 
 class AuditLog:
@@ -73,12 +89,25 @@ class AuditLog:
         head = ChainHead(int(state["seq"]), state.get("hash", "")) if "seq" in state else None
         return start, head, as_text(last[0][0]) if last else "-"
 
-    def verify(self, source: str = "", anchors: Mapping[int, str] | None = None) -> ChainReport:
+    def verify(
+        self,
+        source: str = "",
+        anchors: Mapping[int, str] | None = None,
+        archived: Archived | None = None,
+    ) -> ChainReport:
         """Check the stream's chain from its start to the head recorded when it is read.
 
         ``anchors``: the hashes signed anchors name, by seq (``toolq.approvals.audit``).
+        ``archived``: the entries a history store holds (``Archived``); the chain is then
+        checked from the archive's start through the archive and on into the stream's
+        entries after the last one archived.
         """
         start, head, last = self.state()
+        if archived is not None:
+            mark = archived.mark()
+            tail = self.entries(after=mark or "-", until=last) if last != "-" else iter(())
+            joined = itertools.chain(archived.entries(), tail)
+            return verify_chain(joined, archived.start(), head, source, anchors)
         entries = self.entries(until=last) if last != "-" else iter(())
         first = next(entries, None)
         if first is not None and first[1].get("seq", "").isdigit():
@@ -89,4 +118,4 @@ class AuditLog:
         return verify_chain(walk, start, head, source, anchors)
 
 
-__all__ = ["AuditLog"]
+__all__ = ["Archived", "AuditLog"]
