@@ -28,6 +28,7 @@ import contextlib
 import json
 import resource
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,7 +43,15 @@ import psutil
 import redis
 
 from bench.figures import percentile
-from bench.procs import READY_TIMEOUT, Procs, bench_redis, exit_on_signal, tail, worker_env
+from bench.procs import (
+    READY_TIMEOUT,
+    ROOT,
+    Procs,
+    bench_redis,
+    exit_on_signal,
+    tail,
+    worker_env,
+)
 
 TIMEOUT = 120.0
 """Seconds one turn may take before the run counts it as failed."""
@@ -188,14 +197,19 @@ def redis_counters(client: redis.Redis) -> tuple[float, int]:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands
 
 
-def measured(run: Callable[[], Outcome], worker_pid: int | None, watch: redis.Redis) -> Outcome:
-    """``run()`` with the CPU of client, worker and Redis and Redis's commands around it."""
+def measured(run: Callable[[], Outcome], worker_pids: list[int], watch: redis.Redis) -> Outcome:
+    """``run()`` with the CPU of client, worker and Redis and Redis's commands around it.
+
+    A remote run's client CPU is the one its subprocess reported (already in ``run()``'s
+    outcome); this process's own CPU counts only for a run in this process.
+    """
     redis0, commands0 = redis_counters(watch)
-    worker0 = tree_cpu(worker_pid) if worker_pid else 0.0
+    worker0 = sum(tree_cpu(pid) for pid in worker_pids)
     client0 = self_cpu()
     out = run()
-    out.cpu_client_s = self_cpu() - client0
-    out.cpu_worker_s = (tree_cpu(worker_pid) - worker0) if worker_pid else 0.0
+    if not out.cpu_client_s:
+        out.cpu_client_s = self_cpu() - client0
+    out.cpu_worker_s = sum(tree_cpu(pid) for pid in worker_pids) - worker0
     redis1, commands1 = redis_counters(watch)
     out.cpu_redis_s = redis1 - redis0
     out.redis_commands = commands1 - commands0 - 1  # the second snapshot's CPU INFO
@@ -218,11 +232,25 @@ class Config:
 
 
 class Running:
-    """A started system: its worker's pid and one turn of a conversation."""
+    """A started system: its worker's pid and one turn of a conversation.
 
-    def __init__(self, worker_pid: int, turn: Callable[[int], Any]) -> None:
+    A system whose client cannot run in this process (arq, in a virtualenv of its own) gives
+    ``remote`` instead: it runs a whole workload (conversations, turns) in a subprocess and
+    returns its ``Outcome``, the subprocess's CPU as the client's; ``worker_pids`` then names
+    every worker process when there are several.
+    """
+
+    def __init__(
+        self,
+        worker_pid: int,
+        turn: Callable[[int], Any] | None,
+        remote: Callable[[int, int], Outcome] | None = None,
+        worker_pids: list[int] | None = None,
+    ) -> None:
         self.worker_pid = worker_pid
+        self.worker_pids = worker_pids or [worker_pid]
         self.turn = turn
+        self.remote = remote
 
 
 @contextlib.contextmanager
@@ -359,6 +387,58 @@ def taskiq_async(procs: Procs, url: str, log: Path, check_interval: float) -> It
         procs.stop(proc)
 
 
+@contextlib.contextmanager
+def arq_async(
+    procs: Procs, url: str, log: Path, poll_delay: float, processes: int
+) -> Iterator[Running]:
+    """arq's workers, and its client as a subprocess in arq's own virtualenv (``arq_agent``)."""
+    from bench.peers.arq_side import arq_workers
+
+    first = len(procs.procs)
+    with arq_workers(procs, url, processes=processes, poll_delay=poll_delay, log=log) as (
+        bin_dir,
+        env,
+    ):
+        pids = [proc.pid for proc in procs.procs[first:]]
+
+        def remote(conversations: int, turns: int) -> Outcome:
+            argv = [
+                str(bin_dir / "python"),
+                "-m",
+                "bench.peers.arq_agent",
+                "--redis-url",
+                url,
+                "--conversations",
+                str(conversations),
+                "--turns",
+                str(turns),
+                "--poll-delay",
+                repr(poll_delay),
+                "--timeout",
+                repr(TIMEOUT),
+            ]
+            done = subprocess.run(
+                argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT * turns
+            )
+            if done.returncode:
+                last = "\n".join(done.stderr.strip().splitlines()[-8:])
+                raise RuntimeError(f"arq client exited with {done.returncode}:\n{last}")
+            data = json.loads(done.stdout)
+            return Outcome(
+                conversations,
+                turns,
+                calls=data["calls"],
+                wall_s=data["wall_s"],
+                turn_ms=data["turn_ms"],
+                errors=data["errors"],
+                first_error=data["first_error"],
+                cpu_client_s=data["cpu_s"],
+            )
+
+        remote(1, 1)  # ready: one job through
+        yield Running(pids[0], None, remote=remote, worker_pids=pids)
+
+
 def configs(cores: int) -> list[Config]:
     """Peers at their defaults, then tuned; then toolq's pools."""
     from bench.peers.setups import dramatiq_defaults
@@ -431,6 +511,22 @@ def configs(cores: int) -> list[Config]:
             lambda p, u, lg: taskiq_async(p, u, lg, 0.01),
         ),
         Config(
+            "arq-default",
+            f"arq, {cores} worker processes, poll 0.5 s (defaults)",
+            "default",
+            True,
+            "asyncio",
+            lambda p, u, lg: arq_async(p, u, lg, 0.5, cores),
+        ),
+        Config(
+            "arq-tuned",
+            f"arq, {cores} worker processes, poll 0.005 s",
+            "tuned",
+            True,
+            "asyncio",
+            lambda p, u, lg: arq_async(p, u, lg, 0.005, cores),
+        ),
+        Config(
             "toolq-async-prefork",
             f"toolq AsyncClient, prefork -c {cores} (defaults)",
             "default",
@@ -453,6 +549,21 @@ def configs(cores: int) -> list[Config]:
 # -- the run ---------------------------------------------------------------------------------
 
 
+def one_count(running: Running, kind: str, count: int, turns: int, watch: redis.Redis) -> Outcome:
+    """One measured run of ``count`` conversations, after a short unmeasured warm-up."""
+    pids = running.worker_pids
+    remote, turn = running.remote, running.turn
+    if remote is not None:
+        remote(min(count, 8), 3)
+        return measured(lambda: remote(count, turns), pids, watch)
+    assert turn is not None
+    if kind == "threads":
+        run_threads(turn, min(count, 8), 3)
+        return measured(lambda: run_threads(turn, count, turns), pids, watch)
+    run_tasks(turn, min(count, 8), 3)
+    return measured(lambda: run_tasks(turn, count, turns), pids, watch)
+
+
 def run_config(
     config: Config, procs: Procs, url: str, logs: Path, counts: list[int], turns: int
 ) -> dict[int, Outcome | str]:
@@ -464,21 +575,7 @@ def run_config(
     try:
         with config.start(procs, url, log) as running:
             for count in counts:
-                if config.kind == "threads":
-                    run_threads(running.turn, min(count, 8), 3)  # warm-up
-                    out = measured(
-                        lambda c=count: run_threads(running.turn, c, turns),
-                        running.worker_pid,
-                        watch,
-                    )
-                else:
-                    run_tasks(running.turn, min(count, 8), 3)
-                    out = measured(
-                        lambda c=count: run_tasks(running.turn, c, turns),
-                        running.worker_pid,
-                        watch,
-                    )
-                results[count] = out
+                results[count] = one_count(running, config.kind, count, turns, watch)
     except Exception as exc:
         reason = f"NOT MEASURED: {type(exc).__name__}: {exc}"[:300]
         print(f"  {config.label}: {reason}\n{tail(log)}", flush=True)

@@ -10,6 +10,7 @@ events builds no Celery app and registers no approval scripts.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
 from celery import Celery
@@ -25,6 +26,9 @@ from toolq.results.owners import RunOwners
 from toolq.results.store import CallStore
 from toolq.results.undos import UndoStore
 from toolq.settings import Settings
+
+if TYPE_CHECKING:
+    from toolq.history.store import HistoryStore
 
 
 class Backend:
@@ -55,12 +59,31 @@ class Backend:
     @cached_property
     def store(self) -> CallStore:
         """Call records and their scripts."""
-        return CallStore(self.redis, self.settings)
+        store = CallStore(self.redis, self.settings)
+        store.cold = self.history
+        return store
 
     @cached_property
     def log(self) -> EventLog:
         """Runs' event streams."""
-        return EventLog(self.redis, self.keys)
+        log = EventLog(self.redis, self.keys)
+        log.cold = self.history
+        return log
+
+    @cached_property
+    def history(self) -> HistoryStore | None:
+        """The history store (``Settings.history_url``), or ``None`` without one.
+
+        Opening it creates the archive stream and its group, so from then on every call
+        made final is archived (``toolq.history.archiver``).
+        """
+        if not self.settings.history_url:
+            return None
+        from toolq.history.archiver import ensure_group
+        from toolq.history.store import HistoryStore
+
+        ensure_group(self.redis, self.keys)
+        return HistoryStore(self.settings.history_url)
 
     @cached_property
     def undos(self) -> UndoStore:
@@ -70,7 +93,9 @@ class Backend:
     @cached_property
     def owners(self) -> RunOwners:
         """Who owns each run."""
-        return RunOwners(self.redis, self.keys, self.settings)
+        owners = RunOwners(self.redis, self.keys, self.settings)
+        owners.cold = self.history
+        return owners
 
     @cached_property
     def policy(self) -> ApprovalPolicy:
@@ -98,6 +123,8 @@ class Backend:
         """Release the Redis connections and the Celery app's, if one was made."""
         if "log" in self.__dict__:
             self.log.close()
+        if self.__dict__.get("history") is not None:
+            self.__dict__["history"].close()
         self.redis.close()
         if "celery" in self.__dict__:
             self.celery.close()

@@ -36,8 +36,9 @@ from toolq.results.connection import RedisTarget, probe_client
 from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page
 from toolq.settings import Settings
 
-PING_TIMEOUT = 0.5
-"""Seconds a cell's PING may take before the cell is reported down."""
+PING_TIMEOUT = 2.0
+"""Seconds a cell's PING may take before the cell is reported down (a loaded host can take
+over half a second to accept a connection to a healthy Redis)."""
 FRESH_SECONDS = 1.0
 """A PING that succeeded is trusted this long: a healthy cell costs one PING a second."""
 T = TypeVar("T")
@@ -390,6 +391,12 @@ class CellApprovals(ApprovalStore):
     def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
         """Deny a parked call in its cell."""
         return self._on_call(call_id, lambda a: a.deny(call_id, by, reason, always=always))
+
+    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome of every cell that answers (one run's: its cell's)."""
+        if run_id is not None:
+            return self._on_run(run_id, lambda a: a.unknown(run_id))
+        return self._each(lambda a: a.unknown())
 
     def decide_run(
         self,

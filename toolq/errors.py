@@ -19,6 +19,7 @@
     │   ├── InvalidOutputError      the output does not match the output schema
     │   ├── ToolFailureError        the handler returned ``ToolOutput.fail``
     │   ├── WorkerLostError         the worker died while running a non-idempotent call
+    │   ├── OutcomeUnknownError     that call is parked for a person: did it take effect?
     │   ├── UpstreamError           an upstream MCP server answered the call with an error
     │   ├── UpstreamUnavailableError the upstream MCP server cannot be started or reached
     │   ├── UpstreamLostError       the upstream MCP server went away while running the call
@@ -26,6 +27,7 @@
     ├── CallCancelledError          the call was cancelled
     ├── CallNotFoundError           unknown call id
     ├── RunNotFoundError            unknown run id (or one whose keys expired)
+    ├── NoHistoryError              a history read, but no history store (TOOLQ_HISTORY_URL)
     ├── NotRetryableError           a retry of a call that is not final, or that succeeded
     ├── CallIdConflictError         a provider call id reused for another tool or other arguments
     ├── ApprovalError
@@ -180,6 +182,15 @@ class WorkerLostError(ToolExecutionError):
     code = "worker_lost"
 
 
+class OutcomeUnknownError(ToolExecutionError):
+    """The worker died mid-call and the tool is not idempotent: a person resolves the call.
+
+    The ``error_type`` of a call in state ``unknown`` until it is resolved.
+    """
+
+    code = "outcome_unknown"
+
+
 class UpstreamError(ToolExecutionError):
     """An upstream MCP server answered the call with an error (``isError``, or JSON-RPC)."""
 
@@ -224,6 +235,12 @@ class RunNotFoundError(ToolqError, LookupError):
     """Unknown run id (or one whose keys expired)."""
 
     code = "run_not_found"
+
+
+class NoHistoryError(ToolqError, LookupError):
+    """A history read (search, export) where no history store is configured."""
+
+    code = "no_history"
 
 
 class NotRetryableError(ToolqError):

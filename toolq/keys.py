@@ -32,6 +32,14 @@ class Keys:
         """Stream (TTL) a client's waits add to, to wake its shared reader for a new run."""
         return f"{self.prefix}:waits:{reader_id}:wake"
 
+    def wait_inbox(self, reader_id: str) -> str:
+        """Stream (TTL) the final events of the calls a client waits on are copied to.
+
+        A call's record names it (field ``notify``); ``lib/emit.lua`` appends each final
+        event there too, so the client's shared reader reads one stream, not one per run.
+        """
+        return f"{self.prefix}:waits:{reader_id}:inbox"
+
     def run_calls(self, run_id: str) -> str:
         """List of a run's call ids in dispatch order."""
         return f"{self.prefix}:run:{run_id}:calls"
@@ -88,6 +96,11 @@ class Keys:
         """Sorted set of parked calls scored by when they were parked (s): approval listings."""
         return f"{self.prefix}:approvals:parked"
 
+    @property
+    def unknown(self) -> str:
+        """Sorted set of calls of unknown outcome (lost mid-call), scored by when lost (s)."""
+        return f"{self.prefix}:calls:unknown"
+
     def tenant_parked(self, tenant: str) -> str:
         """Sorted set of one tenant's parked calls scored by when they were parked (s)."""
         return f"{self.prefix}:tenant:{tenant}:approvals:parked"
@@ -123,6 +136,11 @@ class Keys:
     def audit_stream(self) -> str:
         """Stream of every approval decision, refusal and expiry."""
         return f"{self.prefix}:audit"
+
+    @property
+    def audit_chain(self) -> str:
+        """Hash of the audit chain's state: ``seq``, ``hash``, ``first_seq``, ``first_prev``."""
+        return f"{self.prefix}:audit:chain"
 
     @property
     def refusals(self) -> str:
@@ -234,6 +252,20 @@ class Keys:
         """
         return f"{self.prefix}:webhooks:outbox"
 
+    @property
+    def history_archive(self) -> str:
+        """Stream of finished calls waiting for the history store (group ``HISTORY_GROUP``).
+
+        Passed to every script that emits an event (``lib/emit.lua``), which appends a call
+        here with the event that makes it final, once the archivers created the stream.
+        """
+        return f"{self.prefix}:history:archive"
+
+    @property
+    def history_lock(self) -> str:
+        """Short lock so one archiver at a time prunes the history store."""
+        return f"{self.prefix}:history:prune-lock"
+
     def webhook_delivery(self, delivery_id: str) -> str:
         """Hash of one pending delivery: endpoint id, event, attempts, last error."""
         return f"{self.prefix}:webhooks:delivery:{delivery_id}"
@@ -334,5 +366,7 @@ def _glob_escaped(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
+HISTORY_GROUP = "toolq-history"
+"""Consumer group of the history archive stream."""
 WEBHOOK_GROUP = "toolq-webhooks"
 """Consumer group of the webhook outbox stream."""

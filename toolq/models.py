@@ -66,6 +66,9 @@ class CallStatus(StrEnum):
     DENIED = "denied"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+    """Lost with its worker mid-call and not safe to run twice: whether its side effect
+    happened is unknown. Parked for a person, who resolves it (``Resolution``): not final."""
 
     @property
     def is_final(self) -> bool:
@@ -91,6 +94,8 @@ class EventType(StrEnum):
     PREVIEWED = "call.previewed"
     UNDONE = "call.undone"
     UNDO_FAILED = "call.undo_failed"
+    UNKNOWN = "call.unknown"
+    """Its worker was lost mid-call; a person resolves it (``CallStatus.UNKNOWN``)."""
 
     @property
     def is_final(self) -> bool:
@@ -128,6 +133,14 @@ class AuditOutcome(StrEnum):
     """One approval of a quorum that still needs more."""
     DENIED = "denied"
     EXPIRED = "expired"
+    ANCHOR = "anchor"
+    """A deciding process's signature over the chain's head (``digest``: ``<seq>:<hash>``)."""
+    RESOLVED_SUCCEEDED = "resolved:succeeded"
+    """A call of unknown outcome recorded as having taken effect."""
+    RESOLVED_FAILED = "resolved:failed"
+    """A call of unknown outcome recorded as not having taken effect."""
+    RESOLVED_RERUN = "resolved:rerun"
+    """A call of unknown outcome sent to run again (a new attempt)."""
 
     @staticmethod
     def refused(reason: str) -> str:
@@ -139,6 +152,17 @@ REFUSED_STICKY_UNDER_QUORUM = "sticky_under_quorum"
 """Refusal reason: an ``always`` approval of a call that needs more than one approver."""
 REFUSED_SAME_APPROVER = "same_approver"
 """Refusal reason: a second approval of one call by the same approver."""
+
+
+class Resolution(StrEnum):
+    """What a person decides about a call of ``unknown`` outcome."""
+
+    SUCCEEDED = "succeeded"
+    """Its side effect happened: the call ends succeeded (with an optional result text)."""
+    FAILED = "failed"
+    """Its side effect did not happen: the call ends failed (the note is its error)."""
+    RERUN = "rerun"
+    """Run it again: queued for a new attempt."""
 
 
 class PreviewState(StrEnum):

@@ -230,8 +230,34 @@ class Settings(BaseSettings):
     """Distinct approvers a DANGEROUS call needs."""
     audit_maxlen: int = Field(1_000_000, gt=0)
     """Approximate cap on the audit stream."""
+    audit_anchor_interval: float = Field(60.0, ge=0)
+    """Seconds between the signed anchors of the audit chain's head that an API process
+    holding ``TOOLQ_APPROVAL_SIGNING_KEY`` appends when entries were added (0: none)."""
     result_ttl: int = Field(7 * 24 * 3600, gt=0)
     """How long records and event streams of finished runs are kept (seconds)."""
+    history_url: str = ""
+    """SQLAlchemy URL of the history store (``postgresql+psycopg://...`` or ``sqlite:///path``).
+
+    Empty: no history; finished calls stay in Redis for ``result_ttl``. Set: every finished
+    call, its events, its decision and the audit stream are archived there, and the call's
+    Redis keys then expire after ``hot_seconds``.
+    """
+    hot_seconds: int = Field(900, gt=0)
+    """With a history store: how long an archived call stays in Redis (seconds)."""
+    history_batch: int = Field(200, gt=0, le=10_000)
+    """Finished calls the archiver writes to the history store in one transaction."""
+    history_claim_after: float = Field(30.0, gt=0)
+    """Seconds a batch taken by an archiver may stay unwritten before another archiver takes
+    it over (the first one died mid-batch)."""
+    history_lag_alert: float = Field(300.0, gt=0)
+    """``/healthz`` reports degraded when the oldest unarchived final call is older (seconds)."""
+    history_retention: dict[str, int] = Field(default_factory=dict)
+    """Days each kind of history is kept: keys ``results``, ``events``, ``audit``; absent: forever.
+
+    ``TOOLQ_HISTORY_RETENTION='{"results": 90, "events": 30}'``.
+    """
+    history_tenant_retention: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """Per-tenant overrides of ``history_retention`` (results, events), by tenant."""
     undo_ttl: int = Field(24 * 3600, gt=0)
     """How long undo data is kept (seconds)."""
     stream_maxlen: int = Field(100_000, gt=0)

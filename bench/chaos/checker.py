@@ -9,6 +9,8 @@ Definitions (one "call" is one provider call id in one run):
   client's side but Redis holds the record (counted apart as accepted_after_error).
 - rejected: submitted calls whose dispatch gave up, with no record in Redis (by reason).
 - completed: accepted calls in a final state at the end (by final status and error type).
+  A non-idempotent call lost with its worker is ``unknown`` until the load's on-call
+  (``run_approver``) resolves it ``failed``; one still ``unknown`` at the end is LOST.
 - LOST: accepted calls with no final state by the deadline (the end of the drain), or
   whose record vanished.
 - DUPLICATES: non-idempotent calls executed more than once. Idempotent re-runs (allowed

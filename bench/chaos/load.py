@@ -252,7 +252,12 @@ def _wait(
 
 
 def run_approver(cfg: LoadConfig, stop: EventType) -> None:
-    """Decide every parked call; some (and all, while racing is on) by several racing approvers."""
+    """Decide every parked call; some (and all, while racing is on) by several racing approvers.
+
+    It is also the on-call person: a call of unknown outcome (its worker was killed mid-call
+    and its tool is not idempotent) is resolved ``failed`` as soon as it shows, so that it
+    ends, without ever running twice.
+    """
     rng = random.Random(f"{cfg.seed}-approver")
     history = History(cfg.out_dir, "approver")
     client = Client(registry, cfg.settings(approver=True))
@@ -261,6 +266,7 @@ def run_approver(cfg: LoadConfig, stop: EventType) -> None:
         while not stop.is_set():
             try:
                 pending = client.approvals.pending()
+                unknown = client.approvals.unknown()
                 racing_until = float(client.redis.get(RACING_KEY) or 0)
             except Exception as exc:  # Redis outage
                 history.append("poll", outcome="error", reason=error_reason(exc))
@@ -276,11 +282,27 @@ def run_approver(cfg: LoadConfig, stop: EventType) -> None:
                 ]
                 if _decide(client, history, request.call_id, choices):
                     decided.add(request.call_id)
+            for request in unknown:
+                _resolve_failed(client, history, request.call_id)
             stop.wait(0.1)
     finally:
         history.close()
         with contextlib.suppress(Exception):
             client.close()
+
+
+def _resolve_failed(client: Client, history: History, call_id: str) -> None:
+    """Resolve a call of unknown outcome as not having taken effect (an on-call's decision)."""
+    start = time.time()
+    fields: dict[str, Any]
+    try:
+        client.resolve_unknown(call_id, "failed", by="oncall", note="chaos: worker killed")
+        fields = {"outcome": "ok"}
+    except NotAwaitingApprovalError as exc:
+        fields = {"outcome": "conflict", "status": exc.details.get("status")}
+    except Exception as exc:  # outage: resolved on a later poll
+        fields = {"outcome": "error", "reason": error_reason(exc), "error": str(exc)[:200]}
+    history.append("resolve", time=start, end=time.time(), call_id=call_id, **fields)
 
 
 def _decide(client: Client, history: History, call_id: str, choices: list[str]) -> bool:

@@ -41,14 +41,19 @@ def wipe(target: str) -> str:
     return target
 
 
-TOKENS = {"bench-t": ApiToken(principal="bench", roles=["admin"])}
+TOKENS = {
+    "bench-t": ApiToken(principal="bench", roles=["admin"]),
+    # a viewer bound to the tenant the parked calls belong to: its overview counts them
+    "tenant-t": ApiToken(principal="viewer", roles=["viewer"], tenant="default"),
+}
 ROUTES = [
-    ("GET /v1/approvals", "/v1/approvals"),
-    ("GET /v1/approvals?limit=1000", "/v1/approvals?limit=1000"),
-    ("GET /v1/runs", "/v1/runs"),
-    ("GET /v1/runs/{id}/calls", "/v1/runs/run-0/calls"),
-    ("GET /metrics", "/metrics"),
-    ("GET /v1/overview", "/v1/overview"),
+    ("GET /v1/approvals", "/v1/approvals", "bench-t"),
+    ("GET /v1/approvals?limit=1000", "/v1/approvals?limit=1000", "bench-t"),
+    ("GET /v1/runs", "/v1/runs", "bench-t"),
+    ("GET /v1/runs/{id}/calls", "/v1/runs/run-0/calls", "bench-t"),
+    ("GET /metrics", "/metrics", "bench-t"),
+    ("GET /v1/overview", "/v1/overview", "bench-t"),
+    ("GET /v1/overview (tenant-bound viewer)", "/v1/overview", "tenant-t"),
 ]
 
 
@@ -107,11 +112,10 @@ def measure(parked: int, repeat: int, cli: bool) -> dict[str, tuple[float, int]]
             print(f"parked {parked} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
         out: dict[str, tuple[float, int]] = {}
         with served(settings) as url, httpx.Client(base_url=url, timeout=120) as http:
-            headers = {"Authorization": "Bearer bench-t"}
-            for name, path in ROUTES:
+            for name, path, token in ROUTES:
 
-                def get(path: str = path) -> int:
-                    got = http.get(path, headers=headers)
+                def get(path: str = path, token: str = token) -> int:
+                    got = http.get(path, headers={"Authorization": f"Bearer {token}"})
                     got.raise_for_status()
                     return len(got.content)
 

@@ -33,7 +33,7 @@ def test_runs_are_listed_newest_first_with_their_calls_by_status(api, client):
     assert got.headers["X-Total-Count"] == "3" and "X-Next-Cursor" not in got.headers
     mid = runs[1]
     assert mid["owner"] == "agent" and mid["tenant"] == "default" and mid["calls"] == 3
-    assert mid["statuses"] == {"awaiting_approval": 2, "queued": 1}
+    assert mid["statuses"] == {"awaiting_approval": 2, "queued": 1} and mid["counted"] == 3
     assert runs[2]["statuses"] == {"failed": 1}
     # paged, and a dispatch into an old run brings it to the front
     first = httpx.get(f"{api}/v1/runs", params={"limit": 2}, headers=h("view-t"))
@@ -54,6 +54,22 @@ def test_runs_are_listed_newest_first_with_their_calls_by_status(api, client):
     assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "not_owner"
     missing = httpx.get(f"{api}/v1/runs/no-such-run", headers=h("view-t"))
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "run_not_found"
+
+
+def test_a_runs_states_are_counted_over_its_newest_calls_only(api, client, monkeypatch):
+    """A page of runs reads a bounded number of statuses, however many calls a run holds."""
+    from toolq.results import runs
+
+    park(client, 2, run_id="r-big")
+    client.dispatch(
+        [{"id": f"e{n}", "name": "echo", "arguments": {"text": "x"}} for n in range(3)],
+        run_id="r-big",
+        principal="agent",
+    )
+    monkeypatch.setattr(runs, "STATUS_READ", 3)
+    [big] = httpx.get(f"{api}/v1/runs", headers=h("view-t")).json()
+    assert big["calls"] == 5 and big["counted"] == 3
+    assert big["statuses"] == {"queued": 3}  # the three newest calls
 
 
 def test_retry_dispatches_a_linked_new_call_through_the_gate_again(api, client):

@@ -122,6 +122,16 @@ def test_batch_message_is_what_celery_publishes(
     assert decode(json.dumps(broken)) is None
 
 
+def test_a_dispatched_batch_message_with_call_kinds_decodes(publisher: Publisher) -> None:
+    # What a dispatch sends: (call_id, run_id, kind); the sweeper must read it to re-send
+    # the calls of a batch message a killed worker took.
+    _, ours = publisher.batch_message(
+        [("c1", "run1", "sync"), ("c2", "run1", "async")], RiskLevel.SAFE, None
+    )
+    found = decode(ours)
+    assert found is not None and found.call_ids == ("c1", "c2")
+
+
 def test_undo_message_is_what_celery_publishes(r: redis.Redis, publisher: Publisher) -> None:
     publisher.app.send_task(
         UNDO_TASK_NAME, args=["c2"], queue="toolq.dangerous", ignore_result=True

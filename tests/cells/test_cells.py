@@ -485,4 +485,9 @@ def test_verify_audit_checks_every_cells_stream(cell_servers: CellServers) -> No
     finally:
         forged.close()
     report = toolq("approvals", "verify-audit", "--json")
-    assert report.returncode == 1 and json.loads(report.stdout)["invalid"] == 1
+    counts = json.loads(report.stdout)
+    assert report.returncode == 1 and counts["invalid"] == 1
+    # Each cell's stream is its own chain: the altered copy reuses cell 1's seq 1.
+    chains = {c["source"]: c["problems"] for c in counts["chains"]}
+    assert chains["cell 0"] == []
+    assert [(p["kind"], p["seq"]) for p in chains["cell 1"]] == [("altered", 1), ("forged", 1)]

@@ -105,8 +105,15 @@ def test_dispatch_tail_and_approvals(settings, inproc):
         TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
     )
     assert approved.returncode == 0, approved.stderr
-    again = toolq("approvals", "approve", parked, "--app", "tests.apps:registry",
-                  settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY)
+    again = toolq(
+        "approvals",
+        "approve",
+        parked,
+        "--app",
+        "tests.apps:registry",
+        settings=settings,
+        TOOLQ_APPROVAL_SIGNING_KEY=SIGNING_KEY,
+    )
     assert again.returncode == 1 and "not awaiting approval" in again.stderr
     waited = toolq(
         "dispatch",
@@ -191,6 +198,27 @@ def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
                 time.sleep(0.2)
         assert tools.status_code == 200 and tools.json()
         assert httpx.get(f"{url}/v1/tools").status_code == 401
+        # The workers archive finished calls to the SQLite history store dev made.
+        history_url = next(line.split()[1] for line in lines if line.strip().startswith("history"))
+        assert history_url.startswith("sqlite:///")
+        sent = httpx.post(
+            f"{url}/v1/runs/r-dev/calls",
+            json=[{"id": "e1", "name": "echo", "arguments": {"text": "hi"}}],
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert sent.status_code == 202, sent.text
+        call_id = sent.json()["calls"][0]["call_id"]
+        from toolq.history.store import HistoryStore
+
+        history = HistoryStore(history_url)
+        try:
+            deadline = time.monotonic() + 30
+            while history.record(call_id) is None:
+                assert time.monotonic() < deadline, "the call was not archived"
+                time.sleep(0.2)
+            assert history.record(call_id)["status"] == "succeeded"
+        finally:
+            history.close()
         proc.send_signal(signal.SIGINT)
         # Read what it prints while it stops: a full pipe would block its processes' exit.
         rest, _ = proc.communicate(timeout=60)
@@ -248,8 +276,16 @@ def test_demo_on_a_given_redis_removes_every_key_it_wrote(r, settings, tmp_path)
 
 def test_dev_refuses_a_given_redis_that_does_not_answer(settings, tmp_path):
     dead = "redis://127.0.0.1:1/0"
-    done = toolq("dev", "--app", "tests.apps:registry", "--redis-url", dead, "--no-api",
-                 settings=settings, timeout=30)
+    done = toolq(
+        "dev",
+        "--app",
+        "tests.apps:registry",
+        "--redis-url",
+        dead,
+        "--no-api",
+        settings=settings,
+        timeout=30,
+    )
     assert done.returncode == 2, done.stdout + done.stderr  # a configuration error
     assert "nothing answers at redis://127.0.0.1:1/0" in done.stderr
     assert "Traceback" not in done.stderr

@@ -111,14 +111,23 @@ def test_a_port_in_use_is_refused_before_anything_starts(settings, r):
         taken.listen()
         port = taken.getsockname()[1]
         api = toolq(
-            "api", "--app", "tests.apps:registry", "--port", str(port),
+            "api",
+            "--app",
+            "tests.apps:registry",
+            "--port",
+            str(port),
             redis_url=settings.redis_url,
         )
         assert api.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in api.stderr
         assert "token" not in api.stdout  # no token printed for a server that never ran
         dev = toolq(
-            "dev", "--app", "tests.apps:registry", "--port", str(port),
-            redis_url=settings.redis_url, timeout=30,
+            "dev",
+            "--app",
+            "tests.apps:registry",
+            "--port",
+            str(port),
+            redis_url=settings.redis_url,
+            timeout=30,
         )
         assert dev.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in dev.stderr
         assert "Ctrl-C" not in dev.stdout and "token" not in dev.stdout
@@ -130,9 +139,19 @@ def test_version_help_and_metavars():
     version = toolq("--version", redis_url=url)
     assert version.returncode == 0 and version.stdout.startswith("toolq ")
     commands: list[tuple[str, ...]] = [
-        (), ("worker",), ("api",), ("dev",), ("dispatch",), ("tail",), ("tools",),
-        ("check",), ("mcp",), ("approvals",), ("approvals", "approve"), ("approvals", "list"),
-    ]  # fmt: skip
+        (),
+        ("worker",),
+        ("api",),
+        ("dev",),
+        ("dispatch",),
+        ("tail",),
+        ("tools",),
+        ("check",),
+        ("mcp",),
+        ("approvals",),
+        ("approvals", "approve"),
+        ("approvals", "list"),
+    ]
     with ThreadPoolExecutor(4) as pool:  # independent processes: a few side by side
         done_all = pool.map(lambda c: toolq(*c, "-h", redis_url=url), commands)
         helps = dict(zip(commands, done_all, strict=True))
@@ -182,8 +201,9 @@ def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, wor
         unknown = toolq("approvals", "show", "0123456789", redis_url=url)
         assert unknown.returncode == 1 and "no call id" in unknown.stderr
         # These workers verify no approvals: an unsigned decision is one they run.
-        approved = toolq("approvals", "approve", first[:8], "--by", "ops", "--unsigned",
-                         redis_url=url)
+        approved = toolq(
+            "approvals", "approve", first[:8], "--by", "ops", "--unsigned", redis_url=url
+        )
         assert approved.returncode == 0, approved.stderr
         assert first in approved.stdout
         denied = toolq("approvals", "deny", second[:10], "--reason", "no", redis_url=url)
@@ -202,8 +222,15 @@ def test_dispatch_wait_prints_what_it_has_on_timeout(settings, inproc):
         ]
     )
     done = toolq(
-        "dispatch", "--app", "tests.apps:registry", "--run-id", "waiting-run", "--wait", "3",
-        redis_url=settings.redis_url, stdin=payload,
+        "dispatch",
+        "--app",
+        "tests.apps:registry",
+        "--run-id",
+        "waiting-run",
+        "--wait",
+        "3",
+        redis_url=settings.redis_url,
+        stdin=payload,
     )
     assert done.returncode == 1
     printed = json.loads(done.stdout)

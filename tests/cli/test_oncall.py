@@ -63,6 +63,18 @@ def test_calls_list_filters_and_show_prints_record_events_and_outcome(settings, 
     assert re.search(rf"{boom} .* list-run +boom +failed .*kaboom", listed.stdout), listed.stdout
     failed = toolq("calls", "list", "--status", "failed", "--json", settings=settings)
     assert [row["call_id"] for row in json.loads(failed.stdout)] == [boom]
+    newest = toolq("calls", "list", "--limit", "1", "--json", settings=settings)
+    assert "--offset 1" in newest.stderr
+    pages = [json.loads(newest.stdout)]
+    for offset in (1, 2):
+        page = toolq(
+            "calls", "list", "--limit", "1", "--offset", str(offset), "--json", settings=settings
+        )
+        pages.append(json.loads(page.stdout))
+    assert sorted(row["call_id"] for page in pages for row in page) == sorted(
+        [echo, boom, *other.call_ids]
+    )
+    assert "--offset" not in page.stderr
     shown = toolq("calls", "show", echo[:8], settings=settings)
     assert shown.returncode == 0, shown.stderr
     assert f"echo  call {echo}  succeeded" in shown.stdout
@@ -192,6 +204,12 @@ def test_runs_list_newest_first_with_counts(settings, inproc, client):
     assert run["statuses"] == {"awaiting_approval": 1, "failed": 1}
     bad = toolq("runs", "list", "--limit", "0", settings=settings)
     assert bad.returncode == 2 and "--limit" in bad.stderr
+    first = toolq("runs", "list", "--limit", "1", settings=settings)
+    [cursor] = re.findall(r"--cursor (\S+)", first.stderr)
+    assert [line.split()[0] for line in first.stdout.splitlines()[1:]] == ["newer-run"]
+    second = toolq("runs", "list", "--limit", "1", "--cursor", cursor, settings=settings)
+    assert [line.split()[0] for line in second.stdout.splitlines()[1:]] == ["older-run"]
+    assert "--cursor" not in second.stderr
 
 
 def test_calls_retry_dispatches_a_linked_call_that_runs(settings, inproc, client):

@@ -62,6 +62,7 @@ def recover(lua: Scripts, max_recoveries: int = 1):
             max_recoveries=max_recoveries,
             lost_result='{"error_type": "worker_lost"}',
             timeout_result='{"error_type": "timeout"}',
+            unknown_result='{"error_type": "outcome_unknown"}',
         )
     )
 
@@ -362,6 +363,20 @@ def test_recover_requeues_an_idempotent_call_then_fails_it(r: redis.Redis, lua: 
     assert recover(lua, max_recoveries=1) == "failed"
     assert '"worker_lost"' in record(r)["result"]
     assert events(r)[-1] == "call.failed" and "call.retrying" in events(r)
+
+
+def test_recover_parks_a_lost_non_idempotent_call_as_unknown(r: redis.Redis, lua: Scripts):
+    create(lua)
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "unknown"
+    rec = record(r)
+    assert (rec["status"], rec["token"]) == ("unknown", "")
+    assert '"outcome_unknown"' in rec["result"] and "lost_at" in rec
+    assert r.zscore(KEYS.unknown, "c1") is not None
+    assert r.zscore(KEYS.unsent, "c1") is None and r.ttl(KEYS.call("c1")) == -1
+    assert events(r)[-1] == "call.unknown"
+    assert start(lua, token="t2").outcome == "skip"  # never started again from here
 
 
 def test_recover_a_call_past_its_time_limit_is_a_timeout(r: redis.Redis, lua: Scripts):

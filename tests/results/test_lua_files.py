@@ -12,7 +12,14 @@ import pytest
 
 from toolq import errors
 from toolq.approvals.store import EXPIRED_RESULT
-from toolq.models import AdmissionState, AuditOutcome, CallStatus, EventType, UndoState
+from toolq.models import (
+    AdmissionState,
+    AuditOutcome,
+    CallStatus,
+    EventType,
+    Resolution,
+    UndoState,
+)
 from toolq.quotas import LimitKind
 from toolq.results import scripts
 from toolq.results.runner import Script, lua_source
@@ -58,10 +65,12 @@ def test_header_names_every_key_and_argument_bound_at_the_top(script: Script[obj
             assert line.startswith(("local ", "  KEYS[")), line
 
 
-NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT}
+NAMES_KEYS_FROM_RECORDS = {scripts.ADMIT, scripts.COOL}
 """ADMIT finds its calls in the backlogs its lane names: it reaches their records (prefix
 from ``Keys.call_prefix``), limits' sets and run streams through names the lane and the
-records hold (docs: guide/fair-share.md). Every other script is keyed through KEYS."""
+records hold (docs: guide/fair-share.md). COOL reads the state of every call its run's
+list names (prefix from ``Keys.call_prefix``) and writes only its KEYS. Every other script
+is keyed through KEYS."""
 
 
 @pytest.mark.parametrize(
@@ -90,7 +99,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
     statuses = {s.value for s in CallStatus}
     undo_states = {s.value for s in UndoState}
     event_types = {e.value for e in EventType}
-    decisions = set(get_args(scripts.DecisionKind))
+    decisions = set(get_args(scripts.DecisionKind)) | {r.value for r in Resolution}
     admission = {s.value for s in AdmissionState} | set(get_args(LimitKind))
     audit_outcomes = {o.value for o in AuditOutcome}
     seen: dict[str, int] = {}

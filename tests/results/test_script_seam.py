@@ -152,7 +152,7 @@ class SwappedProgress(Progress):
 
     def __call__(self, **kw: Any) -> Invocation[scripts.ProgressOutcome]:  # type: ignore[override]
         return self.invoke(
-            keys={"call": "c", "stream": "s", "hook_types": "h", "outbox": "o"},
+            keys={"call": "c", "stream": "s", "hook_types": "h", "outbox": "o", "archive": "a"},
             argv={
                 "call_id": kw["call_id"],
                 "token": kw["token"],
@@ -174,7 +174,7 @@ def test_a_wrapper_with_two_names_swapped_is_refused():
 
 
 def test_a_missing_an_unknown_or_an_extra_name_is_refused():
-    keys = {"call": "c", "stream": "s", "hook_types": "h", "outbox": "o"}
+    keys = {"call": "c", "stream": "s", "hook_types": "h", "outbox": "o", "archive": "a"}
     argv = dict.fromkeys(scripts.PROGRESS.header.argv.names, "x")
     assert scripts.PROGRESS.invoke(keys, argv).args == ("x",) * 7
     with pytest.raises(TypeError, match=r"progress\.lua KEYS: 'outbox' is missing"):

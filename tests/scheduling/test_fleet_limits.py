@@ -195,8 +195,8 @@ def test_a_slot_held_by_a_killed_worker_is_freed_within_one_lease(
     workers.start("safe", concurrency=2, **APP)
     results = second.wait(timeout=60)
     assert results[0].status is CallStatus.SUCCEEDED
-    lost = first.wait(timeout=30)[0]
-    assert lost.status is CallStatus.FAILED and lost.error_type == "worker_lost"
+    # solo is not idempotent: its outcome is unknown, for a person to resolve
+    wait_for(lambda: tenants_client.store.statuses([a]) == [CallStatus.UNKNOWN], timeout=30)
 
 
 def test_a_recovered_throttled_call_is_admitted_again_first_and_runs_once_more(
@@ -264,13 +264,13 @@ def test_throttled_calls_survive_restarts_of_redis_and_of_every_worker(
         assert backlog >= 1  # still waiting in Redis, not in any worker
         for _ in range(2):
             fleet.start("safe", concurrency=2, **APP)
-        results = {x.call_id: x for x in batch.wait(timeout=90)}
-        for call_id, status in before.items():
-            result = results[call_id]
-            if status is CallStatus.RUNNING:  # its worker died under it; solo is not idempotent
-                assert result.status is CallStatus.FAILED and result.error_type == "worker_lost"
-            else:  # it finished before, or it was waiting: every waiting call ran
-                assert result.status is CallStatus.SUCCEEDED, (status, result)
+        lost = [c for c, s in before.items() if s is CallStatus.RUNNING]
+        rest = [c for c in ids if c not in lost]
+        # it finished before, or it was waiting: every waiting call ran
+        for result in client.wait(rest, timeout=90):
+            assert result.status is CallStatus.SUCCEEDED, (before[result.call_id], result)
+        # its worker died under it and solo is not idempotent: unknown, never run again
+        wait_for(lambda: set(client.store.statuses(lost)) <= {CallStatus.UNKNOWN}, timeout=30)
     finally:
         client.close()
         fleet.stop_all()

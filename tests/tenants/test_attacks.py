@@ -162,6 +162,35 @@ def test_the_overview_counts_a_bound_viewers_tenant_only(
     assert {c for w in everything["worker_list"] for c in w["current"]} == set(queued + parked)
 
 
+def test_a_bound_viewers_overview_reads_a_bounded_number_of_calls(
+    api: TestClient, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its parked count comes from its own index and its queued count says when it is capped."""
+    from toolq.api import dashboard
+
+    for n in range(3):
+        dispatch(api, "acme-t", f"q{n}", one("free", f"f{n}", text="x"))
+    dispatch(api, "acme-t", "p", one("gated", "g1", target="x") + one("gated", "g2", target="y"))
+    dispatch(api, "globex-t", "gp", one("gated", "g1", target="x"))
+    body = api.get("/v1/overview", headers=h("acme-t")).json()
+    assert body["pending_approvals"] == 2 and body["queues_capped"] is False
+    assert body["queues"]["safe"] == 3, body["queues"]
+    reads: list[int] = []
+    real_hmget = redis.client.Pipeline.hmget
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return real_hmget(self, *args, **kwargs)
+
+    monkeypatch.setattr(dashboard, "QUEUED_READ", 1)
+    monkeypatch.setattr(redis.client.Pipeline, "hmget", counted)
+    body = api.get("/v1/overview", params={"limit": 1}, headers=h("acme-t")).json()
+    assert body["queues_capped"] is True and body["queues"]["safe"] == 2, body["queues"]
+    assert body["pending_approvals"] == 2
+    # one queued id, and the overview's page of recent calls (one chunk): never the parked
+    assert len(reads) <= 1 + 5 + 1, len(reads)
+
+
 def test_the_charts_show_a_bound_viewer_its_tenant_only(api: TestClient) -> None:
     dispatch(api, "globex-t", "gx", one("free", "f1", text="x") + one("free", "f2", text="y"))
     assert api.get("/v1/charts", headers=h("acme-t")).json()["rates"] == {}

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from toolq.api import docs, errors
+from toolq.api.anchoring import AuditAnchors
 from toolq.api.approval_page import build_approval_page_router
 from toolq.api.auth import Authenticator, ForbiddenError, Principal, load_tokens
 from toolq.api.cells import CellParts, cells_health, health_response, needed_queues, unreachable
@@ -17,9 +18,11 @@ from toolq.api.dashboard import build_dashboard_router
 from toolq.api.decision_tokens import DecisionTokens
 from toolq.api.decisions import build_decisions_router
 from toolq.api.headers import SecurityHeaders
+from toolq.api.history import build_history_router
 from toolq.api.limits import BodySizeLimit
 from toolq.api.metrics import render
 from toolq.api.redis_gate import RedisGate, RedisProbe
+from toolq.api.resolving import build_resolve_router
 from toolq.api.routes import build_router
 from toolq.api.slack import build_slack_router
 from toolq.api.tenants import build_tenants_router
@@ -37,6 +40,7 @@ ASSETS = {
     "dashboard.js": "text/javascript",
     "charts.js": "text/javascript",
     "call.js": "text/javascript",
+    "unknown.js": "text/javascript",
     "dashboard.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -64,9 +68,13 @@ def create_app(
     # gate checks the one Redis before every request.
     probe = RedisProbe(RedisTarget.of(settings)) if client.cells is None else None
 
+    anchors = AuditAnchors(client)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        anchors.start()
         yield
+        await anchors.stop()
         await parts.close()
         if probe is not None:
             await probe.close()
@@ -88,8 +96,10 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(client, auth, parts))
     app.include_router(build_decisions_router(client, auth, DecisionTokens(settings)))
+    app.include_router(build_resolve_router(client, auth))
     app.include_router(build_dashboard_router(client, auth))
     app.include_router(build_tenants_router(client, auth))
+    app.include_router(build_history_router(client, auth))
     app.include_router(build_slack_router(client))
     app.include_router(build_approval_page_router())
     app.state.client = client
@@ -97,6 +107,7 @@ def create_app(
     app.state.parts = parts
 
     queues = needed_queues(client)
+    history_alert = settings.history_lag_alert if settings.history_url else None
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -105,7 +116,9 @@ def create_app(
             return await run_in_threadpool(cells_health, client, queues)
         try:
             await probe.check(fresh=0)  # always a fresh PING, answered within ~0.5 s
-            checks = await run_checks_async(probe.client, client.keys, queues, probe.where)
+            checks = await run_checks_async(
+                probe.client, client.keys, queues, probe.where, history_alert
+            )
         except RedisUnavailableError as exc:
             return unreachable(exc)
         except (redis.RedisError, OSError) as exc:

@@ -33,6 +33,8 @@ class CellParts:
             EventHub(RedisTarget.of(c.settings), c.keys, settings.max_event_streams) for c in cells
         ]
         self.tickets = [TicketStore(c.redis, c.keys, settings.event_ticket_seconds) for c in cells]
+        for hub, cell in zip(self.hubs, cells, strict=True):
+            hub.cold = cell.backend.history
 
     def _index(self, run_id: str) -> int:
         if self.client.cells is None:

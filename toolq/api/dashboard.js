@@ -7,12 +7,13 @@ const APPROVALS_PAGE = 50;  // rows of the approvals table: one page is fetched,
 let FINAL = new Set();  // the states a call never leaves: /v1/overview's final_states
 const RISKS = ["safe", "moderate", "dangerous"];
 const EVENT_TYPES = ["queued", "awaiting_approval", "approved", "denied", "expired", "started", "progress",
-  "retrying", "throttled", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed"].map(t => "call." + t);
+  "retrying", "throttled", "succeeded", "failed", "cancelled", "previewed", "undone", "undo_failed",
+  "unknown"].map(t => "call." + t);
 const EVENT_STATE = { "call.queued": "queued", "call.awaiting_approval": "awaiting_approval",
   "call.approved": "queued", "call.denied": "denied", "call.expired": "expired", "call.started": "running",
   "call.progress": "running", "call.retrying": "running", "call.throttled": "queued", "call.succeeded": "succeeded",
   "call.failed": "failed", "call.cancelled": "cancelled", "call.undone": "cancelled",
-  "call.undo_failed": "failed" };
+  "call.undo_failed": "failed", "call.unknown": "unknown" };
 
 const $ = (sel, root = document) => root.querySelector(sel);
 let token = localStorage.getItem("toolq.token") || "";
@@ -277,7 +278,9 @@ function renderStats(o) {
   const cardsOut = RISKS.map(risk => el("div", { class: "stat", "data-testid": "stat-" + risk },
     el("h3", {}, riskBadge(risk)),
     el("div", { class: "nums" },
-      el("div", {}, el("div", { class: "num", "data-testid": "queue-" + risk }, o.queues[risk]),
+      el("div", {}, el("div", { class: "num", "data-testid": "queue-" + risk,
+        title: o.queues_capped ? "at least: more calls were queued than one poll reads" : "" },
+        o.queues[risk] + (o.queues_capped ? "+" : "")),
         el("div", { class: "lbl", title: unitTitle, "data-testid": "queue-unit-" + risk }, "queued " + unit)),
       el("div", {}, el("div", { class: "num" + (o.workers[risk] ? "" : " warn"),
         "data-testid": "workers-" + risk }, o.workers[risk]),
@@ -701,9 +704,13 @@ async function loadRuns() {
       el("td", { "data-label": "Owner" }, r.owner || ""),
       el("td", { class: "mono", "data-label": "Last dispatch" }, clock(r.last_dispatch_at)),
       el("td", { class: "num", "data-label": "Calls" }, r.calls),
-      el("td", { class: "states", "data-label": "States" }, states(r.statuses)),
+      el("td", { class: "states", "data-label": "States" }, states(r.statuses),
+        r.counted < r.calls ? el("span", { class: "muted", "data-testid": "run-counted",
+          title: "states are counted over the run's newest calls only" },
+          ` of the newest ${r.counted}`) : null),
       el("td", {}, parked ? el("button", { type: "button", class: "approve", "data-testid": "approve-run",
-        onclick: () => approveRun(r.run_id, parked) }, `Approve ${parked}`) : null));
+        onclick: () => approveRun(r.run_id, r.counted < r.calls ? 0 : parked) },
+        `Approve ${parked}${r.counted < r.calls ? "+" : ""}`) : null));
   }));
 }
 

@@ -198,22 +198,36 @@ def worker_rows(workers: list[dict[str, Any]], now: float) -> list[dict[str, Any
     return sorted(rows, key=lambda row: str(row["hostname"]))
 
 
+QUEUED_READ = 10_000
+"""Queued call ids a tenant-bound overview reads at most (``queues_capped`` when more)."""
+
+
 def tenant_figures(
     client: Client, tenant: str, workers: list[dict[str, Any]]
-) -> tuple[dict[str, int], int, list[dict[str, Any]]]:
+) -> tuple[dict[str, int], int, list[dict[str, Any]], bool]:
     """What a caller bound to ``tenant`` may see of one cell's figures.
 
     Its queued calls per risk (not the queues' message counts), its calls awaiting a
-    decision, and the live workers with only its calls among their current ones.
+    decision, the live workers with only its calls among their current ones, and whether
+    the queued count was capped. The parked count is the size of the tenant's own parked
+    index and its calls waiting for admission the length of its backlogs, so neither grows
+    with what other tenants (or it) parked; the calls queued for the fleet are read up to
+    ``QUEUED_READ`` ids, and a larger queue is counted up to that many (``capped``).
     """
     r = client.redis
     keys = client.keys
     pipe = r.pipeline(transaction=False)
-    for index in (keys.queued, keys.unsent, keys.pending_approvals):
-        pipe.zrange(index, 0, -1)
-    queued, unsent, parked = ({as_text(c) for c in found} for found in pipe.execute())
+    for index in (keys.queued, keys.unsent):
+        pipe.zrange(index, 0, QUEUED_READ - 1)
+        pipe.zcard(index)
+    pipe.zcard(keys.tenant_parked(tenant))
+    for level in RiskLevel:
+        pipe.llen(keys.backlog(level, tenant))
+    queued_ids, queued_n, unsent_ids, unsent_n, parked, *backlogs = pipe.execute()
+    capped = queued_n > len(queued_ids) or unsent_n > len(unsent_ids)
+    waiting = {as_text(c) for c in (*queued_ids, *unsent_ids)}
     running = {str(c) for w in workers for c in w.get("current") or []}
-    ids = sorted(queued | unsent | parked | running)
+    ids = sorted(waiting | running)
     pipe = r.pipeline(transaction=False)
     for call_id in ids:
         pipe.hmget(keys.call(call_id), "tenant", "risk", "status")
@@ -221,16 +235,13 @@ def tenant_figures(
     for call_id, (owner, risk, status) in zip(ids, pipe.execute() if ids else [], strict=True):
         if status is not None and (as_text(owner) if owner else DEFAULT_TENANT) == tenant:
             mine[call_id] = (as_text(risk or b""), as_text(status))
-    queues = {level.value: 0 for level in RiskLevel}
-    for call_id in queued | unsent:
+    queues = {level.value: n for level, n in zip(RiskLevel, backlogs, strict=True)}
+    for call_id in waiting:
         risk, status = mine.get(call_id, ("", ""))
         if status == CallStatus.QUEUED.value and risk in queues:
             queues[risk] += 1
-    pending = sum(
-        1 for c in parked if mine.get(c, ("", ""))[1] == CallStatus.AWAITING_APPROVAL.value
-    )
     visible = [{**w, "current": [c for c in w.get("current") or [] if c in mine]} for w in workers]
-    return queues, pending, visible
+    return queues, int(parked), visible, capped
 
 
 def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[str, Any]:
@@ -242,7 +253,8 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
     ``final_states`` are the states a call never leaves. ``queue_unit`` says what
     ``queues`` counts: the queues' Celery messages (a message may carry several calls,
     and calls waiting for admission have none yet) or, for a tenant-bound caller, its
-    queued calls. With cells the figures add up
+    queued calls (``queues_capped`` when more were queued than it reads). With cells the
+    figures add up
     every cell that answers, the calls are merged newest first, and ``cells`` says which
     cells answer (``{"cell", "where", "up"}`` each).
     """
@@ -256,13 +268,15 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
     alive = dict.fromkeys((level.value for level in RiskLevel), 0)
     worker_list: list[dict[str, Any]] = []
     pending = 0
+    capped = False
     calls: list[dict[str, Any]] = []
     for index, cell in reachable:
         r = cell.redis
         keys = cell.keys
         workers = live_workers(cell.settings, cell.redis)
         if scope is not None:
-            depth, parked, workers = tenant_figures(cell, scope, workers)
+            depth, parked, workers, cut = tenant_figures(cell, scope, workers)
+            capped = capped or cut
         else:
             pipe = r.pipeline(transaction=False)
             for level in RiskLevel:
@@ -293,6 +307,7 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
         "worker_list": sorted(worker_list, key=lambda row: str(row["hostname"])),
         "pending_approvals": pending,
         "queue_unit": "calls" if scope is not None else "messages",
+        "queues_capped": capped,
         "tenant": filters.get("tenant"),
         "calls": calls[:limit],
         "offset": offset,

@@ -18,6 +18,7 @@ STATUS: list[tuple[type[errors.ToolqError], int]] = [
     (errors.NotAuthorizedError, 403),
     (errors.CallNotFoundError, 404),
     (errors.RunNotFoundError, 404),
+    (errors.NoHistoryError, 404),
     (errors.NotRetryableError, 409),
     (errors.ToolNotFoundError, 404),
     (errors.NotAwaitingApprovalError, 409),

@@ -18,7 +18,9 @@ DOCS_CSP = (
     "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 """``/docs`` runs Swagger UI from this server's own files (``toolq.api.docs``), nothing else."""
-DASHBOARD_PATHS = frozenset({"/", "/dashboard.js", "/charts.js", "/call.js", "/dashboard.css"})
+DASHBOARD_PATHS = frozenset(
+    {"/", "/dashboard.js", "/charts.js", "/call.js", "/unknown.js", "/dashboard.css"}
+)
 
 COMMON = [
     (b"x-content-type-options", b"nosniff"),

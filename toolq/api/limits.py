@@ -87,7 +87,7 @@ def parse_body(raw: bytes, settings: Settings) -> Any:
 
 Body = TypeVar("Body", bound=BaseModel)
 
-DECISION_TEXT_FIELDS = ("reason", "note")
+DECISION_TEXT_FIELDS = ("reason", "note", "result")
 """Free text of a decision, stored with the call and in the audit stream."""
 
 

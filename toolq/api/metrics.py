@@ -23,6 +23,7 @@ from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, to
 from toolq.models import RiskLevel
 from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
+from toolq.workers.health import history_lag
 from toolq.workers.heartbeat import live_workers
 
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
@@ -79,6 +80,13 @@ def render(client: Client) -> str:
     for cell in cells:
         lines.append(f"toolq_pending_approvals{cell.only_label} {cell.pending}")
     metric(
+        "toolq_calls_unknown",
+        "gauge",
+        "Calls of unknown outcome (lost with their worker mid-call) waiting for a person.",
+    )
+    for cell in cells:
+        lines.append(f"toolq_calls_unknown{cell.only_label} {cell.unknown}")
+    metric(
         "toolq_refused_requests_total",
         "counter",
         "Requests refused because their run belongs to another principal or tenant.",
@@ -111,6 +119,19 @@ def render(client: Client) -> str:
             lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {len(values)}')
             lines.append(f"toolq_call_duration_ms_sum{{{tool}}} {sum(values):.3f}")
             lines.append(f"toolq_call_duration_ms_count{{{tool}}} {len(values)}")
+    if client.settings.history_url:
+        metric(
+            "toolq_history_lag_seconds",
+            "gauge",
+            "Age of the oldest finished call not archived to the history store yet (0: none).",
+        )
+        for cell in cells:
+            first = cell.redis.xrange(cell.keys.history_archive, count=1)
+            lines.append(f"toolq_history_lag_seconds{cell.only_label} {history_lag(first):.3f}")
+        metric("toolq_history_unarchived", "gauge", "Finished calls waiting to be archived.")
+        for cell in cells:
+            waiting = cell.redis.xlen(cell.keys.history_archive)
+            lines.append(f"toolq_history_unarchived{cell.only_label} {waiting}")
     lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
 
@@ -137,6 +158,7 @@ class _Cell:
         self.durations: dict[str, list[float]] = {}
         self.depths: dict[RiskLevel, int] = {}
         self.pending = 0
+        self.unknown = 0
         self.refused = 0
         self.audited = 0
 
@@ -146,13 +168,14 @@ class _Cell:
         return f"{{{self.label.rstrip(',')}}}" if self.label else ""
 
     def read_depths(self) -> None:
-        """Queue depths, pending approvals and refusal counters, in one round trip."""
+        """Queue depths, parked calls and refusal counters, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for level in RiskLevel:
             pipe.llen(self.keys.queue_for(level))
         pipe.zcard(self.keys.pending_approvals)
+        pipe.zcard(self.keys.unknown)
         pipe.hmget(self.keys.refusals, "refused", "audited")
-        *depths, self.pending, (refused, audited) = pipe.execute()
+        *depths, self.pending, self.unknown, (refused, audited) = pipe.execute()
         self.depths = dict(zip(RiskLevel, depths, strict=True))
         self.refused, self.audited = int(refused or 0), int(audited or 0)
 

@@ -3,8 +3,11 @@
 toolq's Redis clients retry a dropped connection for about ten seconds, to ride out a
 restart. A request that arrives while Redis is down would wait out those retries and end
 in a 500; the gate asks Redis first (a PING with a short timeout, no retries) and answers a
-JSON 503 within about a second. A PING that succeeded is trusted for ``FRESH_SECONDS``, so a
-healthy API pays one PING per second, not one per request.
+JSON 503 at once when Redis refuses the connection, and within ``PING_TIMEOUT`` when it does
+not answer at all. The timeout is not shorter because on a loaded host a healthy Redis can
+take over half a second to accept a connection, and a false 503 refuses a good request.
+A PING that succeeded is trusted for ``FRESH_SECONDS``, so a healthy API pays one PING per
+second, not one per request.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from toolq.errors import RedisUnavailableError
 from toolq.redis_failures import store_error
 from toolq.results.connection import RedisTarget, async_probe_client
 
-PING_TIMEOUT = 0.5
+PING_TIMEOUT = 2.0
 FRESH_SECONDS = 1.0
 GATED_PREFIXES = ("/v1/", "/metrics")
 

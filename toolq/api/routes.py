@@ -160,7 +160,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         page = client.runs(
             limit=limit,
             cursor=cursor,
-            tenant=_own_tenant(caller, tenant),
+            tenant=own_tenant(caller, tenant),
             since=start,
             until=end,
         )
@@ -311,7 +311,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         ``X-Toolq-Cells-Down`` lists the cells that do not (comma-separated indexes).
         """
         caller.require_viewer()
-        tenant = _own_tenant(caller, tenant)
+        tenant = own_tenant(caller, tenant)
         start, end = time_bounds(since, until)
         down = [] if run_id is not None else client.reachable()[1]
         page = client.approvals.page(
@@ -397,7 +397,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
     return router
 
 
-def _own_tenant(caller: Principal, named: str | None) -> str | None:
+def own_tenant(caller: Principal, named: str | None) -> str | None:
     """The tenant a listing is limited to: a bound caller's own (naming another: 403)."""
     if caller.tenant is None:
         return named

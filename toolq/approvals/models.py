@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from toolq.models import CallStatus, RiskLevel
+from toolq.models import CallStatus, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 
 
@@ -65,6 +65,21 @@ class Deny(BaseModel):
     """Also deny this tool for the rest of the run."""
 
 
+class Resolve(BaseModel):
+    """A person's outcome for a call of unknown outcome (lost with its worker mid-call).
+
+    The body of ``POST /v1/calls/{id}/resolve``.
+    """
+
+    outcome: Resolution
+    """``succeeded`` (it took effect), ``failed`` (it did not) or ``rerun`` (run it again)."""
+    note: str | None = None
+    """Why: stored with the decision and audited; the error the model reads on ``failed``."""
+    result: str | None = None
+    """The output text the model reads on ``succeeded`` (default: the note, else a line
+    saying it took effect)."""
+
+
 class AuditEntry(BaseModel):
     """One line of the audit stream: a decision, a refusal or an expiry."""
 
@@ -81,3 +96,9 @@ class AuditEntry(BaseModel):
     system: bool = False
     """Written by a worker or the sweeper, which hold no signing key."""
     reason: str | None = None
+    seq: int | None = None
+    """The entry's place in the audit hash chain (1, 2, 3, ...; None: written before it)."""
+    prev: str | None = None
+    """The hash of the entry before (forty zeros for seq 1)."""
+    hash: str | None = None
+    """SHA1 of ``prev`` and the entry's fields (see the security model)."""

@@ -48,6 +48,7 @@ from toolq.quotas import tenant_config
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
 from toolq.results.admission import Admission
+from toolq.results.audit_log import AuditLog
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwners
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
@@ -202,6 +203,7 @@ class ApprovalStore:
         self.authority = Authority(registry, self.settings, self.signer)
         self._warned = False
         self.owners = owners or RunOwners(self.redis, self.keys, self.settings)
+        self.audit_log = AuditLog(self.redis, self.keys, self.settings.audit_maxlen, self.scripts)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -614,13 +616,7 @@ class ApprovalStore:
         ts = repr(time.time())
         outcome = AuditOutcome.refused(f"rule:{reason}")
         fields = audit_fields("", run_id, "", by or "", outcome, "", ts)
-        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
-        self.redis.xadd(
-            self.keys.audit_stream,
-            entry,
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
-        )
+        self.audit_log.append({**fields, "sig": self._audit_sig(**fields)})
         raise NotAuthorizedError(
             f"{change} loosens the approval gate of run {run_id}: it needs an approver for "
             f"{risk.value} calls (by=...); {by or 'nobody'!r} is refused: "
@@ -646,6 +642,20 @@ class ApprovalStore:
                 rules.signatures[rule_key(rule, tool)] = signed
 
         self.policy.update_rules(run_id, change)
+
+    # -- calls of unknown outcome ------------------------------------------------------------
+
+    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
+        raw: Any = self.redis.zrange(self.keys.unknown, 0, -1)
+        out = []
+        for record in self.store.records([as_text(c) for c in raw]):
+            if record is None or record["status"] != CallStatus.UNKNOWN.value:
+                continue
+            if run_id is not None and record["run_id"] != run_id:
+                continue
+            out.append(self._request(record))
+        return out
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -840,13 +850,7 @@ class ApprovalStore:
         fields = audit_fields(
             request.call_id, request.run_id, request.name, by, outcome, request.digest, ts
         )
-        entry: dict[Any, Any] = {**fields, "sig": self._audit_sig(**fields)}
-        self.redis.xadd(
-            self.keys.audit_stream,
-            entry,
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
-        )
+        self.audit_log.append({**fields, "sig": self._audit_sig(**fields)})
 
 
 __all__ = [

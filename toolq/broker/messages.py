@@ -209,9 +209,14 @@ def decode(raw: bytes | str | dict[str, Any] | None) -> Delivery | None:
 
 
 def _pairs(value: Any) -> bool:
-    """Whether ``value`` is a batch's non-empty ``[[call_id, run_id], ...]``."""
+    """Whether ``value`` is a batch's non-empty ``[[call_id, run_id, kind?], ...]``.
+
+    Dispatches send ``(call_id, run_id, kind)``; messages sent before ``kind`` existed have
+    pairs. Either is read: a batch message left in kombu's ``unacked`` hash by a killed
+    worker must be recognised to be sent again.
+    """
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in value)
+        and all(isinstance(p, list) and len(p) in (2, 3) and isinstance(p[0], str) for p in value)
     )

@@ -11,11 +11,13 @@ import typer
 
 from toolq.cli.api import api
 from toolq.cli.approvals import approvals
+from toolq.cli.audit import verify_audit_
 from toolq.cli.calls import calls
 from toolq.cli.check import check
 from toolq.cli.demo import demo
 from toolq.cli.dev import dev
 from toolq.cli.dispatch import dispatch
+from toolq.cli.history import history
 from toolq.cli.keys import keys
 from toolq.cli.mcp import mcp
 from toolq.cli.runs import runs
@@ -77,10 +79,12 @@ app.command()(tools)
 app.command()(check)
 app.command()(mcp)
 app.command()(tenants)
+app.command("verify-audit")(verify_audit_)
 app.add_typer(approvals, name="approvals")
 app.add_typer(calls, name="calls")
 app.add_typer(runs, name="runs")
 app.add_typer(keys, name="keys")
+app.add_typer(history, name="history")
 
 
 def _metavars(command: Any) -> None:

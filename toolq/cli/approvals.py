@@ -8,15 +8,13 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import redis
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from toolq.approvals.audit import verify_audit
 from toolq.approvals.models import ApprovalRequest
-from toolq.backend import Backend
+from toolq.cli.audit import anchor_audit, verify_audit_
 from toolq.cli.common import (
     APP_HELP,
     REDIS_HELP,
@@ -33,7 +31,6 @@ from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
-from toolq.signing import verifier_for
 from toolq.workers.heartbeat import live_workers
 
 approvals = typer.Typer(help="Calls awaiting approval.", no_args_is_help=True)
@@ -408,41 +405,5 @@ def deny(
         typer.echo(f"denied {full}")
 
 
-@approvals.command("verify-audit")
-def verify_audit_(
-    json_: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
-    redis_url: str | None = _REDIS,
-) -> None:
-    """Check every audit entry's signature (needs TOOLQ_APPROVAL_VERIFY_KEYS).
-
-    Exits 1 when an entry's signature is invalid or a decision entry is unsigned; entries
-    written by workers and the sweeper (which hold no signing key) are counted apart.
-    """
-    settings = settings_for(redis_url=redis_url)
-    verifier = verifier_for(settings)
-    if verifier is None:
-        raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
-    require_redis(settings)
-    report = None
-    for cell in range(len(settings.shards)) if settings.shards else [None]:
-        one = settings.for_cell(cell) if cell is not None else settings
-        backend = Backend(one)
-        try:
-            found = verify_audit(backend.redis, one, verifier)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise fail(f"cell {cell} does not answer: {exc}") from None
-        finally:
-            backend.close()
-        report = found if report is None else report.merged(found)
-    assert report is not None
-    if json_:
-        print_json(report.model_dump())
-    else:
-        typer.echo(
-            f"{report.valid} valid, {report.invalid} invalid, {report.unsigned} unsigned, "
-            f"{report.unsigned_system} unsigned system entries (of {report.total})"
-        )
-        for entry_id in report.bad_ids[:20]:
-            typer.echo(f"  bad entry {entry_id}", err=True)
-    if not report.ok:
-        raise typer.Exit(1)
+approvals.command("verify-audit")(verify_audit_)
+approvals.command("anchor-audit")(anchor_audit)

@@ -1,8 +1,9 @@
-"""``toolq calls``: list, show, cancel and retry calls, as an on-call person needs them."""
+"""``toolq calls``: list, show, cancel, retry and resolve calls, as on-call people need."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import typer
 from rich.console import Console
@@ -35,7 +36,7 @@ from toolq.errors import ToolqError
 from toolq.models import CallResult, CallStatus
 from toolq.registry.registry import ToolRegistry
 
-calls = typer.Typer(help="Calls: list, show, cancel, retry.", no_args_is_help=True)
+calls = typer.Typer(help="Calls: list, show, cancel, retry, resolve.", no_args_is_help=True)
 console = Console(soft_wrap=True, highlight=False)
 
 STATUSES = tuple(s.value for s in CallStatus)
@@ -73,8 +74,11 @@ def warn_down(client: Client, what: str) -> None:
         typer.echo(f"warning: {cell.name} does not answer: its {what} are not listed", err=True)
 
 
-def recent(client: Client, limit: int, **filters: Any) -> list[dict[str, Any]]:
-    """The newest calls matching ``filters``, newest first, across every cell that answers."""
+def recent(client: Client, limit: int, offset: int = 0, **filters: Any) -> list[dict[str, Any]]:
+    """The newest calls matching ``filters`` across every cell that answers, newest first.
+
+    The first ``offset`` of them are skipped (a next page).
+    """
     # The dashboard's listing: the same rows, read from the recent-calls index.
     from toolq.api.dashboard import recent_calls
 
@@ -84,9 +88,9 @@ def recent(client: Client, limit: int, **filters: Any) -> list[dict[str, Any]]:
         cells = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
     rows: list[dict[str, Any]] = []
     for _, cell in cells:
-        rows.extend(recent_calls(cell, limit=limit, **filters))
+        rows.extend(recent_calls(cell, limit=offset + limit, **filters))
     rows.sort(key=lambda row: row["created_at"] or 0.0, reverse=True)
-    return rows[:limit]
+    return rows[offset : offset + limit]
 
 
 @calls.command("list")
@@ -98,6 +102,9 @@ def list_(
     tool: str | None = typer.Option(None, help="Only this tool."),
     tenant: str | None = typer.Option(None, help="Only this tenant's calls."),
     limit: int = typer.Option(50, min=1, max=10_000, help="At most this many calls."),
+    offset: int = typer.Option(
+        0, min=0, help="Skip this many of the newest matching calls (the next page)."
+    ),
     json_: bool = _JSON,
     redis_url: str | None = _REDIS,
 ) -> None:
@@ -106,7 +113,8 @@ def list_(
         try:
             rows = recent(
                 client,
-                limit,
+                limit + 1,
+                offset,
                 run_id=run_id,
                 tool=tool,
                 tenant=tenant,
@@ -116,12 +124,20 @@ def list_(
             raise fail(str(exc)) from None
         if run_id is None:
             warn_down(client, "calls")
+    more = len(rows) > limit
+    rows = rows[:limit]
     if json_:
         print_json(rows)
-        return
-    if not rows:
+    elif not rows:
         typer.echo("no calls")
-        return
+    else:
+        _print_calls(rows)
+    if more:  # on stderr, so --json output stays one JSON list
+        typer.echo(f"note: more calls: next page with --offset {offset + limit}", err=True)
+
+
+def _print_calls(rows: list[dict[str, Any]]) -> None:
+    """The rows of ``calls list`` as a table."""
     table = Table("call", "created", "run", "tool", "state", "took", "error", box=None)
     table.columns[0].no_wrap = True  # people copy full ids
     for row in rows:
@@ -224,6 +240,11 @@ def cancel(
             raise fail(str(exc)) from None
     if before.is_final:
         raise fail(f"call {full} is already {before.value}: nothing to cancel")
+    if before is CallStatus.UNKNOWN:
+        raise fail(
+            f"call {full} is of unknown outcome (its worker was lost mid-call): nothing runs "
+            "it; record what happened with toolq calls resolve"
+        )
     if result.status is CallStatus.CANCELLED:
         typer.echo(f"cancelled {full}")
     else:
@@ -255,3 +276,99 @@ def retry(
         except ToolqError as exc:
             raise fail(str(exc)) from None
     typer.echo(f"retried {full} as {new.call_id}: {new.status.value}")
+
+
+@calls.command()
+def resolve(
+    call_id: str = _CALL_ID,
+    succeeded: bool = typer.Option(False, "--succeeded", help="It took effect."),
+    failed: bool = typer.Option(False, "--failed", help="It did not take effect."),
+    rerun: bool = typer.Option(False, "--rerun", help="Run it again (a new attempt)."),
+    note: str | None = typer.Option(None, "--note", help="Why; kept with it and audited."),
+    result: str | None = typer.Option(
+        None, "--result", help="With --succeeded: the output text the model reads."
+    ),
+    by: str = typer.Option("cli", "--by", help="Approver name (with --api: your token's)."),
+    api: str | None = typer.Option(
+        None,
+        "--api",
+        envvar="TOOLQ_API_URL",
+        metavar="URL",
+        help="Resolve through this toolq API, as your --token, instead of signing here.",
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="TOOLQ_API_TOKEN", help="Your API token, for --api."
+    ),
+    unsigned: bool = typer.Option(
+        False, "--unsigned", help="Resolve without a signature: only where no worker verifies."
+    ),
+    app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
+    redis_url: str | None = _REDIS,
+) -> None:
+    """Record the outcome of a call of unknown outcome (its worker was lost mid-call).
+
+    As ``POST /v1/calls/{id}/resolve``: signed with TOOLQ_APPROVAL_SIGNING_KEY over the
+    tool's risk from the registry (--app), or made by the API (--api, --token); authorized
+    and audited like an approval. Exit 1 when the call is not of unknown outcome.
+    """
+    chosen = [
+        name for name, on in (("succeeded", succeeded), ("failed", failed), ("rerun", rerun)) if on
+    ]
+    if len(chosen) != 1:
+        raise fail("say what happened: exactly one of --succeeded, --failed, --rerun", 2)
+    outcome = chosen[0]
+    if result is not None and outcome != "succeeded":
+        raise fail("--result goes with --succeeded only", 2)
+    if api is not None:
+        answer = resolve_through_api(api, token, call_id, outcome, note, result)
+        typer.echo(f"resolved {answer.get('call_id', call_id)}: {answer.get('status', '?')}")
+        return
+    settings = settings_for(app, redis_url)
+    if settings.approval_signing_key is None and not unsigned:
+        raise fail(
+            "cannot sign this resolution (no TOOLQ_APPROVAL_SIGNING_KEY) and workers that "
+            "verify refuse an unsigned re-run: set the key, or resolve through the API with "
+            "--api URL --token TOKEN (or pass --unsigned where no worker verifies)"
+        )
+    if settings.approval_signing_key is not None and not settings.app:
+        raise fail(
+            "a signed resolution names the tool's risk, which comes from the registry: pass "
+            "--app or set TOOLQ_APP (or resolve through the API with --api URL --token TOKEN)"
+        )
+    with open_client(app, redis_url) as client:
+        full = resolved(client, call_id)
+        try:
+            done = client.resolve_unknown(full, outcome, by=by, note=note, result=result)
+        except ToolqError as exc:
+            raise fail(str(exc)) from None
+    typer.echo(f"resolved {full}: {done.status.value}")
+
+
+def resolve_through_api(
+    api: str, token: str | None, call_id: str, outcome: str, note: str | None, result: str | None
+) -> dict[str, Any]:
+    """``POST /v1/calls/{id}/resolve`` as the token's holder; the API signs and checks."""
+    import httpx
+
+    if not token:
+        raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
+    body: dict[str, Any] = {"outcome": outcome}
+    for name, value in (("note", note), ("result", result)):
+        if value is not None:
+            body[name] = value
+    url = f"{api.rstrip('/')}/v1/calls/{quote(call_id, safe='')}/resolve"
+    try:
+        response = httpx.post(
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+    except httpx.HTTPError as exc:
+        raise fail(f"the API at {api} does not answer: {exc}") from None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    if response.status_code != 200:
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        message = error.get("message") or response.text.strip()[:200]
+        raise fail(f"the API refused ({response.status_code}): {message}")
+    return dict(answer)

@@ -99,7 +99,8 @@ def check(
         reader = probe_client(settings, 2)
         try:
             queues = [Keys(settings.key_prefix).queue_for(level) for level in levels]
-            checks = run_checks(reader, Keys(settings.key_prefix), queues, where)
+            alert = settings.history_lag_alert if settings.history_url else None
+            checks = run_checks(reader, Keys(settings.key_prefix), queues, where, alert)
         finally:
             reader.close()
         workers = live_workers(settings)

@@ -18,7 +18,7 @@ import uuid
 import typer
 
 from toolq.cli.common import load_registry, print_json
-from toolq.cli.stack import Stack, remove_namespace
+from toolq.cli.stack import Stack, dev_history_url, remove_namespace
 from toolq.dispatch.client import Client
 from toolq.keys import Keys
 from toolq.models import CallStatus, Event
@@ -84,7 +84,10 @@ def demo(
     prefix = "toolq" if redis_url is None else f"toolq-demo-{uuid.uuid4().hex[:8]}"
     scratch = tempfile.mkdtemp(prefix="toolq-demo-")
     log_path = os.path.join(scratch, "workers.log")
-    env = {"TOOLQ_KEY_PREFIX": prefix}
+    env = {
+        "TOOLQ_KEY_PREFIX": prefix,
+        "TOOLQ_HISTORY_URL": os.environ.get("TOOLQ_HISTORY_URL") or dev_history_url(scratch),
+    }
     if not os.environ.get("TOOLQ_DEMO_DIR"):
         env["TOOLQ_DEMO_DIR"] = scratch  # the demo tools' files go with the rest
     typer.echo("starting Redis and workers…")

@@ -22,10 +22,11 @@ from toolq.cli.common import (
     require_free_port,
     settings_for,
 )
-from toolq.cli.stack import Stack
+from toolq.cli.stack import Stack, dev_history_url
 from toolq.cli.worker import POOLS
 from toolq.keys import Keys
 from toolq.models import RiskLevel
+from toolq.redis_target import redacted
 from toolq.settings import ApiToken
 
 API_HOST = "127.0.0.1"
@@ -84,6 +85,7 @@ def dev(
             '(--redis-url "$TOOLQ_REDIS_URL" uses that one)',
             err=True,
         )
+    history_url = settings.history_url or dev_history_url()
     stack = Stack.start(
         settings.app,
         redis_url,
@@ -92,6 +94,7 @@ def dev(
         pool=pool,
         loglevel=log_level,
         shards=shards,
+        env={"TOOLQ_HISTORY_URL": history_url},
     )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     # Ctrl-C stops the stack even when this process was started with SIGINT ignored (as a
@@ -126,6 +129,7 @@ def dev(
             typer.echo(
                 f"  worker   {queue:<16} pid {proc.pid}" + (f"  {cell_name}" if cell_name else "")
             )
+        typer.echo(f"  history  {redacted(history_url)}")
         if stack.api_url:
             typer.echo(f"  api      {stack.api_url}  (dashboard at /, docs at /docs)")
             if configured:
@@ -138,6 +142,7 @@ def dev(
             typer.echo(f"  export TOOLQ_SHARDS='{json.dumps([c.url for c in stack.cells])}'")
         else:
             typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
+        typer.echo(f"  export TOOLQ_HISTORY_URL={history_url}")
         if not settings.secrets_key:
             typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")
         # Deciding from another shell (`toolq approvals approve`) needs the stack's key.

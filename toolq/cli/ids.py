@@ -42,7 +42,12 @@ def resolve_in(client: Client, given: str) -> str:
     An unknown id is returned as given: the command reading it says it is unknown.
     """
     if client.cells is None:
-        return resolve_call_id(client.redis, client.keys, given)
+        try:
+            return resolve_call_id(client.redis, client.keys, given)
+        except CallNotFoundError:
+            if client.store.records([given])[0] is not None:
+                return given  # archived: in the history store, no longer in Redis
+            raise
     found: set[str] = set()
     for _, cell in client.reachable()[0]:
         try:

@@ -29,6 +29,7 @@ STATUS_STYLE = {
     CallStatus.DENIED: "red",
     CallStatus.EXPIRED: "red",
     CallStatus.CANCELLED: "magenta",
+    CallStatus.UNKNOWN: "bold yellow",
 }
 EVENT_STYLE = {
     EventType.QUEUED: "cyan",
@@ -46,6 +47,7 @@ EVENT_STYLE = {
     EventType.PREVIEWED: "cyan",
     EventType.UNDONE: "magenta",
     EventType.UNDO_FAILED: "red",
+    EventType.UNKNOWN: "bold yellow",
 }
 
 

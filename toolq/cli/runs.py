@@ -37,36 +37,39 @@ def counts_text(by_state: dict[str, int]) -> str:
 def list_(
     tenant: str | None = typer.Option(None, help="Only this tenant's runs."),
     limit: int = typer.Option(50, min=1, max=MAX_LIMIT, help="At most this many runs."),
+    cursor: str | None = typer.Option(
+        None, help="Where the previous page ended (the cursor its note printed)."
+    ),
     json_: bool = _JSON,
     redis_url: str | None = _REDIS,
 ) -> None:
     """The runs most recently dispatched into first, with their calls per state."""
     with open_client(None, redis_url) as client:
         try:
-            page = client.runs(limit=limit, tenant=tenant)
+            page = client.runs(limit=limit, tenant=tenant, cursor=cursor)
         except ToolqError as exc:
             raise fail(str(exc)) from None
         warn_down(client, "runs")
     if json_:
         print_json([run.model_dump(mode="json") for run in page.items])
-        return
-    if not page.items:
+    elif not page.items:
         typer.echo("no runs")
-        return
-    table = Table("run", "last dispatch", "tenant", "owner", "calls", "states", box=None)
-    table.columns[0].no_wrap = True
-    for run in page.items:
-        table.add_row(
-            run.run_id,
-            when(run.last_dispatch_at),
-            run.tenant,
-            run.owner or "-",
-            str(run.calls),
-            counts_text(ordered(run.statuses)),
-        )
-    print_table(table)
-    if page.next_cursor is not None:
-        typer.echo(f"note: more runs than --limit {limit} shows", err=True)
+    else:
+        table = Table("run", "last dispatch", "tenant", "owner", "calls", "states", box=None)
+        table.columns[0].no_wrap = True
+        for run in page.items:
+            table.add_row(
+                run.run_id,
+                when(run.last_dispatch_at),
+                run.tenant,
+                run.owner or "-",
+                str(run.calls),
+                counts_text(ordered(run.statuses))
+                + (f" (of the newest {run.counted})" if run.counted < run.calls else ""),
+            )
+        print_table(table)
+    if page.next_cursor is not None:  # on stderr, so --json output stays one JSON list
+        typer.echo(f"note: more runs: next page with --cursor {page.next_cursor}", err=True)
 
 
 def ordered(statuses: dict[str, int]) -> dict[str, int]:

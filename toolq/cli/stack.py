@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 
@@ -386,3 +387,12 @@ class Stack:
             self.embedded.stop()
         for cell in self.cells:
             cell.stop()
+
+
+def dev_history_url(directory: str | None = None) -> str:
+    """An SQLite history store in ``directory`` (default: a new temporary one).
+
+    ``toolq dev`` and ``toolq demo`` archive there unless ``TOOLQ_HISTORY_URL`` names one.
+    """
+    where = Path(directory or tempfile.mkdtemp(prefix="toolq-history-"))
+    return f"sqlite:///{where / 'history.db'}"

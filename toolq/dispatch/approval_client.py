@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from toolq import errors
 from toolq.approvals.models import ApprovalRequest
-from toolq.models import CallResult, RiskLevel
+from toolq.models import CallResult, Resolution, RiskLevel
 
 if TYPE_CHECKING:
     import httpx
@@ -134,6 +134,25 @@ class _Requests:
         path = f"/v1/approvals/{_call_path(call_id)}/decision-token"
         return _Request("POST", path, lambda data: DecisionToken(**data))
 
+    def unknown(self, run_id: str | None) -> _Request[list[ApprovalRequest]]:
+        return _Request(
+            "GET",
+            "/v1/unknown",
+            lambda data: [ApprovalRequest.model_validate(item) for item in data],
+            params={"run_id": run_id} if run_id is not None else None,
+        )
+
+    def resolve(
+        self, call_id: str, outcome: Resolution | str, note: str | None, result: str | None
+    ) -> _Request[CallResult]:
+        body: dict[str, Any] = {"outcome": Resolution(outcome).value}
+        if note is not None:
+            body["note"] = note
+        if result is not None:
+            body["result"] = result
+        path = f"/v1/calls/{_call_path(call_id)}/resolve"
+        return _Request("POST", path, CallResult.model_validate, json=body)
+
 
 def _answer(request: _Request[T], response: httpx.Response) -> T:
     """The request's reading of a 2xx answer; else the toolq error the API answered with."""
@@ -221,6 +240,21 @@ class ApprovalClient:
         """A one-time token for this approver's own decision on ``call_id``."""
         return self._send(self._requests.decision_token(call_id))
 
+    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
+        return self._send(self._requests.unknown(run_id))
+
+    def resolve(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """Resolve a call of unknown outcome: ``succeeded``, ``failed`` or ``rerun``."""
+        return self._send(self._requests.resolve(call_id, outcome, note, result))
+
     def close(self) -> None:
         """Close the HTTP connections."""
         self.http.close()
@@ -301,6 +335,21 @@ class AsyncApprovalClient:
     async def decision_token(self, call_id: str) -> DecisionToken:
         """See ``ApprovalClient.decision_token``."""
         return await self._send(self._requests.decision_token(call_id))
+
+    async def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """See ``ApprovalClient.unknown``."""
+        return await self._send(self._requests.unknown(run_id))
+
+    async def resolve(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """See ``ApprovalClient.resolve``."""
+        return await self._send(self._requests.resolve(call_id, outcome, note, result))
 
     async def close(self) -> None:
         """Close the HTTP connections."""

@@ -23,7 +23,7 @@ from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.dispatch.providers.streams import StreamedCalls
 from toolq.errors import ToolqError
-from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
+from toolq.models import CallResult, Event, ProviderFormat, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page
@@ -236,6 +236,20 @@ class AsyncClient:
         """
         return await asyncio.to_thread(self.sync.cancel, call_id, principal=principal, admin=admin)
 
+    async def resolve_unknown(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        by: str,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """Resolve a call of unknown outcome (``Client.resolve_unknown``)."""
+        return await asyncio.to_thread(
+            self.sync.resolve_unknown, call_id, outcome, by=by, note=note, result=result
+        )
+
     async def undo(
         self,
         call_id: str,
@@ -393,6 +407,10 @@ class AsyncApprovals:
     ) -> CallResult:
         """Deny a parked call; the model reads ``reason``; ``always`` denies it for the run."""
         return await asyncio.to_thread(self.sync.deny, call_id, by, reason, always=always)
+
+    async def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
+        """Calls of unknown outcome, longest lost first (``ApprovalStore.unknown``)."""
+        return await asyncio.to_thread(self.sync.unknown, run_id)
 
     async def decide_run(
         self,

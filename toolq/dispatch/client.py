@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -11,6 +12,7 @@ import redis
 
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.policy import RunRules
+from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.cells import Cell, CellApprovals, Cells
@@ -26,7 +28,15 @@ from toolq.errors import (
     UndoError,
     WaitTimeoutError,
 )
-from toolq.models import CallResult, CallStatus, Event, EventType, ProviderFormat, RiskLevel
+from toolq.models import (
+    CallResult,
+    CallStatus,
+    Event,
+    EventType,
+    ProviderFormat,
+    Resolution,
+    RiskLevel,
+)
 from toolq.quotas import DEFAULT_TENANT
 from toolq.redis_failures import translated
 from toolq.redis_target import RedisTarget
@@ -47,6 +57,7 @@ class Batch:
         self.cell: Cell | None = None
         """With cells, the cell its run lives in: losing it mid-way is ``CellUnavailableError``."""
         self._first_event = dispatched.first_event
+        self._notify = dispatched.notify
         self.run_id = dispatched.run_id
         self.calls: list[CallRef] = dispatched.calls
         self.format = dispatched.format
@@ -80,20 +91,23 @@ class Batch:
     def _wait(self, timeout: float | None) -> list[CallResult]:
         if self._first_event is None:
             return self._client.wait(self.call_ids, timeout=timeout, run_id=self.run_id)
+        started = time.monotonic()
         waiter = self._start_wait()
         if not self._client.log.waits.wait(waiter, timeout):
             raise WaitTimeoutError(
                 f"{len(waiter.pending)} of {len(self.calls)} calls not final after {timeout:g}s",
                 pending=sorted(waiter.pending),
             )
-        return self._collect(waiter.seen)
+        results = self._collect(waiter.seen)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return self._client.confirmed(self.run_id, self.call_ids, results, left)
 
     def _start_wait(self) -> Waiter:
         """Register this batch's wait with the client's shared reader."""
         assert self._first_event is not None
         final = {c.call_id for c in self.calls if c.status.is_final}
         return self._client.log.start_wait(
-            self.run_id, self.call_ids, after=self._first_event, final=final
+            self.run_id, self.call_ids, after=self._first_event, final=final, inbox=self._notify
         )
 
     def _collect(self, seen: dict[str, dict[str, Any]]) -> list[CallResult]:
@@ -297,6 +311,8 @@ class Client:
             return batch
         # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
         # call's record and message are written by one script, so none is half-written.
+        # Once this client waited on a batch, its new calls name its reader's inbox.
+        waits = self.log.waits
         with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
             dispatched = self.dispatcher.dispatch(
                 payload,
@@ -307,6 +323,7 @@ class Client:
                 format=format,
                 admin=admin,
                 tenant=tenant,
+                notify=waits.inbox if waits.inbox_used else None,
             )
         return Batch(self, dispatched)
 
@@ -376,8 +393,42 @@ class Client:
         run = run_id or self.store.run_id(ids[0])
         if run is None:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
+        started = time.monotonic()
         self.log.wait_final(run, ids, timeout)
-        return self.store.results(ids)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return self.confirmed(run, ids, self.store.results(ids), left)
+
+    def confirmed(
+        self, run_id: str, ids: list[str], results: list[CallResult], timeout: float | None
+    ) -> list[CallResult]:
+        """``results`` once the replicas hold them (``TOOLQ_MIN_REPLICAS_ACK``), else as is.
+
+        A final state is read from the master as soon as a worker wrote it, which may be
+        before any replica has it; a failover then would take it back. So a wait ends only
+        when a fence (``ReplicaAcks.confirmed``) says the replicas hold what was read. When
+        it does not (the master went away), the records are read again from whichever
+        master there is now, and the calls not final there are waited for again.
+        """
+        acks = self.store.acks
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while acks.enabled:
+            if acks.confirmed(self.redis) and all(r.status.is_final for r in results):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                pending = [r.call_id for r in results if not r.status.is_final] or ids
+                raise WaitTimeoutError(
+                    f"{len(pending)} of {len(ids)} calls not confirmed final by the replicas "
+                    f"after {timeout:g}s",
+                    pending=sorted(pending),
+                )
+            time.sleep(0.1)
+            results = self.store.results(ids)
+            pending = [r.call_id for r in results if not r.status.is_final]
+            if pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self.log.wait_final(run_id, pending, left)
+                results = self.store.results(ids)
+        return results
 
     def result(self, call_id: str) -> CallResult:
         """A call's current state and, once final, its outcome."""
@@ -423,6 +474,7 @@ class Client:
                 tenant=tenant,
                 since=since,
                 until=until,
+                cold=self.store.cold,
             )
         pages = [
             c.runs(limit=limit, cursor=cursor, tenant=tenant, since=since, until=until)
@@ -434,7 +486,7 @@ class Client:
         """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
         if self.cells is not None:
             return self._on_run(run_id, lambda c: c.run(run_id))
-        return run_summary(self.redis, self.keys, run_id)
+        return run_summary(self.redis, self.keys, run_id, self.store.cold)
 
     def retry(
         self, call_id: str, *, principal: str | None = None, admin: bool = False
@@ -507,6 +559,28 @@ class Client:
         if not ok and current == CallStatus.RUNNING.value:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
         return self.store.result(call_id)
+
+    def resolve_unknown(
+        self,
+        call_id: str,
+        outcome: Resolution | str,
+        *,
+        by: str,
+        note: str | None = None,
+        result: str | None = None,
+    ) -> CallResult:
+        """Resolve a call of unknown outcome (lost with its worker mid-call) as approver ``by``.
+
+        ``outcome``: ``succeeded`` (it took effect; ``result`` is its output text),
+        ``failed`` (it did not; ``note`` is the error the model reads) or ``rerun`` (run it
+        again). Authorized, signed and audited like an approval (``toolq.approvals.resolving``).
+        """
+        if self.cells is not None:
+            return self._on_call(
+                call_id,
+                lambda c: c.resolve_unknown(call_id, outcome, by=by, note=note, result=result),
+            )
+        return resolve(self.approval_store, call_id, by, outcome, note=note, result=result)
 
     def undo(
         self,

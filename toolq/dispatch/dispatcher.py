@@ -97,6 +97,8 @@ class Dispatched:
     first_event: str | None = None
     """Stream id of the first call's creation, when every call is new: a waiter can read
     the run's stream from there without looking up the calls' states."""
+    notify: str | None = None
+    """The inbox stream the new calls' final events are copied to (``Keys.wait_inbox``)."""
 
 
 class Dispatcher:
@@ -136,8 +138,12 @@ class Dispatcher:
         format: ProviderFormat | str | None = None,
         admin: bool = False,
         tenant: str = DEFAULT_TENANT,
+        notify: str | None = None,
     ) -> Dispatched:
         """Store and route every tool call in ``payload``, run for ``tenant``.
+
+        ``notify``: an inbox stream (``Keys.wait_inbox``) the records of the calls that
+        will turn final later name, for their final events to be copied to.
 
         Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``),
         for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
@@ -152,7 +158,16 @@ class Dispatcher:
             raise InvalidTenantError(str(exc), tenant=str(tenant)) from None
         with dispatch_span(principal) as span:
             dispatched = self._dispatch(
-                payload, run_id, behavior, idempotency_key, principal, format, admin, tenant, span
+                payload,
+                run_id,
+                behavior,
+                idempotency_key,
+                principal,
+                format,
+                admin,
+                tenant,
+                span,
+                notify,
             )
             span.dispatched(dispatched.run_id, dispatched.calls)
             return dispatched
@@ -168,6 +183,7 @@ class Dispatcher:
         admin: bool,
         tenant: str,
         span: DispatchSpan,
+        notify: str | None = None,
     ) -> Dispatched:
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, format)
@@ -187,6 +203,8 @@ class Dispatcher:
                 call, run, position, behavior, principal, key, run_rules, admin, tenant, budget
             )
             named = fingerprint(self.box, self.registry.get(call.name), call.name, call.arguments)
+            if notify is not None and new.status in _LATER_FINAL:
+                new = dataclasses.replace(new, fields={**(new.fields or {}), "notify": notify})
             new_calls.append(dataclasses.replace(new, fingerprint=named))
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
@@ -257,7 +275,7 @@ class Dispatcher:
         formats = {c.format for c in calls}
         # A refused call is created after the others: its event is not the first one.
         first = None if duplicate_ids or refused_any or not replies else replies[0][1]
-        return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first)
+        return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first, notify)
 
     def _refuse_conflicts(self, calls: list[NewCall], replies: list[tuple[str, str]]) -> bool:
         """Refuse the calls whose ids name other calls: all of them, or each as a failed call.
@@ -532,6 +550,8 @@ class Dispatcher:
 _OVER_BUDGET: CreateOutcome = "over_budget"
 """CREATE's reply for a call it created denied, over its tenant's budget."""
 _CHARGED = (CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL)
+_LATER_FINAL = _CHARGED
+"""The calls created not final: those whose final event a waiting client needs later."""
 """The calls a budget is charged for: those that will run, or may once approved."""
 
 

@@ -9,6 +9,8 @@ A call is retried once: a second retry is refused with the call that retried it.
 
 from __future__ import annotations
 
+import time
+
 from toolq.dispatch.dispatcher import Dispatcher
 from toolq.errors import CallCancelledError, CallNotFoundError, NotRetryableError
 from toolq.models import CallEnvelope, CallStatus, EventType
@@ -48,6 +50,14 @@ def retry_call(
         )
     if record.get("retried_by"):
         raise _retried(call_id, record["retried_by"])
+    if not store.redis.exists(store.keys.call(call_id)):
+        # Archived: the link to its retry could no longer be written on its record.
+        raise NotRetryableError(
+            f"call {call_id} is archived (it left Redis after its hot window); dispatch its "
+            "tool call anew instead",
+            call_id=call_id,
+            status=status.value,
+        )
     envelope = CallEnvelope.model_validate_json(record["envelope"])
     arguments = envelope.arguments
     tool = dispatcher.registry.get(envelope.name)
@@ -87,6 +97,11 @@ def retry_call(
             },
         )
         raise _retried(call_id, winner)
+    if store.redis.exists(keys.history_archive):
+        # The archived copy of the old call gets its ``retried_by`` too.
+        store.redis.xadd(
+            keys.history_archive, {"call_id": call_id, "run_id": run_id, "ts": repr(time.time())}
+        )
     return new_id
 
 

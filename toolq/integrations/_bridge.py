@@ -246,6 +246,7 @@ def is_settled_approval(status: CallStatus) -> bool:
         CallStatus.RUNNING,
         CallStatus.SUCCEEDED,
         CallStatus.FAILED,
+        CallStatus.UNKNOWN,
     }
 
 

@@ -19,6 +19,7 @@ import redis
 from toolq.errors import PayloadError, WaitTimeoutError
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
+from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
 from toolq.results.waits import SharedWaits, Waiter
 
@@ -70,10 +71,20 @@ class EventLog:
         self.keys = keys
         self.waits = SharedWaits(client, keys)
         """The waits of this process on this Redis: one reader thread and connection for all."""
+        self.cold: ColdStore | None = None
+        """The history store a run's events are read from once its stream left Redis."""
 
     def read(self, run_id: str, after: str | None = None, count: int | None = None) -> list[Event]:
-        """Events of a run strictly after ``after`` (all of them when ``None``), in order."""
+        """Events of a run strictly after ``after`` (all of them when ``None``), in order.
+
+        A run whose stream left Redis (its hot window passed) is read from the history store.
+        """
         start = f"({check_stream_id(after)}" if after else "-"
+        if self.cold is not None and not self.redis.exists(self.keys.run_stream(run_id)):
+            return [
+                parse_entry(run_id, event_id, fields)
+                for event_id, fields in self.cold.events(run_id, after, count)
+            ]
         out: list[Event] = []
         stream = self.keys.run_stream(run_id)
         while True:
@@ -160,10 +171,16 @@ class EventLog:
         *,
         after: str | None = None,
         final: set[str] | None = None,
+        inbox: str | None = None,
     ) -> Waiter:
-        """Register a wait for the calls (``wait_final`` without the blocking part)."""
+        """Register a wait for the calls (``wait_final`` without the blocking part).
+
+        ``inbox``: the inbox the calls created at ``after`` notify (``Dispatched.notify``),
+        or ``None``.
+        """
         if after is not None:
-            return self.waits.join(run_id, set(call_ids) - (final or set()), after)
+            pending = set(call_ids) - (final or set())
+            return self.waits.join_inbox(run_id, pending, after, inbox)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(self.keys.run_stream(run_id), count=1)
         for call_id in call_ids:
@@ -175,6 +192,10 @@ class EventLog:
             for c, s in zip(call_ids, states, strict=True)
             if s is None or as_text(s) not in _FINAL_VALUES
         }
+        gone = [c for c, s in zip(call_ids, states, strict=True) if s is None]
+        if gone and self.cold is not None:
+            archived = self.cold.records(gone)
+            pending -= {c for c, r in archived.items() if r.get("status") in _FINAL_VALUES}
         return self.waits.join(run_id, pending, last)
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ import redis.asyncio
 from toolq.errors import OverloadedError
 from toolq.keys import Keys
 from toolq.models import Event
+from toolq.results.cold import ColdStore
 from toolq.results.connection import RedisTarget, as_text, async_redis_client
 from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
 
@@ -82,6 +83,8 @@ class EventHub:
         self._runs: dict[str, _Run] = {}
         self._by_stream: dict[str, str] = {}
         self._count = 0
+        self.cold: ColdStore | None = None
+        """The history store: a run whose stream left Redis is read from it."""
         self._running = False
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()
@@ -149,10 +152,14 @@ class EventHub:
             self._by_stream.pop(self.keys.run_stream(listener.run_id), None)
 
     async def read(self, run_id: str, after: str | None) -> list[Event]:
-        """Events of a run strictly after ``after``, from the stream."""
+        """Events of a run strictly after ``after``, from the stream (or the history store)."""
         start = f"({after}" if after else "-"
         stream = self.keys.run_stream(run_id)
         out: list[Event] = []
+        cold = self.cold
+        if cold is not None and not await self.redis.exists(stream):
+            archived = await asyncio.to_thread(cold.events, run_id, after)
+            return [parse_entry(run_id, event_id, fields) for event_id, fields in archived]
         while True:
             entries: Any = await self.redis.xrange(stream, min=start, max="+", count=BATCH)
             out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)

@@ -27,6 +27,7 @@ from toolq.errors import NotRunOwnerError
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.quotas import DEFAULT_TENANT
+from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import REFUSE
@@ -86,10 +87,15 @@ class RunOwners:
         self.settings = settings
         self.signer = signer_for(settings)
         self.scripts = Scripts(client)
+        self.cold: ColdStore | None = None
+        """The history store: the owner of a run that left Redis is its archived calls'."""
 
     def get(self, run_id: str) -> RunOwner | None:
         """The run's owner; ``None`` for a run with no recorded owner (unknown run)."""
         raw: Any = self.redis.get(self.keys.run_owner(run_id))
+        if not raw and self.cold is not None:
+            first = self.cold.run_call_ids(run_id)[:1]
+            raw = next((r.get("owner") for r in self.cold.records(first).values()), None)
         return RunOwner.decode(raw) if raw else None
 
     def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
@@ -180,6 +186,10 @@ class RunOwners:
     def _call_owner(self, call_id: str) -> tuple[str, RunOwner | None, str] | None:
         """A call's run, the run's owner (from the record, else the run) and its tool."""
         run_id, raw, tool = self.redis.hmget(self.keys.call(call_id), ["run_id", "owner", "name"])
+        if run_id is None and self.cold is not None:
+            record = self.cold.records([call_id]).get(call_id)
+            if record is not None:
+                run_id, raw, tool = record["run_id"], record.get("owner"), record.get("name")
         if run_id is None:
             return None
         run = as_text(run_id)

@@ -275,7 +275,11 @@ def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
 
 def emit_keys(keys: Keys) -> dict[str, str]:
     """The KEYS every emitting script takes after its own (``lib/emit.lua``), by name."""
-    return {"hook_types": keys.webhook_events, "outbox": keys.webhook_outbox}
+    return {
+        "hook_types": keys.webhook_events,
+        "outbox": keys.webhook_outbox,
+        "archive": keys.history_archive,
+    }
 
 
 def flag(value: bool) -> str:

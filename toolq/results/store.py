@@ -10,7 +10,13 @@ from typing import Any, Literal
 
 import redis
 
-from toolq.errors import CallNotFoundError, PayloadError, ToolTimeoutError, WorkerLostError
+from toolq.errors import (
+    CallNotFoundError,
+    OutcomeUnknownError,
+    PayloadError,
+    ToolTimeoutError,
+    WorkerLostError,
+)
 from toolq.keys import Keys
 from toolq.models import (
     FINAL_EVENT_OF,
@@ -22,6 +28,7 @@ from toolq.models import (
 )
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results import scripts
+from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
 from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page, check_limit
@@ -38,6 +45,15 @@ OUTPUT_IN_EVENT_LIMIT = 4096
 def dumps(value: Any) -> str:
     """Compact JSON used for everything toolq writes to Redis."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+UNKNOWN_RESULT = {
+    "error": "the worker running this call was lost mid-call and the tool is not safe to run "
+    "twice, so whether it took effect is unknown; a person is checking and will record the "
+    "outcome. Do not repeat the call meanwhile.",
+    "error_type": OutcomeUnknownError.code,
+}
+"""The result of a call in state ``unknown``: what the model reads until it is resolved."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,8 @@ class CallStore:
         """Runs the Lua scripts for this store and the ones built on it (undo, approvals)."""
         self.acks = ReplicaAcks(settings, self.keys)
         """The ``WAIT`` behind each write that accepts, decides, starts or finishes a call."""
+        self.cold: ColdStore | None = None
+        """The history store the reads fall back on for calls no longer in Redis."""
 
     @property
     def _maxlen(self) -> int:
@@ -553,8 +571,8 @@ class CallStore:
             self.redis.zrem(k.running, call_id)
             return "gone"
         lost = {
-            "error": "worker lost during execution; the tool is not idempotent, so it was "
-            "not run again",
+            "error": "worker lost during execution; the tool is idempotent but was already "
+            "run again as often as allowed",
             "error_type": WorkerLostError.code,
         }
         timed_out = {
@@ -572,6 +590,7 @@ class CallStore:
                 max_recoveries=max_recoveries,
                 lost_result=dumps(lost),
                 timeout_result=dumps(timed_out),
+                unknown_result=dumps(UNKNOWN_RESULT),
             )
         )
 
@@ -580,32 +599,57 @@ class CallStore:
     def run_id(self, call_id: str) -> str | None:
         """The run a call belongs to, or ``None`` for an unknown call."""
         value = self.redis.hget(self.keys.call(call_id), "run_id")
-        return as_text(value) if value is not None else None
+        if value is None:
+            record = self._cold([call_id]).get(call_id)
+            return record.get("run_id") if record else None
+        return as_text(value)
 
     def run_and_tenant(self, call_id: str) -> tuple[str | None, str]:
         """A call's run (``None``: an unknown call) and tenant (``default`` before tenants)."""
         run_id, tenant = self.redis.hmget(self.keys.call(call_id), "run_id", "tenant")
+        if run_id is None and (record := self._cold([call_id]).get(call_id)):
+            return record.get("run_id"), record.get("tenant") or DEFAULT_TENANT
         return (
             as_text(run_id) if run_id is not None else None,
             as_text(tenant) if tenant else DEFAULT_TENANT,
         )
 
     def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
-        """Raw records of many calls in one round trip (``None`` for unknown ids)."""
+        """Raw records of many calls in one round trip (``None`` for unknown ids).
+
+        A call no longer in Redis is read from the history store, if there is one.
+        """
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hgetall(self.keys.call(call_id))
         out: list[dict[str, str] | None] = []
         for raw in pipe.execute():
             out.append({as_text(a): as_text(b) for a, b in raw.items()} if raw else None)
+        gone = [c for c, record in zip(call_ids, out, strict=True) if record is None]
+        if gone and (found := self._cold(gone)):
+            out = [
+                found.get(c) if record is None else record
+                for c, record in zip(call_ids, out, strict=True)
+            ]
         return out
 
+    def _cold(self, call_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The archived records of ``call_ids`` (none without a history store)."""
+        return self.cold.records(call_ids) if self.cold is not None and call_ids else {}
+
     def statuses(self, call_ids: Sequence[str]) -> list[CallStatus | None]:
-        """Current states of many calls in one round trip."""
+        """Current states of many calls in one round trip (archived ones from history)."""
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hget(self.keys.call(call_id), "status")
-        return [CallStatus(as_text(s)) if s is not None else None for s in pipe.execute()]
+        found = [as_text(s) if s is not None else None for s in pipe.execute()]
+        gone = [c for c, s in zip(call_ids, found, strict=True) if s is None]
+        if gone and (archived := self._cold(gone)):
+            found = [
+                archived[c]["status"] if s is None and c in archived else s
+                for c, s in zip(call_ids, found, strict=True)
+            ]
+        return [CallStatus(s) if s is not None else None for s in found]
 
     def results(self, call_ids: Sequence[str]) -> list[CallResult]:
         """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
@@ -623,6 +667,8 @@ class CallStore:
     def envelope(self, call_id: str) -> CallEnvelope:
         """The stored envelope of a call."""
         raw = self.redis.hget(self.keys.call(call_id), "envelope")
+        if raw is None and (record := self._cold([call_id]).get(call_id)):
+            raw = record.get("envelope")
         if raw is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         return CallEnvelope.model_validate_json(raw)
@@ -648,6 +694,9 @@ class CallStore:
         pipe.llen(self.keys.run_calls(run_id))
         raw, total = pipe.execute()
         ids = [as_text(c) for c in raw]
+        if not total and self.cold is not None:
+            archived = self.cold.run_call_ids(run_id)
+            ids, total = archived[start : start + limit + 1], len(archived)
         shown = ids[:limit]
         next_cursor = None
         if len(ids) > limit:
@@ -655,8 +704,11 @@ class CallStore:
         return Page(self.results(shown), next_cursor, int(total))
 
     def run_call_ids(self, run_id: str) -> list[str]:
-        """A run's call ids in dispatch order."""
-        return [as_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
+        """A run's call ids in dispatch order (from the history store once the run left Redis)."""
+        ids = [as_text(c) for c in self.redis.lrange(self.keys.run_calls(run_id), 0, -1)]
+        if not ids and self.cold is not None:
+            return self.cold.run_call_ids(run_id)
+        return ids
 
 
 def record_to_result(record: dict[str, str]) -> CallResult:

@@ -13,6 +13,15 @@ event after that cursor; when from a newer one, the waiter reads the events in b
 itself (``XRANGE``). A reader blocked on the other runs is woken by an entry on a wake
 stream of its own (one ``XADD`` per new run per read, however many join during it), which
 it reads along with the runs: an entry added before the ``XREAD`` arrives still ends it.
+
+The calls this client dispatched and then waits on (``join_inbox``) need no run stream at
+all: their records name the reader's inbox (``Keys.wait_inbox``), to which every script that
+turns a call final copies the final event (``lib/emit.lua``). The reader reads that one
+stream with the others, so a reader with many waiting runs names two streams per read
+instead of one per run, a joining waiter needs no wake-up write, and only final events are
+read. An inbox entry nobody waits on yet (the call ended before its waiter joined) is kept
+in memory for the waiter to come (``ORPHANS`` of them); a waiter whose entry may have been
+dropped from there waits on its run's stream instead.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 import redis
@@ -47,6 +57,13 @@ COALESCE_SECONDS = 0.005
 """While one waiter has at least this many calls pending, the reader reads at most every 5 ms
 (a big batch's events then arrive in few reads instead of one read per event)."""
 
+INBOX_KEEP_SECONDS = 3600
+"""How long an inbox keeps its entries (``lib/emit.lua`` trims older ones and lets an idle
+inbox expire); calls dispatched more than half of it ago are waited on through their run's
+stream (the margin covers the clocks of client and Redis)."""
+ORPHANS = 20000
+"""Inbox entries kept for waiters not registered yet (a call that ended before its wait)."""
+
 FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
 _NOT_FINAL = frozenset(t.value for t in EventType if not t.is_final)
 """Events the reader skips without decoding their data (most of a busy run's events)."""
@@ -65,11 +82,13 @@ def _field(fields: dict[Any, Any], name: str) -> Any:
 class Waiter:
     """One thread's wait for some calls of one run to turn final."""
 
-    __slots__ = ("done", "error", "pending", "run_id", "seen")
+    __slots__ = ("done", "error", "inbox", "pending", "run_id", "seen")
 
-    def __init__(self, run_id: str, pending: set[str]) -> None:
+    def __init__(self, run_id: str, pending: set[str], *, inbox: bool = False) -> None:
         self.run_id = run_id
         self.pending = pending
+        self.inbox = inbox
+        """Woken through the reader's inbox (``join_inbox``), not its run's stream."""
         self.seen: dict[str, dict[str, Any]] = {}
         """The data of the final events read, by call id."""
         self.done = threading.Event()
@@ -100,8 +119,19 @@ class SharedWaits:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self.wake_key = self.keys.wait_wake(uuid.uuid4().hex)
+        reader_id = uuid.uuid4().hex
+        self.wake_key = self.keys.wait_wake(reader_id)
         self._wake_cursor = "0-0"
+        self.inbox = self.keys.wait_inbox(reader_id)
+        """The stream a call's record names (``notify``): its final event reaches this reader."""
+        self._inbox_cursor = "0-0"
+        self._calls: dict[str, list[Waiter]] = {}
+        """Inbox waiters by the call ids they wait on."""
+        self._orphans: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._dropped_ms = -1
+        """The newest inbox entry's time (ms) dropped from ``_orphans``."""
+        self.inbox_used = False
+        """Whether a wait went through the inbox: a client names it in calls only after one."""
         self._runs: dict[str, _Run] = {}
         self._by_stream: dict[str, str] = {}
         self._thread: threading.Thread | None = None
@@ -153,6 +183,41 @@ class SharedWaits:
             raise
         return waiter
 
+    def join_inbox(self, run_id: str, pending: set[str], after: str, inbox: str | None) -> Waiter:
+        """Register a wait for ``pending`` calls created (at ``after``) to notify ``inbox``.
+
+        ``inbox`` is what their records name: when it is not this reader's (another process
+        made the calls, or this one forked since), when the calls are too old for the inbox
+        to keep their entries, or the reader may have dropped one of them, the wait goes
+        through the run's stream instead (``join``).
+        """
+        with self._lock:
+            if self._pid != os.getpid():
+                self._reset()
+            self.inbox_used = True
+            after_ms = _id_key(after)[0]
+            recent = after_ms > (time.time() - INBOX_KEEP_SECONDS / 2) * 1000
+            usable = inbox == self.inbox and recent and after_ms > self._dropped_ms
+            if not pending:
+                waiter = Waiter(run_id, set())
+                waiter._finish()
+                return waiter
+            if usable:
+                self._closed = False
+                waiter = Waiter(run_id, set(pending), inbox=True)
+                for call_id in pending:
+                    data = self._orphans.pop(call_id, None)
+                    if data is not None:
+                        self._deliver(call_id, data, [waiter])
+                for call_id in waiter.pending:
+                    self._calls.setdefault(call_id, []).append(waiter)
+                if waiter.pending:
+                    self._start_reader()
+                else:
+                    waiter._finish()
+                return waiter
+        return self.join(run_id, pending, after)
+
     def wait(self, waiter: Waiter, timeout: float | None) -> bool:
         """Block until ``waiter`` is done (``True``) or ``timeout`` runs out (``False``, left).
 
@@ -173,6 +238,14 @@ class SharedWaits:
             self._drop(waiter)
 
     def _drop(self, waiter: Waiter) -> None:
+        if waiter.inbox:
+            for call_id in waiter.pending:
+                waiters = self._calls.get(call_id)
+                if waiters is not None and waiter in waiters:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        del self._calls[call_id]
+            return
         run = self._runs.get(waiter.run_id)
         if run is None:
             return
@@ -185,7 +258,8 @@ class SharedWaits:
     def waiting(self) -> int:
         """Waiters registered now."""
         with self._lock:
-            return sum(len(r.waiters) for r in self._runs.values())
+            inbox = {id(w) for ws in self._calls.values() for w in ws}
+            return sum(len(r.waiters) for r in self._runs.values()) + len(inbox)
 
     # -- the reader --------------------------------------------------------------------------
 
@@ -212,8 +286,10 @@ class SharedWaits:
     def _read_once(self, reader: redis.Redis) -> bool:
         """One ``XREAD`` over every waited run; ``False`` when the reader should exit."""
         with self._lock:
-            while not self._runs:
-                if self._closed or (not self._idle.wait(IDLE_SECONDS) and not self._runs):
+            while not self._runs and not self._calls:
+                if self._closed or (
+                    not self._idle.wait(IDLE_SECONDS) and not self._runs and not self._calls
+                ):
                     self._thread = None
                     return False
             if self._closed:
@@ -221,6 +297,7 @@ class SharedWaits:
                 return False
             streams = {self.keys.run_stream(r): run.cursor for r, run in self._runs.items()}
             streams[self.wake_key] = self._wake_cursor
+            streams[self.inbox] = self._inbox_cursor
             coalesce = any(
                 len(w.pending) >= COALESCE_PENDING for r in self._runs.values() for w in r.waiters
             )
@@ -240,6 +317,11 @@ class SharedWaits:
                     continue
                 if stream == self.wake_key:
                     self._wake_cursor = as_text(entries[-1][0])
+                    continue
+                if stream == self.inbox:
+                    got += len(entries)
+                    self._inbox_cursor = as_text(entries[-1][0])
+                    self._apply_inbox(entries)
                     continue
                 run_id = self._by_stream.get(stream)
                 run = self._runs.get(run_id) if run_id is not None else None
@@ -274,13 +356,40 @@ class SharedWaits:
                     self._drop(waiter)
                     waiter._finish()
 
+    def _apply_inbox(self, entries: Any) -> None:
+        """Hand the inbox's ``entries`` to their waiters, or keep them for later (lock held)."""
+        for entry_id, fields in entries:
+            call_id = as_text(_field(fields, "call_id") or "")
+            data = json.loads(_field(fields, "data") or "{}")
+            if data.get("status") not in FINAL_VALUES:
+                continue
+            waiters = self._calls.pop(call_id, None)
+            if waiters:
+                self._deliver(call_id, data, waiters)
+                continue
+            self._orphans[call_id] = data
+            self._orphans.move_to_end(call_id)
+            if len(self._orphans) > ORPHANS:
+                self._orphans.popitem(last=False)
+                self._dropped_ms = max(self._dropped_ms, _id_key(as_text(entry_id))[0])
+
+    def _deliver(self, call_id: str, data: dict[str, Any], waiters: list[Waiter]) -> None:
+        """``call_id``'s final event ``data`` to inbox ``waiters`` (the lock is held)."""
+        for waiter in waiters:
+            waiter.pending.discard(call_id)
+            waiter.seen[call_id] = data
+            if not waiter.pending:
+                waiter._finish()
+
     def _fail(self, exc: BaseException) -> None:
         """The read failed after the client's retries: every current waiter raises it."""
         with self._lock:
             self._reading = False
             waiters = [w for run in self._runs.values() for w in run.waiters]
+            waiters.extend({id(w): w for ws in self._calls.values() for w in ws}.values())
             self._runs.clear()
             self._by_stream.clear()
+            self._calls.clear()
         for waiter in waiters:
             waiter.error = exc
             waiter._finish()

@@ -10,6 +10,8 @@
   kill, host loss), reported for ``LOST_NOTICE_SECONDS`` after its heartbeat lapsed.
   Workers record themselves in ``Keys.workers_seen`` at each heartbeat and remove the
   entry on a warm shutdown; an entry whose heartbeat is gone is a lost worker.
+- ``history_lag`` (with a history store): the oldest final call not archived yet is older
+  than ``TOOLQ_HISTORY_LAG_ALERT``: no archiver runs, or the history store refuses writes.
 """
 
 from __future__ import annotations
@@ -186,16 +188,49 @@ def probe_writes(client: redis.Redis, keys: Keys) -> redis.ResponseError | None:
     return None
 
 
-def run_checks(client: redis.Redis, keys: Keys, queues: list[str], where: str) -> list[Check]:
+def history_lag(first: Any, now: float | None = None) -> float:
+    """Age (s) of the oldest archive entry (``XRANGE ... COUNT 1``'s reply); 0 with none."""
+    if not first:
+        return 0.0
+    ms = int(_text(first[0][0]).partition("-")[0])
+    return max(0.0, (time.time() if now is None else now) - ms / 1000)
+
+
+def history_check(lag: float, alert: float) -> Check:
+    """The ``history_lag`` check: degraded when the archiving lag exceeds ``alert``."""
+    if lag <= alert:
+        return Check("history_lag", True)
+    return Check(
+        "history_lag",
+        False,
+        "history_lag",
+        f"the oldest finished call not archived yet is {lag:.0f}s old (alert at {alert:g}s)",
+        "run workers (or toolq history archive) with TOOLQ_HISTORY_URL set, and check the "
+        "history store accepts writes (toolq history status)",
+    )
+
+
+def run_checks(
+    client: redis.Redis,
+    keys: Keys,
+    queues: list[str],
+    where: str,
+    history_alert: float | None = None,
+) -> list[Check]:
     """Every check, read with ``client`` (connection errors propagate).
 
     Workers are found through ``Keys.workers_seen`` (every live worker is there), not by
-    scanning the keyspace: a load balancer may ask every few seconds.
+    scanning the keyspace: a load balancer may ask every few seconds. ``history_alert``
+    (with a history store): the archiving lag that degrades the health.
     """
     refused = probe_writes(client, keys)
     seen: Any = client.hgetall(keys.workers_seen)
-    return _checks(refused, seen, client.mget(_beat_keys(keys, seen)) if seen else [], queues,
-                   where)  # fmt: skip
+    checks = _checks(refused, seen, client.mget(_beat_keys(keys, seen)) if seen else [],
+                     queues, where)  # fmt: skip
+    if history_alert is not None:
+        first = client.xrange(keys.history_archive, count=1)
+        checks.append(history_check(history_lag(first), history_alert))
+    return checks
 
 
 def _beat_keys(keys: Keys, seen: dict[Any, Any]) -> list[str]:
@@ -219,7 +254,11 @@ def _checks(
 
 
 async def run_checks_async(
-    client: redis.asyncio.Redis, keys: Keys, queues: list[str], where: str
+    client: redis.asyncio.Redis,
+    keys: Keys,
+    queues: list[str],
+    where: str,
+    history_alert: float | None = None,
 ) -> list[Check]:
     """``run_checks`` over an asyncio Redis client."""
     refused: redis.ResponseError | None = None
@@ -229,4 +268,8 @@ async def run_checks_async(
         refused = exc
     seen: Any = await client.hgetall(keys.workers_seen)
     beats = await client.mget(_beat_keys(keys, seen)) if seen else []
-    return _checks(refused, seen, beats, queues, where)
+    checks = _checks(refused, seen, beats, queues, where)
+    if history_alert is not None:
+        first = await client.xrange(keys.history_archive, count=1)
+        checks.append(history_check(history_lag(first), history_alert))
+    return checks

@@ -33,6 +33,7 @@ from toolq.workers.heartbeat import beat, live_workers, withdraw
 from toolq.workers.readmit import Readmit
 
 if TYPE_CHECKING:
+    from toolq.history.archiver import ArchiverThread
     from toolq.webhooks.deliverer import WebhookDeliverer
     from toolq.webhooks.sink import Sink
 
@@ -368,6 +369,13 @@ class Maintenance(threading.Thread):
             from toolq.slack.notifier import SlackNotifier
 
             sinks.append(SlackNotifier(backend.redis, backend.keys, settings, backend.approvals))
+        self.archiver: ArchiverThread | None = None
+        if backend.history is not None:
+            from toolq.history.archiver import Archiver, ArchiverThread
+
+            self.archiver = ArchiverThread(
+                Archiver(backend.redis, backend.keys, settings, backend.history, hostname)
+            )
         if settings.webhooks or sinks:
             from toolq.webhooks.deliverer import WebhookDeliverer
 
@@ -381,6 +389,8 @@ class Maintenance(threading.Thread):
         self.readmit.start()
         if self.webhooks is not None:
             self.webhooks.start()
+        if self.archiver is not None:
+            self.archiver.start()
         problem = ""  # what keeps maintenance from Redis now, said once until it changes
         while not self._stopping.is_set():
             try:
@@ -416,5 +426,7 @@ class Maintenance(threading.Thread):
         self.readmit.stop()
         if self.webhooks is not None:
             self.webhooks.stop()
+        if self.archiver is not None:
+            self.archiver.stop()
         with contextlib.suppress(redis.RedisError):
             withdraw(self.redis, self.keys, self.hostname)

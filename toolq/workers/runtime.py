@@ -26,6 +26,7 @@ import redis
 
 from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
+from toolq.approvals.resolving import rerun_refusal
 from toolq.approvals.store import approvals_of
 from toolq.backend import Backend
 from toolq.diff import diff_json, diff_text
@@ -53,6 +54,7 @@ from toolq.redis_failures import refusal
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
 from toolq.results.admission import Admission
+from toolq.results.audit_log import AuditLog
 from toolq.results.store import CallStore, Started, dumps
 from toolq.results.undos import UndoStore
 from toolq.secretbox import SecretBox, open_arguments
@@ -170,6 +172,9 @@ class WorkerRuntime:
         self.registry = registry
         self.redis = backend.redis
         self.store = backend.store
+        self.audit_log = AuditLog(
+            self.redis, self.store.keys, settings.audit_maxlen, self.store.scripts
+        )
         self.executor = Executor(
             registry,
             default_timeout=settings.default_timeout,
@@ -177,6 +182,7 @@ class WorkerRuntime:
             retry_backoff_max=settings.retry_backoff_max,
         )
         verifier = verifier_for(settings)
+        self.verifier = verifier
         self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
         self.undos = backend.undos
@@ -584,6 +590,15 @@ class WorkerRuntime:
             reason = self.guard.refusal(env, approval, arguments)
             if reason is not None:
                 return self._refusal(env, reason)
+        tool = self.registry.get(env.name)
+        if execution > 1 and tool is not None and not tool.idempotent:
+            # Started before and lost: its outcome was unknown, and only a person's signed
+            # re-run lets it run again (``toolq.approvals.resolving``).
+            resolution = self.redis.hget(self.store.keys.call(call_id), "resolution")
+            digest = digest_arguments(env.arguments)
+            reason = rerun_refusal(env, tool.risk, digest, execution, resolution, self.verifier)
+            if reason is not None:
+                return self._refusal(env, reason)
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
@@ -617,8 +632,7 @@ class WorkerRuntime:
             f"approval unverified: {reason}; the call did not run", call_id=env.call_id
         )
         # Workers hold no signing key: the entry is marked as a system entry.
-        self.redis.xadd(
-            self.store.keys.audit_stream,
+        self.audit_log.append(
             {
                 "call_id": env.call_id,
                 "run_id": env.run_id,
@@ -629,9 +643,7 @@ class WorkerRuntime:
                 "ts": repr(time.time()),
                 "system": "1",
                 "reason": reason,
-            },
-            maxlen=self.settings.audit_maxlen,
-            approximate=True,
+            }
         )
         return _failed(env, exc.message, exc.code)
 

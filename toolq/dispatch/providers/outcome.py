@@ -59,6 +59,8 @@ def status_text(result: CallResult) -> str:
             return f"Approval expired: {reason or 'nobody approved the call before its deadline'}"
         case CallStatus.CANCELLED:
             return f"Cancelled: {reason or 'the tool call was cancelled'}"
+        case CallStatus.UNKNOWN:
+            return f"Outcome unknown, being checked: {reason or 'the tool call was interrupted'}"
         case _:
             state = result.status.value.replace("_", " ")
             return f"Result not available yet: the tool call is {state}."

@@ -23,6 +23,7 @@
 --   4 queued      calls pushed, by push time (Keys.queued)
 --   5 hook_types  event types webhooks want (Keys.webhook_events)
 --   6 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   7 archive     finished calls for the history store (Keys.history_archive)
 -- Keys named by the lane and the records (see lib/sched.lua): backlogs, call records
 -- (call_prefix .. id), slots and starts sets, run streams (stream_prefix .. run .. suffix).
 -- ARGV
@@ -41,6 +42,7 @@
 -- limit starts its next call as soon as the window allows, whatever the sweep's phase.
 local lane, queue, pushes, queued, hook_types, outbox =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local archive = KEYS[7]
 local now, now_ms, depth, hold_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window, maxlen = tonumber(ARGV[5]), ARGV[6]
 local call_prefix, stream_prefix, stream_suffix = ARGV[7], ARGV[8], ARGV[9]
@@ -77,7 +79,7 @@ local function throttle(call, call_id, run_id, mark, l, until_s)
   if mark == episode then return end
   redis.call('HSET', call, 'throttled', episode)
   local emit = emitter(stream_prefix .. run_id .. stream_suffix, maxlen, hook_types, outbox,
-                       call_id, run_id, now)
+                       archive, call_id, run_id, now)
   emit('call.throttled', cjson.encode({status = 'queued', limit = l.kind, scope = l.scope,
                                        name = l.name, ['until'] = until_s}))
 end

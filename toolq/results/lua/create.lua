@@ -39,12 +39,13 @@
 --                         (Keys.tenant_spent; Keys.unsent when the call is not charged)
 --   13 hook_types         event types webhooks want (Keys.webhook_events)
 --   14 outbox             webhook outbox stream (Keys.webhook_outbox)
---   15 backlog            the tenant's backlog of the risk (Keys.backlog; Keys.unsent if none)
---   16 lane               the risk's lane (Keys.lane; Keys.unsent if none)
---   17 parked             parked calls by parking time (Keys.parked)
---   18 tenant_parked      the tenant's parked calls by parking time (Keys.tenant_parked)
---   19 runs               runs by last dispatch (Keys.runs)
---   20 tenant_runs        the tenant's runs by last dispatch (Keys.tenant_runs)
+--   15 archive            finished calls for the history store (Keys.history_archive)
+--   16 backlog            the tenant's backlog of the risk (Keys.backlog; Keys.unsent if none)
+--   17 lane               the risk's lane (Keys.lane; Keys.unsent if none)
+--   18 parked             parked calls by parking time (Keys.parked)
+--   19 tenant_parked      the tenant's parked calls by parking time (Keys.tenant_parked)
+--   20 runs               runs by last dispatch (Keys.runs)
+--   21 tenant_runs        the tenant's runs by last dispatch (Keys.tenant_runs)
 -- ARGV
 --   1  call_id            the call's id
 --   2  status             queued | awaiting_approval | a final status
@@ -89,8 +90,9 @@ local idempotency, call, stream, run_calls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local recent, unsent, pending_approvals, queue = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local run_owner, queued, pushes = KEYS[9], KEYS[10], KEYS[11]
 local spent, hook_types, outbox = KEYS[12], KEYS[13], KEYS[14]
-local backlog, lane = KEYS[15], KEYS[16]
-local parked, tenant_parked, runs, tenant_runs = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local archive = KEYS[15]
+local backlog, lane = KEYS[16], KEYS[17]
+local parked, tenant_parked, runs, tenant_runs = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local call_id, status, envelope, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, ttl, now, deadline = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local run_id, name, risk, idempotent, timeout = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
@@ -192,7 +194,7 @@ if status == 'awaiting_approval' then
   redis.call('ZADD', parked, now, call_id)
   redis.call('ZADD', tenant_parked, now, call_id)
 end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 local id = emit(etype, data)
 refresh_run(owner_new, true)
 if over_budget then return {'over_budget', id} end

@@ -1,5 +1,6 @@
 -- DECIDE: a human's decision on a parked call, one compare-and-set, so exactly one of any
--- number of racing approvers wins. Includes lib/emit.lua, lib/push.lua, lib/sched.lua and lib/park.lua.
+-- number of racing approvers wins. Includes lib/emit.lua, lib/push.lua, lib/sched.lua, lib/park.lua
+-- and lib/audit.lua.
 --
 -- Past the deadline the call is expired here and then, not decided. The deciding process
 -- reads the record, computes the digest of the stored arguments itself, signs the outcome it
@@ -23,8 +24,10 @@
 --   8  pushes             the queue's push counter (Keys.queue_pushes; Keys.unsent if none)
 --   9  hook_types         event types webhooks want (Keys.webhook_events)
 --   10 outbox             webhook outbox stream (Keys.webhook_outbox)
---   11 parked             parked calls by parking time (Keys.parked)
---   12 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
+--   11 archive            finished calls for the history store (Keys.history_archive)
+--   12 parked             parked calls by parking time (Keys.parked)
+--   13 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
+--   14 audit_chain        the audit chain's state (Keys.audit_chain)
 -- ARGV
 --   1  call_id          the call's id
 --   2  kind             approve | deny
@@ -56,6 +59,7 @@
 local call, stream, pending_approvals, unsent, audit_stream =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local queue, queued, pushes, hook_types, outbox = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local archive = KEYS[11]
 local call_id, kind, by, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local envelope_read, check_approvals = ARGV[5], ARGV[6]
 local maxlen, ttl, data, result = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
@@ -63,15 +67,15 @@ local new_envelope, audit_maxlen, expired_result, message = ARGV[11], ARGV[12], 
 local approvals_read, approvals_new, final, new_digest = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
 local approval, run_id, tool = ARGV[19], ARGV[20], ARGV[21]
 local audit_sig, expired_sig, digest, shown = ARGV[22], ARGV[23], ARGV[24], ARGV[25]
-local parked, tenant_parked = KEYS[11], KEYS[12]
+local parked, tenant_parked, audit_chain = KEYS[12], KEYS[13], KEYS[14]
 
 local f = redis.call('HMGET', call, 'status', 'deadline', 'approvers', 'lane', 'backlog')
 if not f[1] then return {'missing'} end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 local function audit(outcome, audited, sig)
-  redis.call('XADD', audit_stream, 'MAXLEN', '~', audit_maxlen, '*', 'call_id', call_id,
-             'run_id', run_id, 'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited,
-             'ts', now, 'sig', sig)
+  audit_append(audit_stream, audit_chain, audit_maxlen, {'call_id', call_id, 'run_id', run_id,
+               'tool', tool, 'by', by, 'outcome', outcome, 'digest', audited, 'ts', now,
+               'sig', sig})
 end
 if f[1] ~= 'awaiting_approval' then return {'conflict', f[1]} end
 local deadline = tonumber(f[2])

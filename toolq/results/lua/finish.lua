@@ -13,6 +13,7 @@
 --   5 undo        the call's undo data (Keys.undo)
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   8 archive     finished calls for the history store (Keys.history_archive)
 -- ARGV
 --   1  call_id    the call's id
 --   2  token      the worker's lease token
@@ -29,6 +30,7 @@
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
+local archive = KEYS[8]
 local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
@@ -47,5 +49,5 @@ redis.call('ZREM', running, call_id)
 local limits = sched_limits(f[3])
 if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 return {'ok', emit(etype, data)}

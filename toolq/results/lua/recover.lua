@@ -3,7 +3,9 @@
 --
 -- Past its time limit the call failed with a timeout; an idempotent call recovered fewer
 -- than max_recoveries times is queued again (into the unsent set: the sweeper sends it);
--- any other failed as worker_lost. A scheduled call frees its slots, and when queued
+-- an idempotent call recovered that often failed as worker_lost; a call of any other tool
+-- may have had its side effect or not: it becomes 'unknown', parked in the unknown set
+-- (no TTL) until a person resolves it (resolve.lua), and is never queued again here. A scheduled call frees its slots, and when queued
 -- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
 -- A member of a scheduled group has no message of its own: it goes to the unsent set, and
 -- the sweeper sends it alone (admitted: such calls have no limits).
@@ -16,6 +18,8 @@
 --   5 unsent      calls whose message is not sent yet (Keys.unsent)
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   8 archive     finished calls for the history store (Keys.history_archive)
+--   9 unknown     calls of unknown outcome, by when lost (Keys.unknown)
 -- ARGV
 --   1 call_id         the call's id
 --   2 now             (s)
@@ -25,18 +29,22 @@
 --   6 lost_result     (JSON, error_type worker_lost)
 --   7 timeout_result  (JSON, error_type timeout)
 --   8 run_id          the call's run
--- Returns {'requeue'} | {'failed'} | {'timeout'} | {'alive'} (lease held) | {'gone'}.
+--   9 unknown_result  (JSON, error_type outcome_unknown)
+-- Returns {'requeue'} | {'failed'} | {'unknown'} | {'timeout'} | {'alive'} (lease held) |
+--   {'gone'}.
 local call, lease, running, stream, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
+local archive, unknown = KEYS[8], KEYS[9]
 local call_id, now, maxlen, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local max_recoveries, lost_result, timeout_result, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local unknown_result = ARGV[9]
 
 if redis.call('EXISTS', lease) == 1 then return {'alive'} end
 local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
                     'started_at', 'limits', 'lane', 'backlog', 'message', 'carries')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 local t = tonumber(now)
 local limits = sched_limits(f[6])
 if limits then sched_release(limits, call_id, t * 1000) end
@@ -56,6 +64,12 @@ elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
   emit('call.retrying',
        '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}')
   return {'requeue'}
+elseif f[2] ~= '1' then
+  redis.call('HSET', call, 'status', 'unknown', 'result', unknown_result, 'token', '',
+             'updated_at', now, 'lost_at', now)
+  redis.call('ZADD', unknown, now, call_id)
+  emit('call.unknown', '{"status":"unknown","reason":"worker lost during execution"}')
+  return {'unknown'}
 end
 redis.call('HSET', call, 'status', 'failed', 'result', result, 'token', '',
            'updated_at', now, 'finished_at', now)

@@ -17,6 +17,7 @@
 --   6 queued      calls pushed, by push time (Keys.queued)
 --   7 hook_types  event types webhooks want (Keys.webhook_events)
 --   8 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   9 archive     finished calls for the history store (Keys.history_archive)
 -- ARGV
 --   1 call_id        the call's id
 --   2 token          the worker's lease token
@@ -31,6 +32,7 @@
 --   {'skip', 'waiting'}.
 local call, stream, lease, cancel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local running, queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local archive = KEYS[9]
 local call_id, token, lease_ms, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local maxlen, cancel_result, now_ms, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
@@ -40,7 +42,7 @@ local status, envelope = f[1], f[5]
 if not status then return {'missing'} end
 if f[2] ~= run_id then return {'skip', 'run_mismatch'} end
 if status == 'running' and f[3] == token then return {'ok', envelope, f[4], ''} end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 -- Only a running call gets a cancel flag (Client.cancel), so a call never started before
 -- (attempt 0) has none: its first start skips the lookup.
 if status == 'queued' and f[4] ~= '0' and redis.call('EXISTS', cancel) == 1 then

@@ -12,8 +12,9 @@
 --   5 running            running calls by lease end (Keys.running)
 --   6 hook_types         event types webhooks want (Keys.webhook_events)
 --   7 outbox             webhook outbox stream (Keys.webhook_outbox)
---   8 parked             parked calls by parking time (Keys.parked)
---   9 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
+--   8 archive            finished calls for the history store (Keys.history_archive)
+--   9 parked             parked calls by parking time (Keys.parked)
+--   10 tenant_parked      the tenant's parked calls (Keys.tenant_parked)
 -- ARGV
 --   1  call_id      the call's id
 --   2  from_states  comma-separated, or '*' for any
@@ -29,11 +30,12 @@
 -- Returns {'ok', event_id, previous_status} | {'conflict', status} | {'missing'}.
 local call, stream, pending_approvals, unsent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local running, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7]
+local archive = KEYS[8]
 local call_id, from_states, to_status, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local data, maxlen, now, ttl = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local result, run_id = ARGV[9], ARGV[10]
 local FIRST_EXTRA = 11
-local parked, tenant_parked = KEYS[8], KEYS[9]
+local parked, tenant_parked = KEYS[9], KEYS[10]
 
 local function allowed(list, value)
   if list == '*' then return true end
@@ -58,5 +60,5 @@ unpark(pending_approvals, parked, tenant_parked, call_id)
 redis.call('ZREM', running, call_id)
 if to_status == 'queued' then redis.call('ZADD', unsent, now, call_id)
 else redis.call('ZREM', unsent, call_id) end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 return {'ok', emit(etype, data), status}

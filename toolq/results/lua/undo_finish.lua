@@ -9,6 +9,7 @@
 --   5 undo        the call's undo data (Keys.undo)
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
+--   8 archive     finished calls for the history store (Keys.history_archive)
 -- ARGV
 --   1 call_id  the call's id
 --   2 token    the worker's undo lease token
@@ -21,6 +22,7 @@
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, undo_lease, undoing, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
+local archive = KEYS[8]
 local call_id, token, state, etype, data = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxlen, now, run_id = ARGV[6], ARGV[7], ARGV[8]
 
@@ -32,5 +34,5 @@ redis.call('HSET', call, 'undo_state', state, 'undo_finished_at', now)
 if redis.call('GET', undo_lease) == token then redis.call('DEL', undo_lease) end
 redis.call('ZREM', undoing, call_id)
 if state == 'undone' then redis.call('DEL', undo) end
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 return {'ok', emit(etype, data)}

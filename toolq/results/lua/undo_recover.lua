@@ -12,6 +12,7 @@
 --   7 undo_queued  undos pushed, by push time (Keys.undo_queued)
 --   8 hook_types   event types webhooks want (Keys.webhook_events)
 --   9 outbox       webhook outbox stream (Keys.webhook_outbox)
+--   10 archive     finished calls for the history store (Keys.history_archive)
 -- ARGV
 --   1 call_id         the call's id
 --   2 now             (s)
@@ -23,6 +24,7 @@
 -- Returns 'requeue' | 'failed' | 'alive' (lease held) | 'gone' (not undoing).
 local call, undo_lease, undoing, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, pushes, undo_queued, hook_types, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local archive = KEYS[10]
 local call_id, now, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local max_recoveries, lost_data, message, run_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 
@@ -37,6 +39,6 @@ if f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) and message 
   return 'requeue'
 end
 redis.call('HSET', call, 'undo_state', 'failed', 'undo_token', '', 'undo_finished_at', now)
-local emit = emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 emit('call.undo_failed', lost_data)
 return 'failed'

@@ -16,6 +16,7 @@ from toolq.results.scripts.admission import ADMIT, Admit, AdmitReply
 from toolq.results.scripts.approvals import (
     DECIDE,
     EXPIRE,
+    RESOLVE,
     Decide,
     DecideOutcome,
     DecideReply,
@@ -23,7 +24,11 @@ from toolq.results.scripts.approvals import (
     DecisionKind,
     Expire,
     ExpireOutcome,
+    Resolve,
+    ResolveOutcome,
+    ResolveReply,
 )
+from toolq.results.scripts.audit import AUDIT, Audit
 from toolq.results.scripts.calls import (
     CREATE,
     CREATE_GROUP,
@@ -56,6 +61,7 @@ from toolq.results.scripts.calls import (
     TransitionOutcome,
     TransitionReply,
 )
+from toolq.results.scripts.history import COOL, Cool
 from toolq.results.scripts.owners import REFUSE, Refuse
 from toolq.results.scripts.paging import PAGE, Page
 from toolq.results.scripts.undos import (
@@ -90,6 +96,7 @@ ALL: tuple[Script[Any], ...] = (
     GIVE_BACK,
     DECIDE,
     EXPIRE,
+    RESOLVE,
     UNDO_CLAIM,
     UNDO_START,
     UNDO_FINISH,
@@ -98,12 +105,16 @@ ALL: tuple[Script[Any], ...] = (
     WEBHOOK_CLAIM,
     REFUSE,
     PAGE,
+    AUDIT,
+    COOL,
 )
 """Every script, one per ``.lua`` file outside ``lib/``."""
 
 __all__ = [
     "ADMIT",
     "ALL",
+    "AUDIT",
+    "COOL",
     "CREATE",
     "CREATE_GROUP",
     "DECIDE",
@@ -116,6 +127,7 @@ __all__ = [
     "REFUSE",
     "RENEW",
     "RESEND",
+    "RESOLVE",
     "START",
     "TRANSITION",
     "UNDO_CLAIM",
@@ -126,7 +138,9 @@ __all__ = [
     "WEBHOOK_CLAIM",
     "Admit",
     "AdmitReply",
+    "Audit",
     "Charge",
+    "Cool",
     "Create",
     "CreateGroup",
     "CreateOutcome",
@@ -149,6 +163,9 @@ __all__ = [
     "Refuse",
     "Renew",
     "Resend",
+    "Resolve",
+    "ResolveOutcome",
+    "ResolveReply",
     "Start",
     "StartOutcome",
     "StartReply",

@@ -68,7 +68,7 @@ class Decide(Script[DecideReply]):
 
     file = "decide.lua"
     outcomes = get_args(DecideOutcome)
-    includes = ("emit", "push", "sched", "park")
+    includes = ("emit", "push", "sched", "park", "audit")
 
     def __call__(
         self, *, keys: Keys, decision: Decision, tenant: str = DEFAULT_TENANT
@@ -98,6 +98,7 @@ class Decide(Script[DecideReply]):
                 **emit_keys(keys),
                 "parked": keys.parked,
                 "tenant_parked": keys.tenant_parked(tenant),
+                "audit_chain": keys.audit_chain,
             },
             argv=argv,
         )
@@ -116,7 +117,7 @@ class Expire(Script[ExpireOutcome]):
 
     file = "expire.lua"
     outcomes = get_args(ExpireOutcome)
-    includes = ("emit", "park")
+    includes = ("emit", "park", "audit")
 
     def __call__(
         self,
@@ -141,6 +142,7 @@ class Expire(Script[ExpireOutcome]):
                 **emit_keys(keys),
                 "parked": keys.parked,
                 "tenant_parked": keys.tenant_parked(tenant),
+                "audit_chain": keys.audit_chain,
             },
             argv={
                 "call_id": call_id,
@@ -160,3 +162,75 @@ class Expire(Script[ExpireOutcome]):
 
 DECIDE = Decide()
 EXPIRE = Expire()
+
+
+ResolveOutcome = Literal["ok", "missing", "conflict", "retry"]
+
+
+@dataclass(frozen=True)
+class ResolveReply:
+    """A resolution's outcome: ``ok`` (the event id), ``conflict`` (the status found)...
+
+    ``missing``: no such call; ``retry``: it was started again since it was read.
+    """
+
+    outcome: ResolveOutcome
+    value: str = ""
+
+
+class Resolve(Script[ResolveReply]):
+    """A person's outcome for a call of unknown outcome (``resolve.lua``)."""
+
+    file = "resolve.lua"
+    outcomes = get_args(ResolveOutcome)
+    includes = ("emit", "sched")
+
+    def __call__(
+        self,
+        *,
+        keys: Keys,
+        call_id: str,
+        run_id: str,
+        outcome: str,
+        by: str,
+        now: str,
+        maxlen: int,
+        ttl: int,
+        result: str,
+        resolution: str,
+        data: str,
+        attempt: int,
+        etype: str,
+    ) -> Invocation[ResolveReply]:
+        """An invocation: KEYS and ARGV as the header of ``resolve.lua`` lists them."""
+        return self.invoke(
+            keys={
+                "call": keys.call(call_id),
+                "stream": keys.run_stream(run_id),
+                "unknown": keys.unknown,
+                "unsent": keys.unsent,
+                **emit_keys(keys),
+            },
+            argv={
+                "call_id": call_id,
+                "outcome": outcome,
+                "by": by,
+                "now": now,
+                "maxlen": maxlen,
+                "ttl": ttl,
+                "result": result,
+                "resolution": resolution,
+                "data": data,
+                "run_id": run_id,
+                "attempt": attempt,
+                "etype": etype,
+            },
+        )
+
+    def parse(self, reply: Any) -> ResolveReply:
+        """The typed outcome of a reply."""
+        kind: ResolveOutcome = outcome(ResolveOutcome, reply[0], self)
+        return ResolveReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
+
+
+RESOLVE = Resolve()

@@ -475,11 +475,11 @@ class Transition(Script[TransitionReply]):
         return TransitionReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
 
 
-RecoverOutcome = Literal["requeue", "failed", "timeout", "alive", "gone"]
+RecoverOutcome = Literal["requeue", "failed", "unknown", "timeout", "alive", "gone"]
 
 
 class Recover(Script[RecoverOutcome]):
-    """A running call whose lease expired: requeued or failed (``recover.lua``)."""
+    """A running call whose lease expired: requeued, failed or unknown (``recover.lua``)."""
 
     file = "recover.lua"
     outcomes = get_args(RecoverOutcome)
@@ -497,6 +497,7 @@ class Recover(Script[RecoverOutcome]):
         max_recoveries: int,
         lost_result: str,
         timeout_result: str,
+        unknown_result: str,
     ) -> Invocation[RecoverOutcome]:
         """An invocation: KEYS and ARGV as the header of ``recover.lua`` lists them."""
         return self.invoke(
@@ -507,6 +508,7 @@ class Recover(Script[RecoverOutcome]):
                 "stream": keys.run_stream(run_id),
                 "unsent": keys.unsent,
                 **emit_keys(keys),
+                "unknown": keys.unknown,
             },
             argv={
                 "call_id": call_id,
@@ -517,6 +519,7 @@ class Recover(Script[RecoverOutcome]):
                 "lost_result": lost_result,
                 "timeout_result": timeout_result,
                 "run_id": run_id,
+                "unknown_result": unknown_result,
             },
         )
 

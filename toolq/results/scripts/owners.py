@@ -12,6 +12,7 @@ class Refuse(Script[bool]):
     """A refused request counted, and audited if its window allows (``refuse.lua``)."""
 
     file = "refuse.lua"
+    includes = ("audit",)
 
     def __call__(
         self,
@@ -37,6 +38,7 @@ class Refuse(Script[bool]):
                 "mark": keys.refusal_mark(principal, run_id, call_id),
                 "budget": keys.refusal_budget(principal),
                 "audit": keys.audit_stream,
+                "chain": keys.audit_chain,
             },
             argv={
                 "window": window,

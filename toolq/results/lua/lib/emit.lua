@@ -2,17 +2,53 @@
 -- state, so a record and its event never disagree. Readers block on the stream itself
 -- (XREAD BLOCK), which the XADD wakes: there is no separate wake-up to publish.
 --
--- emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now) binds one call's event
--- destination and returns emit(etype, data) -> the stream entry id.
+-- emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now) binds one call's
+-- event destination and returns emit(etype, data) -> the stream entry id.
 --   stream      KEYS: the run's event stream (Keys.run_stream)
 --   hook_types  KEYS: event types some worker's webhooks want (Keys.webhook_events)
 --   outbox      KEYS: the webhook outbox stream (Keys.webhook_outbox)
+--   archive     KEYS: finished calls waiting for the history store (Keys.history_archive)
 -- An event of a type in hook_types is also appended to the outbox here, in the same script
 -- as the event itself, so no notification can be lost between the two. Whether a type is
 -- wanted is asked once per type per script invocation (one SISMEMBER without webhooks),
 -- shared by every emitter of the invocation.
+--
+-- A final event is also copied to the inbox stream the call's record names (field 'notify',
+-- Keys.wait_inbox: the stream the dispatching client's shared reader blocks on), so that
+-- client reads one stream for all its waits instead of one per run. The copy is a
+-- wake-up with the outcome, not the record of it: the run's stream above stays the durable
+-- event. A record naming anything but an inbox of this prefix gets no copy, and a failed
+-- copy (say the key holds another type) never fails the state change. An inbox keeps an
+-- hour of entries (trimmed by their ids' time, and expiring an hour after the last one): a
+-- client waits through it only on calls dispatched less than half an hour ago.
+-- An event that makes a call final (or changes a final call: an undo) also appends the call
+-- to the archive stream, in the same script, when a history store is on (the archivers made
+-- the stream with their consumer group): no finished call can miss the history store.
 local hooked = {}
-local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
+local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
+               ['call.expired'] = true, ['call.cancelled'] = true}
+local INBOX_KEEP_MS = 3600000
+local function notify(stream, call_id, run_id, etype, data, id)
+  local suffix = ':run:' .. run_id .. ':events'
+  if stream:sub(-#suffix) ~= suffix then return end
+  local prefix = stream:sub(1, #stream - #suffix)
+  local inbox = redis.call('HGET', prefix .. ':call:' .. call_id, 'notify')
+  if not inbox or inbox:sub(1, #prefix + 7) ~= prefix .. ':waits:' or inbox:sub(-6) ~= ':inbox' then
+    return
+  end
+  local oldest = string.format('%d', tonumber(string.match(id, '^(%d+)')) - INBOX_KEEP_MS)
+  local ok = redis.pcall('XADD', inbox, 'MINID', '~', oldest, '*', 'type', etype,
+                         'call_id', call_id, 'data', data, 'event_id', id)
+  if type(ok) ~= 'table' or ok.err == nil then
+    redis.pcall('EXPIRE', inbox, INBOX_KEEP_MS / 1000)
+  end
+end
+local archived_types = {['call.succeeded'] = true, ['call.failed'] = true,
+                        ['call.denied'] = true, ['call.expired'] = true,
+                        ['call.cancelled'] = true, ['call.undone'] = true,
+                        ['call.undo_failed'] = true}
+local archiving = nil
+local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
   return function(etype, data)
     local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
                           'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
@@ -23,6 +59,13 @@ local function emitter(stream, maxlen, hook_types, outbox, call_id, run_id, now)
       redis.call('XADD', outbox, '*', 'type', etype, 'call_id', call_id, 'run_id', run_id,
                  'ts', now, 'data', data, 'event_id', id)
     end
+    if archived_types[etype] then
+      if archiving == nil then archiving = redis.call('EXISTS', archive) == 1 end
+      if archiving then
+        redis.call('XADD', archive, '*', 'call_id', call_id, 'run_id', run_id, 'ts', now)
+      end
+    end
+    if FINAL[etype] then notify(stream, call_id, run_id, etype, data, id) end
     return id
   end
 end

@@ -1,0 +1,239 @@
+"""``Archiver``: finished calls from Redis to the history store, exactly once, in batches.
+
+The script that makes a call final also appends it to the archive stream
+(``Keys.history_archive``, ``lib/emit.lua``) once the stream exists, and archivers create
+it with their consumer group (``HISTORY_GROUP``) before anything else. Each batch read from
+the group is written to SQL in one transaction of idempotent upserts (the calls' records,
+their events, their decisions, and the audit entries after the last one archived), and only
+then acknowledged and deleted from the stream; the calls' Redis keys then get the hot TTL
+(``COOL``). A writer killed mid-batch leaves its entries pending: another archiver claims
+them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batch again,
+which the upserts make a no-op for rows already there: nothing is lost, nothing is written
+twice.
+
+Archivers run in every ``toolq worker`` when ``TOOLQ_HISTORY_URL`` is set (the consumer
+group spreads batches over them), or alone as ``toolq history archive``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from toolq.history.store import Batch, HistoryStore
+from toolq.keys import HISTORY_GROUP, Keys
+from toolq.results.connection import as_text
+from toolq.results.runner import Scripts
+from toolq.results.scripts import COOL
+from toolq.settings import Settings
+
+log = logging.getLogger("toolq.history")
+
+EVENT_CHUNK = 500
+"""Stream entries read per ``XREVRANGE`` while looking for a batch's events."""
+AUDIT_BATCH = 1000
+"""Audit entries archived with one batch at most."""
+PRUNE_EVERY = 3600.0
+"""Seconds between the archivers' retention passes (one archiver at a time)."""
+
+
+def ensure_group(client: redis.Redis, keys: Keys) -> None:
+    """Create the archive stream and its group: from then on every final call is archived."""
+    try:
+        client.xgroup_create(keys.history_archive, HISTORY_GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def lag_seconds(client: redis.Redis, keys: Keys, now: float | None = None) -> float:
+    """Age of the oldest final call not archived yet (0 when none waits).
+
+    The oldest entry of the archive stream: entries leave it once written to SQL.
+    """
+    first: Any = client.xrange(keys.history_archive, count=1)
+    if not first:
+        return 0.0
+    ms = int(as_text(first[0][0]).partition("-")[0])
+    now = time.time() if now is None else now
+    return max(0.0, now - ms / 1000)
+
+
+class Archiver:
+    """One consumer of the archive stream, writing to one history store."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        settings: Settings,
+        history: HistoryStore,
+        consumer: str,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.settings = settings
+        self.history = history
+        self.consumer = consumer
+        self.scripts = Scripts(client)
+
+    def take(self, block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
+        """Entries to archive: stale ones of dead archivers first, then new ones."""
+        k, count = self.keys, self.settings.history_batch
+        idle_ms = int(self.settings.history_claim_after * 1000)
+        try:
+            stale: Any = self.redis.xautoclaim(
+                k.history_archive, HISTORY_GROUP, self.consumer, idle_ms, "0-0", count=count
+            )
+            entries = list(stale[1])
+            if not entries:
+                reply: Any = self.redis.xreadgroup(
+                    HISTORY_GROUP,
+                    self.consumer,
+                    {k.history_archive: ">"},
+                    count=count,
+                    block=block_ms,
+                )
+                entries = list(reply[0][1]) if reply else []
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            ensure_group(self.redis, self.keys)
+            return []
+        # An entry deleted while pending comes back without fields: it is acknowledged only.
+        return [
+            (as_text(entry_id), {as_text(a): as_text(b) for a, b in (fields or {}).items()})
+            for entry_id, fields in entries
+        ]
+
+    def archive(self, entries: Sequence[tuple[str, dict[str, str]]]) -> int:
+        """Write the calls of ``entries`` to SQL, then acknowledge them; how many calls.
+
+        Entries deleted while pending come back empty: they are acknowledged only.
+        """
+        k = self.keys
+        call_ids = list(dict.fromkeys(f["call_id"] for _, f in entries if f.get("call_id")))
+        runs = {f["call_id"]: f.get("run_id", "") for _, f in entries if f.get("call_id")}
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hgetall(k.call(call_id))
+            pipe.lpos(k.run_calls(runs[call_id]), call_id)
+        replies = pipe.execute()
+        records: list[dict[str, str]] = []
+        for call_id, raw, position in zip(call_ids, replies[::2], replies[1::2], strict=True):
+            if raw:  # a record gone already (expired while no archiver ran) has nothing left
+                record = {as_text(a): as_text(b) for a, b in raw.items()}
+                records.append({**record, "call_id": call_id, "position": str(position or 0)})
+        by_run: dict[str, list[str]] = defaultdict(list)
+        for record in records:
+            by_run[record["run_id"]].append(record["call_id"])
+        created = {r["call_id"]: r.get("created_at", "") for r in records}
+        batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
+        self.history.write(batch)
+        ids = [entry_id for entry_id, _ in entries]
+        if by_run:
+            self.scripts.pipelined(
+                [
+                    COOL(keys=k, run_id=run_id, call_ids=ids_, hot=self.settings.hot_seconds)
+                    for run_id, ids_ in by_run.items()
+                ]
+            )
+        if ids:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.xack(k.history_archive, HISTORY_GROUP, *ids)
+            pipe.xdel(k.history_archive, *ids)
+            pipe.execute()
+        return len(records)
+
+    def _events(
+        self, by_run: dict[str, list[str]], created: dict[str, str]
+    ) -> list[tuple[str, str, dict[str, str]]]:
+        """The events of the batch's calls, read from their runs' streams.
+
+        Each stream is read backwards from its end and only as far as the oldest creation
+        event of the batch's calls (its ``ts`` is the record's ``created_at``: the same
+        value, written by the same script), so a long run is not read whole for each batch.
+        """
+        out: list[tuple[str, str, dict[str, str]]] = []
+        for run_id, ids in by_run.items():
+            wanted, stream = set(ids), self.keys.run_stream(run_id)
+            unseen = {c: created.get(c, "") for c in ids}
+            found: list[tuple[str, str, dict[str, str]]] = []
+            end = "+"
+            while unseen:
+                entries: Any = self.redis.xrevrange(stream, end, "-", EVENT_CHUNK)
+                for entry_id, raw in entries:
+                    fields = {as_text(a): as_text(b) for a, b in raw.items()}
+                    call_id = fields.get("call_id", "")
+                    if call_id in wanted:
+                        found.append((run_id, as_text(entry_id), fields))
+                        if unseen.get(call_id) == fields.get("ts"):
+                            del unseen[call_id]
+                if len(entries) < EVENT_CHUNK:
+                    break
+                end = f"({as_text(entries[-1][0])}"
+            out.extend(reversed(found))
+        return out
+
+    def _audit(self) -> list[tuple[str, dict[str, str]]]:
+        """Audit entries after the last one archived, in stream order."""
+        mark = self.history.audit_mark()
+        entries: Any = self.redis.xrange(
+            self.keys.audit_stream, f"({mark}" if mark else "-", "+", AUDIT_BATCH
+        )
+        return [
+            (as_text(entry_id), {as_text(a): as_text(b) for a, b in raw.items()})
+            for entry_id, raw in entries
+        ]
+
+    def step(self, block_ms: int | None) -> int:
+        """Take one batch and archive it (audit entries too, even with no call); calls archived."""
+        entries = self.take(block_ms)
+        if entries:
+            return self.archive(entries)
+        audit = self._audit()
+        if audit:
+            self.history.write(Batch(audit=audit))
+        return 0
+
+    def prune_if_due(self) -> dict[str, int] | None:
+        """Apply the retention settings, if no archiver did for ``PRUNE_EVERY`` seconds."""
+        s = self.settings
+        if not s.history_retention and not s.history_tenant_retention:
+            return None
+        if not self.redis.set(self.keys.history_lock, self.consumer, nx=True, ex=int(PRUNE_EVERY)):
+            return None
+        return self.history.prune(s.history_retention, s.history_tenant_retention)
+
+
+class ArchiverThread(threading.Thread):
+    """An ``Archiver`` looping in a worker's main process until stopped."""
+
+    def __init__(self, archiver: Archiver, block_ms: int = 1000) -> None:
+        super().__init__(name="toolq-history", daemon=True)
+        self.archiver = archiver
+        self.block_ms = block_ms
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        """Archive batches until stopped; a failing step is logged and retried."""
+        with contextlib.suppress(redis.RedisError):
+            ensure_group(self.archiver.redis, self.archiver.keys)
+        while not self._stopping.is_set():
+            try:
+                self.archiver.step(self.block_ms)
+                self.archiver.prune_if_due()
+            except Exception:
+                log.exception("history archiving failed; retrying")
+                self._stopping.wait(1.0)
+
+    def stop(self) -> None:
+        """Stop after the current batch."""
+        self._stopping.set()

@@ -1,0 +1,30 @@
+"""``ColdStore``: where the readers of ``toolq.results`` find calls that left Redis.
+
+With a history store (``Settings.history_url``) a finished call stays in Redis for the hot
+window only; after it the ``CallStore`` and ``EventLog`` readers ask the history store
+(``toolq.history.HistoryStore``, which the ``Backend`` hands them) for what Redis no longer
+holds, so every reader finds a call wherever it is. Nothing here imports the history store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class ColdStore(Protocol):
+    """The reads of the history store the Redis readers fall back on."""
+
+    def records(self, call_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The stored Redis records of those of ``call_ids`` archived, by call id."""
+        ...
+
+    def run_call_ids(self, run_id: str) -> list[str]:
+        """A run's archived calls, in creation order."""
+        ...
+
+    def events(
+        self, run_id: str, after: str | None = None, count: int | None = None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """A run's archived events after ``after``: ``(stream id, fields)``, in order."""
+        ...

@@ -1,0 +1,42 @@
+-- COOL: archived calls of one run get the hot-window TTL instead of the result TTL, and so do
+-- the run's own keys once every call of the run is final (a run still in flight keeps them).
+-- One script per run, so a dispatch adding a call to the run (which refreshes the run's
+-- TTLs) comes wholly before or after the check. A TTL is only ever shortened (shorten).
+--
+-- KEYS
+--   1 run_calls     the run's call ids (Keys.run_calls)
+--   2 stream        the run's event stream (Keys.run_stream)
+--   3 run_owner     the run's owner (Keys.run_owner)
+--   4 run_settings  the run's settings (Keys.run_settings)
+--   5.. the records (Keys.call) of the archived calls, then their undo data (Keys.undo)
+-- ARGV
+--   1 hot          (s) the hot window
+--   2 call_prefix  what precedes a call id in its record's key (Keys.call_prefix)
+-- Returns {calls cooled, 1 if the run's keys were cooled else 0}.
+local run_calls, stream, run_owner, run_settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local hot, call_prefix = ARGV[1], ARGV[2]
+local archived = {unpack(KEYS, 5)}
+local final = {succeeded = true, failed = true, denied = true, expired = true, cancelled = true}
+-- EXPIRE ... LT without Redis 7: a key without a TTL or with a longer one gets ``hot``.
+local function shorten(key)
+  local ttl = redis.call('TTL', key)
+  if ttl == -1 or ttl > tonumber(hot) then redis.call('EXPIRE', key, hot) end
+end
+
+local half = #archived / 2
+local cooled = 0
+for i = 1, half do
+  if final[redis.call('HGET', archived[i], 'status')] then
+    shorten(archived[i])
+    shorten(archived[half + i])
+    cooled = cooled + 1
+  end
+end
+for _, call_id in ipairs(redis.call('LRANGE', run_calls, 0, -1)) do
+  local status = redis.call('HGET', call_prefix .. call_id, 'status')
+  if status and not final[status] then return {cooled, 0} end
+end
+for _, key in ipairs({run_calls, stream, run_owner, run_settings}) do
+  shorten(key)
+end
+return {cooled, 1}

@@ -1,0 +1,43 @@
+"""The history archiver's script: COOL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from toolq.keys import Keys
+from toolq.results.runner import Invocation, Script
+
+
+class Cool(Script[tuple[int, bool]]):
+    """Archived calls of a run (and the run, once all final) get the hot TTL (``cool.lua``).
+
+    Replies ``(calls cooled, whether the run's keys were)``.
+    """
+
+    file = "cool.lua"
+
+    def __call__(
+        self, *, keys: Keys, run_id: str, call_ids: Sequence[str], hot: int
+    ) -> Invocation[tuple[int, bool]]:
+        """An invocation: KEYS and ARGV as the header of ``cool.lua`` lists them."""
+        return self.invoke(
+            keys={
+                "run_calls": keys.run_calls(run_id),
+                "stream": keys.run_stream(run_id),
+                "run_owner": keys.run_owner(run_id),
+                "run_settings": keys.run_settings(run_id),
+            },
+            argv={"hot": hot, "call_prefix": keys.call_prefix},
+            extra_keys=[
+                *(keys.call(c) for c in call_ids),
+                *(keys.undo(c) for c in call_ids),
+            ],
+        )
+
+    def parse(self, reply: Any) -> tuple[int, bool]:
+        """The typed outcome of a reply."""
+        return int(reply[0]), bool(int(reply[1]))
+
+
+COOL = Cool()
