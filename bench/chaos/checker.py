@@ -279,7 +279,7 @@ def check(out: Path) -> dict[str, Any]:
             continue
         tf = h["time"]
         item: dict[str, Any] = {"kind": h["kind"], "at_s": round(tf - t0, 2)}
-        for key in ("worker", "killed", "error"):
+        for key in ("worker", "killed", "error", "mid_batch", "pending", "skipped"):
             if key in h:
                 item[key] = h[key]
         if "up" in h:
