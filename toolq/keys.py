@@ -32,6 +32,24 @@ class Keys:
         """Stream (TTL) a client's waits add to, to wake its shared reader for a new run."""
         return f"{self.prefix}:waits:{reader_id}:wake"
 
+    @property
+    def metrics_events(self) -> str:
+        """Hash of counters: events emitted, by ``<tool>|<risk>|<event type>`` (``lib/emit.lua``).
+
+        ``/metrics`` reads it whole (``toolq_call_events_total``): its size follows the
+        tools and event types, never the number of calls.
+        """
+        return f"{self.prefix}:metrics:events"
+
+    @property
+    def metrics_durations(self) -> str:
+        """Hash of counters of finished calls' execution times (``finish.lua``).
+
+        Per tool: ``<tool>|le|<bound>`` (calls in that bucket only; ``/metrics`` adds them up),
+        ``<tool>|count`` and ``<tool>|sum_us`` (microseconds).
+        """
+        return f"{self.prefix}:metrics:durations"
+
     def wait_inbox(self, reader_id: str) -> str:
         """Stream (TTL) the final events of the calls a client waits on are copied to.
 

@@ -204,14 +204,20 @@ def test_proc_shows_only_the_sandbox(workspace: Path, mode: str) -> None:
     host = subprocess.Popen(["sleep", marker])  # a host process whose command line must not leak
     try:
         reg = make_registry(workspace, mode)
-        ps = run(reg, "run_shell", argv=["ps", "-eo", "pid,user,args"])
-        code = (
-            "import os\n"
-            "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
-            "    print(pid, open(f'/proc/{pid}/cmdline', 'rb').read())\n"
-            f"try:\n    print(open('/proc/{host.pid}/cmdline', 'rb').read())\n"
-            "except OSError as exc:\n    print('hidden', exc.errno)\n"
-        )
+        if mode == "none":
+            # The control: without isolation the host process is there. Only it is listed, as a
+            # busy host's whole process list would pass the output cap and hide it.
+            ps = run(reg, "run_shell", argv=["ps", "-o", "pid,user,args", "-p", str(host.pid)])
+            code = f"print(open('/proc/{host.pid}/cmdline', 'rb').read())\n"
+        else:
+            ps = run(reg, "run_shell", argv=["ps", "-eo", "pid,user,args"])
+            code = (
+                "import os\n"
+                "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+                "    print(pid, open(f'/proc/{pid}/cmdline', 'rb').read())\n"
+                f"try:\n    print(open('/proc/{host.pid}/cmdline', 'rb').read())\n"
+                "except OSError as exc:\n    print('hidden', exc.errno)\n"
+            )
         listing = run(reg, "run_python", code=code)
     finally:
         host.kill()

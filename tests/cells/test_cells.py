@@ -210,8 +210,8 @@ def test_api_routes_and_merges_every_cell(two: Settings, cell_workers: list[Test
         for shard in ("0", "1"):
             assert f'toolq_cell_up{{shard="{shard}"}} 1' in metrics
             assert f'toolq_pending_approvals{{shard="{shard}"}} 1' in metrics
-            labels = f'shard="{shard}",tool="echo",risk="safe",state="succeeded"'
-            assert f"toolq_calls{{{labels}}} 1" in metrics
+            labels = f'shard="{shard}",tool="echo",risk="safe",type="call.succeeded"'
+            assert f"toolq_call_events_total{{{labels}}} 1" in metrics
         for call_id in parked:
             decided = httpx.post(
                 f"{api}/v1/approvals/{call_id}/deny", json={"reason": "no"}, headers=h("alice-t")

@@ -21,8 +21,11 @@ def test_a_two_cell_stack_serves_runs_in_both_cells(monkeypatch) -> None:
     stack = Stack.start("tests.apps:registry", "", pool="threads", concurrency=1, shards=2)
     try:
         stack.start_api(port=_free_port(), tokens={"admin-t": TOKENS["admin-t"]})
-        stack.wait_api()  # `toolq api` over TOOLQ_SHARDS, as `toolq dev --shards 2` runs it
-        stack.wait_ready()
+        # Six workers and the API start at once: on a loaded machine that takes longer than
+        # the 30 s `toolq dev` waits by default.
+        stack.wait_ready(timeout=60)
+        # `toolq api` over TOOLQ_SHARDS, as `toolq dev --shards 2` runs it
+        stack.wait_api(timeout=60)
         assert stack.api_url is not None
         health = httpx.get(f"{stack.api_url}/healthz").json()
         assert health["status"] == "ok" and [c["up"] for c in health["cells"]] == [True, True]

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,7 @@ def test_version_help_and_metavars():
     url = "redis://127.0.0.1:1/0"
     version = toolq("--version", redis_url=url)
     assert version.returncode == 0 and version.stdout.startswith("toolq ")
-    for command in [
+    commands: list[tuple[str, ...]] = [
         (),
         ("worker",),
         ("api",),
@@ -150,15 +151,18 @@ def test_version_help_and_metavars():
         ("approvals",),
         ("approvals", "approve"),
         ("approvals", "list"),
-    ]:
-        done = toolq(*command, "-h", redis_url=url)
+    ]
+    with ThreadPoolExecutor(4) as pool:  # independent processes: a few side by side
+        done_all = pool.map(lambda c: toolq(*c, "-h", redis_url=url), commands)
+        helps = dict(zip(commands, done_all, strict=True))
+    for command, done in helps.items():
         assert done.returncode == 0, (command, done.stderr)
         assert "Usage: toolq" in done.stdout
         for placeholder in ("<str>", "<bool>", "<int>", "<float>"):
             assert placeholder not in done.stdout, (command, done.stdout)
         assert "--loglevel" not in done.stdout  # the old spelling is a hidden alias
-    assert "--log-level" in toolq("worker", "-h", redis_url=url).stdout
-    assert "MODULE:ATTR" in toolq("tools", "-h", redis_url=url).stdout
+    assert "--log-level" in helps[("worker",)].stdout
+    assert "MODULE:ATTR" in helps[("tools",)].stdout
 
 
 def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, workers):

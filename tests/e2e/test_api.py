@@ -289,7 +289,19 @@ def test_limits_refuse_with_4xx_and_write_nothing(api, r):
     assert r.dbsize() == before  # nothing was written for any refused request
 
 
-def test_metrics(api, inproc):
+def scrape_commands(api: str, r) -> tuple[str, int]:
+    """The metrics page and how many commands Redis served for it (``INFO commandstats``)."""
+
+    def served() -> dict[str, int]:
+        stats = r.info("commandstats")
+        return {k: v["calls"] for k, v in stats.items() if k != "cmdstat_info"}
+
+    before = served()
+    text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+    return text, sum(served().values()) - sum(before.values())
+
+
+def test_metrics(api, inproc, r):
     inproc.start()
     httpx.post(
         f"{api}/v1/runs/m/calls",
@@ -300,7 +312,27 @@ def test_metrics(api, inproc):
     text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
     assert 'toolq_workers_alive{risk="safe"} 1' in text
     assert "toolq_pending_approvals 1" in text
-    assert 'toolq_calls{tool="echo",risk="safe",state="succeeded"} 1' in text
-    assert 'toolq_calls{tool="wipe",risk="dangerous",state="awaiting_approval"} 1' in text
+    echo = 'tool="echo",risk="safe"'
+    assert f'toolq_call_events_total{{{echo},type="call.queued"}} 1' in text
+    assert f'toolq_call_events_total{{{echo},type="call.started"}} 1' in text
+    assert f'toolq_call_events_total{{{echo},type="call.succeeded"}} 1' in text
+    wipe = 'tool="wipe",risk="dangerous"'
+    assert f'toolq_call_events_total{{{wipe},type="call.awaiting_approval"}} 1' in text
     assert 'toolq_call_duration_ms_count{tool="echo"} 1' in text
+    assert 'toolq_call_duration_ms_bucket{tool="echo",le="+Inf"} 1' in text
     assert 'toolq_queue_depth{risk="safe"} 0' in text
+    # A scrape reads counters, not calls: 200 more finished calls cost it no more commands
+    # (counted with the worker stopped, whose polls Redis would count too).
+    inproc.stop_all()
+    _, first = scrape_commands(api, r)
+    inproc.start()
+    many = [(f"e{n}", "echo", {"text": str(n)}) for n in range(200)]
+    httpx.post(f"{api}/v1/runs/m2/calls", json=calls(*many), headers=h("agent-t"))
+    deadline = time.monotonic() + 60
+    while f'toolq_call_events_total{{{echo},type="call.succeeded"}} 201' not in text:
+        assert time.monotonic() < deadline, "the 200 calls did not finish"
+        time.sleep(0.5)
+        text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+    inproc.stop_all()
+    _, then = scrape_commands(api, r)
+    assert then == first, (first, then)

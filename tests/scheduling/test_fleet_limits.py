@@ -97,6 +97,7 @@ def test_a_rate_limited_tool_flooded_for_4_s_starts_at_most_5_in_any_second(
     assert r.zcard(Keys().slots("tool", "limited")) == 0
 
 
+@pytest.mark.serial  # how many calls finish first depends on the CPU left to the fleet
 def test_a_busy_tenant_does_not_delay_another_by_more_than_its_share(
     workers: Workers, r: redis.Redis
 ) -> None:
@@ -150,10 +151,18 @@ def fleet_for_a_busy_tenant(workers: Workers, prefetch: int | None) -> int:
         b = client.dispatch([{"id": "b", "name": "work", "arguments": {"tag": "B"}}], tenant="B")
         assert b.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
         done = [x.decode() for x in r.lrange(DONE, 0, -1)]
-        a.wait(timeout=120)
+        # A's other calls (about 45 s of work left) count for nothing more: the queued ones
+        # are cancelled, and every A call ends succeeded or cancelled.
+        ids = a.call_ids
+        for call_id, status in zip(ids, client.store.statuses(ids), strict=True):
+            if status is CallStatus.QUEUED:
+                client.cancel(call_id)
+        ended = {x.status for x in a.wait(timeout=120)}
+        assert ended <= {CallStatus.SUCCEEDED, CallStatus.CANCELLED}, ended
     return done.index("B") - mark
 
 
+@pytest.mark.serial  # how many calls finish first depends on the CPU left to the fleet
 def test_a_newcomer_waits_behind_admissions_not_behind_workers_reserves(
     workers: Workers, r: redis.Redis
 ) -> None:

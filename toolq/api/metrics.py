@@ -1,8 +1,10 @@
 """``/metrics`` in the Prometheus text format, read from Redis at scrape time.
 
-Queue depths, live workers and pending approvals are exact. Calls by tool/risk/state and
-the duration histogram cover the recent-calls window (the newest 10,000 calls), so every
-API replica reports the same cluster-wide figures without counters of its own.
+Queue depths, live workers and pending approvals are exact. Call events by tool, risk and
+type and the execution-time histogram are counters the scripts keep in Redis as calls
+change state (``Keys.metrics_events``, ``Keys.metrics_durations``), so a scrape reads two
+hashes whatever the number of calls, and every API replica reports the same cluster-wide
+figures.
 
 Tenants (``toolq_tenant_*``) carry a ``tenant`` label of bounded cardinality: each tenant
 named in ``TOOLQ_TENANTS`` and ``default`` get their own value; every other tenant is
@@ -12,7 +14,6 @@ tenant only, as "other" stands for many tenants).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -23,10 +24,9 @@ from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, to
 from toolq.models import RiskLevel
 from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
+from toolq.results.store import DURATION_BUCKETS_MS
 from toolq.workers.health import history_lag
 from toolq.workers.heartbeat import live_workers
-
-BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 def _label(value: str) -> str:
@@ -101,24 +101,32 @@ def render(client: Client) -> str:
     for cell in cells:
         lines.append(f"toolq_refusals_audited_total{cell.only_label} {cell.audited}")
     for cell in cells:
-        cell.read_recent()
-    metric("toolq_calls", "gauge", "Recent calls by tool, risk and state.")
+        cell.read_counters()
+    metric(
+        "toolq_call_events_total",
+        "counter",
+        "Call events by tool, risk and type (call.succeeded: calls that succeeded, ...).",
+    )
     for cell in cells:
-        for (name, risk, status), count in sorted(cell.states.items()):
+        for (name, risk, etype), count in sorted(cell.events.items()):
             lines.append(
-                f'toolq_calls{{{cell.label}tool="{_label(name)}",risk="{risk}",'
-                f'state="{status}"}} {count}'
+                f'toolq_call_events_total{{{cell.label}tool="{_label(name)}",risk="{risk}",'
+                f'type="{_label(etype)}"}} {count}'
             )
-    metric("toolq_call_duration_ms", "histogram", "Execution time of recent finished calls.")
+    metric("toolq_call_duration_ms", "histogram", "Execution time of finished calls.")
     for cell in cells:
-        for name, values in sorted(cell.durations.items()):
+        for name, figures in sorted(cell.durations.items()):
             tool = f'{cell.label}tool="{_label(name)}"'
-            for bound in BUCKETS_MS:
-                count = sum(1 for v in values if v <= bound)
-                lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="{bound}"}} {count}')
-            lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {len(values)}')
-            lines.append(f"toolq_call_duration_ms_sum{{{tool}}} {sum(values):.3f}")
-            lines.append(f"toolq_call_duration_ms_count{{{tool}}} {len(values)}")
+            seen = 0
+            for bound in DURATION_BUCKETS_MS:
+                seen += figures.get(f"le|{bound}", 0)
+                lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="{bound}"}} {seen}')
+            count = figures.get("count", 0)
+            lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {count}')
+            lines.append(
+                f"toolq_call_duration_ms_sum{{{tool}}} {figures.get('sum_us', 0) / 1000:.3f}"
+            )
+            lines.append(f"toolq_call_duration_ms_count{{{tool}}} {count}")
     if client.settings.history_url:
         metric(
             "toolq_history_lag_seconds",
@@ -154,8 +162,8 @@ class _Cell:
         self.redis = client.redis
         self.keys = client.keys
         self.label = f'shard="{index}",' if index is not None else ""
-        self.states: Counter[tuple[str, str, str]] = Counter()
-        self.durations: dict[str, list[float]] = {}
+        self.events: Counter[tuple[str, str, str]] = Counter()
+        self.durations: dict[str, dict[str, int]] = {}
         self.depths: dict[RiskLevel, int] = {}
         self.pending = 0
         self.unknown = 0
@@ -179,21 +187,26 @@ class _Cell:
         self.depths = dict(zip(RiskLevel, depths, strict=True))
         self.refused, self.audited = int(refused or 0), int(audited or 0)
 
-    def read_recent(self) -> None:
-        raw: Any = self.redis.zrange(self.keys.recent_calls, 0, -1)
-        ids = [as_text(c) for c in raw]
+    def read_counters(self) -> None:
+        """The event and execution-time counters the scripts keep, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        for call_id in ids:
-            pipe.hmget(self.keys.call(call_id), "name", "risk", "status", "result")
-        for fields in pipe.execute() if ids else []:
-            name, risk, status, result = (f.decode() if f else "" for f in fields)
-            if not name:
-                continue
-            self.states[(name, risk, status)] += 1
-            if result:
-                duration = json.loads(result).get("duration_ms")
-                if duration is not None:
-                    self.durations.setdefault(name, []).append(float(duration))
+        pipe.hgetall(self.keys.metrics_events)
+        pipe.hgetall(self.keys.metrics_durations)
+        events, durations = pipe.execute()
+        for field, value in events.items():
+            name, _, rest = as_text(field).rpartition("|")
+            tool, _, risk = name.rpartition("|")
+            self.events[(tool, risk, rest)] += int(value)
+        for field, value in durations.items():
+            text = as_text(field)
+            for suffix in ("|count", "|sum_us"):
+                if text.endswith(suffix):
+                    tool, kind = text[: -len(suffix)], suffix[1:]
+                    break
+            else:
+                tool, _, bound = text.rpartition("|le|")
+                kind = f"le|{bound}"
+            self.durations.setdefault(tool, {})[kind] = int(value)
 
 
 def _per_second(limit: RateLimit | str | None) -> float | None:

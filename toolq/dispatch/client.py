@@ -100,7 +100,7 @@ class Batch:
             )
         results = self._collect(waiter.seen)
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return self._client.confirmed(self.run_id, self.call_ids, results, left)
+        return self._client._confirmed(self.run_id, self.call_ids, results, left)
 
     def _start_wait(self) -> Waiter:
         """Register this batch's wait with the client's shared reader."""
@@ -396,9 +396,9 @@ class Client:
         started = time.monotonic()
         self.log.wait_final(run, ids, timeout)
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return self.confirmed(run, ids, self.store.results(ids), left)
+        return self._confirmed(run, ids, self.store.results(ids), left)
 
-    def confirmed(
+    def _confirmed(
         self, run_id: str, ids: list[str], results: list[CallResult], timeout: float | None
     ) -> list[CallResult]:
         """``results`` once the replicas hold them (``TOOLQ_MIN_REPLICAS_ACK``), else as is.

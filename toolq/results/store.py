@@ -36,6 +36,21 @@ from toolq.results.replication import ReplicaAcks
 from toolq.results.runner import Invocation, Scripts
 from toolq.settings import Settings
 
+DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+"""Upper bounds of the execution-time histogram's buckets (``toolq_call_duration_ms``)."""
+
+
+def duration_bucket(duration_ms: float | None) -> tuple[str, int]:
+    """The histogram bucket of a call's execution time and that time in microseconds.
+
+    The bucket is its bound (``+Inf`` past the last); ``("", 0)`` when the call did not run.
+    """
+    if duration_ms is None:
+        return "", 0
+    bound = next((b for b in DURATION_BUCKETS_MS if duration_ms <= b), None)
+    return (str(bound) if bound is not None else "+Inf"), int(duration_ms * 1000)
+
+
 RECENT_CALLS = 10_000
 """How many of the newest calls the recent-calls index (dashboard, metrics) keeps."""
 OUTPUT_IN_EVENT_LIMIT = 4096
@@ -448,6 +463,7 @@ class CallStore:
         self, envelope: CallEnvelope, token: str, result: CallResult
     ) -> Invocation[scripts.FinishOutcome]:
         payload = result_payload(result)
+        bucket, duration_us = duration_bucket(result.duration_ms)
         return scripts.FINISH(
             keys=self.keys,
             call_id=envelope.call_id,
@@ -462,6 +478,9 @@ class CallStore:
             ttl=self._ttl,
             undo=dumps(result.undo) if result.undo else "",
             undo_ttl=self.settings.undo_ttl,
+            tool=envelope.name,
+            bucket=bucket,
+            duration_us=duration_us,
         )
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:

@@ -14,6 +14,7 @@
 --   6 hook_types  event types webhooks want (Keys.webhook_events)
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 --   8 archive     finished calls for the history store (Keys.history_archive)
+--   9 durations   execution-time counters per tool (Keys.metrics_durations)
 -- ARGV
 --   1  call_id    the call's id
 --   2  token      the worker's lease token
@@ -27,13 +28,18 @@
 --   10 undo_data  the call's undo data (JSON, '' = none)
 --   11 undo_ttl   (s)
 --   12 run_id     the call's run
+--   13 bucket_field  its tool's histogram bucket field in durations ('' = not counted)
+--   14 count_field   its tool's count field in durations
+--   15 sum_field     its tool's sum field in durations (microseconds)
+--   16 duration_us   its execution time (microseconds)
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
-local archive = KEYS[8]
+local archive, durations = KEYS[8], KEYS[9]
 local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
+local bucket_field, count_field, sum_field, duration_us = ARGV[13], ARGV[14], ARGV[15], ARGV[16]
 
 local f = redis.call('HMGET', call, 'status', 'token', 'limits')
 if f[2] ~= token then return {'stale'} end
@@ -49,5 +55,10 @@ redis.call('ZREM', running, call_id)
 local limits = sched_limits(f[3])
 if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
+if bucket_field ~= '' then
+  redis.call('HINCRBY', durations, bucket_field, 1)
+  redis.call('HINCRBY', durations, count_field, 1)
+  redis.call('HINCRBY', durations, sum_field, duration_us)
+end
 local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 return {'ok', emit(etype, data)}

@@ -296,6 +296,9 @@ class Finish(Script[FinishOutcome]):
         ttl: int,
         undo: str,
         undo_ttl: int,
+        tool: str = "",
+        bucket: str = "",
+        duration_us: int = 0,
     ) -> Invocation[FinishOutcome]:
         """An invocation: KEYS and ARGV as the header of ``finish.lua`` lists them."""
         return self.invoke(
@@ -306,6 +309,7 @@ class Finish(Script[FinishOutcome]):
                 "running": keys.running,
                 "undo": keys.undo(call_id),
                 **emit_keys(keys),
+                "durations": keys.metrics_durations,
             },
             argv={
                 "call_id": call_id,
@@ -320,6 +324,10 @@ class Finish(Script[FinishOutcome]):
                 "undo_data": undo,
                 "undo_ttl": undo_ttl,
                 "run_id": run_id,
+                "bucket_field": f"{tool}|le|{bucket}" if bucket else "",
+                "count_field": f"{tool}|count",
+                "sum_field": f"{tool}|sum_us",
+                "duration_us": duration_us,
             },
         )
 

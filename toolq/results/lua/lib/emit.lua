@@ -43,6 +43,17 @@ local function notify(stream, call_id, run_id, etype, data, id)
     redis.pcall('EXPIRE', inbox, INBOX_KEEP_MS / 1000)
   end
 end
+-- Every event also counts, in the same script, under its call's tool and risk in the metrics
+-- hash next to the run's stream (Keys.metrics_events, derived from the stream's prefix as the
+-- record's key is): /metrics reads those counters instead of the calls themselves.
+local function count(stream, call_id, run_id, etype)
+  local suffix = ':run:' .. run_id .. ':events'
+  if stream:sub(-#suffix) ~= suffix then return end
+  local prefix = stream:sub(1, #stream - #suffix)
+  local f = redis.call('HMGET', prefix .. ':call:' .. call_id, 'name', 'risk')
+  if not f[1] then return end
+  redis.call('HINCRBY', prefix .. ':metrics:events', f[1] .. '|' .. (f[2] or '') .. '|' .. etype, 1)
+end
 local archived_types = {['call.succeeded'] = true, ['call.failed'] = true,
                         ['call.denied'] = true, ['call.expired'] = true,
                         ['call.cancelled'] = true, ['call.undone'] = true,
@@ -66,6 +77,7 @@ local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run
       end
     end
     if FINAL[etype] then notify(stream, call_id, run_id, etype, data, id) end
+    count(stream, call_id, run_id, etype)
     return id
   end
 end
