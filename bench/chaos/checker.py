@@ -20,6 +20,12 @@ Definitions (one "call" is one provider call id in one run):
   started, from the fault log); if its group was never killed, at the end of the run, which
   can only over-count.
 - PHANTOMS: executions of calls that were never accepted.
+- with a history store (``--history``), after the final drain of the archive stream:
+  HISTORY_LOST: a call final in the Redis dump, or seen final by a client, with no row in
+  SQL; HISTORY_DUPLICATES: more than one row for one call id; HISTORY_STATUS: a row whose
+  status differs from Redis's final one (or from the one a client saw); HISTORY_PHANTOMS:
+  rows for calls Redis does not hold. Events per call in SQL against the run streams are
+  reported apart (missing, extra).
 - also checked: approval-gated calls executed without a winning approval (UNAPPROVED),
   more than one winning decision on a call (DOUBLE_DECISIONS), two records for one
   provider call id (DOUBLE_ACCEPTS), a final state seen by a client that later differs
@@ -42,9 +48,10 @@ from typing import Any
 
 from bench.chaos.app import GATED_TOOLS, IDEMPOTENT_TOOLS, THROTTLED_CAP, THROTTLED_TOOL
 from bench.chaos.history import DUMP, EXECUTIONS, HISTORY, REPORT, read_jsonl
+from bench.chaos.history_store import HISTORY_DUMP
 
 FINAL = frozenset({"succeeded", "failed", "denied", "expired", "cancelled"})
-KILLS = frozenset({"kill9", "sigterm-escalated", "group-cleanup"})
+KILLS = frozenset({"kill9", "archiver-kill9", "sigterm-escalated", "group-cleanup"})
 INVARIANTS = (
     "lost", "duplicates", "overlaps", "phantoms",
     "unapproved", "double_decisions", "double_accepts", "final_changed",
@@ -272,7 +279,7 @@ def check(out: Path) -> dict[str, Any]:
             continue
         tf = h["time"]
         item: dict[str, Any] = {"kind": h["kind"], "at_s": round(tf - t0, 2)}
-        for key in ("worker", "killed", "error"):
+        for key in ("worker", "killed", "error", "mid_batch", "pending", "skipped"):
             if key in h:
                 item[key] = h[key]
         if "up" in h:
@@ -348,8 +355,10 @@ def check(out: Path) -> dict[str, Any]:
         "final_changed": len(final_changed),
     }
     config = start.get("config", {})
+    archived = _history_check(out, history, records, dump)
+    history_ok = archived is None or not any(archived["violations"].values())
     report: dict[str, Any] = {
-        "ok": not any(violations.values()) and not unnoticed_exits,
+        "ok": not any(violations.values()) and not unnoticed_exits and history_ok,
         "violations": violations,
         "config": config,
         "duration_s": round(end_of_run - t0, 1),
@@ -377,6 +386,7 @@ def check(out: Path) -> dict[str, Any]:
         "unexpected_worker_exits": unexpected_exits,
         "unnoticed_worker_exits": len(unnoticed_exits),
         "lost_message_resends": stranded,
+        "history_store": archived,
         "throttled_tool": {
             "executions": len(throttled_spans),
             "peak_at_once": _peak(throttled_spans),
@@ -396,6 +406,90 @@ def check(out: Path) -> dict[str, Any]:
     }
     (out / REPORT).write_text(json.dumps(report, indent=2))
     return report
+
+
+def _history_check(
+    out: Path,
+    history: list[dict[str, Any]],
+    records: dict[str, dict[str, Any]],
+    dump: dict[str, Any],
+) -> dict[str, Any] | None:
+    """The history store against Redis and what clients saw (``None`` without a store)."""
+    path = out / HISTORY_DUMP
+    if not path.exists():
+        return None
+    stored = json.loads(path.read_text())
+    rows: dict[str, dict[str, Any]] = stored["calls"]
+    lost: list[dict[str, Any]] = []
+    changed: list[dict[str, Any]] = []
+    duplicates = {c: r for c, r in rows.items() if r["rows"] > 1}
+    for call_id, rec in records.items():
+        if rec["status"] not in FINAL:
+            continue
+        row = rows.get(call_id)
+        if row is None:
+            lost.append({"call_id": call_id, "status": rec["status"], "seen_by": "redis"})
+        elif row["statuses"] != [rec["status"]]:
+            changed.append({"call_id": call_id, "redis": rec["status"], "sql": row["statuses"]})
+    seen_final = 0
+    for h in history:
+        if h["op"] != "wait":
+            continue
+        for res in h.get("results", []):
+            if res["status"] not in FINAL:
+                continue
+            seen_final += 1
+            row = rows.get(res["call_id"])
+            if row is None:
+                if res["call_id"] not in {x["call_id"] for x in lost}:
+                    lost.append({**res, "seen_by": "client"})
+            elif row["statuses"] != [res["status"]]:
+                changed.append({**res, "sql": row["statuses"], "seen_by": "client"})
+    phantoms = sorted(set(rows) - set(records))
+    not_final = sorted(c for c in rows if c in records and records[c]["status"] not in FINAL)
+    events_missing = events_extra = 0
+    for call_id in rows:
+        in_redis = len(dump["events"].get(call_id, []))
+        in_sql = int(stored["events"].get(call_id, 0))
+        events_missing += max(0, in_redis - in_sql)
+        events_extra += max(0, in_sql - in_redis)
+    drained = next((h for h in history if h["op"] == "history_drained"), {})
+    faults = Counter(
+        h["kind"] for h in history if h["op"] == "fault" and h["kind"] in HISTORY_FAULTS
+    )
+    mid_batch = sum(
+        1
+        for h in history
+        if h["op"] == "fault" and h["kind"] == "archiver-kill9" and h["mid_batch"]
+    )
+    return {
+        "store": stored["store"],
+        "violations": {
+            "history_lost": len(lost),
+            "history_duplicates": len(duplicates),
+            "history_status": len(changed),
+            "history_phantoms": len(phantoms),
+        },
+        "final_in_redis": sum(1 for r in records.values() if r["status"] in FINAL),
+        "client_seen_final": seen_final,
+        "rows": sum(r["rows"] for r in rows.values()),
+        "archived_not_final_in_redis": len(not_final),
+        "events_missing": events_missing,
+        "events_extra": events_extra,
+        "drain": {k: drained.get(k) for k in ("left", "pending", "waited_s")},
+        "faults": dict(faults),
+        "archiver_kills_mid_batch": mid_batch,
+        "details": {
+            "lost": lost[:20],
+            "duplicates": dict(list(duplicates.items())[:20]),
+            "status": changed[:20],
+            "phantoms": phantoms[:20],
+            "archived_not_final_in_redis": not_final[:20],
+        },
+    }
+
+
+HISTORY_FAULTS = frozenset({"archiver-kill9", "sql-restart"})
 
 
 def _peak(spans: list[tuple[float, float]]) -> int:
@@ -469,13 +563,27 @@ def render(report: dict[str, Any]) -> str:
         f"  throttled tool: {th['executions']} executions, at most {th['peak_at_once']} at once "
         f"(cap {th['cap']}; an execution killed without an end counts until its kill)"
     )
+    hs = report.get("history_store")
+    if hs is not None:
+        lines.append(
+            f"  history store ({hs['store']}): {hs['rows']} rows; {hs['final_in_redis']} final "
+            f"calls in Redis, {hs['client_seen_final']} final results seen by clients; drain "
+            f"{json.dumps(hs['drain'])}; events missing {hs['events_missing']}, extra "
+            f"{hs['events_extra']}; archived but not final in Redis "
+            f"{hs['archived_not_final_in_redis']}; history faults {hs['faults']} "
+            f"({hs['archiver_kills_mid_batch']} archiver kills mid-batch)"
+        )
     lines.append("  invariants")
     for name in INVARIANTS:
         n = report["violations"][name]
         lines.append(f"    {name:<17} {n:>4}  {'ok' if n == 0 else 'VIOLATED'}")
+    for name, n in (hs or {}).get("violations", {}).items():
+        lines.append(f"    {name:<17} {n:>4}  {'ok' if n == 0 else 'VIOLATED'}")
     lines.append(f"  result      {'PASS' if report['ok'] else 'FAIL'}")
     if not report["ok"]:
         lines.append(json.dumps(report["details"], indent=1)[:6000])
+        if hs is not None:
+            lines.append(json.dumps(hs["details"], indent=1)[:4000])
     return "\n".join(lines)
 
 

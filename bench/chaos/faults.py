@@ -17,13 +17,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
 from bench.chaos.history import EXECUTIONS, History, error_reason, read_jsonl
 from bench.chaos.load import RACING_KEY
+from bench.chaos.postgres import PrivatePostgres
 from bench.chaos.server import PrivateRedis
-from toolq.keys import Keys
+from toolq.keys import HISTORY_GROUP, Keys
 from toolq.models import RiskLevel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,9 @@ FAULT_KINDS = (
     "pubsub-kill",
     "racing-approvers",
 )
+HISTORY_FAULT_KINDS = ("archiver-kill9", "sql-restart")
+"""Faults of the history store's path (``--history``): see ``FaultInjector.inject``."""
+ALL_FAULT_KINDS = FAULT_KINDS + HISTORY_FAULT_KINDS
 BURST_WAIT = 3.0
 """Seconds ``redis-kill-burst`` waits for a burst of pushes before it kills Redis anyway."""
 
@@ -84,12 +89,12 @@ class WorkerPool:
         self.lock = threading.Lock()
         self.shutting_down: set[str] = set()
         """Workers in a warm shutdown: ``check_alive`` leaves them to their restarter."""
+        self.archivers: dict[str, subprocess.Popen[bytes]] = {}
+        """Standalone ``toolq history archive`` processes, by name."""
         (out_dir / "workers").mkdir(exist_ok=True)
 
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        """Start (or restart) one worker."""
-        spec = self.specs[name]
-        environ = {
+    def _environ(self) -> dict[str, str]:
+        return {
             **os.environ,
             **self.env,
             "TOOLQ_REDIS_URL": self.redis_url,
@@ -97,6 +102,52 @@ class WorkerPool:
             "CHAOS_EXEC_LOG": str(self.out_dir / EXECUTIONS),
             "PYTHONPATH": str(ROOT),
         }
+
+    def start_archiver(self, name: str) -> subprocess.Popen[bytes]:
+        """Start (or restart) a standalone archiver (``toolq history archive``)."""
+        argv = [sys.executable, "-m", "toolq", "history", "archive"]
+        with open(self.out_dir / "workers" / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                env=self._environ(),
+                cwd=ROOT,
+                start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        with self.lock:
+            self.archivers[name] = proc
+        self.history.append("archiver_start", worker=name, pgid=proc.pid)
+        return proc
+
+    def restart(self, name: str) -> None:
+        """Start a worker or a standalone archiver again, by name."""
+        if name in self.archivers:
+            self.start_archiver(name)
+        else:
+            self.start(name)
+
+    def kill9_group(self, name: str, kind: str, **fields: object) -> int:
+        """SIGKILL the process group of a worker or a standalone archiver; the group id."""
+        with self.lock:
+            proc = self.archivers.get(name) or self.procs[name]
+        t = time.time()
+        _killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        self.history.append("fault", kind=kind, worker=name, pgid=proc.pid, time=t, **fields)
+        return proc.pid
+
+    def by_pid(self) -> dict[int, str]:
+        """Name of each running worker (main process) and standalone archiver, by pid."""
+        with self.lock:
+            out = {p.pid: n for n, p in self.procs.items() if n not in self.shutting_down}
+            out.update({p.pid: n for n, p in self.archivers.items()})
+        return out
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        """Start (or restart) one worker."""
+        spec = self.specs[name]
+        environ = self._environ()
         argv = [
             sys.executable, "-m", "toolq", "worker",
             "--risk", spec.risk,
@@ -181,6 +232,7 @@ class WorkerPool:
                 for n, p in self.procs.items()
                 if n not in self.shutting_down and p.poll() is not None
             ]
+            dead += [(n, p) for n, p in self.archivers.items() if p.poll() is not None]
         for name, proc in dead:
             self.history.append(
                 "worker_died",
@@ -190,7 +242,7 @@ class WorkerPool:
                 reason=self.exit_reason(name),
             )
             _killpg(proc.pid, signal.SIGKILL)
-            self.start(name)
+            self.restart(name)
 
     def exit_reason(self, name: str) -> str:
         """The one-line reason ``toolq worker`` printed when it exited, if any."""
@@ -201,15 +253,23 @@ class WorkerPool:
         return next((ln for ln in reversed(tail) if ln.startswith("toolq worker: exiting")), "")
 
     def stop_all(self) -> None:
-        """Warm-stop every worker, killing what does not stop in time."""
-        for proc in self.procs.values():
+        """Warm-stop every worker and archiver, killing what does not stop in time."""
+        procs = [*self.procs.values(), *self.archivers.values()]
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
+        for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(20)
             _killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def _consumer_pid(name: str) -> int:
+    """The pid in an archiver's consumer name (0 when there is none)."""
+    head = name.partition("@")[0]
+    digits = head.rsplit("-", 1)[-1] if "@" in name else name.rsplit(":", 1)[-1]
+    return int(digits) if digits.isdigit() else 0
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> bool:
@@ -234,6 +294,8 @@ class FaultInjector(threading.Thread):
         seed: int,
         redis_outage: float = 1.0,
         racing_window: float | None = None,
+        sql: PrivatePostgres | None = None,
+        sql_outage: float = 2.0,
     ) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.pool = pool
@@ -245,6 +307,8 @@ class FaultInjector(threading.Thread):
         self.duration = duration
         self.redis_outage = redis_outage
         self.racing_window = racing_window or interval
+        self.sql = sql
+        self.sql_outage = sql_outage
         self.history = History(pool.out_dir, "faults")
         self.stopped = threading.Event()
         self.restarts: list[threading.Thread] = []
@@ -304,9 +368,54 @@ class FaultInjector(threading.Thread):
             candidates = [n for n in names if self.pool.procs[n].pid in busy]
         return self.rng.choice(candidates or names)
 
+    def _archiving_victim(self) -> tuple[str | None, int, float]:
+        """A process whose archiver holds a batch read but not yet acknowledged (mid-batch).
+
+        Polls the archive group's pending entries per consumer every millisecond for up to
+        ``BURST_WAIT`` seconds; a consumer's name ends with its main process's pid
+        (``toolq-...-PID@host`` for a worker, ``host:PID`` for ``toolq history archive``).
+        Entries left by an archiver killed before are skipped (their pid is gone).
+        ``(name or None, entries pending, seconds waited)``.
+        """
+        keys = Keys()
+        conn = redis.Redis.from_url(self.server.url, socket_timeout=2)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < BURST_WAIT:
+                live = self.pool.by_pid()
+                summary: Any = conn.xpending(keys.history_archive, HISTORY_GROUP)
+                for consumer in summary.get("consumers") or []:
+                    pid = _consumer_pid(str(consumer["name"]))
+                    if pid in live and int(consumer["pending"]) > 0:
+                        return live[pid], int(consumer["pending"]), time.monotonic() - start
+                time.sleep(0.001)
+        except redis.RedisError:
+            pass
+        finally:
+            conn.close()
+        return None, 0, time.monotonic() - start
+
     def inject(self, kind: str) -> None:
         """Inject one fault of ``kind``."""
-        if kind == "kill9":
+        if kind == "archiver-kill9":
+            name, pending, waited = self._archiving_victim()
+            if name is None:  # no batch caught in flight: any archiving process
+                name = self.rng.choice(self.pool.running() + sorted(self.pool.archivers))
+            self.pool.kill9_group(
+                name, kind, mid_batch=pending > 0, pending=pending, waited=round(waited, 3)
+            )
+            time.sleep(0.5)
+            self.pool.restart(name)
+        elif kind == "sql-restart":
+            t = time.time()
+            if self.sql is None:
+                self.history.append("fault", kind=kind, time=t, skipped="no PostgreSQL")
+                return
+            self.sql.stop()
+            time.sleep(self.sql_outage)
+            self.sql.start()
+            self.history.append("fault", kind=kind, time=t, up=time.time())
+        elif kind == "kill9":
             name = self._busy_victim()
             self.pool.kill9(name)
             time.sleep(0.5)

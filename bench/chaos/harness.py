@@ -29,8 +29,17 @@ from typing import Any
 
 from bench.chaos import checker
 from bench.chaos.dump import dump_redis, unfinished
-from bench.chaos.faults import FAULT_KINDS, FaultInjector, WorkerPool, WorkerSpec, worker_specs
+from bench.chaos.faults import (
+    ALL_FAULT_KINDS,
+    FAULT_KINDS,
+    HISTORY_FAULT_KINDS,
+    FaultInjector,
+    WorkerPool,
+    WorkerSpec,
+    worker_specs,
+)
 from bench.chaos.history import DUMP, History
+from bench.chaos.history_store import HistoryStoreRun
 from bench.chaos.load import TENANTS, LoadConfig, run_approver, run_client
 from bench.chaos.server import PrivateRedis
 from bench.procs import exit_on_signal
@@ -60,6 +69,8 @@ class ChaosConfig:
     wait_timeout: float = 90.0
     drain: float = 60.0
     cells: int = 1
+    history: str = "none"
+    archivers: int = 1
 
 
 def run(cfg: ChaosConfig) -> int:
@@ -90,6 +101,12 @@ def run(cfg: ChaosConfig) -> int:
     }
     if cfg.tenants > 1:
         worker_env["TOOLQ_TENANTS"] = json.dumps(TENANTS)
+    store = HistoryStoreRun(cfg.history, cfg.out) if cfg.history != "none" else None
+    if store is not None:
+        if not one:
+            raise SystemExit("--history with --cells is not supported")
+        store.start()
+        worker_env.update(store.env())
     pools = [
         WorkerPool(
             _cell_specs(cfg.workers, None if one else i),
@@ -108,6 +125,8 @@ def run(cfg: ChaosConfig) -> int:
     try:
         for pool in pools:
             pool.start_all()
+            for i in range(cfg.archivers if store is not None else 0):
+                pool.start_archiver(f"a{i}")
         for pool in pools:
             _wait_ready(pool.redis_url, pool)
         load = LoadConfig(
@@ -148,6 +167,7 @@ def run(cfg: ChaosConfig) -> int:
                 duration=cfg.duration,
                 seed=cfg.seed if one else int(f"{cfg.seed}{i}"),
                 redis_outage=cfg.redis_outage,
+                sql=store.postgres if store is not None else None,
             )
             for i, (pool, server) in enumerate(zip(pools, servers, strict=True))
         ]
@@ -171,10 +191,16 @@ def run(cfg: ChaosConfig) -> int:
                 pool.check_alive()
             time.sleep(0.5)
         history.append("drained", unfinished=sum(unfinished(url) for url in urls))
+        if store is not None:
+            # Every final call leaves the archive stream once it is in SQL: wait for that.
+            left = store.drain(urls[0], cfg.drain, pools[0].check_alive)
+            history.append("history_drained", **left)
         if one:
             dump_redis(urls[0], cfg.out / DUMP)
         else:
             _dump_cells(urls, cfg.out)
+        if store is not None:
+            store.dump()
     finally:
         for injector in injectors:  # no worker restart may race the pool's stop below
             injector.stopped.set()
@@ -192,6 +218,8 @@ def run(cfg: ChaosConfig) -> int:
             pool.stop_all()
         for server in servers:
             server.stop()
+        if store is not None:
+            store.stop()
         history.append("stop", elapsed=time.time() - started)
         history.close()
     report = checker.check(cfg.out)
@@ -273,8 +301,21 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
     p.add_argument("--fault-interval", type=float, default=4.0, help="seconds between faults")
     p.add_argument(
         "--faults",
-        default=",".join(FAULT_KINDS),
-        help=f"comma-separated, of: {', '.join(FAULT_KINDS)} (empty: none)",
+        default=None,
+        help=f"comma-separated, of: {', '.join(ALL_FAULT_KINDS)} (empty: none; default: "
+        f"{', '.join(FAULT_KINDS)}, and with --history also {', '.join(HISTORY_FAULT_KINDS)})",
+    )
+    p.add_argument(
+        "--history",
+        choices=("none", "sqlite", "postgresql"),
+        default="none",
+        help="start a history store (PostgreSQL: a private cluster) and archive into it",
+    )
+    p.add_argument(
+        "--archivers",
+        type=int,
+        default=1,
+        help="with --history: standalone `toolq history archive` processes beside the workers'",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cells", type=int, default=1, help="Redis cells (TOOLQ_SHARDS); 1: none")
@@ -297,8 +338,10 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         help="after the clients: how long calls may take to settle",
     )
     a = p.parse_args(argv)
-    kinds = [k.strip() for k in a.faults.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    default = FAULT_KINDS + (HISTORY_FAULT_KINDS if a.history != "none" else ())
+    faults = ",".join(default) if a.faults is None else a.faults
+    kinds = [k.strip() for k in faults.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(ALL_FAULT_KINDS))
     if unknown:
         p.error(f"unknown faults: {', '.join(unknown)}")
     return ChaosConfig(
@@ -318,6 +361,8 @@ def parse_args(argv: list[str] | None = None) -> ChaosConfig:
         wait_timeout=a.wait_timeout,
         drain=a.drain,
         cells=a.cells,
+        history=a.history,
+        archivers=a.archivers,
     )
 
 

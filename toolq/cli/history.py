@@ -11,7 +11,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
 import typer
+from sqlalchemy.exc import DBAPIError
 
 from toolq.backend import Backend
 from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
@@ -76,11 +78,26 @@ def archive(
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     total = 0
+    problem = ""  # what keeps the archiver from Redis or SQL now, said once until it changes
     try:
         while not stopping.is_set():
-            done = archiver.step(None if once else 1000)
+            try:
+                done = archiver.step(None if once else 1000)
+                archiver.prune_if_due()
+            except (redis.RedisError, DBAPIError) as exc:
+                # An outage of Redis or of the database: the batch stays pending in the
+                # group (taken again by this or another archiver), so wait and retry.
+                if once:
+                    raise fail(f"archiving stopped: {_reason(exc)}") from None
+                if _reason(exc) != problem:
+                    problem = _reason(exc)
+                    typer.echo(f"toolq history archive: {problem}; retrying", err=True)
+                stopping.wait(1.0)
+                continue
+            if problem:
+                typer.echo("toolq history archive: archiving again", err=True)
+                problem = ""
             total += done
-            archiver.prune_if_due()
             if once and not done:
                 break
     except KeyboardInterrupt:
@@ -88,6 +105,14 @@ def archive(
     finally:
         backend.close()
     typer.echo(f"archived {total} call(s)")
+
+
+def _reason(exc: BaseException) -> str:
+    """One line on what failed: the database's or Redis's own first line."""
+    source = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = str(source).strip().splitlines()
+    what = "history store" if isinstance(exc, DBAPIError) else "Redis"
+    return f"{what} unavailable ({lines[0] if lines else type(exc).__name__})"
 
 
 def _epoch(value: str | None) -> float | None:
