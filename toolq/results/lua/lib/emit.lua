@@ -28,11 +28,14 @@ local hooked = {}
 local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
                ['call.expired'] = true, ['call.cancelled'] = true}
 local INBOX_KEEP_MS = 3600000
-local function notify(stream, call_id, run_id, etype, data, id)
+-- The prefix of toolq's keys, from the run's stream name (nil for a stream named otherwise):
+-- the record's key and the metrics hash are found from it.
+local function prefix_of(stream, run_id)
   local suffix = ':run:' .. run_id .. ':events'
-  if stream:sub(-#suffix) ~= suffix then return end
-  local prefix = stream:sub(1, #stream - #suffix)
-  local inbox = redis.call('HGET', prefix .. ':call:' .. call_id, 'notify')
+  if stream:sub(-#suffix) ~= suffix then return nil end
+  return stream:sub(1, #stream - #suffix)
+end
+local function notify(prefix, inbox, call_id, etype, data, id)
   if not inbox or inbox:sub(1, #prefix + 7) ~= prefix .. ':waits:' or inbox:sub(-6) ~= ':inbox' then
     return
   end
@@ -44,22 +47,16 @@ local function notify(stream, call_id, run_id, etype, data, id)
   end
 end
 -- Every event also counts, in the same script, under its call's tool and risk in the metrics
--- hash next to the run's stream (Keys.metrics_events, derived from the stream's prefix as the
--- record's key is): /metrics reads those counters instead of the calls themselves.
-local function count(stream, call_id, run_id, etype)
-  local suffix = ':run:' .. run_id .. ':events'
-  if stream:sub(-#suffix) ~= suffix then return end
-  local prefix = stream:sub(1, #stream - #suffix)
-  local f = redis.call('HMGET', prefix .. ':call:' .. call_id, 'name', 'risk')
-  if not f[1] then return end
-  redis.call('HINCRBY', prefix .. ':metrics:events', f[1] .. '|' .. (f[2] or '') .. '|' .. etype, 1)
-end
+-- hash next to the run's stream (Keys.metrics_events, derived from the prefix as the record's
+-- key is): /metrics reads those counters instead of the calls themselves. The record's
+-- tool, risk and inbox are read in one HMGET per event.
 local archived_types = {['call.succeeded'] = true, ['call.failed'] = true,
                         ['call.denied'] = true, ['call.expired'] = true,
                         ['call.cancelled'] = true, ['call.undone'] = true,
                         ['call.undo_failed'] = true}
 local archiving = nil
 local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
+  local prefix = prefix_of(stream, run_id)
   return function(etype, data)
     local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
                           'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
@@ -76,8 +73,14 @@ local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run
         redis.call('XADD', archive, '*', 'call_id', call_id, 'run_id', run_id, 'ts', now)
       end
     end
-    if FINAL[etype] then notify(stream, call_id, run_id, etype, data, id) end
-    count(stream, call_id, run_id, etype)
+    if prefix then
+      local f = redis.call('HMGET', prefix .. ':call:' .. call_id, 'name', 'risk', 'notify')
+      if f[1] then
+        redis.call('HINCRBY', prefix .. ':metrics:events',
+                   f[1] .. '|' .. (f[2] or '') .. '|' .. etype, 1)
+      end
+      if FINAL[etype] then notify(prefix, f[3], call_id, etype, data, id) end
+    end
     return id
   end
 end
