@@ -15,25 +15,25 @@ in a cell that answers).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 
 from toolq.approvals.models import ApprovalRequest, AuditEntry
-from toolq.approvals.policy import ApprovalMode, RunRules
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
-from toolq.errors import CallNotFoundError, CellUnavailableError, ToolqError
-from toolq.models import CallResult, RiskLevel
+from toolq.errors import CallNotFoundError, CellUnavailableError
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget, probe_client
-from toolq.results.paging import DEFAULT_LIMIT, Cursor, Page
+from toolq.results.paging import Cursor, Page
 from toolq.settings import Settings
 
 PING_TIMEOUT = 2.0
@@ -264,207 +264,167 @@ class Cells:
             cell.close()
 
 
-class CellApprovals(ApprovalStore):
-    """The approval store over every cell: a decision goes to the call's cell, listings merge.
+class CellRouting:
+    """What a router over cells has: the ``Cells``, and each cell's part it sends calls to.
 
-    It is an ``ApprovalStore`` (built over the first cell, which it never uses itself) so
-    that everything typed with one takes it.
+    ``on_call``, ``on_run`` and ``merged`` turn a method of the part's class into the
+    router's method of the same name, signature and docstring.
     """
 
-    def __init__(self, cells: Cells) -> None:
-        first = cells.cells[0].backend
-        super().__init__(
-            first.store, first.publisher, first.registry, first.policy, owners=first.owners
-        )
-        self.cells = cells
+    cells: Cells
 
-    def _on_call(self, call_id: str, act: Callable[[ApprovalStore], T]) -> T:
-        return self.cells.on_call(call_id, lambda cell: act(cell.backend.approvals))
+    def _part(self, cell: Cell) -> Any:
+        """The object of ``cell`` that does the work (its client, its approval store)."""
+        raise NotImplementedError
 
-    def _on_run(self, run_id: str, act: Callable[[ApprovalStore], T]) -> T:
-        return self.cells.on_run(run_id, lambda cell: act(cell.backend.approvals))
-
-    def _each(self, read: Callable[[ApprovalStore], list[T]]) -> list[T]:
+    def _each(self, read: Callable[[Any], T]) -> list[T]:
+        """``read`` on the part of every cell that answers; a cell down is left out."""
         up, _ = self.cells.split()
         out: list[T] = []
         for cell in up:
             try:
                 with cell.guard():
-                    out.extend(read(cell.backend.approvals))
+                    out.append(read(self._part(cell)))
             except CellUnavailableError:
                 continue  # went down since ``split``: left out, as those found down
         return out
 
-    def pending(
-        self,
-        run_id: str | None = None,
-        risk: RiskLevel | str | None = None,
-        tool: str | None = None,
-    ) -> list[ApprovalRequest]:
-        """Calls awaiting a decision in every cell that answers, soonest deadline first."""
-        if run_id is not None:
-            return self._on_run(run_id, lambda a: a.pending(run_id, risk, tool))
-        found = self._each(lambda a: a.pending(None, risk, tool))
-        return sorted(found, key=lambda r: r.deadline or 0.0)
 
-    def page(
-        self,
-        *,
-        limit: int = DEFAULT_LIMIT,
-        cursor: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        run_id: str | None = None,
-        risk: RiskLevel | str | None = None,
-        tool: str | None = None,
-        tenant: str | None = None,
-    ) -> Page[ApprovalRequest]:
-        """One page over every cell that answers: each cell's page from the same cursor, merged.
+F = TypeVar("F", bound=Callable[..., Any])
 
-        Cursors are (parking time, call id) in every cell, so one cursor goes on in all.
-        """
-        filters: dict[str, Any] = {
-            "limit": limit,
-            "cursor": cursor,
-            "since": since,
-            "until": until,
-            "risk": risk,
-            "tool": tool,
-            "tenant": tenant,
-        }
-        if run_id is not None:
-            return self._on_run(run_id, lambda a: a.page(run_id=run_id, **filters))
-        pages = self._each(lambda a: [a.page(**filters)])
-        # A cell whose page ended (early or full) bounds what the merge may show.
-        ends = [Cursor.decode(p.next_cursor) for p in pages if p.next_cursor]
-        end = min(((float(c.score), c.member) for c in ends), default=None)
-        found = sorted((r for p in pages for r in p.items), key=lambda r: (r.created_at, r.call_id))
-        if end is not None:
-            found = [r for r in found if (r.created_at, r.call_id) <= end]
-        shown = found[:limit]
-        next_cursor = None
-        if len(found) > limit:
-            next_cursor = Cursor(repr(shown[-1].created_at), shown[-1].call_id).encode()
-        elif end is not None:
-            next_cursor = Cursor(repr(end[0]), end[1]).encode()
-        totals = [p.total for p in pages]
-        total = None if None in totals else sum(t for t in totals if t is not None)
-        return Page(shown, next_cursor, total)
 
-    def approve_run(
-        self,
-        run_id: str,
-        by: str,
-        *,
-        may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
-    ) -> dict[str, CallResult | ToolqError]:
-        """``ApprovalStore.approve_run`` in the run's cell."""
-        return self._on_run(run_id, lambda a: a.approve_run(run_id, by, may=may))
+def _first_parameter(method: Callable[..., Any]) -> str:
+    return list(inspect.signature(method).parameters)[1]
 
-    def get(self, call_id: str) -> ApprovalRequest:
-        """A call as approvers see it, from its cell."""
-        return self._on_call(call_id, lambda a: a.get(call_id))
 
-    def audit(self, count: int = 100, after: str | None = None) -> list[AuditEntry]:
-        """Every answering cell's audit entries after ``after``, oldest first, at most ``count``."""
-        found = self._each(lambda a: a.audit(count, after))
-        return sorted(found, key=_stream_order)[:count]
+def _routed(method: F, by_call: bool, stream: bool) -> F:
+    name = method.__name__
+    key = _first_parameter(method)
 
-    def approve(
-        self,
-        call_id: str,
-        by: str,
-        *,
-        arguments: dict[str, Any] | None = None,
-        note: str | None = None,
-        digest: str | None = None,
-        always: bool = False,
-    ) -> CallResult:
-        """Approve a parked call in its cell."""
-        return self._on_call(
-            call_id,
-            lambda a: a.approve(
-                call_id, by, arguments=arguments, note=note, digest=digest, always=always
-            ),
-        )
+    @functools.wraps(method)
+    def routed(self: CellRouting, *args: Any, **kwargs: Any) -> Any:
+        ident = kwargs[key] if key in kwargs else args[0]
 
-    def deny(self, call_id: str, by: str, reason: str = "", *, always: bool = False) -> CallResult:
-        """Deny a parked call in its cell."""
-        return self._on_call(call_id, lambda a: a.deny(call_id, by, reason, always=always))
+        def act(cell: Cell) -> Any:
+            answer = getattr(self._part(cell), name)(*args, **kwargs)
+            return cell.guarded(answer) if stream else answer
 
-    def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
-        """Calls of unknown outcome of every cell that answers (one run's: its cell's)."""
-        if run_id is not None:
-            return self._on_run(run_id, lambda a: a.unknown(run_id))
-        return self._each(lambda a: a.unknown())
+        locate = self.cells.on_call if by_call else self.cells.on_run
+        return locate(ident, act)
 
-    def decide_run(
-        self,
-        run_id: str,
-        by: str,
-        *,
-        approve: Sequence[str] = (),
-        deny: Mapping[str, str] | None = None,
-    ) -> dict[str, CallResult | ToolqError]:
-        """Decide several parallel calls of a run, in the run's cell."""
-        return self._on_run(run_id, lambda a: a.decide_run(run_id, by, approve=approve, deny=deny))
+    return cast(F, routed)
 
-    def expire_due(self, now: float | None = None, limit: int = 500) -> int:
-        """Expire overdue approvals in every cell that answers."""
-        return sum(self._each(lambda a: [a.expire_due(now, limit)]))
 
-    def rules(self, run_id: str) -> RunRules:
-        """A run's approval rules, from its cell."""
-        return self._on_run(run_id, lambda a: a.rules(run_id))
+def on_call(method: F) -> F:
+    """``method`` run on the part of the cell holding the call its first argument names."""
+    return _routed(method, by_call=True, stream=False)
 
-    def set_rules(
-        self,
-        run_id: str,
-        *,
-        mode: ApprovalMode | str | None = None,
-        approve_tools: Sequence[str] | None = None,
-        approval_timeout: float | None = None,
-        by: str | None = None,
-        principal: str | None = None,
-        admin: bool = False,
-        tenant: str | None = None,
-    ) -> RunRules:
-        """Set a run's rules in its cell (a new run's: its home cell)."""
-        return self._on_run(
-            run_id,
-            lambda a: a.set_rules(
-                run_id,
-                mode=mode,
-                approve_tools=approve_tools,
-                approval_timeout=approval_timeout,
-                by=by,
-                principal=principal,
-                admin=admin,
-                tenant=tenant,
-            ),
-        )
 
-    def export_state(self, run_id: str) -> dict[str, Any]:
-        """A run's approval state, from its cell."""
-        return self._on_run(run_id, lambda a: a.export_state(run_id))
+def on_run(method: F, *, stream: bool = False) -> F:
+    """``method`` run on the part of the cell holding the run its first argument names.
 
-    def restore_state(
-        self,
-        run_id: str,
-        state: dict[str, Any],
-        *,
-        by: str | None = None,
-        principal: str | None = None,
-        admin: bool = False,
-        tenant: str | None = None,
-    ) -> RunRules:
-        """Restore a saved approval state onto a run, in its cell."""
-        return self._on_run(
-            run_id,
-            lambda a: a.restore_state(
-                run_id, state, by=by, principal=principal, admin=admin, tenant=tenant
-            ),
-        )
+    ``stream``: it returns an iterator, read under the cell's guard (a cell lost while it is
+    read raises ``CellUnavailableError``).
+    """
+    return _routed(method, by_call=False, stream=stream)
+
+
+def merged(merge: Callable[[list[Any], dict[str, Any]], Any]) -> Callable[[F], F]:
+    """``method`` run on every cell that answers, the answers put together by ``merge``.
+
+    ``merge`` is given the answers and the call's arguments by name. A call with a
+    ``run_id`` runs on that run's cell only.
+    """
+
+    def wrap(method: F) -> F:
+        name = method.__name__
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def routed(self: CellRouting, *args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = dict(bound.arguments)
+            run_id = given.get("run_id")
+            if run_id is not None:
+                act = lambda cell: getattr(self._part(cell), name)(*args, **kwargs)  # noqa: E731
+                return self.cells.on_run(run_id, act)
+            return merge(self._each(lambda part: getattr(part, name)(*args, **kwargs)), given)
+
+        return cast(F, routed)
+
+    return wrap
+
+
+def _pending(found: list[list[ApprovalRequest]], _: dict[str, Any]) -> list[ApprovalRequest]:
+    return sorted((r for one in found for r in one), key=lambda r: r.deadline or 0.0)
+
+
+def _joined(found: list[list[T]], _: dict[str, Any]) -> list[T]:
+    return [item for one in found for item in one]
+
+
+def _audit(found: list[list[AuditEntry]], given: dict[str, Any]) -> list[AuditEntry]:
+    return sorted((e for one in found for e in one), key=_stream_order)[: given["count"]]
+
+
+def _total(found: list[int], _: dict[str, Any]) -> int:
+    return sum(found)
+
+
+def _approval_pages(
+    pages: list[Page[ApprovalRequest]], given: dict[str, Any]
+) -> Page[ApprovalRequest]:
+    """Each cell's page from the same cursor, merged.
+
+    Cursors are (parking time, call id) in every cell, so one cursor goes on in all.
+    """
+    limit: int = given["limit"]
+    # A cell whose page ended (early or full) bounds what the merge may show.
+    ends = [Cursor.decode(p.next_cursor) for p in pages if p.next_cursor]
+    end = min(((float(c.score), c.member) for c in ends), default=None)
+    found = sorted((r for p in pages for r in p.items), key=lambda r: (r.created_at, r.call_id))
+    if end is not None:
+        found = [r for r in found if (r.created_at, r.call_id) <= end]
+    shown = found[:limit]
+    next_cursor = None
+    if len(found) > limit:
+        next_cursor = Cursor(repr(shown[-1].created_at), shown[-1].call_id).encode()
+    elif end is not None:
+        next_cursor = Cursor(repr(end[0]), end[1]).encode()
+    totals = [p.total for p in pages]
+    total = None if None in totals else sum(t for t in totals if t is not None)
+    return Page(shown, next_cursor, total)
+
+
+class ApprovalRouter(CellRouting, ApprovalStore):
+    """The approval store over every cell: each cell's ``ApprovalStore`` behind one.
+
+    A decision goes to the call's (or run's) cell; listings merge the cells that answer.
+    An ``ApprovalStore`` by type only (everything typed with one takes it): it has no store
+    of its own, each method is the cell's.
+    """
+
+    def __init__(self, cells: Cells) -> None:
+        self.cells = cells
+
+    def _part(self, cell: Cell) -> ApprovalStore:
+        return cell.backend.approvals
+
+    get = on_call(ApprovalStore.get)
+    approve = on_call(ApprovalStore.approve)
+    deny = on_call(ApprovalStore.deny)
+    approve_run = on_run(ApprovalStore.approve_run)
+    decide_run = on_run(ApprovalStore.decide_run)
+    rules = on_run(ApprovalStore.rules)
+    set_rules = on_run(ApprovalStore.set_rules)
+    export_state = on_run(ApprovalStore.export_state)
+    restore_state = on_run(ApprovalStore.restore_state)
+    pending = merged(_pending)(ApprovalStore.pending)
+    page = merged(_approval_pages)(ApprovalStore.page)
+    unknown = merged(_joined)(ApprovalStore.unknown)
+    audit = merged(_audit)(ApprovalStore.audit)
+    expire_due = merged(_total)(ApprovalStore.expire_due)
 
 
 def _stream_order(entry: AuditEntry) -> tuple[int, int]:

@@ -33,9 +33,7 @@ class AuditAnchors:
         settings = client.settings
         self.signer = signer_for(settings)
         self.interval = settings.audit_anchor_interval
-        backends: list[Backend] = (
-            [cell.backend for cell in client.cells] if client.cells else [client.backend]
-        )
+        backends: list[Backend] = [one.backend for one in client.cell_clients]
         self.logs = [
             AuditLog(b.redis, b.keys, b.settings.audit_maxlen, b.store.scripts) for b in backends
         ]

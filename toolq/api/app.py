@@ -60,13 +60,12 @@ def create_app(
     closes it on shutdown.
     """
     client = client or Client(registry, settings, backend=backend)
-    backend = client.backend
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
     parts = CellParts(client, settings)
     # With cells each request checks the cells it touches (``toolq.cells``); without, one
     # gate checks the one Redis before every request.
-    probe = RedisProbe(RedisTarget.of(settings)) if client.cells is None else None
+    probe = None if settings.shards else RedisProbe(RedisTarget.of(settings))
 
     anchors = AuditAnchors(client)
 

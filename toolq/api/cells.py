@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from toolq.api.tickets import TicketStore
 from toolq.dispatch.client import Client
 from toolq.errors import OverloadedError, RedisUnavailableError
+from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.results.connection import RedisTarget
 from toolq.results.hub import RETRY_AFTER_SECONDS, EventHub
@@ -28,7 +29,8 @@ class CellParts:
     def __init__(self, client: Client, settings: Settings) -> None:
         self.client = client
         self.max_streams = settings.max_event_streams
-        cells = client.cell_clients or [client]
+        cells = client.cell_clients
+        self.clients = cells
         self.hubs = [
             EventHub(RedisTarget.of(c.settings), c.keys, settings.max_event_streams) for c in cells
         ]
@@ -37,9 +39,8 @@ class CellParts:
             hub.cold = cell.backend.history
 
     def _index(self, run_id: str) -> int:
-        if self.client.cells is None:
-            return 0
-        return self.client.cells.for_run(run_id).index
+        held = self.client.cell_for_run(run_id)
+        return next(i for i, one in enumerate(self.clients) if one is held)
 
     def hub_for(self, run_id: str) -> EventHub:
         """The hub of the run's cell (``CellUnavailableError`` when it is down)."""
@@ -81,7 +82,8 @@ class CellParts:
 def needed_queues(client: Client) -> list[str]:
     """The queues of the registry's risk levels: each needs a live worker."""
     levels = {tool.risk for tool in client.registry.list()}
-    return [client.keys.queue_for(level) for level in RiskLevel if level in levels]
+    keys = Keys(client.settings.key_prefix)  # every cell's queues have the same names
+    return [keys.queue_for(level) for level in RiskLevel if level in levels]
 
 
 def health_response(checks: list[Check], **extra: object) -> JSONResponse:
@@ -116,9 +118,9 @@ def cells_health(client: Client, queues: list[str]) -> JSONResponse:
     do not answer: their runs fail with ``cell_unavailable``, the others' go on; or a
     cell's check fails) or ``unhealthy`` (none answers).
     """
-    assert client.cells is not None
-    up, down = client.cells.split()
-    cells = [{"cell": c.index, "where": c.where, "up": c in up} for c in client.cells]
+    states = client.cell_states()
+    up = [s for s in states if s.up]
+    cells = [{"cell": s.index, "where": s.where, "up": s.up} for s in states]
     checks: list[Check] = []
     for cell in up:
         one = client.cell_clients[cell.index]
@@ -127,6 +129,7 @@ def cells_health(client: Client, queues: list[str]) -> JSONResponse:
         except (redis.RedisError, OSError):
             continue  # went down since: shown down next time
         checks += [replace(c, name=f"cell {cell.index}: {c.name}") for c in found]
-    status = "ok" if not down and all(c.ok for c in checks) else "degraded" if up else "unhealthy"
+    every_ok = len(up) == len(states) and all(c.ok for c in checks)
+    status = "ok" if every_ok else "degraded" if up else "unhealthy"
     body = {"status": status, "cells": cells, "checks": [c.as_json() for c in checks]}
     return JSONResponse(body, status_code=503 if not up else 200)

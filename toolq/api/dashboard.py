@@ -261,9 +261,7 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
     limit = filters.pop("limit", 100)
     offset = filters.pop("offset", 0)
     run_id = filters.get("run_id")
-    reachable, down = client.reachable()
-    if run_id is not None and client.cells is not None:
-        reachable = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
+    reachable, _ = client.reachable(run_id)  # a run's calls: only in its cell
     queues = dict.fromkeys((level.value for level in RiskLevel), 0)
     alive = dict.fromkeys((level.value for level in RiskLevel), 0)
     worker_list: list[dict[str, Any]] = []
@@ -314,11 +312,9 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
         "has_more": len(calls) > limit,
         "final_states": sorted(status.value for status in FINAL_STATUSES),
     }
-    if client.cells is not None:
-        lost = {c.index for c in down}
-        out["cells"] = [
-            {"cell": c.index, "where": c.where, "up": c.index not in lost} for c in client.cells
-        ]
+    states = client.cell_states()
+    if states:
+        out["cells"] = [{"cell": c.index, "where": c.where, "up": c.up} for c in states]
     return out
 
 

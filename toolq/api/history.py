@@ -32,7 +32,7 @@ def build_history_router(client: Client, auth: Any) -> APIRouter:
     Caller = Annotated[Principal, Depends(auth)]
 
     def store() -> HistoryStore:
-        history = client.backend.history
+        history = client.history
         if history is None:
             raise NoHistoryError("no history store: set TOOLQ_HISTORY_URL")
         return history

@@ -47,11 +47,12 @@ def render(client: Client) -> str:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
 
-    if client.cells is not None:
+    up = {cell.index for cell in cells if cell.index is not None}
+    every = sorted(up | {c.index for c in down})  # none with one Redis
+    if every:
         metric("toolq_cell_up", "gauge", "Whether each cell's Redis answers (1) or not (0).")
-        lost = {c.index for c in down}
-        for index in range(len(client.cells)):
-            lines.append(f'toolq_cell_up{{shard="{index}"}} {0 if index in lost else 1}')
+        for index in every:
+            lines.append(f'toolq_cell_up{{shard="{index}"}} {1 if index in up else 0}')
     memory = [(cell, redis_memory(cell.redis)) for cell in cells]  # one INFO per cell
     metric("toolq_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO used_memory).")
     for cell, (used, _) in ((c, m) for c, m in memory if m is not None):

@@ -274,12 +274,8 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
                 await run_in_threadpool(run_of_tenant, run_id, caller)
             return [e.model_dump(mode="json") for e in backlog]
         parts.check_capacity()
-        # Finding a run's cell may ask Redis: off the event loop (and only with cells).
-        hub = (
-            parts.hubs[0]
-            if client.cells is None
-            else await run_in_threadpool(parts.hub_for, run_id)
-        )
+        # Finding a run's cell may ask Redis: off the event loop.
+        hub = await run_in_threadpool(parts.hub_for, run_id)
         # A stream may be opened before its run exists; the run's first event is written
         # with its owner, so a bound caller's tenant is checked again before the first frame.
         verify = None if caller.tenant is None else (lambda: run_of_tenant(run_id, caller))

@@ -342,7 +342,8 @@ def _refuse_if_verified(client: Client) -> None:
     """Refuse ``--unsigned`` when a live worker verifies approvals: it would not run it."""
     verifying = [
         str(w.get("hostname"))
-        for w in live_workers(client.settings, client.redis)
+        for _, one in client.reachable()[0]
+        for w in live_workers(one.settings, one.redis)
         if w.get("verifies_approvals")
     ]
     if verifying:

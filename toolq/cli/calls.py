@@ -83,9 +83,7 @@ def recent(client: Client, limit: int, offset: int = 0, **filters: Any) -> list[
     from toolq.api.dashboard import recent_calls
 
     run_id = filters.get("run_id")
-    cells = client.reachable()[0]
-    if run_id is not None and client.cells is not None:
-        cells = [(None, client.cell_for_run(run_id))]  # only the run's cell has its calls
+    cells = client.reachable(run_id)[0]  # a run's calls: only in its cell
     rows: list[dict[str, Any]] = []
     for _, cell in cells:
         rows.extend(recent_calls(cell, limit=offset + limit, **filters))

@@ -41,19 +41,18 @@ def resolve_in(client: Client, given: str) -> str:
 
     An unknown id is returned as given: the command reading it says it is unknown.
     """
-    if client.cells is None:
-        try:
-            return resolve_call_id(client.redis, client.keys, given)
-        except CallNotFoundError:
-            if client.store.records([given])[0] is not None:
-                return given  # archived: in the history store, no longer in Redis
-            raise
     found: set[str] = set()
-    for _, cell in client.reachable()[0]:
+    unknown: CallNotFoundError | None = None
+    reachable, down = client.reachable()
+    for _, cell in reachable:
         try:
             found.add(resolve_call_id(cell.redis, cell.keys, given))
-        except CallNotFoundError:
-            continue
+        except CallNotFoundError as exc:
+            if cell.store.records([given])[0] is not None:
+                return given  # archived: in the history store, no longer in Redis
+            unknown = exc
+    if not found and unknown is not None and not down:
+        raise unknown
     if len(found) > 1:
         shown = ", ".join(sorted(found))
         raise AmbiguousIdError(

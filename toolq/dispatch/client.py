@@ -1,4 +1,11 @@
-"""``Client`` and ``Batch``: dispatch, wait, stream events, cancel, approve, undo."""
+"""``Client`` and ``Batch``: dispatch, wait, stream events, cancel, approve, undo.
+
+A ``Client`` works on one Redis (one cell). With ``TOOLQ_SHARDS``, ``Client(registry,
+settings)`` builds a ``CellRouter`` instead (``toolq.dispatch.router``): a ``Client`` with the
+same methods that sends each run and call to its cell's ``Client``. Code that takes a
+``Client`` never asks which of the two it has: a listing asks ``reachable`` for the cells to
+read, a lookup asks ``cell_for_run`` or ``cell_for_call`` for the one client that holds it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis
@@ -15,7 +23,6 @@ from toolq.approvals.policy import RunRules
 from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
-from toolq.cells import Cell, CellApprovals, Cells
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
 from toolq.dispatch.providers.streams import StreamedCalls
@@ -28,6 +35,7 @@ from toolq.errors import (
     UndoError,
     WaitTimeoutError,
 )
+from toolq.history.store import HistoryStore
 from toolq.models import (
     CallResult,
     CallStatus,
@@ -41,7 +49,7 @@ from toolq.quotas import DEFAULT_TENANT
 from toolq.redis_failures import translated
 from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
-from toolq.results.paging import DEFAULT_LIMIT, Page, merge_pages
+from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary, run_summary, runs_page
 from toolq.results.waits import Waiter
 from toolq.settings import Settings
@@ -49,13 +57,28 @@ from toolq.settings import Settings
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class CellState:
+    """One cell of ``TOOLQ_SHARDS``: its index, its address, and whether it answers."""
+
+    index: int
+    where: str
+    up: bool
+
+    @property
+    def name(self) -> str:
+        """``cell N (address)`` for messages."""
+        return f"cell {self.index} ({self.where})"
+
+
 class Batch:
     """The calls of one ``dispatch``, in call order."""
 
     def __init__(self, client: Client, dispatched: Dispatched) -> None:
         self._client = client
-        self.cell: Cell | None = None
-        """With cells, the cell its run lives in: losing it mid-way is ``CellUnavailableError``."""
+        self.guard: Callable[[], AbstractContextManager[None]] = nullcontext
+        """Wraps each read: with cells, the run's cell's guard (a cell lost mid-way raises
+        ``CellUnavailableError``)."""
         self._first_event = dispatched.first_event
         self._notify = dispatched.notify
         self.run_id = dispatched.run_id
@@ -81,12 +104,9 @@ class Batch:
         Raises ``WaitTimeoutError`` (the calls go on) when ``timeout`` runs out first.
         """
         if self._final is None:
-            with self._guard():
+            with self.guard():
                 self._final = self._wait(timeout)
         return list(self._final)
-
-    def _guard(self) -> AbstractContextManager[None]:
-        return nullcontext() if self.cell is None else self.cell.guard()
 
     def _wait(self, timeout: float | None) -> list[CallResult]:
         if self._first_event is None:
@@ -137,14 +157,14 @@ class Batch:
 
     def results(self) -> list[CallResult]:
         """Current results in call order, final or not."""
-        with self._guard():
+        with self.guard():
             return self._client.store.results(self.call_ids)
 
     def events(
         self, after: str | None = None, *, follow: bool = True, timeout: float | None = None
     ) -> Iterator[Event]:
         """The run's events; with ``follow`` keep streaming until every call is final."""
-        with self._guard():
+        with self.guard():
             yield from self._events(after, follow, timeout)
 
     def _events(self, after: str | None, follow: bool, timeout: float | None) -> Iterator[Event]:
@@ -179,7 +199,27 @@ class Batch:
 
 
 class Client:
-    """Dispatches tool calls to workers and collects their results and events."""
+    """Dispatches tool calls to workers and collects their results and events (one Redis).
+
+    ``Client(registry, settings)`` with ``TOOLQ_SHARDS`` set (and neither ``backend`` nor
+    ``redis_client`` given) is a ``CellRouter``: the same methods over one ``Client`` per cell.
+    """
+
+    def __new__(
+        cls,
+        registry: ToolRegistry,
+        settings: Settings | None = None,
+        *,
+        redis_client: redis.Redis | None = None,
+        backend: Backend | None = None,
+    ) -> Client:
+        """With ``TOOLQ_SHARDS`` (and no backend or Redis client given): a ``CellRouter``."""
+        one_redis = backend is not None or redis_client is not None
+        if cls is Client and not one_redis and (settings or Settings()).shards:
+            from toolq.dispatch.router import CellRouter  # the router is a Client
+
+            cls = CellRouter
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -196,17 +236,7 @@ class Client:
         """
         if backend is not None and backend.registry is not registry:
             raise ConfigurationError("the client's backend was built for another registry")
-        self.cells: Cells | None = None
-        """With ``TOOLQ_SHARDS``: every cell; each run goes to its cell's ``Client``."""
-        self.cell_clients: list[Client] = []
-        """One single-cell ``Client`` per cell (empty without ``TOOLQ_SHARDS``)."""
         chosen = backend.settings if backend is not None else (settings or Settings())
-        if backend is None and redis_client is None and chosen.shards:
-            self.cells = Cells(chosen, registry)
-            self.cell_clients = [Client(registry, backend=c.backend) for c in self.cells]
-            # The first cell's parts stand in below for code that names one store; every
-            # method that reads or writes a run or call goes to its cell instead.
-            backend = self.cells.cells[0].backend
         self.backend = backend or Backend(
             chosen,
             registry,
@@ -227,45 +257,46 @@ class Client:
             registry, self.store, self.publisher, self.settings, self.policy, owners=self.owners
         )
         self.undos = self.backend.undos
-        self.approval_store: ApprovalStore = (
-            CellApprovals(self.cells) if self.cells is not None else self.backend.approvals
-        )
+        self.approval_store: ApprovalStore = self.backend.approvals
         self.approvals = self.approval_store
 
-    # -- cells -------------------------------------------------------------------------------
+    # -- where runs and calls live (a ``CellRouter`` answers for each cell) -------------------
+
+    @property
+    def cell_clients(self) -> list[Client]:
+        """The one-Redis client of each cell, in cell order: this client alone."""
+        return [self]
 
     def cell_for_run(self, run_id: str) -> Client:
-        """The single-cell client of the cell holding ``run_id`` (this client without cells).
+        """The one-Redis client holding ``run_id``: this client.
 
-        Raises ``CellUnavailableError`` when that cell does not answer.
+        A ``CellRouter`` answers with its cell's, or raises ``CellUnavailableError`` when that
+        cell does not answer.
         """
-        if self.cells is None:
-            return self
-        return self.cell_clients[self.cells.for_run(run_id).index]
+        return self
 
     def cell_for_call(self, call_id: str) -> Client:
-        """The single-cell client of the cell holding ``call_id`` (this client without cells)."""
-        if self.cells is None:
-            return self
-        return self.cell_clients[self.cells.for_call(call_id).index]
+        """The one-Redis client holding ``call_id``: this client."""
+        return self
 
-    def reachable(self) -> tuple[list[tuple[int | None, Client]], list[Cell]]:
-        """For listings that merge every cell: the cells that answer, and those that do not.
+    def reachable(
+        self, run_id: str | None = None
+    ) -> tuple[list[tuple[int | None, Client]], list[CellState]]:
+        """For listings that merge cells: the cells to read, and those that do not answer.
 
-        Each answering cell as (its index, its client); without cells ``[(None, self)], []``.
+        Each cell to read as (its index, its client); with ``run_id``, only that run's cell
+        (its index ``None``). One Redis: ``[(None, self)], []``.
         """
-        if self.cells is None:
-            return [(None, self)], []
-        up, down = self.cells.split()
-        return [(c.index, self.cell_clients[c.index]) for c in up], down
+        return [(None, self)], []
 
-    def _on_run(self, run_id: str, act: Callable[[Client], T]) -> T:
-        assert self.cells is not None
-        return self.cells.on_run(run_id, lambda cell: act(self.cell_clients[cell.index]))
+    def cell_states(self) -> list[CellState]:
+        """Every cell of ``TOOLQ_SHARDS`` and whether it answers; none without cells."""
+        return []
 
-    def _on_call(self, call_id: str, act: Callable[[Client], T]) -> T:
-        assert self.cells is not None
-        return self.cells.on_call(call_id, lambda cell: act(self.cell_clients[cell.index]))
+    @property
+    def history(self) -> HistoryStore | None:
+        """The history store (``TOOLQ_HISTORY_URL``), or ``None`` without one."""
+        return self.backend.history
 
     def dispatch(
         self,
@@ -289,25 +320,6 @@ class Client:
         raises ``StoreUnavailableError`` and nothing is queued; wrong credentials raise
         ``RedisAuthError``.
         """
-        if self.cells is not None:
-            run = run_id or uuid.uuid4().hex
-            cell = self.cells.for_run(run) if run_id else self.cells.for_new_run(run)
-            with cell.guard():
-                batch = self.cell_clients[cell.index].dispatch(
-                    payload,
-                    run_id=run,
-                    behavior=behavior,
-                    idempotency_key=idempotency_key,
-                    principal=principal,
-                    format=format,
-                    admin=admin,
-                    tenant=tenant,
-                )
-            self.cells.remember_run(run, cell)
-            for call_id in batch.call_ids:
-                self.cells.remember_call(call_id, cell)
-            batch.cell = cell
-            return batch
         # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
         # call's record and message are written by one script, so none is half-written.
         # Once this client waited on a batch, its new calls name its reader's inbox.
@@ -387,8 +399,6 @@ class Client:
         ids = list(call_ids)
         if not ids:
             return []
-        if self.cells is not None:
-            return self._on_call(ids[0], lambda c: c.wait(ids, timeout=timeout, run_id=run_id))
         run = run_id or self.store.run_id(ids[0])
         if run is None:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
@@ -430,22 +440,16 @@ class Client:
 
     def result(self, call_id: str) -> CallResult:
         """A call's current state and, once final, its outcome."""
-        if self.cells is not None:
-            return self._on_call(call_id, lambda c: c.result(call_id))
         return self.store.result(call_id)
 
     def results(self, run_id: str) -> list[CallResult]:
         """Current results of every call of a run, in dispatch order."""
-        if self.cells is not None:
-            return self._on_run(run_id, lambda c: c.results(run_id))
         return self.store.results(self.store.run_call_ids(run_id))
 
     def calls_page(
         self, run_id: str, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
     ) -> Page[CallResult]:
         """A page of a run's calls in dispatch order (``CallStore.calls_page``)."""
-        if self.cells is not None:
-            return self._on_run(run_id, lambda c: c.calls_page(run_id, limit=limit, cursor=cursor))
         return self.store.calls_page(run_id, limit=limit, cursor=cursor)
 
     def runs(
@@ -462,28 +466,20 @@ class Client:
         ``tenant``: that tenant's runs only; ``since``/``until``: last dispatched within
         (epoch seconds). With cells, the runs of every cell that answers, merged.
         """
-        if self.cells is None:
-            return runs_page(
-                self.redis,
-                self.store.scripts,
-                self.keys,
-                limit=limit,
-                cursor=cursor,
-                tenant=tenant,
-                since=since,
-                until=until,
-                cold=self.store.cold,
-            )
-        pages = [
-            c.runs(limit=limit, cursor=cursor, tenant=tenant, since=since, until=until)
-            for _, c in self.reachable()[0]
-        ]
-        return merge_pages(pages, limit, key=lambda s: (s.last_dispatch_at or 0.0, s.run_id))
+        return runs_page(
+            self.redis,
+            self.store.scripts,
+            self.keys,
+            limit=limit,
+            cursor=cursor,
+            tenant=tenant,
+            since=since,
+            until=until,
+            cold=self.store.cold,
+        )
 
     def run(self, run_id: str) -> RunSummary:
         """One run's summary (``RunNotFoundError`` for a run with no calls left)."""
-        if self.cells is not None:
-            return self._on_run(run_id, lambda c: c.run(run_id))
         return run_summary(self.redis, self.keys, run_id, self.store.cold)
 
     def retry(
@@ -494,10 +490,6 @@ class Client:
         Same tool, arguments and run, through the dispatcher (approval applies again);
         ``retry_of``/``retried_by`` link the two. Run owner (or ``admin``) only.
         """
-        if self.cells is not None:
-            return self._on_call(
-                call_id, lambda c: c.retry(call_id, principal=principal, admin=admin)
-            )
         new_id = retry_call(self.dispatcher, self.owners, call_id, principal=principal, admin=admin)
         return self.store.result(new_id)
 
@@ -510,14 +502,6 @@ class Client:
         timeout: float | None = None,
     ) -> Iterator[Event]:
         """A run's events after ``after`` (exclusive); ``follow`` keeps streaming new ones."""
-        if self.cells is not None:
-            cell_clients = self.cell_clients
-            return self.cells.on_run(
-                run_id,
-                lambda cell: cell.guarded(
-                    cell_clients[cell.index].events(run_id, after, follow=follow, timeout=timeout)
-                ),
-            )
         if follow:
             return self.log.follow(run_id, after, timeout=timeout)
         return iter(self.log.read(run_id, after))
@@ -526,8 +510,6 @@ class Client:
         self, run_id: str, format: ProviderFormat | str | None = None
     ) -> list[dict[str, Any]]:
         """A run's current results as provider tool-result messages."""
-        if self.cells is not None:
-            return self._on_run(run_id, lambda c: c.to_messages(run_id, format))
         results = self.results(run_id)
         fmt = format or next((r.format for r in results if r.format), None) or ProviderFormat.OPENAI
         return to_messages(results, fmt)
@@ -539,10 +521,6 @@ class Client:
 
         Only the run's owner (or ``admin``) may; others get ``NotRunOwnerError``.
         """
-        if self.cells is not None:
-            return self._on_call(
-                call_id, lambda c: c.cancel(call_id, principal=principal, admin=admin)
-            )
         run = self.owners.check_call(call_id, principal, admin=admin, action="cancel calls of")
         if run is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
@@ -573,11 +551,6 @@ class Client:
         ``failed`` (it did not; ``note`` is the error the model reads) or ``rerun`` (run it
         again). Authorized, signed and audited like an approval (``toolq.approvals.resolving``).
         """
-        if self.cells is not None:
-            return self._on_call(
-                call_id,
-                lambda c: c.resolve_unknown(call_id, outcome, by=by, note=note, result=result),
-            )
         return resolve(self.approval_store, call_id, by, outcome, note=note, result=result)
 
     def undo(
@@ -595,10 +568,6 @@ class Client:
         API does). Raises ``UndoError`` when there is nothing to undo, it was undone
         already, or the handler failed (with its error).
         """
-        if self.cells is not None:
-            return self._on_call(
-                call_id, lambda c: c.undo(call_id, timeout, principal=principal, admin=admin)
-            )
         run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
         if run is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
@@ -641,8 +610,6 @@ class Client:
         A call is gated when its tool is DANGEROUS or would be parked by the default policy
         (its ``requires_approval`` says so, or its predicate fails on the arguments).
         """
-        if self.cells is not None:
-            return self._on_call(call_id, lambda c: c.undo_gate(call_id))
         envelope = self.store.envelope(call_id)
         # The registry's risk, never the record's (a Redis writer could lower it).
         risk = decided_risk(self.registry, envelope.name)
@@ -657,9 +624,6 @@ class Client:
 
     def close(self) -> None:
         """Release connections."""
-        if self.cells is not None:
-            self.cells.close()
-            return
         self.backend.close()
 
     def __enter__(self) -> Client:
