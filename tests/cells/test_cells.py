@@ -22,7 +22,9 @@ from tests.cells.conftest import CellServers
 from tests.conftest import ROOT, SECRETS_KEY, Workers, make_settings, serve
 from toolq import Client
 from toolq.api.app import create_app
-from toolq.cells import FRESH_SECONDS, home_cell
+from toolq.backend import Backend
+from toolq.cells import FRESH_SECONDS, ApprovalRouter, home_cell
+from toolq.dispatch.router import CellRouter
 from toolq.errors import CallNotFoundError, CellUnavailableError
 from toolq.models import CallStatus, RiskLevel
 from toolq.settings import ApiToken, Settings
@@ -118,8 +120,24 @@ def test_settings_shards_parse_and_each_cell_is_one_redis(monkeypatch: pytest.Mo
 
 def test_without_shards_the_client_is_one_cell(settings: Settings) -> None:
     with Client(registry, settings) as client:
-        assert client.cells is None and client.cell_clients == []
-        assert client.cell_for_run("any") is client
+        assert not isinstance(client, CellRouter) and client.cell_clients == [client]
+        assert client.cell_for_run("any") is client and client.cell_for_call("any") is client
+        assert client.reachable() == ([(None, client)], []) and client.cell_states() == []
+
+
+def test_with_shards_the_client_is_a_router_over_one_client_per_cell(
+    two: Settings, cell_servers: CellServers
+) -> None:
+    with Client(registry, two) as client:
+        assert isinstance(client, CellRouter)
+        cells = client.cell_clients
+        assert len(cells) == 2 and not any(isinstance(c, CellRouter) for c in cells)
+        assert [c.settings.shard for c in cells] == [0, 1]
+        assert isinstance(client.approvals, ApprovalRouter)
+        assert not hasattr(client, "redis")  # no first cell standing in for all
+    # a backend or a Redis client names one Redis: a plain client, shards or not
+    with Client(registry, backend=Backend(two.for_cell(0), registry)) as one:
+        assert not isinstance(one, CellRouter)
 
 
 def test_runs_spread_over_both_cells_and_calls_are_found_by_id(
