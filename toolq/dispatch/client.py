@@ -206,15 +206,10 @@ class Client:
     """
 
     def __new__(
-        cls,
-        registry: ToolRegistry,
-        settings: Settings | None = None,
-        *,
-        redis_client: redis.Redis | None = None,
-        backend: Backend | None = None,
+        cls, registry: ToolRegistry, settings: Settings | None = None, **one: Any
     ) -> Client:
         """With ``TOOLQ_SHARDS`` (and no backend or Redis client given): a ``CellRouter``."""
-        one_redis = backend is not None or redis_client is not None
+        one_redis = any(given is not None for given in one.values())
         if cls is Client and not one_redis and (settings or Settings()).shards:
             from toolq.dispatch.router import CellRouter  # the router is a Client
 

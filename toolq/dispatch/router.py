@@ -48,6 +48,19 @@ def _dispatching(method: F) -> F:
     return cast(F, dispatch)
 
 
+def _waiting(method: F) -> F:
+    """``Client.wait`` in the cell of the calls (of one run): the first call's."""
+
+    @functools.wraps(method)
+    def wait(self: CellRouter, call_ids: Sequence[str], **kwargs: Any) -> list[CallResult]:
+        ids = list(call_ids)
+        if not ids:
+            return []
+        return self.cells.on_call(ids[0], lambda cell: self._part(cell).wait(ids, **kwargs))
+
+    return cast(F, wait)
+
+
 def _runs(pages: list[Page[RunSummary]], given: dict[str, Any]) -> Page[RunSummary]:
     return merge_pages(pages, given["limit"], key=lambda s: (s.last_dispatch_at or 0.0, s.run_id))
 
@@ -124,16 +137,7 @@ class CellRouter(CellRouting, Client):
     events = on_run(Client.events, stream=True)
     runs = merged(_runs)(Client.runs)
 
-    def wait(
-        self, call_ids: Sequence[str], *, timeout: float | None = None, run_id: str | None = None
-    ) -> list[CallResult]:
-        """``Client.wait`` in the cell of the calls (of one run)."""
-        ids = list(call_ids)
-        if not ids:
-            return []
-        return self.cells.on_call(
-            ids[0], lambda cell: self._part(cell).wait(ids, timeout=timeout, run_id=run_id)
-        )
+    wait = _waiting(Client.wait)
 
     def close(self) -> None:
         """Close every cell."""
