@@ -22,6 +22,7 @@ from toolq.cells import Cell
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
 from toolq.dispatch.providers.streams import StreamedCalls
+from toolq.dispatch.submission import Submission
 from toolq.errors import ToolqError
 from toolq.models import CallResult, Event, ProviderFormat, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
@@ -72,18 +73,20 @@ class AsyncClient:
         ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
         to one tenant, and an invalid name raises ``InvalidTenantError``.
         """
-        batch = await asyncio.to_thread(
-            self.sync.dispatch,
-            payload,
+        submission = Submission(
             run_id=run_id,
+            principal=principal,
+            tenant=tenant,
             behavior=behavior,
             idempotency_key=idempotency_key,
-            principal=principal,
             format=format,
             admin=admin,
-            tenant=tenant,
         )
-        return AsyncBatch(batch)
+        return await self.submit(payload, submission)
+
+    async def submit(self, payload: Any, submission: Submission) -> AsyncBatch:
+        """``dispatch`` with its settings in one ``Submission``, passed along whole."""
+        return AsyncBatch(await asyncio.to_thread(self.sync.submit, payload, submission))
 
     async def dispatch_stream(
         self,

@@ -37,6 +37,7 @@ from toolq.dispatch.budgets import period_of
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
+from toolq.dispatch.submission import Submission
 from toolq.errors import (
     ApprovalDeniedError,
     BudgetExceededError,
@@ -57,7 +58,7 @@ from toolq.models import (
     RpcId,
     ToolCall,
 )
-from toolq.quotas import DEFAULT_TENANT, Budget, tenant_config, valid_tenant
+from toolq.quotas import Budget, tenant_config, valid_tenant
 from toolq.results.admission import Admission
 from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.scripts import Charge, CreateOutcome
@@ -127,23 +128,11 @@ class Dispatcher:
         self.box = SecretBox.from_settings(settings)
         self.admission = Admission(store)
 
-    def dispatch(
-        self,
-        payload: Any,
-        *,
-        run_id: str | None = None,
-        behavior: str | None = None,
-        idempotency_key: str | None = None,
-        principal: str | None = None,
-        format: ProviderFormat | str | None = None,
-        admin: bool = False,
-        tenant: str = DEFAULT_TENANT,
-        notify: str | None = None,
-    ) -> Dispatched:
-        """Store and route every tool call in ``payload``, run for ``tenant``.
+    def dispatch(self, payload: Any, submission: Submission) -> Dispatched:
+        """Store and route every tool call in ``payload``, as ``submission`` says.
 
-        ``notify``: an inbox stream (``Keys.wait_inbox``) the records of the calls that
-        will turn final later name, for their final events to be copied to.
+        ``submission.notify``: an inbox stream (``Keys.wait_inbox``) the records of the
+        calls that will turn final later name, for their final events to be copied to.
 
         Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``),
         for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
@@ -152,39 +141,20 @@ class Dispatcher:
         tenant's share and limits (``toolq.quotas``) decide when its queued calls reach a
         worker.
         """
+        tenant = submission.tenant
         try:
             valid_tenant(tenant)
         except (ValueError, TypeError) as exc:
             raise InvalidTenantError(str(exc), tenant=str(tenant)) from None
-        with dispatch_span(principal) as span:
-            dispatched = self._dispatch(
-                payload,
-                run_id,
-                behavior,
-                idempotency_key,
-                principal,
-                format,
-                admin,
-                tenant,
-                span,
-                notify,
-            )
+        with dispatch_span(submission.principal) as span:
+            dispatched = self._dispatch(payload, submission, span)
             span.dispatched(dispatched.run_id, dispatched.calls)
             return dispatched
 
-    def _dispatch(
-        self,
-        payload: Any,
-        run_id: str | None,
-        behavior: str | None,
-        idempotency_key: str | None,
-        principal: str | None,
-        format: ProviderFormat | str | None,
-        admin: bool,
-        tenant: str,
-        span: DispatchSpan,
-        notify: str | None = None,
-    ) -> Dispatched:
+    def _dispatch(self, payload: Any, submission: Submission, span: DispatchSpan) -> Dispatched:
+        run_id, principal, tenant = submission.run_id, submission.principal, submission.tenant
+        behavior, admin, notify = submission.behavior, submission.admin, submission.notify
+        idempotency_key, format = submission.idempotency_key, submission.format
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, format)
         if len(calls) > self.settings.max_calls_per_dispatch:
