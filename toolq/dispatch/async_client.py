@@ -73,16 +73,18 @@ class AsyncClient:
         ``admin``. The calls are run for ``tenant`` (its budget is charged); a run belongs
         to one tenant, and an invalid name raises ``InvalidTenantError``.
         """
-        submission = Submission(
+        batch = await asyncio.to_thread(
+            self.sync.dispatch,
+            payload,
             run_id=run_id,
-            principal=principal,
-            tenant=tenant,
             behavior=behavior,
             idempotency_key=idempotency_key,
+            principal=principal,
             format=format,
             admin=admin,
+            tenant=tenant,
         )
-        return await self.submit(payload, submission)
+        return AsyncBatch(batch)
 
     async def submit(self, payload: Any, submission: Submission) -> AsyncBatch:
         """``dispatch`` with its settings in one ``Submission``, passed along whole."""
