@@ -23,6 +23,7 @@ from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny
 from toolq.dispatch.client import Client
+from toolq.dispatch.submission import Submission
 from toolq.errors import (
     NotAuthorizedError,
     NotRunOwnerError,
@@ -95,14 +96,16 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         named = _tenant_named(payload, tenant)
         calls_tenant = caller.tenant_for(named)
         batch = await run_in_threadpool(
-            lambda: client.dispatch(
+            lambda: client.submit(
                 payload,
-                run_id=run_id,
-                behavior=behavior,
-                idempotency_key=idempotency_key,
-                principal=caller.name,
-                admin=caller.has("admin"),
-                tenant=calls_tenant,
+                Submission(
+                    run_id=run_id,
+                    principal=caller.name,
+                    tenant=calls_tenant,
+                    behavior=behavior,
+                    idempotency_key=idempotency_key,
+                    admin=caller.has("admin"),
+                ),
             )
         )
         return {

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.authority import Authority
@@ -131,6 +132,35 @@ class Parked:
         self.facts = authority.facts(self.envelope, self.digest)
         self.risk = RiskLevel(self.facts["risk"])
         self.approvals = authority.verified(approvals_of(record), self.facts)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A decision's count of approvals, before DECIDE commits it.
+
+    ``prior``: the approvals it keeps; ``names``: every approver, the decider last;
+    ``final``: it decides the call; ``digest``: of the arguments it is for.
+    """
+
+    prior: list[dict[str, Any]]
+    names: list[str]
+    final: bool
+    digest: str
+
+    def outcome(self, decision: scripts.DecisionKind) -> AuditOutcome:
+        """The audit outcome of ``decision`` with this count."""
+        if decision == "deny":
+            return AuditOutcome.DENIED
+        return AuditOutcome.APPROVED if self.final else AuditOutcome.APPROVED_PARTIAL
+
+
+def _audited(
+    parked: Parked, by: str, outcome: str, tally: Tally | None, ts: str
+) -> tuple[str, str, str, str, str, str, str]:
+    """``_audit_sig``'s arguments for ``by``'s decision; without a tally, for the shown digest."""
+    env = parked.envelope
+    digest = tally.digest if tally is not None else parked.digest
+    return env.call_id, env.run_id, env.name, by, outcome, digest, ts
 
 
 def to_request(
@@ -707,131 +737,144 @@ class ApprovalStore:
         envelope: str,
         new_digest: str | None,
     ) -> str:
-        """Sign the outcome, then commit it with one compare-and-set; ``retry`` if it moved."""
-        env = parked.envelope
-        call_id, run_id, shown = env.call_id, env.run_id, parked.digest
+        """Sign the outcome, then commit it with one compare-and-set; ``retry`` if it moved.
+
+        ``envelope``: the edited envelope (``""``: unchanged), whose arguments' digest is
+        ``new_digest``. Returns ``ok``, ``partial`` (approved, the quorum not reached yet)
+        or ``retry``; every other outcome raises.
+        """
+        tally = self._tally(parked, decision, by, new_digest)
         now = time.time()
         ts = repr(now)
-        digest = new_digest or shown
-        prior = _distinct(parked.approvals, shown)
+        own, approval = self._sign(parked, decision, by, tally, ts)
+        tool = self.registry.get(parked.envelope.name)
+        # The queue of the tool's risk (the record's only for a tool this process lacks).
+        lane = tool.risk if tool is not None else parked.envelope.risk
+        message = None
+        if decision == "approve" and tally.final:
+            timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
+            env = parked.envelope
+            message = self.publisher.message(env.call_id, lane, timeout, env.run_id)
+        event = {**data, "decided_at": now}
+        if decision == "approve":
+            waiting = CallStatus.QUEUED if tally.final else CallStatus.AWAITING_APPROVAL
+            event.update(status=waiting.value, approvals=len(tally.names))
+        committed = scripts.Decision(
+            call_id=parked.envelope.call_id,
+            kind=decision,
+            by=by,
+            now=ts,
+            envelope_read=parked.record["envelope"] if decision == "approve" else "",
+            check_approvals=decision == "approve",
+            maxlen=self.settings.stream_maxlen,
+            ttl=self.settings.result_ttl,
+            data=dumps(event),
+            result=dumps(result) if result is not None else "",
+            new_envelope=envelope,
+            audit_maxlen=self.settings.audit_maxlen,
+            expired_result=dumps(EXPIRED_RESULT),
+            message=message,
+            approvals_read=parked.record.get("approvers", ""),
+            approvals_new=dumps([*tally.prior, own]),
+            final=tally.final,
+            new_digest=new_digest or "",
+            approval=approval,
+            run_id=parked.envelope.run_id,
+            tool=parked.envelope.name,
+            audit_sig=self._audit_sig(*_audited(parked, by, tally.outcome(decision), tally, ts)),
+            expired_sig=self._audit_sig(*_audited(parked, by, AuditOutcome.EXPIRED, None, ts)),
+            digest=tally.digest,
+            shown=parked.digest,
+        )
+        reply = self._commit(committed, parked.envelope.tenant)
+        if reply.outcome == "ok" and message and parked.record.get("lane"):
+            # DECIDE put the approved call in its tenant's backlog: admit now, not at the
+            # next sweep
+            Admission(self.store).admit_soon([lane])
+        if reply.outcome in ("ok", "partial", "retry"):
+            return reply.outcome
+        raise self._refusal(parked, by, reply)
+
+    def _tally(
+        self,
+        parked: Parked,
+        decision: scripts.DecisionKind,
+        by: str,
+        new_digest: str | None,
+    ) -> Tally:
+        """The approvals with ``by``'s decision counted; a second approval by ``by`` raises."""
+        prior = _distinct(parked.approvals, parked.digest)
         names = [str(a.get("by")) for a in prior]
         pending = parked.record.get("status") == CallStatus.AWAITING_APPROVAL.value
         if decision == "approve" and new_digest is None and by in names and pending:
             refusal = AuditOutcome.refused(REFUSED_SAME_APPROVER)
             self._audit(self._request(parked.record), by, refusal)
             raise NotAuthorizedError(
-                f"{by!r} already approved call {call_id}; a second, distinct approver is needed",
-                call_id=call_id,
+                f"{by!r} already approved call {parked.envelope.call_id}; a second, distinct "
+                "approver is needed",
+                call_id=parked.envelope.call_id,
                 by=by,
             )
         if new_digest is not None:
             prior, names = [], []  # an edit resets the others: they approved other arguments
         names.append(by)
         final = decision == "deny" or len(names) >= self._required(parked)
-        own: dict[str, Any] = {"by": by, "digest": digest, "ts": ts}
-        approval = ""
+        return Tally(prior, names, final, new_digest or parked.digest)
+
+    def _sign(
+        self, parked: Parked, decision: scripts.DecisionKind, by: str, tally: Tally, ts: str
+    ) -> tuple[dict[str, Any], str]:
+        """``by``'s approval as stored with the others, and the signed final decision (JSON).
+
+        The decision is signed only when it is final (``""`` otherwise, or unsigned).
+        """
         if self.signer is None and not self._warned:
             self._warned = True
             log.warning(
                 "deciding without TOOLQ_APPROVAL_SIGNING_KEY: decisions are unsigned, and "
                 "workers that verify approvals will refuse the calls approved here"
             )
-        facts = {**parked.facts, "digest": digest}
+        own: dict[str, Any] = {"by": by, "digest": tally.digest, "ts": ts}
+        facts = {**parked.facts, "digest": tally.digest}
         sig = self.authority.sign_approval(facts, by, ts)
         if sig is not None:
             own["sig"] = sig
-        signed = self.authority.sign_decision(facts, decision, names, by, ts) if final else None
-        if signed is not None:
-            approval = dumps(signed)
-        outcome_name = (
-            AuditOutcome.DENIED
-            if decision == "deny"
-            else AuditOutcome.APPROVED
-            if final
-            else AuditOutcome.APPROVED_PARTIAL
-        )
-        queue, message = "", ""
-        tool = self.registry.get(env.name)
-        # The queue of the tool's risk (the record's only for a tool this process lacks).
-        lane = tool.risk if tool is not None else env.risk
-        if decision == "approve" and final:
-            timeout = tool.run_timeout(self.settings.default_timeout) if tool else None
-            queue, message = self.publisher.message(call_id, lane, timeout, run_id)
-        event = {**data, "decided_at": now}
-        if decision == "approve":
-            event["status"] = (
-                CallStatus.QUEUED.value if final else CallStatus.AWAITING_APPROVAL.value
-            )
-            event["approvals"] = len(names)
+        if not tally.final:
+            return own, ""
+        signed = self.authority.sign_decision(facts, decision, tally.names, by, ts)
+        return own, dumps(signed) if signed is not None else ""
+
+    def _commit(self, decision: scripts.Decision, tenant: str) -> scripts.DecideReply:
+        """Run DECIDE, and WAIT for the replicas on its connection in the same round trip."""
         acks = self.store.acks
-        # WAIT on the connection that ran the decision, in the same round trip.
         (reply,), acked = self.scripts.pipelined_after(
-            [
-                scripts.DECIDE(
-                    keys=self.keys,
-                    decision=scripts.Decision(
-                        call_id=call_id,
-                        kind=decision,
-                        by=by,
-                        now=ts,
-                        envelope_read=parked.record["envelope"] if decision == "approve" else "",
-                        check_approvals=decision == "approve",
-                        maxlen=self.settings.stream_maxlen,
-                        ttl=self.settings.result_ttl,
-                        data=dumps(event),
-                        result=dumps(result) if result is not None else "",
-                        new_envelope=envelope,
-                        audit_maxlen=self.settings.audit_maxlen,
-                        expired_result=dumps(EXPIRED_RESULT),
-                        message=(queue, message) if queue else None,
-                        approvals_read=parked.record.get("approvers", ""),
-                        approvals_new=dumps([*prior, own]),
-                        final=final,
-                        new_digest=new_digest or "",
-                        approval=approval,
-                        run_id=run_id,
-                        tool=env.name,
-                        audit_sig=self._audit_sig(
-                            call_id, run_id, env.name, by, outcome_name, digest, ts
-                        ),
-                        expired_sig=self._audit_sig(
-                            call_id, run_id, env.name, by, AuditOutcome.EXPIRED, shown, ts
-                        ),
-                        digest=digest,
-                        shown=shown,
-                    ),
-                    tenant=env.tenant,
-                )
-            ],
-            acks.commands(),
+            [scripts.DECIDE(keys=self.keys, decision=decision, tenant=tenant)], acks.commands()
         )
-        outcome = reply.outcome
-        if outcome in ("ok", "partial") and acked:
-            acks.check(acked[-1], f"decision on call {call_id}")
-        if outcome == "ok" and message and parked.record.get("lane"):
-            # DECIDE put the approved call in its tenant's backlog: admit now, not at the
-            # next sweep
-            Admission(self.store).admit_soon([lane])
-        if outcome in ("ok", "partial", "retry"):
-            return outcome
-        request = self._request(parked.record)
-        if outcome == "missing":
-            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-        if outcome == "expired":
-            raise ApprovalExpiredError(
+        if reply.outcome in ("ok", "partial") and acked:
+            acks.check(acked[-1], f"decision on call {decision.call_id}")
+        return reply
+
+    def _refusal(self, parked: Parked, by: str, reply: scripts.DecideReply) -> ToolqError:
+        """The error for a decision DECIDE refused, audited when the call is still there."""
+        call_id = parked.envelope.call_id
+        if reply.outcome == "missing":
+            return CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        if reply.outcome == "expired":
+            return ApprovalExpiredError(
                 f"call {call_id} expired before it was decided", call_id=call_id
             )
-        if outcome == "digest":
+        request = self._request(parked.record)
+        if reply.outcome == "digest":
             self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
-            raise DigestMismatchError(
+            return DigestMismatchError(
                 f"call {call_id}: the arguments changed since they were shown; review the "
                 "call again",
                 call_id=call_id,
-                digest=shown,
+                digest=parked.digest,
             )
         status = reply.value
         self._audit(request, by, AuditOutcome.refused(status))
-        raise NotAwaitingApprovalError(
+        return NotAwaitingApprovalError(
             f"call {call_id} is {status}, not awaiting approval",
             call_id=call_id,
             status=status,

@@ -63,10 +63,11 @@ def _streamed(
 def _dispatching(
     method: Callable[Concatenate[Client, P], Batch],
 ) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, AsyncBatch]]:
-    """``Client.dispatch`` awaited, its ``Batch`` as an ``AsyncBatch``."""
+    """``Client.dispatch`` (or ``submit``) awaited, its ``Batch`` as an ``AsyncBatch``."""
+    name = method.__name__
 
     async def dispatch(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncBatch:
-        blocking = cast(Callable[P, Batch], self.sync.dispatch)
+        blocking = cast(Callable[P, Batch], getattr(self.sync, name))
         return AsyncBatch(await asyncio.to_thread(blocking, *args, **kwargs))
 
     functools.update_wrapper(dispatch, method)
@@ -94,6 +95,8 @@ class AsyncClient:
         self.approvals = AsyncApprovals(self.sync.approvals)
 
     dispatch = _dispatching(Client.dispatch)
+
+    submit = _dispatching(Client.submit)
 
     async def dispatch_stream(
         self,

@@ -9,6 +9,7 @@ read, a lookup asks ``cell_for_run`` or ``cell_for_call`` for the one client tha
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
 from toolq.dispatch.providers.streams import StreamedCalls
 from toolq.dispatch.retry import retry_call
+from toolq.dispatch.submission import Submission
 from toolq.errors import (
     ApprovalPredicateError,
     CallCancelledError,
@@ -315,22 +317,29 @@ class Client:
         raises ``StoreUnavailableError`` and nothing is queued; wrong credentials raise
         ``RedisAuthError``.
         """
+        return self.submit(
+            payload,
+            Submission(
+                run_id=run_id,
+                principal=principal,
+                tenant=tenant,
+                behavior=behavior,
+                idempotency_key=idempotency_key,
+                format=format,
+                admin=admin,
+            ),
+        )
+
+    def submit(self, payload: Any, submission: Submission) -> Batch:
+        """``dispatch`` with its settings in one ``Submission``, passed along whole."""
         # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
         # call's record and message are written by one script, so none is half-written.
         # Once this client waited on a batch, its new calls name its reader's inbox.
         waits = self.log.waits
+        if submission.notify is None and waits.inbox_used:
+            submission = dataclasses.replace(submission, notify=waits.inbox)
         with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
-            dispatched = self.dispatcher.dispatch(
-                payload,
-                run_id=run_id,
-                behavior=behavior,
-                idempotency_key=idempotency_key,
-                principal=principal,
-                format=format,
-                admin=admin,
-                tenant=tenant,
-                notify=waits.inbox if waits.inbox_used else None,
-            )
+            dispatched = self.dispatcher.dispatch(payload, submission)
         return Batch(self, dispatched)
 
     def dispatch_stream(

@@ -84,7 +84,9 @@ def refused_call(new: NewCall, existing: str, tool: Tool | None) -> NewCall:
         deadline=None,
         # its own claim, so a retried batch finds this refusal again
         idempotency_key=f"conflict:{new.fingerprint}:{new.idempotency_key}",
-        fields=None,
+        parking=None,
+        approval="",
+        notify="",
         message=None,
         charge=None,
         schedule=None,

@@ -27,50 +27,54 @@ Secret argument values are stored encrypted (``SecretBox``); a call that will no
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import Route, RunRules, digest_arguments, loosening_signature
-from toolq.dispatch.budgets import period_of
+from toolq.approvals.policy import RunRules
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
+from toolq.dispatch.stages import (
+    CallPlan,
+    Charge,
+    DispatchPlan,
+    Gate,
+    Place,
+    Price,
+    Schedule,
+    Seal,
+    Stage,
+    Validate,
+    run_stages,
+)
+from toolq.dispatch.submission import Submission
 from toolq.errors import (
-    ApprovalDeniedError,
-    BudgetExceededError,
     CallIdConflictError,
     InvalidTenantError,
     NotRunOwnerError,
     PayloadError,
-    ToolDeniedError,
-    ToolqError,
 )
 from toolq.execution.executor import runs_async
 from toolq.models import (
     CallEnvelope,
     CallStatus,
-    EventType,
-    PreviewState,
     ProviderFormat,
     RpcId,
     ToolCall,
 )
-from toolq.quotas import DEFAULT_TENANT, Budget, tenant_config, valid_tenant
+from toolq.quotas import tenant_config, valid_tenant
 from toolq.results.admission import Admission
 from toolq.results.owners import RunOwner, RunOwners
-from toolq.results.scripts import Charge, CreateOutcome
-from toolq.results.scripts.calls import BUDGET_LEFT_MARK
-from toolq.results.store import CallStore, MessageGroup, NewCall, dumps
-from toolq.secretbox import SecretBox, seal_arguments
+from toolq.results.scripts import CreateOutcome
+from toolq.results.store import CallStore, MessageGroup, NewCall
+from toolq.secretbox import SecretBox
 from toolq.telemetry import DispatchSpan, dispatch_span
 
 if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
     from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
-    from toolq.registry.tool import Tool
     from toolq.settings import Settings
 
 
@@ -126,24 +130,22 @@ class Dispatcher:
         self.owners = owners or RunOwners(store.redis, store.keys, settings)
         self.box = SecretBox.from_settings(settings)
         self.admission = Admission(store)
+        self.stages: tuple[Stage, ...] = (
+            Validate(registry),
+            Price(),
+            Gate(policy),
+            Seal(self.box),
+            Place(settings, policy),
+            Schedule(self.admission),
+            Charge(),
+        )
+        """What each call goes through, in order (``toolq.dispatch.stages``)."""
 
-    def dispatch(
-        self,
-        payload: Any,
-        *,
-        run_id: str | None = None,
-        behavior: str | None = None,
-        idempotency_key: str | None = None,
-        principal: str | None = None,
-        format: ProviderFormat | str | None = None,
-        admin: bool = False,
-        tenant: str = DEFAULT_TENANT,
-        notify: str | None = None,
-    ) -> Dispatched:
-        """Store and route every tool call in ``payload``, run for ``tenant``.
+    def dispatch(self, payload: Any, submission: Submission) -> Dispatched:
+        """Store and route every tool call in ``payload``, as ``submission`` says.
 
-        ``notify``: an inbox stream (``Keys.wait_inbox``) the records of the calls that
-        will turn final later name, for their final events to be copied to.
+        ``submission.notify``: an inbox stream (``Keys.wait_inbox``) the records of the
+        calls that will turn final later name, for their final events to be copied to.
 
         Raises only for unreadable payloads, an invalid tenant name (``InvalidTenantError``),
         for a run owned by another principal (``NotRunOwnerError``; ``admin`` may add
@@ -152,41 +154,21 @@ class Dispatcher:
         tenant's share and limits (``toolq.quotas``) decide when its queued calls reach a
         worker.
         """
+        tenant = submission.tenant
         try:
             valid_tenant(tenant)
         except (ValueError, TypeError) as exc:
             raise InvalidTenantError(str(exc), tenant=str(tenant)) from None
-        with dispatch_span(principal) as span:
-            dispatched = self._dispatch(
-                payload,
-                run_id,
-                behavior,
-                idempotency_key,
-                principal,
-                format,
-                admin,
-                tenant,
-                span,
-                notify,
-            )
+        with dispatch_span(submission.principal) as span:
+            dispatched = self._dispatch(payload, submission, span)
             span.dispatched(dispatched.run_id, dispatched.calls)
             return dispatched
 
-    def _dispatch(
-        self,
-        payload: Any,
-        run_id: str | None,
-        behavior: str | None,
-        idempotency_key: str | None,
-        principal: str | None,
-        format: ProviderFormat | str | None,
-        admin: bool,
-        tenant: str,
-        span: DispatchSpan,
-        notify: str | None = None,
-    ) -> Dispatched:
+    def _dispatch(self, payload: Any, submission: Submission, span: DispatchSpan) -> Dispatched:
+        run_id, principal, tenant = submission.run_id, submission.principal, submission.tenant
+        notify = submission.notify
         payload = check_payload(payload, self.settings)
-        calls = parse_tool_calls(payload, format)
+        calls = parse_tool_calls(payload, submission.format)
         if len(calls) > self.settings.max_calls_per_dispatch:
             raise PayloadError(
                 f"{len(calls)} tool calls in one dispatch; the limit is "
@@ -196,16 +178,13 @@ class Dispatcher:
         # A run this dispatch creates has no rules yet: no need to look them up.
         run_rules = self._rules_for(run, principal, tenant) if run_id else RunRules()
         budget = tenant_config(self.settings.tenants, tenant).budget
+        plan = DispatchPlan(submission, run, run_rules, budget)
         new_calls = []
         for position, call in enumerate(calls):
-            key = _idempotency_key(call, position, idempotency_key)
-            new = self._prepare(
-                call, run, position, behavior, principal, key, run_rules, admin, tenant, budget
-            )
-            named = fingerprint(self.box, self.registry.get(call.name), call.name, call.arguments)
+            new = self._plan_call(call, position, plan)
             if notify is not None and new.status in _LATER_FINAL:
-                new = dataclasses.replace(new, fields={**(new.fields or {}), "notify": notify})
-            new_calls.append(dataclasses.replace(new, fingerprint=named))
+                new = dataclasses.replace(new, notify=notify)
+            new_calls.append(new)
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
@@ -256,7 +235,7 @@ class Dispatcher:
             )
             if outcome == _OVER_BUDGET:
                 continue
-            if new.fields and new.fields.get("preview_state") == PreviewState.PENDING:
+            if new.parking is not None and new.parking.preview:
                 to_preview.append(new)
         if duplicate_ids:
             statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
@@ -276,6 +255,32 @@ class Dispatcher:
         # A refused call is created after the others: its event is not the first one.
         first = None if duplicate_ids or refused_any or not replies else replies[0][1]
         return Dispatched(run, refs, formats.pop() if len(formats) == 1 else None, first, notify)
+
+    def _plan_call(self, call: ToolCall, position: int, dispatch: DispatchPlan) -> NewCall:
+        """The call ``call`` becomes after the stages, claimed under its idempotency key."""
+        sub = dispatch.submission
+        envelope = CallEnvelope(
+            call_id=uuid.uuid4().hex,
+            run_id=dispatch.run_id,
+            tool_call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            format=call.format,
+            behavior=sub.behavior,
+            principal=sub.principal,
+            tenant=sub.tenant,
+            idempotency_key=_idempotency_key(call, position, sub.idempotency_key),
+            position=position,
+            rpc_id=call.rpc_id,
+        )
+        tool = self.registry.get(call.name)
+        if tool is not None:
+            envelope.risk = tool.risk
+        key = envelope.idempotency_key
+        assert key is not None
+        new = run_stages(self.stages, CallPlan(call, envelope, key, tool), dispatch)
+        named = fingerprint(self.box, tool, call.name, call.arguments)
+        return dataclasses.replace(new, fingerprint=named)
 
     def _refuse_conflicts(self, calls: list[NewCall], replies: list[tuple[str, str]]) -> bool:
         """Refuse the calls whose ids name other calls: all of them, or each as a failed call.
@@ -332,10 +337,14 @@ class Dispatcher:
                 call = calls[i]
                 if call.status is not CallStatus.QUEUED:
                     continue
-                if call.schedule and "limits" in (call.fields or {}):
+                if call.schedule and call.schedule.limited:
                     self._flush(calls, groups, [i])
                     continue
-                route = (call.envelope.risk.value, call.timeout, call.schedule)
+                route = (
+                    call.envelope.risk.value,
+                    call.timeout,
+                    call.schedule.slots if call.schedule else None,
+                )
                 members = by_route.setdefault(route, [])
                 members.append(i)
                 if call.schedule and len(members) >= self.settings.admission_batch:
@@ -362,189 +371,13 @@ class Dispatcher:
             for i in members
         ]
         queue, batch = self.publisher.batch_message(carried, risk, timeout)
-        groups.append(MessageGroup(tuple(members), queue, batch, first.schedule))
+        schedule = first.schedule.slots if first.schedule else None
+        groups.append(MessageGroup(tuple(members), queue, batch, schedule))
 
     def _kind(self, name: str) -> str:
         """``"async"`` for a call of an ``async def`` tool, else ``"sync"`` (the worker's slots)."""
         tool = self.registry.get(name)
         return "async" if tool is not None and runs_async(tool) else "sync"
-
-    def _prepare(
-        self,
-        call: ToolCall,
-        run_id: str,
-        position: int,
-        behavior: str | None,
-        principal: str | None,
-        key: str,
-        run_rules: RunRules,
-        admin: bool,
-        tenant: str,
-        budget: Budget | None,
-    ) -> NewCall:
-        envelope = CallEnvelope(
-            call_id=uuid.uuid4().hex,
-            run_id=run_id,
-            tool_call_id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            format=call.format,
-            behavior=behavior,
-            principal=principal,
-            tenant=tenant,
-            idempotency_key=key,
-            position=position,
-            rpc_id=call.rpc_id,
-        )
-        tool = self.registry.get(call.name)
-        if tool is not None:
-            envelope.risk = tool.risk
-        base = {"name": call.name, "tool_call_id": call.id, "position": position, "tenant": tenant}
-        cost = 0.0
-        try:
-            if call.error:
-                raise PayloadError(call.error)
-            tool = self.registry.require(call.name)
-            if not tool.is_behavior_allowed(behavior):
-                allowed = ", ".join(tool.allowed_behaviors or ())
-                raise ToolDeniedError(
-                    f"tool {tool.name!r} is not allowed in behavior {behavior!r} "
-                    f"(allowed: {allowed})",
-                    reason="behavior_not_allowed",
-                )
-            self.registry.check_enabled(tool)
-            tool.validate(call.arguments)
-            if budget is not None:
-                cost = tool.cost_of(call.arguments)
-            # The predicate sees the plaintext (in memory only); the store gets it sealed.
-            route = self.policy.route(tool, call.arguments, run_rules)
-            envelope.arguments = seal_arguments(self.box, tool, envelope.call_id, call.arguments)
-        except ToolqError as exc:
-            status = CallStatus.DENIED if isinstance(exc, ToolDeniedError) else CallStatus.FAILED
-            # A call that will never run keeps its secrets masked, not encrypted.
-            if tool is not None:
-                envelope.arguments = tool.redact(call.arguments, conservative=True)
-            result = {"error": exc.message, "error_type": exc.code}
-            event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
-            data = {**base, "status": status.value, **result, "arguments": envelope.arguments}
-            return NewCall(
-                envelope, status, event, data, result=result, idempotency_key=key, admin=admin
-            )
-        new = self._route(tool, envelope, base, key, run_rules, route, admin)
-        if budget is not None and cost > 0 and new.status in _CHARGED:
-            return dataclasses.replace(new, charge=self._charge(new, cost, budget))
-        return new
-
-    def _charge(self, new: NewCall, cost: float, budget: Budget) -> Charge:
-        """``new``'s charge, and the denied call it becomes if the budget cannot take it."""
-        env = new.envelope
-        period = period_of(budget, time.time())
-        result = {
-            "error": (
-                f"denied: this call of {env.name!r} costs {cost:g} but tenant {env.tenant!r} "
-                f"has {BUDGET_LEFT_MARK} left of its budget of {budget.limit:g} per "
-                f"{budget.per}; the budget resets at {period.reset_at}"
-            ),
-            "error_type": BudgetExceededError.code,
-        }
-        data = {
-            key: value
-            for key, value in new.event_data.items()
-            if key in ("name", "tool_call_id", "position", "tenant", "risk", "arguments")
-        }
-        data.update(status=CallStatus.DENIED.value, by="budget", **result)
-        masked = data["arguments"]
-        return Charge(
-            cost=cost,
-            limit=budget.limit,
-            period=period.name,
-            ttl=period.key_ttl(time.time()),
-            denied_result=dumps(result),
-            denied_data=dumps(data),
-            denied_envelope=(
-                env.model_copy(update={"arguments": masked}).model_dump_json()
-                if masked != env.arguments
-                else ""
-            ),
-        )
-
-    def _route(
-        self,
-        tool: Tool,
-        envelope: CallEnvelope,
-        base: dict[str, Any],
-        key: str,
-        rules: RunRules,
-        route: Route,
-        admin: bool,
-    ) -> NewCall:
-        data = {**base, "risk": tool.risk.value, "arguments": tool.redact(envelope.arguments)}
-        timeout = tool.run_timeout(self.settings.default_timeout)
-        if route == "deny":
-            envelope.arguments = data["arguments"]
-            result = {
-                "error": f"denied: tool {tool.name!r} is denied for the rest of this run",
-                "error_type": ApprovalDeniedError.code,
-            }
-            data.update(status=CallStatus.DENIED.value, by="rule", **result)
-            return NewCall(
-                envelope,
-                CallStatus.DENIED,
-                EventType.DENIED,
-                data,
-                result=result,
-                idempotency_key=key,
-                admin=admin,
-            )
-        if route == "park":
-            deadline = time.time() + self.policy.deadline_seconds(tool, rules)
-            data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
-            metadata = tool.approval_metadata()
-            fields = {
-                # over the arguments as stored (secrets sealed), which never change
-                "digest": digest_arguments(envelope.arguments),
-                "deadline": repr(deadline),
-                "approval_metadata": dumps(metadata) if metadata is not None else "",
-            }
-            if tool.has_preview:
-                fields["preview_state"] = PreviewState.PENDING.value
-            schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
-            if schedule is not None:
-                fields.update(schedule[1])
-            return NewCall(
-                envelope,
-                CallStatus.AWAITING_APPROVAL,
-                EventType.AWAITING_APPROVAL,
-                data,
-                idempotent=tool.idempotent,
-                timeout=timeout,
-                deadline=deadline,
-                idempotency_key=key,
-                fields=fields,
-                admin=admin,
-                schedule=schedule[0] if schedule is not None else None,
-            )
-        data["status"] = CallStatus.QUEUED.value
-        if tool.name in rules.always_approve:
-            data["approved_by"] = "rule"
-        # Workers verify gated calls: one that runs by a loosening rule carries its signature.
-        signed = loosening_signature(tool, rules)
-        fields = {"approval": dumps(signed)} if signed is not None else {}
-        schedule = self.admission.plan(tool, envelope.tenant, tool.risk)
-        if schedule is not None:
-            fields.update(schedule[1])
-        return NewCall(
-            envelope,
-            CallStatus.QUEUED,
-            EventType.QUEUED,
-            data,
-            idempotent=tool.idempotent,
-            timeout=timeout,
-            idempotency_key=key,
-            fields=fields or None,
-            admin=admin,
-            schedule=schedule[0] if schedule is not None else None,
-        )
 
 
 _OVER_BUDGET: CreateOutcome = "over_budget"

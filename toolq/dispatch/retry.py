@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from toolq.dispatch.dispatcher import Dispatcher
+from toolq.dispatch.submission import Submission
 from toolq.errors import CallCancelledError, CallNotFoundError, NotRetryableError
 from toolq.models import CallEnvelope, CallStatus, EventType
 from toolq.results.owners import RunOwners
@@ -68,12 +69,14 @@ def retry_call(
         )
     dispatched = dispatcher.dispatch(
         [{"id": envelope.tool_call_id, "name": envelope.name, "arguments": arguments}],
-        run_id=run_id,
-        behavior=envelope.behavior,
-        idempotency_key=f"retry:{call_id}",
-        principal=principal,
-        admin=admin,
-        tenant=envelope.tenant,
+        Submission(
+            run_id=run_id,
+            principal=principal,
+            tenant=envelope.tenant,
+            behavior=envelope.behavior,
+            idempotency_key=f"retry:{call_id}",
+            admin=admin,
+        ),
     )
     new_id = dispatched.calls[0].call_id
     keys = store.keys

@@ -3,12 +3,14 @@
 It holds one single-Redis ``Client`` per cell and sends each run and call to its cell's
 (``toolq.cells`` says which cell holds what); listings merge the cells that answer. Its
 methods are those of ``Client``, made from them (same names, parameters and docstrings), so
-code that takes a ``Client`` never branches on cells. ``Client(registry, settings)`` builds
-one when the settings list cells.
+code that takes a ``Client`` never branches on cells; ``Client.dispatch`` builds a
+``Submission`` and hands it to ``submit``, which the router sends to the run's cell.
+``Client(registry, settings)`` builds one when the settings list cells.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 from toolq.cells import ApprovalRouter, Cell, CellRouting, Cells, merged, on_call, on_run
 from toolq.dispatch.client import Batch, CellState, Client
+from toolq.dispatch.submission import Submission
 from toolq.history.store import HistoryStore
 from toolq.models import CallResult
 from toolq.registry.registry import ToolRegistry
@@ -24,28 +27,6 @@ from toolq.results.runs import RunSummary
 from toolq.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _dispatching(method: F) -> F:
-    """``Client.dispatch`` in the run's cell; a new run in its home cell (or the next up).
-
-    The batch's reads go on under that cell's guard.
-    """
-
-    @functools.wraps(method)
-    def dispatch(self: CellRouter, payload: Any, **kwargs: Any) -> Batch:
-        given = kwargs.get("run_id")
-        run = given or uuid.uuid4().hex
-        cell = self.cells.for_run(run) if given else self.cells.for_new_run(run)
-        with cell.guard():
-            batch = self._part(cell).dispatch(payload, **{**kwargs, "run_id": run})
-        self.cells.remember_run(run, cell)
-        for call_id in batch.call_ids:
-            self.cells.remember_call(call_id, cell)
-        batch.guard = cell.guard
-        return batch
-
-    return cast(F, dispatch)
 
 
 def _waiting(method: F) -> F:
@@ -123,7 +104,22 @@ class CellRouter(CellRouting, Client):
         """The history store: one SQL database for every cell (``TOOLQ_HISTORY_URL``)."""
         return self._clients[0].history
 
-    dispatch = _dispatching(Client.dispatch)
+    def submit(self, payload: Any, submission: Submission) -> Batch:
+        """``Client.submit`` in the run's cell; a new run in its home cell (or the next up).
+
+        The batch's reads go on under that cell's guard.
+        """
+        given = submission.run_id
+        run = given or uuid.uuid4().hex
+        cell = self.cells.for_run(run) if given else self.cells.for_new_run(run)
+        with cell.guard():
+            batch = self._part(cell).submit(payload, dataclasses.replace(submission, run_id=run))
+        self.cells.remember_run(run, cell)
+        for call_id in batch.call_ids:
+            self.cells.remember_call(call_id, cell)
+        batch.guard = cell.guard
+        return batch
+
     result = on_call(Client.result)
     retry = on_call(Client.retry)
     cancel = on_call(Client.cancel)

@@ -30,6 +30,15 @@ from toolq.results.connection import as_text
 from toolq.results.direct import DirectScripts
 
 R = TypeVar("R")
+W = TypeVar("W", bound=str)
+
+
+@dataclass(frozen=True)
+class Reply(Generic[W]):
+    """A script's outcome word and the value its reply carries after it (``""``: none)."""
+
+    outcome: W
+    value: str = ""
 
 
 @cache
@@ -145,8 +154,16 @@ class Script(Generic[R]):
         return self.file.removesuffix(".lua")
 
     def parse(self, reply: Any) -> R:
-        """The typed outcome of a raw reply."""
-        raise NotImplementedError
+        """The typed outcome of a raw reply: by default its outcome word (``word``)."""
+        return self.word(reply)  # type: ignore[no-any-return]
+
+    def word(self, reply: Any) -> Any:
+        """The reply's outcome word, one of ``outcomes``: the reply, or its first item."""
+        return outcome_word(reply[0] if isinstance(reply, list | tuple) else reply, self)
+
+    def reply(self, reply: Any) -> Reply[Any]:
+        """The reply's outcome word and the value after it (``Reply``)."""
+        return Reply(self.word(reply), as_text(reply[1]) if len(reply) > 1 else "")
 
     def invoke(
         self,
@@ -267,9 +284,17 @@ class Scripts:
 
 def outcome(kind: Any, raw: Any, script: Script[Any]) -> Any:
     """``raw`` as one of the ``Literal`` ``kind``'s values; a script replying otherwise is a bug."""
-    value = as_text(raw)
-    if value not in get_args(kind):
-        raise ValueError(f"{script.name}.lua replied {value!r}, not one of {get_args(kind)}")
+    return _checked(as_text(raw), get_args(kind), script)
+
+
+def outcome_word(raw: Any, script: Script[Any]) -> Any:
+    """``raw`` as one of ``script.outcomes``; a script replying otherwise is a bug."""
+    return _checked(as_text(raw), script.outcomes, script)
+
+
+def _checked(value: str, allowed: tuple[str, ...], script: Script[Any]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{script.name}.lua replied {value!r}, not one of {allowed}")
     return value
 
 
@@ -280,6 +305,11 @@ def emit_keys(keys: Keys) -> dict[str, str]:
         "outbox": keys.webhook_outbox,
         "archive": keys.history_archive,
     }
+
+
+def push_keys(keys: Keys, queue: str) -> dict[str, str]:
+    """The KEYS a pushing script takes for its message (``lib/push.lua``), by name."""
+    return {"queue": queue, "pushes": keys.queue_pushes(queue)}
 
 
 def flag(value: bool) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ from toolq.models import (
     CallResult,
     CallStatus,
     EventType,
+    PreviewState,
     RiskLevel,
 )
 from toolq.quotas import DEFAULT_TENANT
@@ -72,6 +73,41 @@ UNKNOWN_RESULT = {
 
 
 @dataclass(frozen=True)
+class Parking:
+    """What a parked call's record keeps for its deciders, besides its ``deadline``."""
+
+    digest: str
+    """Of the arguments as stored (secrets sealed), which never change."""
+    approval_metadata: str = ""
+    """The tool's approval metadata (JSON; ``""``: none)."""
+    preview: bool = False
+    """The tool has a preview: the call's is pending until a worker renders it."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A call that goes through admission (``Admission.plan``): its backlog, lane and fields.
+
+    Once queued it waits in its backlog with its message, and ADMIT pushes it.
+    """
+
+    backlog: str
+    lane: str
+    fields: Mapping[str, str]
+    """The record fields admission reads (lane, backlog, weight, tenant, limits)."""
+
+    @property
+    def slots(self) -> tuple[str, str]:
+        """``(backlog, lane)``, as CREATE and CREATE_GROUP take them."""
+        return self.backlog, self.lane
+
+    @property
+    def limited(self) -> bool:
+        """The call has limits of its own (its message carries it alone)."""
+        return "limits" in self.fields
+
+
+@dataclass(frozen=True)
 class NewCall:
     """A call to create: its envelope, first state, first event and tool facts."""
 
@@ -84,19 +120,42 @@ class NewCall:
     result: dict[str, Any] | None = None
     deadline: float | None = None
     idempotency_key: str = ""
-    fields: dict[str, str] | None = None
     message: tuple[str, str] | None = None
     """``(queue, message)`` pushed with the record when the call is created queued."""
     admin: bool = False
     """The submitter is an admin: it may add calls to a run another principal owns."""
     charge: scripts.Charge | None = None
     """The call's cost against its tenant's budget, charged (or refused) with its creation."""
-    schedule: tuple[str, str] | None = None
-    """``(backlog, lane)`` of a call that goes through admission (``Admission.plan``): once
-    queued it waits in its backlog with its message, and ADMIT pushes it."""
+    schedule: Scheduled | None = None
+    """Set for a call that goes through admission."""
     fingerprint: str = ""
     """The call's tool and arguments, claimed with its idempotency key
     (``toolq.dispatch.conflicts``); ``""``: a reuse of the key is never a conflict."""
+    parking: Parking | None = None
+    """Set for a call created parked (awaiting approval)."""
+    approval: str = ""
+    """The signed loosening rule a queued gated call runs by (JSON; ``""``: none)."""
+    notify: str = ""
+    """The inbox stream its final event is copied to (``Keys.wait_inbox``; ``""``: none)."""
+
+    def record_fields(self) -> dict[str, str]:
+        """The record's fields besides those CREATE writes from its own ARGV."""
+        fields: dict[str, str] = {}
+        if self.parking is not None:
+            fields.update(
+                digest=self.parking.digest,
+                deadline=repr(self.deadline),
+                approval_metadata=self.parking.approval_metadata,
+            )
+            if self.parking.preview:
+                fields["preview_state"] = PreviewState.PENDING.value
+        if self.approval:
+            fields["approval"] = self.approval
+        if self.schedule is not None:
+            fields.update(self.schedule.fields)
+        if self.notify:
+            fields["notify"] = self.notify
+        return fields
 
 
 @dataclass(frozen=True)
@@ -297,8 +356,8 @@ class CallStore:
             refresh=refresh,
             tenant=env.tenant,
             charge=call.charge,
-            fields=call.fields,
-            schedule=call.schedule,
+            fields=call.record_fields(),
+            schedule=call.schedule.slots if call.schedule else None,
             fingerprint=call.fingerprint,
         )
 

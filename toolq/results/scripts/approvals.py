@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
-from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, flag, outcome
+from toolq.results.runner import Invocation, Reply, Script, emit_keys, flag
 
 DecideOutcome = Literal["ok", "partial", "expired", "digest", "retry", "missing", "conflict"]
 DecisionKind = Literal["approve", "deny"]
@@ -55,12 +54,8 @@ class Decision:
     shown: str
 
 
-@dataclass(frozen=True)
-class DecideReply:
-    """The decision's outcome; ``conflict`` carries the status found."""
-
-    outcome: DecideOutcome
-    value: str = ""
+DecideReply = Reply[DecideOutcome]
+"""The decision's outcome; ``conflict`` carries the status found."""
 
 
 class Decide(Script[DecideReply]):
@@ -104,9 +99,8 @@ class Decide(Script[DecideReply]):
         )
 
     def parse(self, reply: Any) -> DecideReply:
-        """The typed outcome of a reply."""
-        kind: DecideOutcome = outcome(DecideOutcome, reply[0], self)
-        return DecideReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
+        """The outcome word and the value after it."""
+        return self.reply(reply)
 
 
 ExpireOutcome = Literal["expired", "early", "gone"]
@@ -155,10 +149,6 @@ class Expire(Script[ExpireOutcome]):
             },
         )
 
-    def parse(self, reply: Any) -> ExpireOutcome:
-        """The typed outcome of a reply."""
-        return cast(ExpireOutcome, outcome(ExpireOutcome, reply, self))
-
 
 DECIDE = Decide()
 EXPIRE = Expire()
@@ -167,15 +157,11 @@ EXPIRE = Expire()
 ResolveOutcome = Literal["ok", "missing", "conflict", "retry"]
 
 
-@dataclass(frozen=True)
-class ResolveReply:
-    """A resolution's outcome: ``ok`` (the event id), ``conflict`` (the status found)...
+ResolveReply = Reply[ResolveOutcome]
+"""A resolution's outcome: ``ok`` (the event id), ``conflict`` (the status found)...
 
-    ``missing``: no such call; ``retry``: it was started again since it was read.
-    """
-
-    outcome: ResolveOutcome
-    value: str = ""
+``missing``: no such call; ``retry``: it was started again since it was read.
+"""
 
 
 class Resolve(Script[ResolveReply]):
@@ -228,9 +214,8 @@ class Resolve(Script[ResolveReply]):
         )
 
     def parse(self, reply: Any) -> ResolveReply:
-        """The typed outcome of a reply."""
-        kind: ResolveOutcome = outcome(ResolveOutcome, reply[0], self)
-        return ResolveReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
+        """The outcome word and the value after it."""
+        return self.reply(reply)
 
 
 RESOLVE = Resolve()

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, flag, lua_source, outcome, pairs
+from toolq.results.runner import (
+    Invocation,
+    Reply,
+    Script,
+    emit_keys,
+    flag,
+    lua_source,
+    outcome,
+    pairs,
+    push_keys,
+)
 
 CreateOutcome = Literal["new", "over_budget", "dup", "call_id_conflict", "not_owner"]
 
 
-@dataclass(frozen=True)
-class CreateReply:
-    """A CREATE outcome and its value.
+CreateReply = Reply[CreateOutcome]
+"""A CREATE outcome and its value.
 
     ``new``/``over_budget``: the event id (the latter created denied); ``dup`` and
-    ``call_id_conflict``: the call id the key names; ``not_owner``: the run's owner.
-    """
-
-    outcome: CreateOutcome
-    value: str
+    ``call_id_conflict``: the call id the key names; ``not_owner``: the run's owner."""
 
 
 BUDGET_LEFT_MARK = "__TOOLQ_BUDGET_LEFT__"
@@ -151,7 +156,7 @@ class Create(Script[CreateReply]):
 
     def parse(self, reply: Any) -> CreateReply:
         """The typed outcome of a reply."""
-        return CreateReply(outcome(CreateOutcome, reply[0], self), as_text(reply[1]))
+        return self.reply(reply)
 
 
 class CreateGroup(Script[list[CreateReply]]):
@@ -331,10 +336,6 @@ class Finish(Script[FinishOutcome]):
             },
         )
 
-    def parse(self, reply: Any) -> FinishOutcome:
-        """The typed outcome of a reply."""
-        return cast(FinishOutcome, outcome(FinishOutcome, reply[0], self))
-
 
 ProgressOutcome = Literal["ok", "stale"]
 
@@ -371,10 +372,6 @@ class Progress(Script[ProgressOutcome]):
                 "run_id": run_id,
             },
         )
-
-    def parse(self, reply: Any) -> ProgressOutcome:
-        """The typed outcome of a reply."""
-        return cast(ProgressOutcome, outcome(ProgressOutcome, reply[0], self))
 
 
 class Renew(Script[bool]):
@@ -418,12 +415,8 @@ class Renew(Script[bool]):
 TransitionOutcome = Literal["ok", "conflict", "missing"]
 
 
-@dataclass(frozen=True)
-class TransitionReply:
-    """``ok`` (value: the event id), ``conflict`` (the status found) or ``missing``."""
-
-    outcome: TransitionOutcome
-    value: str = ""
+TransitionReply = Reply[TransitionOutcome]
+"""``ok`` (value: the event id), ``conflict`` (the status found) or ``missing``."""
 
 
 class Transition(Script[TransitionReply]):
@@ -478,9 +471,8 @@ class Transition(Script[TransitionReply]):
         )
 
     def parse(self, reply: Any) -> TransitionReply:
-        """The typed outcome of a reply."""
-        kind: TransitionOutcome = outcome(TransitionOutcome, reply[0], self)
-        return TransitionReply(kind, as_text(reply[1]) if len(reply) > 1 else "")
+        """The outcome word and the value after it."""
+        return self.reply(reply)
 
 
 RecoverOutcome = Literal["requeue", "failed", "unknown", "timeout", "alive", "gone"]
@@ -531,10 +523,6 @@ class Recover(Script[RecoverOutcome]):
             },
         )
 
-    def parse(self, reply: Any) -> RecoverOutcome:
-        """The typed outcome of a reply."""
-        return cast(RecoverOutcome, outcome(RecoverOutcome, reply[0], self))
-
 
 class Resend(Script[bool]):
     """The sweeper's re-send of a call still queued (``resend.lua``); True if pushed."""
@@ -545,18 +533,23 @@ class Resend(Script[bool]):
     def __call__(
         self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
     ) -> Invocation[bool]:
-        """An invocation: KEYS and ARGV as the header of ``resend.lua`` lists them."""
+        """An invocation: KEYS and ARGV as the header of the script's file lists them."""
         return self.invoke(
             keys={
                 "call": keys.call(call_id),
-                "queue": queue,
-                "pushes": keys.queue_pushes(queue),
-                "queued": keys.queued,
-                "unsent": keys.unsent,
-                "suspect": keys.lost_suspect(call_id),
+                **push_keys(keys, queue),
+                **self.marks(keys, call_id),
             },
             argv={"call_id": call_id, "message": message, "now": now},
         )
+
+    def marks(self, keys: Keys, call_id: str) -> dict[str, str]:
+        """The KEYS after the push's: the pushed index, and the suspicion mark it clears."""
+        return {
+            "queued": keys.queued,
+            "unsent": keys.unsent,
+            "suspect": keys.lost_suspect(call_id),
+        }
 
     def parse(self, reply: Any) -> bool:
         """The typed outcome of a reply."""
@@ -574,7 +567,7 @@ class GiveBack(Script[int]):
     ) -> Invocation[int]:
         """An invocation: KEYS and ARGV as the header of ``give_back.lua`` lists them."""
         return self.invoke(
-            keys={"queue": queue, "pushes": keys.queue_pushes(queue), "queued": keys.queued},
+            keys={**push_keys(keys, queue), "queued": keys.queued},
             argv={"message": message, "now": now},
             extra_keys=[keys.call(c) for c in call_ids],
             extra_argv=call_ids,

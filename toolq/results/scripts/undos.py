@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 from toolq.keys import Keys
 from toolq.results.connection import as_text
-from toolq.results.runner import Invocation, Script, emit_keys, outcome
+from toolq.results.runner import Invocation, Script, emit_keys, outcome, push_keys
+from toolq.results.scripts.calls import Resend
 
 UndoClaimOutcome = Literal["ok", "missing", "in_progress", "undone", "nothing"]
 
@@ -26,16 +27,11 @@ class UndoClaim(Script[UndoClaimOutcome]):
             keys={
                 "call": keys.call(call_id),
                 "undo": keys.undo(call_id),
-                "queue": queue,
-                "pushes": keys.queue_pushes(queue),
+                **push_keys(keys, queue),
                 "undo_queued": keys.undo_queued,
             },
             argv={"call_id": call_id, "now": now, "message": message},
         )
-
-    def parse(self, reply: Any) -> UndoClaimOutcome:
-        """The typed outcome of a reply."""
-        return cast(UndoClaimOutcome, outcome(UndoClaimOutcome, reply, self))
 
 
 UndoStartOutcome = Literal["ok", "leased", "skip"]
@@ -118,10 +114,6 @@ class UndoFinish(Script[UndoFinishOutcome]):
             },
         )
 
-    def parse(self, reply: Any) -> UndoFinishOutcome:
-        """The typed outcome of a reply."""
-        return cast(UndoFinishOutcome, outcome(UndoFinishOutcome, reply[0], self))
-
 
 UndoRecoverOutcome = Literal["requeue", "failed", "alive", "gone"]
 
@@ -153,8 +145,7 @@ class UndoRecover(Script[UndoRecoverOutcome]):
                 "undo_lease": keys.undo_lease(call_id),
                 "undoing": keys.undoing,
                 "stream": keys.run_stream(run_id),
-                "queue": queue,
-                "pushes": keys.queue_pushes(queue),
+                **push_keys(keys, queue),
                 "undo_queued": keys.undo_queued,
                 **emit_keys(keys),
             },
@@ -169,35 +160,15 @@ class UndoRecover(Script[UndoRecoverOutcome]):
             },
         )
 
-    def parse(self, reply: Any) -> UndoRecoverOutcome:
-        """The typed outcome of a reply."""
-        return cast(UndoRecoverOutcome, outcome(UndoRecoverOutcome, reply, self))
 
-
-class UndoResend(Script[bool]):
+class UndoResend(Resend):
     """The sweeper's re-send of an undo still requested (``undo_resend.lua``)."""
 
     file = "undo_resend.lua"
-    includes = ("push",)
 
-    def __call__(
-        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
-    ) -> Invocation[bool]:
-        """An invocation: KEYS and ARGV as the header of ``undo_resend.lua`` lists them."""
-        return self.invoke(
-            keys={
-                "call": keys.call(call_id),
-                "queue": queue,
-                "pushes": keys.queue_pushes(queue),
-                "undo_queued": keys.undo_queued,
-                "suspect": keys.lost_undo_suspect(call_id),
-            },
-            argv={"call_id": call_id, "message": message, "now": now},
-        )
-
-    def parse(self, reply: Any) -> bool:
-        """The typed outcome of a reply."""
-        return bool(int(reply))
+    def marks(self, keys: Keys, call_id: str) -> dict[str, str]:
+        """The KEYS after the push's: the undos' pushed index and the suspicion mark."""
+        return {"undo_queued": keys.undo_queued, "suspect": keys.lost_undo_suspect(call_id)}
 
 
 UNDO_CLAIM = UndoClaim()
