@@ -137,7 +137,7 @@ def _load(client: Client, runs: int, calls: int, threads: int) -> list[int]:
                 bad = [r for r in results if r.status is not CallStatus.SUCCEEDED]
                 if bad:
                     raise RuntimeError(f"{len(bad)} calls did not succeed, e.g. {bad[0]}")
-                cell = client.cells.for_run(batch.run_id).index if client.cells else 0
+                cell = client.cell_clients.index(client.cell_for_run(batch.run_id))
             except BaseException as exc:  # reported after the threads end
                 with lock:
                     errors.append(exc)
