@@ -5,6 +5,7 @@ from toolq.dispatch.async_client import AsyncApprovals, AsyncBatch, AsyncClient
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef, Dispatcher
 from toolq.dispatch.providers import parse_tool_calls, to_messages
+from toolq.dispatch.router import CellRouter
 from toolq.dispatch.submission import Submission
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "AsyncClient",
     "Batch",
     "CallRef",
+    "CellRouter",
     "Client",
     "DecisionToken",
     "Dispatcher",
