@@ -6,9 +6,9 @@ import redis
 import typer
 
 from toolq.approvals.audit import AuditReport, anchor_head, verify_audit
-from toolq.backend import Backend
 from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
-from toolq.keys import Keys
+from toolq.dispatch.client import Client
+from toolq.registry.registry import ToolRegistry
 from toolq.results.audit_chain import ChainReport
 from toolq.results.audit_log import AuditLog
 from toolq.signing import signer_for, verifier_for
@@ -39,20 +39,16 @@ def verify_audit_(
         raise fail("TOOLQ_APPROVAL_VERIFY_KEYS is not set: nothing to verify the audit with", 2)
     require_redis(settings)
     report: AuditReport | None = None
-    cells = range(len(settings.shards)) if settings.shards else [None]
-    for cell in cells:
-        one = settings.for_cell(cell) if cell is not None else settings
-        backend = Backend(one)
-        source = f"cell {cell}" if cell is not None else "redis"
-        try:
-            history = backend.history
-            archived = history.archived_audit() if history is not None else None
-            found = verify_audit(backend.redis, one, verifier, source, archived)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise fail(f"cell {cell} does not answer: {exc}") from None
-        finally:
-            backend.close()
-        report = found if report is None else report.merged(found)
+    with Client(ToolRegistry(), settings) as client:
+        for cell, one in client.each_cell():
+            source = f"cell {cell}" if cell is not None else "redis"
+            try:
+                history = one.history
+                archived = history.archived_audit() if history is not None else None
+                found = verify_audit(one.redis, one.settings, verifier, source, archived)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise fail(f"cell {cell} does not answer: {exc}") from None
+            report = found if report is None else report.merged(found)
     assert report is not None
     if json_:
         print_json(report.model_dump())
@@ -76,18 +72,17 @@ def anchor_audit(
     if signer is None:
         raise fail("TOOLQ_APPROVAL_SIGNING_KEY is not set: nothing to sign the anchor with", 2)
     require_redis(settings)
-    for cell in range(len(settings.shards)) if settings.shards else [None]:
-        one = settings.for_cell(cell) if cell is not None else settings
-        backend = Backend(one)
-        try:
-            log = AuditLog(backend.redis, Keys(one.key_prefix), one.audit_maxlen)
-            head = anchor_head(log, signer, by)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise fail(f"cell {cell} does not answer: {exc}") from None
-        finally:
-            backend.close()
-        where = f"cell {cell}" if cell is not None else "audit"
-        typer.echo(f"{where}: anchored seq {head.seq}" if head else f"{where}: empty, no anchor")
+    with Client(ToolRegistry(), settings) as client:
+        for cell, one in client.each_cell():
+            try:
+                log = AuditLog(one.redis, one.keys, one.settings.audit_maxlen)
+                head = anchor_head(log, signer, by)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise fail(f"cell {cell} does not answer: {exc}") from None
+            where = f"cell {cell}" if cell is not None else "audit"
+            typer.echo(
+                f"{where}: anchored seq {head.seq}" if head else f"{where}: empty, no anchor"
+            )
 
 
 def _print(report: AuditReport) -> None:

@@ -147,6 +147,7 @@ class AsyncClient:
     cell_for_call = _in_thread(Client.cell_for_call)
     reachable = _in_thread(Client.reachable)
     cell_states = _in_thread(Client.cell_states)
+    each_cell = _in_thread(Client.each_cell)
     result = _in_thread(Client.result)
     results = _in_thread(Client.results)
     events = _streamed(Client.events)

@@ -290,6 +290,10 @@ class Client:
         """Every cell of ``TOOLQ_SHARDS`` and whether it answers; none without cells."""
         return []
 
+    def each_cell(self) -> list[tuple[int | None, Client]]:
+        """Every cell as (its index, its client), answering or not; one Redis: ``(None, self)``."""
+        return [(None, self)]
+
     @property
     def history(self) -> HistoryStore | None:
         """The history store (``TOOLQ_HISTORY_URL``), or ``None`` without one."""

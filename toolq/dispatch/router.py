@@ -94,6 +94,10 @@ class CellRouter(CellRouting, Client):
             CellState(c.index, c.where, False) for c in down
         ]
 
+    def each_cell(self) -> list[tuple[int | None, Client]]:
+        """Every cell as (its index, its client), answering or not."""
+        return list(enumerate(self._clients))
+
     def cell_states(self) -> list[CellState]:
         """Every cell and whether it answers."""
         up, _ = self.cells.split()
