@@ -105,13 +105,18 @@ def require_redis(where: Settings | str) -> None:
     target = RedisTarget.of(where)
     setting = "TOOLQ_SENTINELS" if target.is_sentinel else "TOOLQ_REDIS_URL"
     try:
-        client = probe_client(target, REDIS_TIMEOUT)
-        try:
-            client.ping()
-        finally:
-            client.close()
+        _ping(target)
     except (redis.RedisError, OSError, ValueError) as exc:
         raise fail(redis_problem(exc, target.describe(), setting)) from None
+
+
+def _ping(target: RedisTarget) -> None:
+    """PING ``target`` once, waiting ``REDIS_TIMEOUT`` at most; what fails is raised."""
+    client = probe_client(target, REDIS_TIMEOUT)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def redis_problem(exc: BaseException, where: str, setting: str = "TOOLQ_REDIS_URL") -> str:
@@ -129,11 +134,7 @@ def _require_a_cell(settings: Settings) -> None:
     for index in range(len(settings.shards)):
         target = RedisTarget.of(settings.for_cell(index))
         try:
-            client = probe_client(target, REDIS_TIMEOUT)
-            try:
-                client.ping()
-            finally:
-                client.close()
+            _ping(target)
         except (redis.RedisError, OSError, ValueError) as exc:
             down += 1
             typer.echo(
