@@ -34,7 +34,7 @@ from toolq.models import (
     ToolCall,
     ToolOutput,
 )
-from toolq.registry import FunctionTool, Tool, ToolContext, ToolRegistry
+from toolq.registry import FunctionTool, FunctionToolOptions, Tool, ToolContext, ToolRegistry
 from toolq.settings import Settings
 from toolq.workers.app import create_celery
 
@@ -61,6 +61,7 @@ __all__ = [
     "EventType",
     "Executor",
     "FunctionTool",
+    "FunctionToolOptions",
     "ImageContent",
     "Middleware",
     "ProviderFormat",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pydantic_core import to_jsonable_python
@@ -13,6 +13,20 @@ from toolq.quotas import DEFAULT_TENANT
 
 RpcId = StrictInt | str
 """A JSON-RPC request id as sent: an integer stays an integer, a string stays a string."""
+
+
+_Member = TypeVar("_Member", bound=StrEnum)
+
+
+def _parse_member(cls: type[_Member], value: _Member | str, what: str) -> _Member:
+    """The member of ``cls`` that ``value`` is or names, in any case; ValueError naming all."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(str(value).lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in cls)
+        raise ValueError(f"unknown {what} {value!r}; expected one of {choices}") from None
 
 
 class RiskLevel(StrEnum):
@@ -25,13 +39,7 @@ class RiskLevel(StrEnum):
     @classmethod
     def parse(cls, value: RiskLevel | str) -> RiskLevel:
         """Accept a member or its name/value in any case (``"dangerous"``, ``"DANGEROUS"``)."""
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown risk level {value!r}; expected one of {choices}") from None
+        return _parse_member(cls, value, "risk level")
 
 
 class ProviderFormat(StrEnum):
@@ -46,13 +54,7 @@ class ProviderFormat(StrEnum):
     @classmethod
     def parse(cls, value: ProviderFormat | str) -> ProviderFormat:
         """Accept a member or its value; a clear error names the valid formats."""
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown format {value!r}; expected one of {choices}") from None
+        return _parse_member(cls, value, "format")
 
 
 class CallStatus(StrEnum):

@@ -120,8 +120,10 @@ def test_a_token_decides_only_its_own_call_and_never_always(api):
     token = api.person("alice-t").decision_token(first).token
     other = api.post(f"/v1/decisions/{second}/approve", token)
     assert other.status_code == 401 and "not for call" in other.json()["error"]["message"]
-    sticky = api.post(f"/v1/decisions/{first}/approve", token, {"always": True})
-    assert sticky.status_code == 403
+    for verb, body in [("approve", {"always": True}), ("deny", {"reason": "no", "always": True})]:
+        sticky = api.post(f"/v1/decisions/{first}/{verb}", token, body)
+        assert sticky.status_code == 403, verb
+        assert f"cannot {verb} the tool" in sticky.json()["error"]["message"]
     api_token = api.post(f"/v1/decisions/{first}/approve", "alice-t")  # not a decision token
     assert api_token.status_code == 401
     listing = httpx.get(f"{api.url}/v1/approvals", headers={"Authorization": f"Bearer {token}"})

@@ -119,6 +119,10 @@ def test_healthz_is_503_only_when_redis_does_not_answer() -> None:
         body = got.json()
         assert body["status"] == "unhealthy" and body["code"] == "redis_unavailable"
         assert body["checks"][0]["name"] == "redis" and body["checks"][0]["fix"]
+        gated = httpx.get(f"{api}/v1/tools", timeout=10)  # the gate answers before auth
+        assert gated.status_code == 503 and gated.headers["retry-after"] == "5"
+        assert gated.headers["content-type"] == "application/json"
+        assert gated.json()["error"]["code"] == "redis_unavailable"
 
 
 def test_a_sigkilled_worker_is_reported_lost_and_a_stopped_one_is_not(

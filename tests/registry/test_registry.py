@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from toolq import CallStatus, FunctionTool, RiskLevel, Tool, ToolContext, ToolRegistry
+from toolq import (
+    CallStatus,
+    FunctionTool,
+    FunctionToolOptions,
+    RiskLevel,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+)
 from toolq.errors import (
     CategoryNotFoundError,
     ConfigurationError,
@@ -105,6 +113,23 @@ def test_decorator_defaults(registry: ToolRegistry) -> None:
         False,
     )
     assert noop.needs_approval({}) is None
+
+
+def test_every_function_tool_option_is_a_tool_attribute() -> None:
+    # the options are set as the ``Tool`` attributes of their names: one not there is a typo
+    missing = [name for name in FunctionToolOptions.__annotations__ if not hasattr(Tool, name)]
+    assert missing == []
+
+
+def test_an_unknown_option_is_refused(registry: ToolRegistry) -> None:
+    def noop() -> None:
+        """Do nothing."""
+
+    with pytest.raises(TypeError, match="unexpected tool options: retry, risky"):
+        registry.tool("noop", risky=True, retry=2)(noop)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="unexpected tool options: timeout_s"):
+        registry.register(noop, timeout_s=3)  # type: ignore[call-arg]
+    assert len(registry) == 0
 
 
 def test_bare_decorator(registry: ToolRegistry) -> None:

@@ -406,3 +406,23 @@ def test_resend_pushes_only_a_call_still_queued(r: redis.Redis, lua: Scripts):
     assert r.llen(QUEUE) == 1 and record(r)["push_seq"] == "1"
     assert not r.exists(KEYS.lost_suspect("c1"))
     assert r.zrange(KEYS.unsent, 0, -1) == [] and r.zrange(KEYS.queued, 0, -1) == [b"c1"]
+
+
+def test_give_back_pushes_one_message_for_the_calls_still_queued(r: redis.Redis, lua: Scripts):
+    for call_id in ("c1", "c2", "c3"):
+        create(lua, call_id, message=None)
+    r.hset(KEYS.call("c2"), "status", "running")  # started meanwhile: not given back
+    r.hset(KEYS.call("c3"), "admission", "waiting")  # waits for admission: not given back
+    given = lua.run(
+        scripts.GIVE_BACK(
+            keys=KEYS, queue=QUEUE, message=MESSAGE, call_ids=["c1", "c2", "c3"], now=now()
+        )
+    )
+    assert given == 1 and r.lrange(QUEUE, 0, -1) == [MESSAGE.encode()]
+    assert (record(r)["push_seq"], record(r)["push_tag"]) == ("1", "tag-1")
+    assert "push_seq" not in record(r, "c2") and "push_seq" not in record(r, "c3")
+    assert r.zrange(KEYS.queued, 0, -1) == [b"c1"]
+    nothing = lua.run(
+        scripts.GIVE_BACK(keys=KEYS, queue=QUEUE, message=MESSAGE, call_ids=["c2"], now=now())
+    )
+    assert nothing == 0 and r.llen(QUEUE) == 1

@@ -95,12 +95,7 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
     async def approve(call_id: str, grant: Holder, request: Request) -> dict[str, Any]:
         """Approve as the token's approver (optionally with edited arguments); once."""
         body = parse_decision(await request.body(), client.settings, Approve) or Approve()
-        if body.always:
-            raise NotAuthorizedError(
-                "a decision token decides one call: it cannot approve the tool for the rest "
-                "of the run (always)",
-                call_id=call_id,
-            )
+        _refuse_always(body.always, call_id, "approve")
         if body.digest is not None and body.digest != grant.digest:
             raise DigestMismatchError(
                 f"call {call_id}: the token was issued for digest {grant.digest}",
@@ -123,12 +118,7 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
     async def deny(call_id: str, grant: Holder, request: Request) -> dict[str, Any]:
         """Deny as the token's approver, with a reason the model will read; once."""
         body = parse_decision(await request.body(), client.settings, Deny) or Deny()
-        if body.always:
-            raise NotAuthorizedError(
-                "a decision token decides one call: it cannot deny the tool for the rest of "
-                "the run (always)",
-                call_id=call_id,
-            )
+        _refuse_always(body.always, call_id, "deny")
 
         def decide() -> CallResult:
             # Denying changes the arguments of nothing; still, only what the token was for.
@@ -158,3 +148,13 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
         return result.model_dump(mode="json", exclude_none=True)
 
     return router
+
+
+def _refuse_always(always: bool, call_id: str, verb: str) -> None:
+    """A decision token decides one call: never the tool for the rest of the run."""
+    if always:
+        raise NotAuthorizedError(
+            f"a decision token decides one call: it cannot {verb} the tool for the rest of "
+            "the run (always)",
+            call_id=call_id,
+        )

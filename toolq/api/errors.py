@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import Send
 
 from toolq import errors
 from toolq.api.auth import AuthenticationError, ForbiddenError
@@ -57,6 +60,25 @@ def status_for(exc: errors.ToolqError) -> int:
 def error_body(code: str, message: str, **details: object) -> dict[str, object]:
     """The one shape of every error response."""
     return {"error": {"code": code, "message": message, **details}}
+
+
+async def send_error(
+    send: Send, status: int, code: str, message: str, *headers: tuple[bytes, bytes]
+) -> None:
+    """Answer with ``error_body`` as JSON straight over ASGI (middleware before any route)."""
+    body = json.dumps(error_body(code, message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def install(app: FastAPI) -> None:

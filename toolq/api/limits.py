@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolq.api.errors import error_body
+from toolq.api.errors import send_error
 from toolq.dispatch.limits import check_payload
 from toolq.errors import PayloadError
 from toolq.settings import Settings
@@ -52,20 +51,9 @@ class BodySizeLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            error_body("payload_too_large", f"request body over {self.max_bytes} bytes")
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
+        await send_error(
+            send, 413, "payload_too_large", f"request body over {self.max_bytes} bytes"
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):

@@ -12,13 +12,12 @@ second, not one per request.
 
 from __future__ import annotations
 
-import json
 import time
 
 import redis
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolq.api.errors import error_body
+from toolq.api.errors import send_error
 from toolq.errors import RedisUnavailableError
 from toolq.redis_failures import store_error
 from toolq.results.connection import RedisTarget, async_probe_client
@@ -64,11 +63,6 @@ class RedisProbe:
         await self._client.aclose()
 
 
-def unavailable_body(exc: RedisUnavailableError) -> bytes:
-    """The JSON body of a 503 for ``exc``."""
-    return json.dumps(error_body(exc.code, exc.message)).encode()
-
-
 class RedisGate:
     """ASGI middleware: ``/v1/*`` and ``/metrics`` answer 503 JSON while Redis is down."""
 
@@ -82,18 +76,6 @@ class RedisGate:
             try:
                 await self.probe.check()
             except RedisUnavailableError as exc:
-                body = unavailable_body(exc)
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 503,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"retry-after", b"5"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                await send_error(send, 503, exc.code, exc.message, (b"retry-after", b"5"))
                 return
         await self.app(scope, receive, send)

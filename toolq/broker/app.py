@@ -7,6 +7,7 @@ maintenance step to the same configuration.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
@@ -199,30 +200,29 @@ _KOMBU_REJECT = kombu_redis.QoS.reject
 _KOMBU_BRPOP_READ = kombu_redis.Channel._brpop_read
 
 
+_PATCHES: tuple[tuple[type, str, Callable[..., Any]], ...] = (
+    (kombu_redis.Channel, "_connparams", _connparams_unless_closed),
+    (kombu_redis.Channel, "_create_client", _client_per_pool),
+    (kombu_redis.Channel, "_brpop_read", _brpop_read_unless_refused),
+    (kombu_redis.QoS, "append", _append_unless_refused),
+    (kombu_redis.QoS, "ack", _ack_unless_refused),
+    (kombu_redis.QoS, "reject", _reject_unless_refused),
+    (kombu_redis.QoS, "restore_visible", _restore_visible_unless_refused),
+    (kombu_redis.Channel, "_queue_bind", _queue_bind_unless_refused),
+    (kombu_redis.Channel, "_size", _size_unless_refused),
+)
+"""What ``patch_kombu`` installs: (class, attribute, toolq's replacement)."""
+
+
 def patch_kombu() -> None:
     """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``.
 
     And the ``*_unless_refused`` steps: a Redis that refuses writes (full, read-only) no
     longer makes a worker exit.
     """
-    if kombu_redis.Channel._connparams is not _connparams_unless_closed:
-        kombu_redis.Channel._connparams = _connparams_unless_closed
-    if kombu_redis.Channel._create_client is not _client_per_pool:
-        kombu_redis.Channel._create_client = _client_per_pool
-    if kombu_redis.Channel._brpop_read is not _brpop_read_unless_refused:
-        kombu_redis.Channel._brpop_read = _brpop_read_unless_refused
-    if kombu_redis.QoS.append is not _append_unless_refused:
-        kombu_redis.QoS.append = _append_unless_refused
-    if kombu_redis.QoS.ack is not _ack_unless_refused:
-        kombu_redis.QoS.ack = _ack_unless_refused
-    if kombu_redis.QoS.reject is not _reject_unless_refused:
-        kombu_redis.QoS.reject = _reject_unless_refused
-    if kombu_redis.QoS.restore_visible is not _restore_visible_unless_refused:
-        kombu_redis.QoS.restore_visible = _restore_visible_unless_refused
-    if kombu_redis.Channel._queue_bind is not _queue_bind_unless_refused:
-        kombu_redis.Channel._queue_bind = _queue_bind_unless_refused
-    if kombu_redis.Channel._size is not _size_unless_refused:
-        kombu_redis.Channel._size = _size_unless_refused
+    for owner, name, ours in _PATCHES:
+        if getattr(owner, name) is not ours:
+            setattr(owner, name, ours)
 
 
 def celery_app(settings: Settings) -> Celery:

@@ -9,7 +9,7 @@ import typer
 
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    REDIS_OPTION,
     load_registry,
     log_level_option,
     require_free_port,
@@ -26,7 +26,7 @@ def api(
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
     log_level: str = log_level_option("info"),
 ) -> None:
     """Serve the HTTP API; prints a generated admin token when none is configured."""

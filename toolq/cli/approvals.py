@@ -7,7 +7,6 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
@@ -15,21 +14,24 @@ from rich.table import Table
 
 from toolq.approvals.models import ApprovalRequest
 from toolq.cli.audit import anchor_audit, verify_audit_
+from toolq.cli.calls import open_client, resolved, warn_down
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    CALL_ID_ARGUMENT,
+    JSON_OPTION,
+    REDIS_OPTION,
     RISKS,
+    TOKEN_OPTION,
+    api_option,
     fail,
-    load_registry,
     one_of,
+    post_to_api,
     print_json,
-    require_redis,
+    require_signing,
     settings_for,
 )
-from toolq.cli.ids import resolve_in
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
-from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
 from toolq.workers.heartbeat import live_workers
 
@@ -42,35 +44,6 @@ _APP = typer.Option(
     envvar="TOOLQ_APP",
     help=APP_HELP + " Needed to approve (the tool's risk is signed) and to edit --args.",
 )
-_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
-_JSON = typer.Option(False, "--json", help="Print JSON.")
-_CALL_ID = typer.Argument(..., help="Call id, or a unique prefix of one (the dashboard shows 8).")
-
-
-def _client(app: str | None, redis_url: str | None) -> Client:
-    """A client over the ``--app`` registry, or an empty one: listing needs no tools.
-
-    Without the registry a decision cannot know a tool's risk (the record's is data any
-    Redis writer can change): a denial is made as for a DANGEROUS call, and a signed
-    approval is refused (``approve``) rather than signed for a risk workers would reject.
-    """
-    settings = settings_for(app, redis_url)
-    require_redis(settings)
-    registry = load_registry(settings.app, settings) if settings.app else ToolRegistry()
-    return Client(registry, settings)
-
-
-def _resolve(client: Client, call_id: str) -> str:
-    try:
-        return resolve_in(client, call_id)
-    except ToolqError as exc:
-        raise fail(str(exc)) from None
-
-
-def _warn_down(client: Client) -> None:
-    """Name on stderr each cell whose calls a listing could not include."""
-    for cell in client.reachable()[1]:
-        typer.echo(f"warning: {cell.name} does not answer: its calls are not listed", err=True)
 
 
 def _left(deadline: float | None) -> str:
@@ -119,16 +92,16 @@ def list_(
     cursor: str | None = typer.Option(
         None, help="Go on after the previous page (the cursor it printed)."
     ),
-    json_: bool = _JSON,
+    json_: bool = JSON_OPTION,
     app: str | None = _APP,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Pending calls, oldest parked first, a page at a time, with full call ids.
 
     When more calls follow, the cursor of the next page is printed last (to stderr with
     --json, whose output stays a JSON list).
     """
-    with _client(app, redis_url) as client:
+    with open_client(app, redis_url) as client:
         try:
             page = client.approvals.page(
                 run_id=run_id, risk=risk, tool=tool, limit=limit, cursor=cursor
@@ -137,7 +110,7 @@ def list_(
             raise fail(str(exc)) from None
         pending = page.items
         if run_id is None:
-            _warn_down(client)
+            warn_down(client, "calls")
         more = f"next page: --cursor {page.next_cursor}" if page.next_cursor else None
         if json_:
             print_json([request.model_dump(mode="json") for request in pending])
@@ -168,15 +141,15 @@ def list_(
 
 @approvals.command()
 def show(
-    call_id: str = _CALL_ID,
-    json_: bool = _JSON,
+    call_id: str = CALL_ID_ARGUMENT,
+    json_: bool = JSON_OPTION,
     app: str | None = _APP,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """One call with its arguments, preview and diff."""
-    with _client(app, redis_url) as client:
+    with open_client(app, redis_url) as client:
         try:
-            request = client.approvals.get(_resolve(client, call_id))
+            request = client.approvals.get(resolved(client, call_id))
         except ToolqError as exc:
             raise fail(str(exc)) from None
         if json_:
@@ -200,23 +173,15 @@ def approve(
     run_id: str | None = typer.Option(
         None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
     ),
-    api: str | None = typer.Option(
-        None,
-        "--api",
-        envvar="TOOLQ_API_URL",
-        metavar="URL",
-        help="Approve through this toolq API, as your --token, instead of signing here.",
-    ),
-    token: str | None = typer.Option(
-        None, "--token", envvar="TOOLQ_API_TOKEN", help="Your API token, for --api."
-    ),
+    api: str | None = api_option("Approve"),
+    token: str | None = TOKEN_OPTION,
     unsigned: bool = typer.Option(
         False,
         "--unsigned",
         help="Decide without a signature: only where no worker verifies approvals.",
     ),
     app: str | None = _APP,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Approve and enqueue a parked call (with --run: each of a run's), here or via the API.
 
@@ -238,25 +203,15 @@ def approve(
         raise fail(
             "--args needs the tool registry to validate the edit: pass --app or set TOOLQ_APP", 2
         )
-    if settings.approval_signing_key is None and not unsigned:
-        raise fail(
-            "cannot sign this approval (no TOOLQ_APPROVAL_SIGNING_KEY) and workers that verify "
-            "approvals refuse unsigned ones: set the key, or approve through the API with "
-            "--api URL --token TOKEN"
-        )
-    if settings.approval_signing_key is not None and not settings.app:
-        raise fail(
-            "a signed approval names the tool's risk, which comes from the registry: pass "
-            "--app or set TOOLQ_APP (or approve through the API with --api URL --token TOKEN)"
-        )
-    with _client(app, redis_url) as client:
+    require_signing(settings, unsigned=unsigned, decision="approval", verb="approve")
+    with open_client(app, redis_url) as client:
         if run_id is not None:
             if unsigned:
                 _refuse_if_verified(client)
             approve_run(client, run_id, by, unsigned=unsigned)
             return
         assert call_id is not None
-        full = _resolve(client, call_id)
+        full = resolved(client, call_id)
         try:
             if unsigned:
                 _refuse_if_verified(client)
@@ -363,42 +318,23 @@ def _approve_through_api(
     always: bool,
 ) -> None:
     """``POST /v1/approvals/{id}/approve`` as the token's holder; the API signs and checks."""
-    if not token:
-        raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
-    body: dict[str, Any] = {"always": always}
-    for name, value in (("arguments", arguments), ("note", note), ("digest", digest)):
-        if value is not None:
-            body[name] = value
-    url = f"{api.rstrip('/')}/v1/approvals/{quote(call_id, safe='')}/approve"
-    try:
-        response = httpx.post(
-            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-    except httpx.HTTPError as exc:
-        raise fail(f"the API at {api} does not answer: {exc}") from None
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = {}
-    if response.status_code != 200:
-        error = answer.get("error", {}) if isinstance(answer, dict) else {}
-        message = error.get("message") or response.text.strip()[:200]
-        raise fail(f"the API refused ({response.status_code}): {message}")
+    body = {"always": always, "arguments": arguments, "note": note, "digest": digest}
+    answer = post_to_api(api, token, f"/v1/approvals/{quote(call_id, safe='')}/approve", body)
     typer.echo(f"approved {answer.get('call_id', call_id)}: {answer.get('status', '?')}")
 
 
 @approvals.command()
 def deny(
-    call_id: str = _CALL_ID,
+    call_id: str = CALL_ID_ARGUMENT,
     reason: str = typer.Option(..., help="Told to the model."),
     by: str = typer.Option("cli", help="Approver name."),
     always: bool = typer.Option(False, help="Also deny this tool for the rest of the run."),
     app: str | None = _APP,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Deny a parked call with a reason."""
-    with _client(app, redis_url) as client:
-        full = _resolve(client, call_id)
+    with open_client(app, redis_url) as client:
+        full = resolved(client, call_id)
         try:
             client.approvals.deny(full, by=by, reason=reason, always=always)
         except ToolqError as exc:

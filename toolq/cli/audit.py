@@ -6,7 +6,7 @@ import redis
 import typer
 
 from toolq.approvals.audit import AuditReport, anchor_head, verify_audit
-from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
+from toolq.cli.common import REDIS_OPTION, fail, print_json, require_redis, settings_for
 from toolq.dispatch.client import Client
 from toolq.registry.registry import ToolRegistry
 from toolq.results.audit_chain import ChainReport
@@ -22,7 +22,7 @@ def verify_audit_(
     chain_only: bool = typer.Option(
         False, "--chain-only", help="Check the hash chain only (no verify keys needed)."
     ),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Check the audit stream's hash chain and every entry's signature.
 
@@ -60,7 +60,7 @@ def verify_audit_(
 
 def anchor_audit(
     by: str = typer.Option("cli", "--by", help="Who anchors (named in the entry)."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Sign the audit chain's head (needs TOOLQ_APPROVAL_SIGNING_KEY); run it periodically.
 

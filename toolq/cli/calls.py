@@ -12,12 +12,18 @@ from rich.text import Text
 
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    CALL_ID_ARGUMENT,
+    JSON_OPTION,
+    REDIS_OPTION,
+    TOKEN_OPTION,
+    api_option,
     fail,
     load_registry,
     one_of,
+    post_to_api,
     print_json,
     require_redis,
+    require_signing,
     settings_for,
 )
 from toolq.cli.ids import resolve_in
@@ -46,14 +52,16 @@ _APP = typer.Option(
     envvar="TOOLQ_APP",
     help=APP_HELP + " Optional: masks secret arguments by the tool's schema.",
 )
-_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
-_JSON = typer.Option(False, "--json", help="Print JSON.")
-_CALL_ID = typer.Argument(..., help="Call id, or a unique prefix of one (the dashboard shows 8).")
 _BY = typer.Option("cli", "--by", help="Who acts (named in the events and the audit).")
 
 
 def open_client(app: str | None, redis_url: str | None) -> Client:
-    """A client over the ``--app`` registry, or an empty one: reading calls needs no tools."""
+    """A client over the ``--app`` registry, or an empty one: reading calls needs no tools.
+
+    Without the registry a decision cannot know a tool's risk (the record's is data any
+    Redis writer can change): a denial is made as for a DANGEROUS call, and a signed
+    approval is refused (``approve``) rather than signed for a risk workers would reject.
+    """
     settings = settings_for(app, redis_url)
     require_redis(settings)
     registry = load_registry(settings.app, settings) if settings.app else ToolRegistry()
@@ -103,8 +111,8 @@ def list_(
     offset: int = typer.Option(
         0, min=0, help="Skip this many of the newest matching calls (the next page)."
     ),
-    json_: bool = _JSON,
-    redis_url: str | None = _REDIS,
+    json_: bool = JSON_OPTION,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """The newest calls first, with full ids, state, duration and error."""
     with open_client(None, redis_url) as client:
@@ -153,10 +161,10 @@ def _print_calls(rows: list[dict[str, Any]]) -> None:
 
 @calls.command()
 def show(
-    call_id: str = _CALL_ID,
-    json_: bool = _JSON,
+    call_id: str = CALL_ID_ARGUMENT,
+    json_: bool = JSON_OPTION,
     app: str | None = _APP,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """One call: its record, arguments (secrets masked), decisions, events and outcome."""
     with open_client(app, redis_url) as client:
@@ -220,9 +228,9 @@ def _outcome(result: CallResult) -> None:
 
 @calls.command()
 def cancel(
-    call_id: str = _CALL_ID,
+    call_id: str = CALL_ID_ARGUMENT,
     by: str = _BY,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Cancel a call: at once when queued or parked, cooperatively when running.
 
@@ -253,10 +261,10 @@ def cancel(
 
 @calls.command()
 def retry(
-    call_id: str = _CALL_ID,
+    call_id: str = CALL_ID_ARGUMENT,
     by: str = _BY,
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Dispatch a new call retrying a failed, denied, expired or cancelled one.
 
@@ -278,7 +286,7 @@ def retry(
 
 @calls.command()
 def resolve(
-    call_id: str = _CALL_ID,
+    call_id: str = CALL_ID_ARGUMENT,
     succeeded: bool = typer.Option(False, "--succeeded", help="It took effect."),
     failed: bool = typer.Option(False, "--failed", help="It did not take effect."),
     rerun: bool = typer.Option(False, "--rerun", help="Run it again (a new attempt)."),
@@ -287,21 +295,13 @@ def resolve(
         None, "--result", help="With --succeeded: the output text the model reads."
     ),
     by: str = typer.Option("cli", "--by", help="Approver name (with --api: your token's)."),
-    api: str | None = typer.Option(
-        None,
-        "--api",
-        envvar="TOOLQ_API_URL",
-        metavar="URL",
-        help="Resolve through this toolq API, as your --token, instead of signing here.",
-    ),
-    token: str | None = typer.Option(
-        None, "--token", envvar="TOOLQ_API_TOKEN", help="Your API token, for --api."
-    ),
+    api: str | None = api_option("Resolve"),
+    token: str | None = TOKEN_OPTION,
     unsigned: bool = typer.Option(
         False, "--unsigned", help="Resolve without a signature: only where no worker verifies."
     ),
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Record the outcome of a call of unknown outcome (its worker was lost mid-call).
 
@@ -322,17 +322,7 @@ def resolve(
         typer.echo(f"resolved {answer.get('call_id', call_id)}: {answer.get('status', '?')}")
         return
     settings = settings_for(app, redis_url)
-    if settings.approval_signing_key is None and not unsigned:
-        raise fail(
-            "cannot sign this resolution (no TOOLQ_APPROVAL_SIGNING_KEY) and workers that "
-            "verify refuse an unsigned re-run: set the key, or resolve through the API with "
-            "--api URL --token TOKEN (or pass --unsigned where no worker verifies)"
-        )
-    if settings.approval_signing_key is not None and not settings.app:
-        raise fail(
-            "a signed resolution names the tool's risk, which comes from the registry: pass "
-            "--app or set TOOLQ_APP (or resolve through the API with --api URL --token TOKEN)"
-        )
+    require_signing(settings, unsigned=unsigned, decision="resolution", verb="resolve")
     with open_client(app, redis_url) as client:
         full = resolved(client, call_id)
         try:
@@ -346,27 +336,5 @@ def resolve_through_api(
     api: str, token: str | None, call_id: str, outcome: str, note: str | None, result: str | None
 ) -> dict[str, Any]:
     """``POST /v1/calls/{id}/resolve`` as the token's holder; the API signs and checks."""
-    import httpx
-
-    if not token:
-        raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
-    body: dict[str, Any] = {"outcome": outcome}
-    for name, value in (("note", note), ("result", result)):
-        if value is not None:
-            body[name] = value
-    url = f"{api.rstrip('/')}/v1/calls/{quote(call_id, safe='')}/resolve"
-    try:
-        response = httpx.post(
-            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-    except httpx.HTTPError as exc:
-        raise fail(f"the API at {api} does not answer: {exc}") from None
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = {}
-    if response.status_code != 200:
-        error = answer.get("error", {}) if isinstance(answer, dict) else {}
-        message = error.get("message") or response.text.strip()[:200]
-        raise fail(f"the API refused ({response.status_code}): {message}")
-    return dict(answer)
+    body = {"outcome": outcome, "note": note, "result": result}
+    return post_to_api(api, token, f"/v1/calls/{quote(call_id, safe='')}/resolve", body)

@@ -19,7 +19,7 @@ import typer
 from redis.exceptions import NoPermissionError
 
 from toolq.cli.common import (
-    REDIS_HELP,
+    REDIS_OPTION,
     cell_settings,
     parse_risks,
     require_redis,
@@ -73,7 +73,7 @@ def check(
         callback=parse_risks,
         help="Queues that must have a worker (comma-separated risk levels).",
     ),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
     allow_open_redis: bool = typer.Option(
         False, "--allow-open-redis", help="Only warn when Redis needs no password."
     ),

@@ -24,6 +24,11 @@ APP_HELP = "Tool registry as module:attribute (or TOOLQ_APP)."
 REDIS_HELP = "Redis URL (or TOOLQ_REDIS_URL)."
 REDIS_TIMEOUT = 1.0
 """Seconds the CLI waits for Redis to answer before saying so (the clients retry for ~10 s)."""
+REDIS_OPTION: Any = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
+JSON_OPTION: Any = typer.Option(False, "--json", help="Print JSON.")
+CALL_ID_ARGUMENT: Any = typer.Argument(
+    ..., help="Call id, or a unique prefix of one (the dashboard shows 8)."
+)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FORMATS = tuple(f.value for f in ProviderFormat)
 RISKS = tuple(r.value for r in RiskLevel)
@@ -50,6 +55,23 @@ def log_level_option(default: str) -> Any:
         metavar="LEVEL",
         help=f"{', '.join(LOG_LEVELS)}.",
     )
+
+
+def api_option(verb: str) -> Any:
+    """``--api URL`` (or TOOLQ_API_URL): ``verb`` through the toolq API instead of here."""
+    return typer.Option(
+        None,
+        "--api",
+        envvar="TOOLQ_API_URL",
+        metavar="URL",
+        help=f"{verb} through this toolq API, as your --token, instead of signing here.",
+    )
+
+
+TOKEN_OPTION: Any = typer.Option(
+    None, "--token", envvar="TOOLQ_API_TOKEN", help="Your API token, for --api."
+)
+"""``--token`` (or TOOLQ_API_TOKEN): who decides through ``--api``."""
 
 
 def parse_risks(value: str) -> str:
@@ -83,13 +105,18 @@ def require_redis(where: Settings | str) -> None:
     target = RedisTarget.of(where)
     setting = "TOOLQ_SENTINELS" if target.is_sentinel else "TOOLQ_REDIS_URL"
     try:
-        client = probe_client(target, REDIS_TIMEOUT)
-        try:
-            client.ping()
-        finally:
-            client.close()
+        _ping(target)
     except (redis.RedisError, OSError, ValueError) as exc:
         raise fail(redis_problem(exc, target.describe(), setting)) from None
+
+
+def _ping(target: RedisTarget) -> None:
+    """PING ``target`` once, waiting ``REDIS_TIMEOUT`` at most; what fails is raised."""
+    client = probe_client(target, REDIS_TIMEOUT)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def redis_problem(exc: BaseException, where: str, setting: str = "TOOLQ_REDIS_URL") -> str:
@@ -107,11 +134,7 @@ def _require_a_cell(settings: Settings) -> None:
     for index in range(len(settings.shards)):
         target = RedisTarget.of(settings.for_cell(index))
         try:
-            client = probe_client(target, REDIS_TIMEOUT)
-            try:
-                client.ping()
-            finally:
-                client.close()
+            _ping(target)
         except (redis.RedisError, OSError, ValueError) as exc:
             down += 1
             typer.echo(
@@ -199,6 +222,56 @@ def _import_registry(reference: str) -> ToolRegistry:
             f"--app {reference!r} is not a ToolRegistry (got {type(target).__name__})"
         )
     return target
+
+
+def require_signing(settings: Settings, *, unsigned: bool, decision: str, verb: str) -> None:
+    """Exit 1 unless a ``decision`` made here can be signed as workers check it, or is unsigned.
+
+    ``verb`` says how it is made through the API instead (``approve``, ``resolve``).
+    """
+    through_api = f"{verb} through the API with --api URL --token TOKEN"
+    if settings.approval_signing_key is None and not unsigned:
+        raise fail(
+            f"cannot sign this {decision} (no TOOLQ_APPROVAL_SIGNING_KEY) and workers that "
+            f"verify refuse an unsigned one: set the key, or {through_api} (or pass --unsigned "
+            "where no worker verifies)"
+        )
+    if settings.approval_signing_key is not None and not settings.app:
+        raise fail(
+            f"a signed {decision} names the tool's risk, which comes from the registry: pass "
+            f"--app or set TOOLQ_APP (or {through_api})"
+        )
+
+
+def post_to_api(api: str, token: str | None, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST`` ``body`` (its ``None`` values left out) to ``path`` of the toolq API at ``api``.
+
+    As the token's holder; returns the answer's JSON. Exits 1 with one line when there is no
+    token, the API does not answer, or it refuses (its error message, else its text).
+    """
+    import httpx  # imported here: only ``--api`` pays for it
+
+    if not token:
+        raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
+    sent = {name: value for name, value in body.items() if value is not None}
+    try:
+        response = httpx.post(
+            f"{api.rstrip('/')}{path}",
+            json=sent,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+    except httpx.HTTPError as exc:
+        raise fail(f"the API at {api} does not answer: {exc}") from None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    if response.status_code != 200:
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        message = error.get("message") or response.text.strip()[:200]
+        raise fail(f"the API refused ({response.status_code}): {message}")
+    return dict(answer)
 
 
 def print_json(value: Any) -> None:

@@ -12,7 +12,7 @@ import typer
 from toolq.cli.common import (
     APP_HELP,
     FORMATS,
-    REDIS_HELP,
+    REDIS_OPTION,
     load_registry,
     one_of,
     print_json,
@@ -46,7 +46,7 @@ def dispatch(
         callback=one_of(*FORMATS),
         help=f"Print provider messages in this format ({', '.join(FORMATS)}).",
     ),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Dispatch tool calls; print the calls, or with --wait their results."""
     settings = settings_for(app, redis_url)

@@ -16,7 +16,7 @@ import typer
 from sqlalchemy.exc import DBAPIError
 
 from toolq.backend import Backend
-from toolq.cli.common import REDIS_HELP, fail, print_json, require_redis, settings_for
+from toolq.cli.common import REDIS_OPTION, fail, print_json, require_redis, settings_for
 from toolq.errors import ToolqError
 from toolq.history.archiver import Archiver, ensure_group, lag_seconds
 from toolq.history.search import CallQuery, csv_text, search_row
@@ -27,7 +27,6 @@ history = typer.Typer(
     help="The history store: upgrade, archive, search, prune.", no_args_is_help=True
 )
 
-_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
 _URL = typer.Option(
     None, "--url", envvar="TOOLQ_HISTORY_URL", help="SQLAlchemy URL of the history store."
 )
@@ -60,7 +59,7 @@ def upgrade(url: str | None = _URL) -> None:
 @history.command()
 def archive(
     url: str | None = _URL,
-    redis_url: str | None = _REDIS,
+    redis_url: str | None = REDIS_OPTION,
     once: bool = typer.Option(False, "--once", help="Archive what waits now, then exit."),
     consumer: str = typer.Option(
         "", "--consumer", help="This archiver's name in the consumer group (default: host:pid)."
@@ -198,7 +197,7 @@ def prune(url: str | None = _URL) -> None:
 
 
 @history.command()
-def status(url: str | None = _URL, redis_url: str | None = _REDIS) -> None:
+def status(url: str | None = _URL, redis_url: str | None = REDIS_OPTION) -> None:
     """Rows per table and the archiving lag (age of the oldest unarchived final call)."""
     settings = _settings(url, redis_url)
     require_redis(settings)

@@ -6,7 +6,7 @@ import typer
 
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    REDIS_OPTION,
     load_registry,
     log_level_option,
     one_of,
@@ -41,7 +41,7 @@ def mcp(
     tenant: str = typer.Option(
         DEFAULT_TENANT, help="Tenant every call is run for (http: tokens of another are refused)."
     ),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
     log_level: str = log_level_option("warning"),
 ) -> None:
     """Serve the tools over MCP; every tools/call goes through the queue and its approvals."""

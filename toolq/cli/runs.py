@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolq.cli.calls import open_client, warn_down
-from toolq.cli.common import REDIS_HELP, fail, print_json
+from toolq.cli.common import JSON_OPTION, REDIS_OPTION, fail, print_json
 from toolq.cli.render import cut, duration, error_text, print_table, status_text, when
 from toolq.errors import ToolqError
 from toolq.models import CallResult, CallStatus
@@ -17,9 +17,6 @@ from toolq.results.paging import MAX_LIMIT
 
 runs = typer.Typer(help="Runs: list, show.", no_args_is_help=True)
 console = Console(soft_wrap=True, highlight=False)
-
-_REDIS = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP)
-_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
 def counts(statuses: list[CallStatus]) -> dict[str, int]:
@@ -40,8 +37,8 @@ def list_(
     cursor: str | None = typer.Option(
         None, help="Where the previous page ended (the cursor its note printed)."
     ),
-    json_: bool = _JSON,
-    redis_url: str | None = _REDIS,
+    json_: bool = JSON_OPTION,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """The runs most recently dispatched into first, with their calls per state."""
     with open_client(None, redis_url) as client:
@@ -80,8 +77,8 @@ def ordered(statuses: dict[str, int]) -> dict[str, int]:
 @runs.command()
 def show(
     run_id: str = typer.Argument(..., help="Run id."),
-    json_: bool = _JSON,
-    redis_url: str | None = _REDIS,
+    json_: bool = JSON_OPTION,
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """A run's calls in dispatch order: state, duration, and the error or output."""
     with open_client(None, redis_url) as client:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from toolq.cli.common import REDIS_HELP, fail, require_redis, settings_for
+from toolq.cli.common import REDIS_OPTION, fail, require_redis, settings_for
 from toolq.cli.render import event_line
 from toolq.dispatch.client import Client
 from toolq.errors import PayloadError, ToolqError
@@ -58,7 +58,7 @@ def tail(
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
     json_: bool = typer.Option(False, "--json", help="Print each event as a JSON line."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Print a run's events: time, run, call, tool, step and a short text per line."""
     settings = settings_for(redis_url=redis_url)

@@ -9,7 +9,7 @@ import typer
 
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    REDIS_OPTION,
     fail,
     load_registry,
     print_json,
@@ -40,7 +40,7 @@ def tenants(
     tenant: str | None = typer.Argument(None, help="Show this tenant only."),
     app: str | None = typer.Option(None, "--app", envvar="TOOLQ_APP", help=APP_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (as GET /v1/tenants)."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
 ) -> None:
     """Per tenant: weight, limits, budget used and left, queued/parked/running calls."""
     if tenant is not None:

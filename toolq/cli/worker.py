@@ -12,7 +12,7 @@ from celery.signals import celeryd_after_setup, worker_init
 
 from toolq.cli.common import (
     APP_HELP,
-    REDIS_HELP,
+    REDIS_OPTION,
     cell_settings,
     load_registry,
     log_level_option,
@@ -57,7 +57,7 @@ def worker(
     ),
     log_level: str = log_level_option("info"),
     hostname: str | None = typer.Option(None, "--hostname", "-n", help="Celery node name."),
-    redis_url: str | None = typer.Option(None, envvar="TOOLQ_REDIS_URL", help=REDIS_HELP),
+    redis_url: str | None = REDIS_OPTION,
     shard: int | None = typer.Option(
         None,
         "--shard",

@@ -2,6 +2,6 @@
 
 from toolq.execution.context import ToolContext
 from toolq.registry.registry import Category, ToolRegistry
-from toolq.registry.tool import FunctionTool, Tool
+from toolq.registry.tool import FunctionTool, FunctionToolOptions, Tool
 
-__all__ = ["Category", "FunctionTool", "Tool", "ToolContext", "ToolRegistry"]
+__all__ = ["Category", "FunctionTool", "FunctionToolOptions", "Tool", "ToolContext", "ToolRegistry"]

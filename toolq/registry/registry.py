@@ -9,9 +9,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
-from pydantic import BaseModel, SecretStr
+from pydantic import SecretStr
 
 from toolq.errors import (
     CategoryNotFoundError,
@@ -24,9 +24,8 @@ from toolq.execution.context import ToolContext
 from toolq.execution.executor import Executor
 from toolq.execution.middleware import AfterHook, BeforeHook, Middleware
 from toolq.models import CallResult, ProviderFormat, RiskLevel
-from toolq.quotas import RateLimit
 from toolq.registry.formats import tool_schemas
-from toolq.registry.tool import ApprovalPredicate, FunctionTool, Tool
+from toolq.registry.tool import FunctionTool, FunctionToolOptions, Tool
 from toolq.upstreams import McpServer, ToolOptions
 
 if TYPE_CHECKING:
@@ -62,35 +61,11 @@ class ToolRegistry:
 
     @overload
     def tool(
-        self,
-        name: str | None = None,
-        *,
-        description: str | None = None,
-        risk: RiskLevel | str = RiskLevel.SAFE,
-        tags: Iterable[str] = (),
-        category: str | None = None,
-        requires_approval: bool | ApprovalPredicate | None = None,
-        allowed_behaviors: Iterable[str] | None = None,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry_on: Iterable[type[BaseException]] = (),
-        idempotent: bool = False,
-        approval_timeout: float | None = None,
-        concurrency: int | None = None,
-        rate_limit: RateLimit | str | None = None,
-        cost: float | Callable[..., float] = 0,
-        output_schema: dict[str, Any] | type[BaseModel] | None = None,
-        middleware: Sequence[Middleware] = (),
-        preview: Callable[..., Any] | None = None,
-        undo: Callable[..., Any] | None = None,
-        validate_args: Callable[..., Any] | None = None,
-        is_available: Callable[[], bool] | None = None,
-        instructions: str | Callable[..., str | None] | None = None,
-        approval_metadata: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
+        self, name: str | None = None, **options: Unpack[FunctionToolOptions]
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
-        self, name: str | Callable[..., Any] | None = None, **options: Any
+        self, name: str | Callable[..., Any] | None = None, **options: Unpack[FunctionToolOptions]
     ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
         """Register a function as a tool; its signature and docstring give the schema.
 
@@ -109,8 +84,17 @@ class ToolRegistry:
 
         return decorator
 
-    def register(self, tool: Tool | type[Tool] | Callable[..., Any], **options: Any) -> Tool:
+    def register(
+        self,
+        tool: Tool | type[Tool] | Callable[..., Any],
+        *,
+        name: str | None = None,
+        **options: Unpack[FunctionToolOptions],
+    ) -> Tool:
         """Add a tool instance, a ``Tool`` subclass (instantiated) or a function.
+
+        A function becomes a ``FunctionTool`` with ``name`` and the options; a ``Tool``
+        ignores them.
 
         Raises ``DuplicateToolError`` when the name is taken.
         """
@@ -119,7 +103,7 @@ class ToolRegistry:
         elif isinstance(tool, Tool):
             instance = tool
         elif callable(tool):
-            instance = FunctionTool(tool, **options)
+            instance = FunctionTool(tool, name=name, **options)
         else:
             raise ConfigurationError(f"cannot register {tool!r}: not a Tool or a function")
         with self._lock:

@@ -129,16 +129,20 @@ class ModelSchema:
         return {name: getattr(instance, name) for name in self.model.model_fields}
 
 
+def _check_schema(tool_name: str, schema: dict[str, Any], what: str) -> None:
+    """Raise ``ConfigurationError`` unless ``schema`` is a valid JSON schema (2020-12)."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        message = f"tool {tool_name!r} has an invalid {what}: {exc.message}"
+        raise ConfigurationError(message) from exc
+
+
 class DictSchema:
     """Arguments validated against a raw JSON-schema dict (roura's ``parameters``)."""
 
     def __init__(self, tool_name: str, schema: dict[str, Any]) -> None:
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ConfigurationError(
-                f"tool {tool_name!r} has an invalid schema: {exc.message}"
-            ) from exc
+        _check_schema(tool_name, schema, "schema")
         self.tool_name = tool_name
         self.json_schema = {"type": "object", "properties": {}, **schema}
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
@@ -180,12 +184,7 @@ class OutputSchema:
             self.model = schema
             self.json_schema = model_json_schema(schema)
         else:
-            try:
-                jsonschema.Draft202012Validator.check_schema(schema)
-            except jsonschema.SchemaError as exc:
-                raise ConfigurationError(
-                    f"tool {tool_name!r} has an invalid output schema: {exc.message}"
-                ) from exc
+            _check_schema(tool_name, schema, "output schema")
             self.json_schema = dict(schema)
         self._validator = jsonschema.Draft202012Validator(self.json_schema)
 

@@ -7,7 +7,7 @@ or a typed ``execute`` signature) or let ``@registry.tool`` wrap a function.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
 
 from pydantic import BaseModel
 
@@ -80,6 +80,7 @@ class Tool:
         if not self.description:
             self.description = self._default_description()
         self.tags = tuple(self.tags)
+        self.retry_on = tuple(self.retry_on)
         self.middleware = tuple(self.middleware)
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigurationError(f"tool {self.name!r}: concurrency must be at least 1")
@@ -274,6 +275,59 @@ class Tool:
         return f"<{type(self).__name__} {self.name!r} risk={self.risk.value}>"
 
 
+class FunctionToolOptions(TypedDict, total=False):
+    """The options of a function tool: ``@registry.tool(...)`` and ``FunctionTool(func, ...)``.
+
+    Each sets the ``Tool`` attribute or method of the same name; one not given (or ``None``)
+    keeps the ``Tool`` default, shown here after the type.
+    """
+
+    description: str | None
+    """What the model reads about the tool; default: the docstring's summary."""
+    risk: RiskLevel | str
+    """``safe``; approval by default follows the risk."""
+    tags: Iterable[str]
+    """None; ``registry.search(tags=...)`` finds tools by them."""
+    category: str | None
+    """None; a category can be switched off with all its tools."""
+    requires_approval: bool | ApprovalPredicate | None
+    """None: the policy decides by risk; a predicate gets the call's arguments."""
+    allowed_behaviors: Iterable[str] | None
+    """None: every behavior of the caller is allowed."""
+    timeout: float | None
+    """None: the default timeout; seconds a call may run."""
+    retries: int
+    """0; how many more attempts a call gets after raising one of ``retry_on``."""
+    retry_on: Iterable[type[BaseException]]
+    """None: no exception is retried."""
+    idempotent: bool
+    """False; True lets a call run again after its worker was lost mid-call."""
+    approval_timeout: float | None
+    """None: the default; seconds a call may wait for a decision."""
+    concurrency: int | None
+    """None: no cap on the executions of this tool at once across the fleet."""
+    rate_limit: RateLimit | str | None
+    """None: no limit on the starts per period across the fleet (``"10/s"``)."""
+    cost: float | Callable[..., float]
+    """0; charged to the tenant's budget, or a function of the call's arguments."""
+    output_schema: dict[str, Any] | type[BaseModel] | None
+    """None: the output is not checked."""
+    middleware: Sequence[Middleware]
+    """None: only the registry's middleware."""
+    preview: Callable[..., Any] | None
+    """None; what the call would do, shown to approvers."""
+    undo: Callable[..., Any] | None
+    """None: the tool cannot be undone; else reverses a call from its undo data."""
+    validate_args: Callable[..., Any] | None
+    """None; checks after the schema, returning ``(False, reason)`` to refuse."""
+    is_available: Callable[[], bool] | None
+    """None: always available; False hides the tool and refuses its calls."""
+    instructions: str | Callable[..., str | None] | None
+    """None; text for the system prompt, or a function of the context returning it."""
+    approval_metadata: dict[str, Any] | Callable[[], dict[str, Any] | None] | None
+    """None; context shown to approvers, or a function returning it."""
+
+
 def _overrides(tool: Tool, method: str) -> bool:
     own = getattr(type(tool), method, None)
     if own is not getattr(Tool, method):
@@ -289,63 +343,31 @@ class FunctionTool(Tool):
         func: Callable[..., Any],
         *,
         name: str | None = None,
-        description: str | None = None,
-        risk: RiskLevel | str = RiskLevel.SAFE,
-        tags: Iterable[str] = (),
-        category: str | None = None,
-        requires_approval: bool | ApprovalPredicate | None = None,
-        allowed_behaviors: Iterable[str] | None = None,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry_on: Iterable[type[BaseException]] = (),
-        idempotent: bool = False,
-        approval_timeout: float | None = None,
-        concurrency: int | None = None,
-        rate_limit: RateLimit | str | None = None,
-        cost: float | Callable[..., float] = 0,
-        output_schema: dict[str, Any] | type[BaseModel] | None = None,
-        middleware: Sequence[Middleware] = (),
-        preview: Callable[..., Any] | None = None,
-        undo: Callable[..., Any] | None = None,
-        validate_args: Callable[..., Any] | None = None,
-        is_available: Callable[[], bool] | None = None,
-        instructions: str | Callable[..., str | None] | None = None,
-        approval_metadata: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
+        **options: Unpack[FunctionToolOptions],
     ) -> None:
+        given: dict[str, Any] = dict(options)
+        unknown = given.keys() - FunctionToolOptions.__optional_keys__
+        if unknown:
+            raise TypeError(f"unexpected tool options: {', '.join(sorted(unknown))}")
         summary, self._param_docs = parse_docstring(func.__doc__)
         self.func = func
         self.name = name or func.__name__
-        self.description = description or summary
-        self.risk = RiskLevel.parse(risk)
-        self.tags = tuple(tags)
-        self.category = category
-        self.requires_approval = requires_approval
-        self.allowed_behaviors = tuple(allowed_behaviors) if allowed_behaviors is not None else None
-        self.timeout = timeout
-        self.retries = retries
-        self.retry_on = tuple(retry_on)
-        self.idempotent = idempotent
-        self.approval_timeout = approval_timeout
-        self.concurrency = concurrency
-        self.rate_limit = rate_limit
-        self.cost = cost
-        self.output_schema = output_schema
-        self.middleware = tuple(middleware)
-        hooks = {"preview": preview, "undo": undo, "validate_args": validate_args}
-        for method, hook in hooks.items():
-            if hook is not None:
-                setattr(self, method, hook)
-        if is_available is not None:
-            self.is_available = is_available  # type: ignore[method-assign]
+        self.description = given.pop("description", None) or summary
+        instructions = given.pop("instructions", None)
+        metadata = given.pop("approval_metadata", None)
+        # the rest are the ``Tool`` attributes (and hook methods) of the same name;
+        # ``Tool.__init__`` parses the risk and rate limit and makes tuples of the iterables
+        for option, value in given.items():
+            if value is not None:
+                setattr(self, option, value)
         if instructions is not None:
             text = instructions
             self.instructions = (  # type: ignore[method-assign]
                 text if callable(text) else (lambda ctx=None: text)
             )
-        if approval_metadata is not None:
-            meta = approval_metadata
+        if metadata is not None:
             self.approval_metadata = (  # type: ignore[method-assign]
-                meta if callable(meta) else (lambda: meta)
+                metadata if callable(metadata) else (lambda: metadata)
             )
         self.execute = func  # type: ignore[method-assign]
         super().__init__()

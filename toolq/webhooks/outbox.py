@@ -25,6 +25,7 @@ import redis
 
 from toolq.keys import WEBHOOK_GROUP, Keys
 from toolq.models import EventType
+from toolq.results import groups
 from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import WEBHOOK_CLAIM
@@ -93,39 +94,21 @@ class Outbox:
 
     def ensure_group(self) -> None:
         """Create the consumer group (from the stream's start: nothing already in it is lost)."""
-        try:
-            self.redis.xgroup_create(self.keys.webhook_outbox, WEBHOOK_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        groups.ensure_group(self.redis, self.keys.webhook_outbox, WEBHOOK_GROUP)
 
-    def take(self, block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
+    def take(self, block_ms: int | None) -> list[groups.Entry]:
         """Entries to fan out: stale ones of dead consumers first, then new ones."""
-        k = self.keys
-        try:
-            stale: Any = self.redis.xautoclaim(
-                k.webhook_outbox, WEBHOOK_GROUP, self.consumer, STALE_ENTRY_MS, "0-0", count=BATCH
-            )
-            entries = list(stale[1])
-            if not entries:
-                reply: Any = self.redis.xreadgroup(
-                    WEBHOOK_GROUP,
-                    self.consumer,
-                    {k.webhook_outbox: ">"},
-                    count=BATCH,
-                    block=block_ms,
-                )
-                entries = list(reply[0][1]) if reply else []
-        except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self.ensure_group()
-            return []
-        return [
-            (as_text(entry_id), {as_text(a): as_text(b) for a, b in fields.items()})
-            for entry_id, fields in entries
-            if fields  # an entry deleted while pending comes back empty
-        ]
+        entries = groups.take(
+            self.redis,
+            self.keys.webhook_outbox,
+            WEBHOOK_GROUP,
+            self.consumer,
+            idle_ms=STALE_ENTRY_MS,
+            count=BATCH,
+            block_ms=block_ms,
+        )
+        # an entry deleted while pending comes back empty: nothing to fan out
+        return [(entry_id, fields) for entry_id, fields in entries if fields]
 
     def fan_out(
         self, entries: list[tuple[str, dict[str, str]]], hooks: Iterable[Endpoint], now: float

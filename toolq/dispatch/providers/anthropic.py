@@ -10,16 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolq.dispatch.providers.base import dict_items, make_call
-from toolq.dispatch.providers.outcome import WEB_IMAGE_TYPES, describe, outcome, text_of
+from toolq.dispatch.providers.outcome import block_text, is_web_image, outcome, text_of
 from toolq.errors import PayloadError
-from toolq.models import (
-    CallResult,
-    ContentBlock,
-    ImageContent,
-    ProviderFormat,
-    TextContent,
-    ToolCall,
-)
+from toolq.models import CallResult, ContentBlock, ProviderFormat, ToolCall
 
 FORMAT = ProviderFormat.ANTHROPIC
 EXPECTED = "an Anthropic Message, or its content blocks"
@@ -88,20 +81,13 @@ def _tool_result(result: CallResult) -> dict[str, Any]:
 
 
 def _content(blocks: Sequence[ContentBlock]) -> str | list[dict[str, Any]]:
-    if not any(_is_image(block) for block in blocks):
+    if not any(is_web_image(block) for block in blocks):
         return text_of(blocks)
     parts: list[dict[str, Any]] = []
     for block in blocks:
-        if isinstance(block, ImageContent) and block.mime_type in WEB_IMAGE_TYPES:
+        if is_web_image(block):
             source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
             parts.append({"type": "image", "source": source})
-        else:
-            text = block.text if isinstance(block, TextContent) else describe(block)
-            # The API rejects empty text blocks.
-            if text:
-                parts.append({"type": "text", "text": text})
+        elif text := block_text(block):  # the API rejects empty text blocks
+            parts.append({"type": "text", "text": text})
     return parts
-
-
-def _is_image(block: ContentBlock) -> bool:
-    return isinstance(block, ImageContent) and block.mime_type in WEB_IMAGE_TYPES

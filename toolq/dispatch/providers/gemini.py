@@ -13,16 +13,9 @@ from collections.abc import Sequence
 from typing import Any, TypeGuard
 
 from toolq.dispatch.providers.base import dict_items, make_call
-from toolq.dispatch.providers.outcome import describe, outcome
+from toolq.dispatch.providers.outcome import block_text, outcome
 from toolq.errors import PayloadError
-from toolq.models import (
-    CallResult,
-    ContentBlock,
-    ImageContent,
-    ProviderFormat,
-    TextContent,
-    ToolCall,
-)
+from toolq.models import CallResult, ContentBlock, ImageContent, ProviderFormat, ToolCall
 
 FORMAT = ProviderFormat.GEMINI
 EXPECTED = "a Gemini GenerateContentResponse, a Content, or its parts"
@@ -95,7 +88,7 @@ def _function_response(result: CallResult) -> dict[str, Any]:
     if not result.tool_call_id.startswith(GENERATED_ID_PREFIX):
         response["id"] = result.tool_call_id
     images = [block for block in found.blocks if _is_inline(block)]
-    text = "\n".join(_text(block) for block in found.blocks if not _is_inline(block))
+    text = "\n".join(block_text(block) for block in found.blocks if not _is_inline(block))
     if found.is_error:
         response["response"] = {"error": text}
     else:
@@ -110,7 +103,3 @@ def _function_response(result: CallResult) -> dict[str, Any]:
 
 def _is_inline(block: ContentBlock) -> TypeGuard[ImageContent]:
     return isinstance(block, ImageContent) and block.mime_type in _INLINE_TYPES
-
-
-def _text(block: ContentBlock) -> str:
-    return block.text if isinstance(block, TextContent) else describe(block)

@@ -10,16 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolq.dispatch.providers.base import dict_items, make_call
-from toolq.dispatch.providers.outcome import WEB_IMAGE_TYPES, data_url, describe, outcome, text_of
+from toolq.dispatch.providers.outcome import block_text, data_url, is_web_image, outcome, text_of
 from toolq.errors import PayloadError
-from toolq.models import (
-    CallResult,
-    ContentBlock,
-    ImageContent,
-    ProviderFormat,
-    TextContent,
-    ToolCall,
-)
+from toolq.models import CallResult, ContentBlock, ProviderFormat, ToolCall
 
 FORMAT = ProviderFormat.OPENAI_RESPONSES
 EXPECTED = "an OpenAI Response, or Response output items"
@@ -73,18 +66,12 @@ def render(results: Sequence[CallResult]) -> list[dict[str, Any]]:
 
 def _output(result: CallResult) -> str | list[dict[str, Any]]:
     blocks = outcome(result).blocks
-    if not any(_is_web_image(block) for block in blocks):
+    if not any(is_web_image(block) for block in blocks):
         return text_of(blocks)
     return [_part(block) for block in blocks]
 
 
 def _part(block: ContentBlock) -> dict[str, Any]:
-    if isinstance(block, TextContent):
-        return {"type": "input_text", "text": block.text}
-    if isinstance(block, ImageContent) and block.mime_type in WEB_IMAGE_TYPES:
+    if is_web_image(block):
         return {"type": "input_image", "image_url": data_url(block)}
-    return {"type": "input_text", "text": describe(block)}
-
-
-def _is_web_image(block: ContentBlock) -> bool:
-    return isinstance(block, ImageContent) and block.mime_type in WEB_IMAGE_TYPES
+    return {"type": "input_text", "text": block_text(block)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from toolq.models import (
     AudioContent,
@@ -75,9 +75,17 @@ def output_text(output: Any) -> str:
 
 def text_of(blocks: Iterable[ContentBlock]) -> str:
     """Join the blocks into one text; media is described, never dropped silently."""
-    return "\n".join(
-        block.text if isinstance(block, TextContent) else describe(block) for block in blocks
-    )
+    return "\n".join(block_text(block) for block in blocks)
+
+
+def block_text(block: ContentBlock) -> str:
+    """A block as text: its text, or a description of its media."""
+    return block.text if isinstance(block, TextContent) else describe(block)
+
+
+def is_web_image(block: ContentBlock) -> TypeGuard[ImageContent]:
+    """Tell whether ``block`` is an image the OpenAI and Anthropic APIs take inline."""
+    return isinstance(block, ImageContent) and block.mime_type in WEB_IMAGE_TYPES
 
 
 def describe(block: MediaContent) -> str:

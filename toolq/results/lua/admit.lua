@@ -93,13 +93,7 @@ local function admit_group(message, ids)
     if g[1] == 'queued' and g[2] == 'waiting' then live[#live + 1] = {member, id} end
   end
   if #live == 0 then return 0 end
-  redis.call('LPUSH', queue, message)
-  local seq = redis.call('INCR', pushes)
-  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
-  for _, c in ipairs(live) do
-    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag, 'admission', 'admitted')
-    redis.call('ZADD', queued, now, c[2])
-  end
+  push_carried(queue, pushes, queued, live, message, now, 'admission', 'admitted')
   return #live
 end
 

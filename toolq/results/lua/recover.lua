@@ -55,12 +55,7 @@ if timeout and started and t - started >= timeout then
 elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now)
   redis.call('HINCRBY', call, 'recoveries', 1)
-  if f[7] and f[9] and not f[10] then
-    redis.call('HSET', call, 'admission', 'waiting')
-    sched_join(f[7], f[8], call_id, true)
-  else
-    redis.call('ZADD', unsent, now, call_id)
-  end
+  sched_requeue(call, call_id, f[7], f[8], f[9], f[10], unsent, now)
   emit('call.retrying',
        '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}')
   return {'requeue'}

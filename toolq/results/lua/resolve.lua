@@ -47,12 +47,7 @@ if outcome == 'rerun' then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now,
              'resolution', resolution, 'resolved_by', by)
   redis.call('HDEL', call, 'result')
-  if f[3] and f[5] and not f[6] then
-    redis.call('HSET', call, 'admission', 'waiting')
-    sched_join(f[3], f[4], call_id, true)
-  else
-    redis.call('ZADD', unsent, now, call_id)
-  end
+  sched_requeue(call, call_id, f[3], f[4], f[5], f[6], unsent, now)
   return {'ok', emit('call.retrying', data)}
 end
 redis.call('HSET', call, 'status', outcome, 'result', result, 'updated_at', now,

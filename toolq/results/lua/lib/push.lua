@@ -24,21 +24,26 @@ local function push_undo(queue, pushes, undo_queued, call, call_id, message, now
   push_as(queue, pushes, undo_queued, call, call_id, message, now,
           'undo_push_seq', 'undo_push_tag')
 end
--- A batch message (CREATE_GROUP): pushed once, and each call it carries, {record, call_id}
--- in carried, noted as push() notes one: the same push_seq and push_tag on every record,
--- and out of the unsent set its CREATE (run without a message) put it in.
-local function push_batch(queue, pushes, queued, unsent, carried, message, now)
+-- One message for several calls, {record, call_id} in carried: pushed once, and each call
+-- noted as push() notes one: the same push_seq and push_tag on every record (with the
+-- field/value pairs of ..., if any), the call into queued.
+local function push_carried(queue, pushes, queued, carried, message, now, ...)
   redis.call('LPUSH', queue, message)
   local seq = redis.call('INCR', pushes)
   local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
   for _, c in ipairs(carried) do
-    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag)
+    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag, ...)
     redis.call('ZADD', queued, now, c[2])
-    redis.call('ZREM', unsent, c[2])
   end
 end
+-- A batch message (CREATE_GROUP), pushed as push_carried pushes one, each call it carries
+-- also out of the unsent set its CREATE (run without a message) put it in.
+local function push_batch(queue, pushes, queued, unsent, carried, message, now)
+  push_carried(queue, pushes, queued, carried, message, now)
+  for _, c in ipairs(carried) do redis.call('ZREM', unsent, c[2]) end
+end
 -- Calls a busy worker gives back (GIVE_BACK), {record, call_id} in calls: one new message
--- for those still queued (and not waiting for admission), noted on each as push_batch
+-- for those still queued (and not waiting for admission), noted on each as push_carried
 -- notes them; how many (0: none, nothing pushed).
 local function push_again(queue, pushes, queued, calls, message, now)
   local live = {}
@@ -47,12 +52,6 @@ local function push_again(queue, pushes, queued, calls, message, now)
     if f[1] == 'queued' and f[2] ~= 'waiting' then live[#live + 1] = c end
   end
   if #live == 0 then return 0 end
-  redis.call('LPUSH', queue, message)
-  local seq = redis.call('INCR', pushes)
-  local tag = string.match(message, '"delivery_tag": *"([^"]+)"') or ''
-  for _, c in ipairs(live) do
-    redis.call('HSET', c[1], 'push_seq', seq, 'push_tag', tag)
-    redis.call('ZADD', queued, now, c[2])
-  end
+  push_carried(queue, pushes, queued, live, message, now)
   return #live
 end

@@ -31,6 +31,19 @@ local function sched_join(lane, backlog, call_id, front)
   end
 end
 
+-- A call queued again for a new attempt (RECOVER, RESOLVE): a scheduled call whose message
+-- is its own alone (no 'carries': not a group's leader) back to the front of its backlog,
+-- to be admitted again; any other (unscheduled, or of a group) into unsent, for the
+-- sweeper to send. lane, backlog, message and carries are the record's fields.
+local function sched_requeue(call, call_id, lane, backlog, message, carries, unsent, now)
+  if lane and message and not carries then
+    redis.call('HSET', call, 'admission', 'waiting')
+    sched_join(lane, backlog, call_id, true)
+  else
+    redis.call('ZADD', unsent, now, call_id)
+  end
+end
+
 -- A scheduled group ({record, call_id} of its new calls, in order) into its backlog: its
 -- message and the ids it carries on its first call's record (the leader), the leader in
 -- the backlog (CREATE_GROUP).
