@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 
 from tests.apps import registry
+from tests.conftest import Workers
 from toolq import CallStatus, Client, Settings
 from toolq.models import CallEnvelope, CallResult
 from toolq.results.connection import redis_client
@@ -158,3 +160,34 @@ def test_starts_and_finishes_of_threads_share_round_trips(
         r.execute_command("CLIENT", "UNPAUSE")
         store.redis.close()
         client.close()
+
+
+def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
+    client: Client, workers: Workers, r: redis.Redis, wait_for: Callable[..., None]
+) -> None:
+    # Four slots' calls end while Redis holds the first FINISH: the others wait behind it.
+    # The worker dies then (kill -9, all four messages unacknowledged, no FINISH in
+    # Redis): each call is recovered after its lease, run again (the tool is idempotent)
+    # and ends once, succeeded, with exactly one final event.
+    doomed = workers.start("safe", pool="threads", concurrency=4)
+    batches = [
+        client.dispatch([{"id": "a", "name": "slow_idempotent", "arguments": {"seconds": 0.5}}])
+        for _ in range(4)
+    ]
+    call_ids = [batch.call_ids[0] for batch in batches]
+    wait_for(lambda: all(r.llen(f"test:exec:{c}") == 1 for c in call_ids), timeout=30)
+    r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+    try:
+        time.sleep(1.5)  # the handlers return: their FINISH round trips wait on Redis
+        workers.kill9(doomed)
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+    # None of the held FINISHes outlived the process that sent them.
+    assert client.store.statuses(call_ids) == [CallStatus.RUNNING] * 4
+    workers.start("safe", pool="threads", concurrency=4)
+    for batch in batches:
+        assert [res.status for res in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED]
+    for batch, call_id in zip(batches, call_ids, strict=True):
+        finals = [e.type.value for e in client.events(batch.run_id) if e.type.is_final]
+        assert finals == ["call.succeeded"], finals
+        assert r.llen(f"test:exec:{call_id}") == 2
