@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import pytest
 import redis
 
 from tests.apps import registry
@@ -13,7 +16,7 @@ from tests.conftest import Workers
 from toolq import CallStatus, Client, Settings
 from toolq.models import CallEnvelope, CallResult
 from toolq.results.connection import redis_client
-from toolq.results.store import CallStore
+from toolq.results.store import CallStore, Started
 from toolq.workers.commit import GroupCommit
 
 CANCELLED = {"error": "cancelled before it started", "error_type": "cancelled"}
@@ -51,115 +54,107 @@ def _stats(r: redis.Redis) -> tuple[int, int]:
     return int(stats["total_connections_received"]), int(calls)
 
 
-def test_finishes_of_concurrent_threads_share_round_trips(
-    r: redis.Redis, settings: Settings
-) -> None:
+@dataclass
+class Setup:
+    client: Client
+    store: CallStore
+    commits: GroupCommit
+
+
+@pytest.fixture
+def setup(r: redis.Redis, settings: Settings) -> Iterator[Setup]:
+    client = Client(registry, settings)
+    store = CallStore(redis_client(settings.redis_url), settings)
+    try:
+        yield Setup(client, store, GroupCommit(store, CANCELLED))
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+        store.redis.close()
+        client.close()
+
+
+def _together(r: redis.Redis, steps: list[Callable[[], None]], pause_ms: int) -> None:
+    """Run ``steps`` on threads of their own at once, Redis holding writes ``pause_ms``."""
+    barrier = threading.Barrier(len(steps) + 1)
+
+    def run(step: Callable[[], None]) -> None:
+        barrier.wait()
+        step()
+
+    threads = [threading.Thread(target=run, args=(step,)) for step in steps]
+    for thread in threads:
+        thread.start()
+    r.execute_command("CLIENT", "PAUSE", pause_ms, "WRITE")
+    barrier.wait()
+    for thread in threads:
+        thread.join(10)
+
+
+def test_finishes_of_concurrent_threads_share_round_trips(r: redis.Redis, setup: Setup) -> None:
     # Redis holds the first thread's FINISH (CLIENT PAUSE) while the others end: they queue
     # behind its round trip and go together in the next one, on the sending thread's own
     # connection (a thread that sends nothing opens none).
-    client = Client(registry, settings)
-    store = CallStore(redis_client(settings.redis_url), settings)
-    commits = GroupCommit(store, CANCELLED)
-    try:
-        calls = _started_calls(client, store, THREADS)
-        connections, scripts = _stats(r)
-        answers: list[tuple[list[bool], list[object]]] = []
-        barrier = threading.Barrier(THREADS + 1)
+    calls = _started_calls(setup.client, setup.store, THREADS)
+    connections, scripts = _stats(r)
+    answers: list[tuple[list[bool], list[Started]]] = []
 
-        def finish(env: CallEnvelope, token: str) -> None:
-            barrier.wait()
-            answers.append(commits.commit([(env, token, _result(env))], []))
+    def finish(env: CallEnvelope, token: str) -> None:
+        answers.append(setup.commits.commit([(env, token, _result(env))], []))
 
-        threads = [threading.Thread(target=finish, args=call) for call in calls]
-        for thread in threads:
-            thread.start()
-        r.execute_command("CLIENT", "PAUSE", 500, "WRITE")
-        barrier.wait()
-        for thread in threads:
-            thread.join(10)
-        after_connections, after_scripts = _stats(r)
+    _together(r, [functools.partial(finish, env, token) for env, token in calls], 500)
+    after_connections, after_scripts = _stats(r)
 
-        assert answers == [([True], [])] * THREADS
-        assert after_scripts - scripts == THREADS  # one FINISH per call, none repeated
-        assert commits.requests == THREADS
-        # Without the group commit each thread sends its own round trip on its own
-        # connection: 8 of each. The paused first one, then the rest together.
-        assert commits.round_trips <= 3
-        assert after_connections - connections <= 3
-        for env, _ in calls:
-            assert client.result(env.call_id).output == env.arguments["text"]
-        assert store.statuses([env.call_id for env, _ in calls]) == [CallStatus.SUCCEEDED] * THREADS
-    finally:
-        r.execute_command("CLIENT", "UNPAUSE")
-        store.redis.close()
-        client.close()
+    assert answers == [([True], [])] * THREADS
+    assert after_scripts - scripts == THREADS  # one FINISH per call, none repeated
+    assert setup.commits.requests == THREADS
+    # Without the group commit each thread sends its own round trip on its own
+    # connection: 8 of each. The paused first one, then the rest together.
+    assert setup.commits.round_trips <= 3
+    assert after_connections - connections <= 3
+    for env, _ in calls:
+        assert setup.client.result(env.call_id).output == env.arguments["text"]
 
 
-def test_a_lone_commit_is_sent_at_once(r: redis.Redis, settings: Settings) -> None:
+def test_a_lone_commit_is_sent_at_once(setup: Setup) -> None:
     # No gathering window: a thread alone waits for its own round trip only.
-    client = Client(registry, settings)
-    store = CallStore(redis_client(settings.redis_url), settings)
-    commits = GroupCommit(store, CANCELLED)
-    try:
-        ((env, token),) = _started_calls(client, store, 1)
-        began = time.monotonic()
-        assert commits.commit([(env, token, _result(env))], []) == ([True], [])
-        assert time.monotonic() - began < 0.5
-        assert (commits.round_trips, commits.requests) == (1, 1)
-        # A repeat (a retry after a lost reply) answers as the first did; another token loses.
-        assert commits.commit([(env, token, _result(env))], []) == ([True], [])
-        assert commits.commit([(env, "other", _result(env))], []) == ([False], [])
-    finally:
-        store.redis.close()
-        client.close()
+    ((env, token),) = _started_calls(setup.client, setup.store, 1)
+    commits = setup.commits
+    began = time.monotonic()
+    assert commits.commit([(env, token, _result(env))], []) == ([True], [])
+    assert time.monotonic() - began < 0.5
+    assert (commits.round_trips, commits.requests) == (1, 1)
+    # A repeat (a retry after a lost reply) answers as the first did; another token loses.
+    assert commits.commit([(env, token, _result(env))], []) == ([True], [])
+    assert commits.commit([(env, "other", _result(env))], []) == ([False], [])
 
 
-def test_starts_and_finishes_of_threads_share_round_trips(
-    r: redis.Redis, settings: Settings
-) -> None:
+def test_starts_and_finishes_of_threads_share_round_trips(r: redis.Redis, setup: Setup) -> None:
     # A slot's FINISH and its next START, and other slots' as well, in one round trip.
-    client = Client(registry, settings)
-    store = CallStore(redis_client(settings.redis_url), settings)
-    commits = GroupCommit(store, CANCELLED)
-    try:
-        running = _started_calls(client, store, THREADS // 2)
-        batch = client.dispatch(
-            [
-                {"id": f"n{i}", "name": "echo", "arguments": {"text": "n"}}
-                for i in range(THREADS // 2)
-            ]
+    running = _started_calls(setup.client, setup.store, THREADS // 2)
+    batch = setup.client.dispatch(
+        [{"id": f"n{i}", "name": "echo", "arguments": {"text": "n"}} for i in range(THREADS // 2)]
+    )
+    answers: dict[str, tuple[list[bool], str]] = {}
+
+    def step(env: CallEnvelope, token: str, following: str) -> None:
+        held, started = setup.commits.commit(
+            [(env, token, _result(env))], [(following, batch.run_id, f"next-{following}")]
         )
-        barrier = threading.Barrier(len(running) + 1)
-        answers: dict[str, str] = {}
+        answers[following] = (held, started[0].outcome)
 
-        def step(env: CallEnvelope, token: str, following: str) -> None:
-            barrier.wait()
-            held, started = commits.commit(
-                [(env, token, _result(env))], [(following, batch.run_id, f"next-{following}")]
-            )
-            assert held == [True]
-            answers[following] = started[0].outcome
-
-        threads = [
-            threading.Thread(target=step, args=(env, token, following))
+    _together(
+        r,
+        [
+            functools.partial(step, env, token, following)
             for (env, token), following in zip(running, batch.call_ids, strict=True)
-        ]
-        for thread in threads:
-            thread.start()
-        r.execute_command("CLIENT", "PAUSE", 300, "WRITE")
-        barrier.wait()
-        for thread in threads:
-            thread.join(10)
-        assert answers == dict.fromkeys(batch.call_ids, "ok")
-        assert commits.round_trips <= 3 < len(running) + 1
-        statuses = store.statuses([env.call_id for env, _ in running] + batch.call_ids)
-        assert statuses == [CallStatus.SUCCEEDED] * len(running) + [CallStatus.RUNNING] * len(
-            batch.call_ids
-        )
-    finally:
-        r.execute_command("CLIENT", "UNPAUSE")
-        store.redis.close()
-        client.close()
+        ],
+        300,
+    )
+    assert answers == dict.fromkeys(batch.call_ids, ([True], "ok"))
+    assert setup.commits.round_trips <= 3 < len(running) + 1
+    statuses = setup.store.statuses([env.call_id for env, _ in running] + batch.call_ids)
+    half = len(running)
+    assert statuses == [CallStatus.SUCCEEDED] * half + [CallStatus.RUNNING] * half
 
 
 def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
