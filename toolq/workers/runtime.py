@@ -286,23 +286,25 @@ class WorkerRuntime:
                 started = self._commit(ended, [(c, r, t) for c, r, t, _ in starts])
                 ended = []
                 ready: list[tuple[CallEnvelope, str, int]] = []
-                sync: tuple[CallEnvelope, str, int] | None = None
+                sync: list[tuple[CallEnvelope, str, int]] = []
                 for (call_id, _, token, on_the_loop), got in zip(starts, started, strict=True):
                     if got.outcome != "ok" or got.envelope is None:
                         log.info("call %s not run: %s %s", call_id, got.outcome, got.status or "")
                         if on_the_loop:
                             self.async_slots.release()
-                    elif on_the_loop:
+                    elif on_the_loop and got.envelope.name in self._async_tools:
                         ready.append((got.envelope, token, got.attempt))
-                    else:
-                        sync = (got.envelope, token, got.attempt)
+                    else:  # synchronous (taken on the loop, it was a lone call's guess: _kinds)
+                        if on_the_loop:
+                            self.async_slots.release()
+                        sync.append((got.envelope, token, got.attempt))
                 if ready:  # the coroutines reach the loop together: one wake-up of its thread
                     coros = [self._run_async(*call) for call in ready]
                     futures = self.event_loop.submit_many(coros)
                     for future, (env, token, _) in zip(futures, ready, strict=True):
                         on_loop[future] = (env, token)
-                if sync is not None:
-                    ended.append((sync[0], sync[1], self._run_sync(*sync)))
+                for env, token, attempt in sync:  # one, unless a message's kinds were wrong
+                    ended.append((env, token, self._run_sync(env, token, attempt)))
         finally:
             pending.close()
             if on_loop:  # only if this thread broke: let them end on their own
@@ -345,13 +347,16 @@ class WorkerRuntime:
     def _kinds(self, call_ids: Sequence[str]) -> dict[str, bool]:
         """Which of ``call_ids`` are ``async def`` calls; ``{}`` when the registry has none.
 
-        Only a registry with both kinds needs a look at the records (one round trip).
+        Only a registry with both kinds needs a look at the records (one round trip), and
+        not for a lone call while the loop has a free slot: it is taken as an async one and
+        its START's envelope says which it is (a synchronous one gives the slot back and
+        runs on this slot, as alone it is the only one).
         """
         if not self._async_tools:
             return {}
-        if self._all_async:
+        if self._all_async or (len(call_ids) == 1 and self.async_slots.free() > 0):
             return dict.fromkeys(call_ids, True)
-        # an earlier client's message, or a lone call's
+        # an earlier client's message, or a lone call's while the loop is full
         kinds = self.records.read_many(call_ids, Kind)
         return {
             call_id: kind.name in self._async_tools
