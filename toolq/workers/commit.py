@@ -74,6 +74,7 @@ class GroupCommit:
                 return request.answer()
             self._sending = True
             batch, self._queue = self._queue, []
+            self.requests += len(batch)
         try:
             self._send(batch)
         finally:
@@ -89,7 +90,6 @@ class GroupCommit:
         finished = [item for request in batch for item in request.finished]
         starts = [item for request in batch for item in request.starts]
         self.round_trips += 1
-        self.requests += len(batch)
         try:
             held, started = self.store.commit(finished, starts, self.cancelled)
         except redis.ResponseError as exc:

@@ -283,7 +283,11 @@ class WorkerRuntime:
                     continue
                 if starts:
                     pending.busy()
-                started = self._commit(ended, [(c, r, t) for c, r, t, _ in starts])
+                try:
+                    started = self._commit(ended, [(c, r, t) for c, r, t, _ in starts])
+                except BaseException:  # not started here: their loop slots are free again
+                    self.async_slots.release(sum(1 for *_, on_the_loop in starts if on_the_loop))
+                    raise
                 ended = []
                 ready: list[tuple[CallEnvelope, str, int]] = []
                 sync: list[tuple[CallEnvelope, str, int]] = []
@@ -350,7 +354,7 @@ class WorkerRuntime:
         Only a registry with both kinds needs a look at the records (one round trip), and
         not for a lone call while the loop has a free slot: it is taken as an async one and
         its START's envelope says which it is (a synchronous one gives the slot back and
-        runs on this slot, as alone it is the only one).
+        runs on this slot; should another thread take the free slot first, it waits for one).
         """
         if not self._async_tools:
             return {}
