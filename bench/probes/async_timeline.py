@@ -14,10 +14,10 @@ answered. For every call, relative to the dispatch's start:
     created      its CREATE_GROUP ran       (the ``call.queued`` event id: Redis clock, ms)
     received     its message was decoded    (Celery's consumer, ``task_received``)
     picked       a pool thread took it      (``task_prerun``)
-    start sent / start back   its START round trip (``CallStore.start_many``)
+    start sent / start back   its START round trip (``CallStore.commit``)
     started      START ran                  (the ``call.started`` event id, ms)
     began / ended             the handler's sleep (its own stamps)
-    finish sent / finish back its FINISH round trip (``CallStore.finish_many``)
+    finish sent / finish back its FINISH round trip (``CallStore.commit``)
     finished     FINISH ran                 (the final event id, ms)
     returned     ``wait()`` returned        (one time for all calls)
 

@@ -8,9 +8,9 @@ step of a message to ``<dir>/<pid>.jsonl``, stamped with ``time.time()``:
 - ``prerun`` / ``postrun``: a pool thread began / ended its task (``task_prerun``/``postrun``);
 - ``brpop_sent`` / ``brpop_read``: the consumer's BRPOP for the next message, and its
   handling of the reply (``_timed_kombu``);
-- ``start_many`` / ``finish_many``: one round trip of ``CallStore.start_many`` /
-  ``finish_many`` (wrapped here, nothing else changed): when it was sent, when its reply was
-  back, and the calls it carried.
+- ``start_many`` / ``finish_many``: one round trip of ``CallStore.commit`` (wrapped here,
+  nothing else changed): when it was sent, when its reply was back, and the calls it
+  started / finished (a round trip that did both notes both).
 
 After each task, ``<dir>/<pid>.threads.json`` maps the process's native thread ids to their
 names, so the timeline can split the process's CPU (``/proc/<pid>/task``) by thread.
@@ -25,7 +25,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +67,23 @@ class _Log:
             (self.directory / f"{os.getpid()}.threads.json").write_text(json.dumps(names))
 
 
-def _timed(log: _Log, name: str, call_id: Callable[[Any], str]) -> None:
-    """Wrap ``CallStore.<name>`` to note each round trip and the calls it carried."""
-    original = getattr(CallStore, name)
+def _timed(log: _Log) -> None:
+    """Wrap ``CallStore.commit`` to note each round trip and the calls it finished and started."""
+    original = CallStore.commit
 
     @functools.wraps(original)
-    def timed(self: CallStore, items: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+    def timed(self: CallStore, finished: Sequence[Any], starts: Sequence[Any], *args: Any) -> Any:
         sent = time.time()
         try:
-            return original(self, items, *args, **kwargs)
+            return original(self, finished, starts, *args)
         finally:
-            log.note(name, [call_id(item) for item in items], sent=sent, back=time.time())
+            back = time.time()
+            if finished:
+                log.note("finish_many", [str(f[0].call_id) for f in finished], sent=sent, back=back)
+            if starts:
+                log.note("start_many", [str(s[0]) for s in starts], sent=sent, back=back)
 
-    setattr(CallStore, name, timed)
+    CallStore.commit = timed  # type: ignore[method-assign]
 
 
 def _timed_kombu(log: _Log) -> None:
@@ -125,8 +129,7 @@ def _install(log: _Log) -> None:
     signals.task_received.connect(received, weak=False, dispatch_uid="bench.timeline.received")
     signals.task_prerun.connect(prerun, weak=False, dispatch_uid="bench.timeline.prerun")
     signals.task_postrun.connect(postrun, weak=False, dispatch_uid="bench.timeline.postrun")
-    _timed(log, "start_many", lambda triple: str(triple[0]))
-    _timed(log, "finish_many", lambda item: str(item[0].call_id))
+    _timed(log)
     _timed_kombu(log)
 
 

@@ -44,38 +44,52 @@ class DirectScripts:
 
     def __call__(self, invocation: Invocation[Any]) -> Any:
         """The raw reply; loads the script and runs it again if Redis lost it (a restart)."""
-        return self.then(invocation, ())[0]
+        return self.then([invocation], ())[0]
 
-    def then(self, invocation: Invocation[Any], after: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """The script's raw reply and those of the ``after`` commands, sent with it in one write.
+    def then(
+        self, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
+    ) -> list[Any]:
+        """The scripts' raw replies and those of the ``after`` commands, sent in one write.
 
         ``after`` rides on the same connection (``ReplicaAcks``: ``WAIT`` must follow the
-        write it waits for there); after a ``NOSCRIPT`` it is sent again with the script.
+        writes it waits for there). After a ``NOSCRIPT`` only the invocations that found
+        their script missing are sent again (the others ran), with ``after`` behind them.
         """
         conn = self._connection()
-        commands = [invocation.command, *after]
-        packed: list[bytes] = []
-        for command in commands:
-            packed.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
 
-        def read_all() -> list[Any]:
+        def packed(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+            out: list[bytes] = []
+            for command in commands:
+                out.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
+            return out
+
+        def read_all(count: int) -> list[Any]:
             # Every reply is read before any error is raised: the connection stays in step.
             replies: list[Any] = []
-            for _ in commands:
+            for _ in range(count):
                 try:
                     replies.append(conn.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
             return replies
 
+        first = packed([*(inv.command for inv in invocations), *after])
+
         def attempt() -> list[Any]:
-            conn.send_packed_command(packed)
-            replies = read_all()
-            if isinstance(replies[0], NoScriptError):
-                conn.send_command("SCRIPT", "LOAD", invocation.script.source)
-                conn.read_response()
-                conn.send_packed_command(packed)
-                replies = read_all()
+            conn.send_packed_command(first)
+            replies = read_all(len(invocations) + len(after))
+            missing = [i for i, r in enumerate(replies[: len(invocations)]) if _no_script(r)]
+            if missing:
+                for source in {invocations[i].script.source: None for i in missing}:
+                    conn.send_command("SCRIPT", "LOAD", source)
+                    conn.read_response()
+                conn.send_packed_command(
+                    packed([*(invocations[i].command for i in missing), *after])
+                )
+                again = read_all(len(missing) + len(after))
+                for i, reply in zip(missing, again, strict=False):
+                    replies[i] = reply
+                replies[len(invocations) :] = again[len(missing) :]
             for reply in replies:
                 if isinstance(reply, ResponseError):
                     raise reply
@@ -90,3 +104,7 @@ class DirectScripts:
         if conn is not None:
             conn.disconnect()
             self._local.conn = None
+
+
+def _no_script(reply: Any) -> bool:
+    return isinstance(reply, NoScriptError)

@@ -274,8 +274,17 @@ class Scripts:
         self, invocation: Invocation[R], after: Sequence[tuple[Any, ...]]
     ) -> tuple[R, list[Any]]:
         """``direct``, with ``after`` on the same connection in the same write; their replies."""
-        reply, *rest = self.direct_scripts.then(invocation, after)
-        return invocation.script.parse(reply), rest
+        replies, rest = self.direct_many([invocation], after)
+        return replies[0], rest
+
+    def direct_many(
+        self, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
+    ) -> tuple[list[Any], list[Any]]:
+        """``direct_after`` for several invocations (of any scripts) in one write."""
+        replies = self.direct_scripts.then(invocations, after)
+        tail = len(invocations)
+        parsed = [inv.script.parse(r) for inv, r in zip(invocations, replies[:tail], strict=True)]
+        return parsed, replies[tail:]
 
     def close(self) -> None:
         """Close this thread's own connection."""

@@ -412,33 +412,7 @@ class CallStore:
         run_id = run_id or self.run_id(call_id)
         if run_id is None:
             return Started("missing")
-        reply, acked = self.scripts.direct_after(
-            self._start(call_id, run_id, token, dumps(cancelled), time.time()),
-            self.acks.commands(),
-        )
-        if reply.outcome == "ok" and acked:
-            self.acks.check(acked[-1], f"start of call {call_id}")
-        return _started(reply)
-
-    def start_many(
-        self, calls: Sequence[tuple[str, str, str]], cancelled: dict[str, Any]
-    ) -> list[Started]:
-        """``start`` for ``(call_id, run_id, token)`` of one message, in one round trip.
-
-        Each call gets its own lease and answer, exactly as from ``start`` (and, with
-        ``min_replicas_ack``, ``ReplicationError`` when the replicas do not confirm).
-        """
-        now, cancel_result = time.time(), dumps(cancelled)
-        replies, acked = self.scripts.pipelined_after(
-            [
-                self._start(call_id, run_id, token, cancel_result, now)
-                for call_id, run_id, token in calls
-            ],
-            self.acks.commands(),
-        )
-        if acked and any(reply.outcome == "ok" for reply in replies):
-            self.acks.check(acked[-1], f"start of {len(calls)} call(s)")
-        return [_started(reply) for reply in replies]
+        return self.commit([], [(call_id, run_id, token)], cancelled)[1][0]
 
     def _start(
         self, call_id: str, run_id: str, token: str, cancel_result: str, now: float
@@ -478,45 +452,35 @@ class CallStore:
 
         Repeating it with the same token answers as the first time did (safe to retry).
         """
-        outcome, acked = self.scripts.direct_after(
-            self._finish(envelope, token, result), self.acks.commands()
-        )
-        if outcome == "ok" and acked:
-            self.acks.check(acked[-1], f"final state of call {envelope.call_id}")
-        return outcome == "ok"
+        return self.commit([(envelope, token, result)], [], {})[0][0]
 
-    def finish_then_start(
+    def commit(
         self,
-        envelope: CallEnvelope,
-        token: str,
-        result: CallResult,
-        following: tuple[str, str],
-        next_token: str,
+        finished: Sequence[tuple[CallEnvelope, str, CallResult]],
+        starts: Sequence[tuple[str, str, str]],
         cancelled: dict[str, Any],
-    ) -> tuple[bool, Started]:
-        """``finish`` of a call and ``start`` of the ``(call_id, run_id)`` after it: one round trip.
+    ) -> tuple[list[bool], list[Started]]:
+        """``finish`` and ``start`` of several calls in one round trip (the thread's connection).
 
-        A worker slot's calls, one after the other. Safe to repeat, each alone.
+        ``finished``: ``(envelope, token, result)``; ``starts``: ``(call_id, run_id, token)``.
+
+        Each call gets its own answer, exactly as from ``finish`` or ``start``, and each is
+        safe to repeat alone with the same token. With ``min_replicas_ack``, one ``WAIT``
+        follows them all (``ReplicationError`` when the replicas do not confirm a write).
         """
-        call_id, run_id = following
-        invocations: list[Invocation[Any]] = [
-            self._finish(envelope, token, result),
-            self._start(call_id, run_id, next_token, dumps(cancelled), time.time()),
+        now, cancel_result = time.time(), dumps(cancelled)
+        invocations: list[Invocation[Any]] = [self._finish(*item) for item in finished]
+        invocations += [
+            self._start(call_id, run_id, token, cancel_result, now)
+            for call_id, run_id, token in starts
         ]
-        replies, acked = self.scripts.pipelined_after(invocations, self.acks.commands())
-        finished, started = replies[0] == "ok", _started(replies[1])
-        if acked and (finished or started.outcome == "ok"):
-            self.acks.check(acked[-1], f"final state of call {envelope.call_id} and a start")
-        return finished, started
-
-    def finish_many(self, finished: Sequence[tuple[CallEnvelope, str, CallResult]]) -> list[bool]:
-        """``finish`` for calls that ended together, in one round trip (safe to retry)."""
-        replies, acked = self.scripts.pipelined_after(
-            [self._finish(*item) for item in finished], self.acks.commands()
-        )
-        if acked and "ok" in replies:
-            self.acks.check(acked[-1], f"final state of {len(finished)} call(s)")
-        return [outcome == "ok" for outcome in replies]
+        replies, acked = self.scripts.direct_many(invocations, self.acks.commands())
+        held = [outcome == "ok" for outcome in replies[: len(finished)]]
+        started = [_started(reply) for reply in replies[len(finished) :]]
+        if acked and (any(held) or any(s.outcome == "ok" for s in started)):
+            what = f"{len(finished)} final state(s) and {len(starts)} start(s)"
+            self.acks.check(acked[-1], what)
+        return held, started
 
     def _finish(
         self, envelope: CallEnvelope, token: str, result: CallResult

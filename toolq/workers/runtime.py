@@ -1,8 +1,10 @@
 """``WorkerRuntime``: what the Celery tasks do with call ids, once per process.
 
-Start (lease + ``running``), execute, finish (final state + event), all through the
-store's atomic scripts. A ``LeaseKeeper`` thread renews leases and watches cancel flags.
-A batch message's calls (``run_many``) take the process's slots as they free: synchronous
+One path for one call and many (a lone call is a batch of one): each round trip carries the
+FINISH of the calls that ended and the START (lease + ``running``) of the calls that can
+start, through the store's atomic scripts, and the process's slots share their round trips
+when they coincide (``toolq.workers.commit``). A ``LeaseKeeper`` thread renews leases and
+watches cancel flags. A message's calls take the process's slots as they free: synchronous
 handlers one at a time on the pool's slot, ``async def`` handlers on the process's one event
 loop (``toolq.workers.siblings``) as its ``AsyncSlots`` allow; what a busy slot cannot start
 soon goes back to the queue (``toolq.workers.slots``).
@@ -11,7 +13,6 @@ soon goes back to the queue (``toolq.workers.slots``).
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 import logging
@@ -61,7 +62,9 @@ from toolq.secretbox import SecretBox, open_arguments
 from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
+from toolq.workers.commit import Finished, GroupCommit, Starting
 from toolq.workers.readmit import Readmit
+from toolq.workers.records import Decision, Gate, Kind, Records
 from toolq.workers.siblings import EventLoop
 from toolq.workers.slots import AsyncSlots, Pending, Route, Spiller
 
@@ -201,6 +204,9 @@ class WorkerRuntime:
         self._all_async = len(self._async_tools) == len(registry.list())
         self.spiller = Spiller(self.give_back)
         self.spiller.start()
+        self.records = Records(self.redis, self.store.keys)
+        self.commits = GroupCommit(self.store, CANCELLED_BEFORE_START)
+        """Every START and FINISH of the process: its slots' together when they coincide."""
 
     def close(self) -> None:
         """Stop the lease keeper and close the Redis client (a worker process just exits)."""
@@ -228,59 +234,15 @@ class WorkerRuntime:
         return loop
 
     def run(self, call_id: str, run_id: str | None = None) -> None:
-        """Run one call if it is still queued; anything else is a duplicate delivery.
+        """Run one call if it is still queued: a batch of one (``run_many``).
 
-        An ``async def`` call takes one of the process's ``AsyncSlots`` (waiting for one,
-        before its start, when the loop's are all taken); a synchronous call that took one
-        on the way gives it back once started.
+        A message of an earlier client may carry no run id: it is read from the record.
         """
-        permit = self._async_permit(call_id)
-
-        def started(env: CallEnvelope) -> None:
-            nonlocal permit
-            if permit and env.name not in self._async_tools:
-                self.async_slots.release()
-                permit = False
-
-        try:
-            self._run_one(call_id, run_id, started)
-        finally:
-            if permit:
-                self.async_slots.release()
-
-    def _async_permit(self, call_id: str) -> bool:
-        """Whether an async slot was taken for ``call_id`` (needed if its tool is ``async def``).
-
-        One is taken without looking when free; the record is read (one round trip) only
-        when none is, to wait for one only for an ``async def`` call.
-        """
-        if not self._async_tools:
-            return False
-        if self.async_slots.try_acquire(1):
-            return True
-        if self._all_async or self._kinds([call_id]).get(call_id, False):
-            self.async_slots.acquire()
-            return True
-        return False
-
-    def _run_one(
-        self,
-        call_id: str,
-        run_id: str | None,
-        started_hook: Callable[[CallEnvelope], None] | None = None,
-    ) -> None:
-        token = uuid.uuid4().hex
-        started = self._start(call_id, token, CANCELLED_BEFORE_START, run_id)
-        if started.outcome != "ok" or started.envelope is None:
-            log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
+        run_id = run_id or self.store.run_id(call_id)
+        if run_id is None:
+            log.info("call %s not run: missing", call_id)
             return
-        env = started.envelope
-        if started_hook is not None:
-            started_hook(env)
-        with call_span(env, started.attempt) as span:
-            if span.recording:
-                self._trace_approval(env, span)
-            self._execute(env, token, started.attempt, span)
+        self.run_many([(call_id, run_id)])
 
     def run_many(
         self,
@@ -288,124 +250,122 @@ class WorkerRuntime:
         route: Route | None = None,
         kinds: dict[str, bool] | None = None,
     ) -> None:
-        """Run a batch message's ``(call_id, run_id)`` calls as slots free; return when all end.
+        """Run a message's ``(call_id, run_id)`` calls as slots free; return when all end.
 
         Synchronous calls run one after the other on this thread (the pool's slot);
-        ``async def`` calls on the process's event loop, as its ``AsyncSlots`` allow, those
-        that start together in one round trip and those that end together finished in one.
-        Each call runs under its own lease with its own events (a call not queued any
-        more, say final after a redelivery, is skipped as ``run`` skips it). With a
-        ``route`` (a message from the broker), the calls not started while this slot is
-        busy too long go out again for another slot (``Pending.give_back_at``, ``Spiller``).
-        ``kinds``: which calls are ``async def`` ones, as the message says (else read here).
+        ``async def`` calls on the process's event loop, as its ``AsyncSlots`` allow. Each
+        round trip carries the FINISH of every call that ended and the START of every call
+        that can start now (``_commit``): a lone call is a START, its run and a FINISH. Each
+        call runs under its own lease with its own events (a call not queued any more, say
+        final after a redelivery, is skipped). With a ``route`` (a message from the broker),
+        the calls not started while this slot is busy too long go out again for another slot
+        (``Pending.give_back_at``, ``Spiller``). ``kinds``: which calls are ``async def``
+        ones, as the message says (else read here when the registry has both kinds).
         """
         if kinds is None:
             kinds = self._kinds([call_id for call_id, _ in calls])
         pending = Pending(calls, route, kinds)
         if route is not None and len(calls) > 1:
             self.spiller.watch(pending)
-
-        def is_async(call: tuple[str, str]) -> bool:
-            return kinds.get(call[0], False)
-
-        def is_sync(call: tuple[str, str]) -> bool:
-            return not kinds.get(call[0], False)
-
-        if not any(kinds.values()):  # synchronous calls only: one round trip per call
-            try:
-                self._run_chain(pending)
-            finally:
-                pending.close()
-            return
         on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
+        ended: list[Finished] = []
         try:
             while True:
-                if kinds:
-                    self._start_on_loop(pending, is_async, on_loop)
+                starts = self._next(pending, kinds)
+                ended += self._ended(on_loop, 0)
+                if not starts and not ended:
                     if on_loop:
-                        self._end_on_loop(on_loop, 0)
-                call = pending.take(is_sync)
-                if call is not None:
+                        ended += self._ended(on_loop, ASYNC_POLL_SECONDS)
+                    elif len(pending):  # async calls waiting for the loop's slots to free
+                        self.async_slots.wait(ASYNC_POLL_SECONDS)
+                    else:
+                        break
+                    continue
+                if starts:
                     pending.busy()
-                    self._run_one(*call)
-                elif on_loop:
-                    self._end_on_loop(on_loop, ASYNC_POLL_SECONDS)
-                elif len(pending):  # async calls waiting for the loop's slots to free
-                    self.async_slots.wait(ASYNC_POLL_SECONDS)
-                else:
-                    break
+                try:
+                    started = self._commit(ended, [(c, r, t) for c, r, t, _ in starts])
+                except BaseException:  # not started here: their loop slots are free again
+                    self.async_slots.release(sum(1 for *_, on_the_loop in starts if on_the_loop))
+                    raise
+                ended = []
+                ready: list[tuple[CallEnvelope, str, int]] = []
+                sync: list[tuple[CallEnvelope, str, int]] = []
+                for (call_id, _, token, on_the_loop), got in zip(starts, started, strict=True):
+                    if got.outcome != "ok" or got.envelope is None:
+                        log.info("call %s not run: %s %s", call_id, got.outcome, got.status or "")
+                        if on_the_loop:
+                            self.async_slots.release()
+                    elif on_the_loop and got.envelope.name in self._async_tools:
+                        ready.append((got.envelope, token, got.attempt))
+                    else:  # synchronous (taken on the loop, it was a lone call's guess: _kinds)
+                        if on_the_loop:
+                            self.async_slots.release()
+                        sync.append((got.envelope, token, got.attempt))
+                if ready:  # the coroutines reach the loop together: one wake-up of its thread
+                    coros = [self._run_async(*call) for call in ready]
+                    futures = self.event_loop.submit_many(coros)
+                    for future, (env, token, _) in zip(futures, ready, strict=True):
+                        on_loop[future] = (env, token)
+                for env, token, attempt in sync:  # one, unless a message's kinds were wrong
+                    ended.append((env, token, self._run_sync(env, token, attempt)))
         finally:
             pending.close()
             if on_loop:  # only if this thread broke: let them end on their own
                 log.warning("slot left %d async call(s) running", len(on_loop))
 
+    def _next(self, pending: Pending, kinds: dict[str, bool]) -> list[tuple[str, str, str, bool]]:
+        """The calls to start now, taken out of ``pending``: ``(call_id, run_id, token, async)``.
+
+        The next synchronous one (this slot runs one at a time) and the async ones the
+        loop has slots for.
+        """
+        starts: list[tuple[str, str, str, bool]] = []
+        sync = pending.take(lambda call: not kinds.get(call[0], False))
+        if sync is not None:
+            starts.append((*sync, uuid.uuid4().hex, False))
+        if not kinds or not len(pending):
+            return starts
+
+        def is_async(call: tuple[str, str]) -> bool:
+            return kinds.get(call[0], False)
+
+        got = self.async_slots.try_acquire(pending.count(is_async))
+        if got:
+            calls = pending.take_many(is_async, got)
+            self.async_slots.release(got - len(calls))
+            starts += [(*call, uuid.uuid4().hex, True) for call in calls]
+        return starts
+
+    def _ended(
+        self, on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]], timeout: float
+    ) -> list[Finished]:
+        """The async calls that ended (waiting up to ``timeout`` for one), their slots freed."""
+        if not on_loop:
+            return []
+        done, _ = wait(on_loop, timeout=timeout, return_when=FIRST_COMPLETED)
+        ended = [(*on_loop.pop(f), f.result()) for f in done]
+        self.async_slots.release(len(ended))
+        return ended
+
     def _kinds(self, call_ids: Sequence[str]) -> dict[str, bool]:
         """Which of ``call_ids`` are ``async def`` calls; ``{}`` when the registry has none.
 
-        Only a registry with both kinds needs a look at the records (one round trip).
+        Only a registry with both kinds needs a look at the records (one round trip), and
+        not for a lone call while the loop has a free slot: it is taken as an async one and
+        its START's envelope says which it is (a synchronous one gives the slot back and
+        runs on this slot; should another thread take the free slot first, it waits for one).
         """
         if not self._async_tools:
             return {}
-        if self._all_async:
+        if self._all_async or (len(call_ids) == 1 and self.async_slots.free() > 0):
             return dict.fromkeys(call_ids, True)
-        # an earlier client's message, or a lone call while the loop is full
-        pipe = self.redis.pipeline(transaction=False)
-        for call_id in call_ids:
-            pipe.hget(self.store.keys.call(call_id), "name")
-        names = pipe.execute()
+        # an earlier client's message, or a lone call's while the loop is full
+        kinds = self.records.read_many(call_ids, Kind)
         return {
-            call_id: name is not None and name.decode() in self._async_tools
-            for call_id, name in zip(call_ids, names, strict=True)
+            call_id: kind.name in self._async_tools
+            for call_id, kind in zip(call_ids, kinds, strict=True)
         }
-
-    def _start_on_loop(
-        self,
-        pending: Pending,
-        is_async: Callable[[tuple[str, str]], bool],
-        on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]],
-    ) -> None:
-        """Start the pending async calls the loop has slots for (one round trip)."""
-        got = self.async_slots.try_acquire(pending.count(is_async))
-        if not got:
-            return
-        calls = pending.take_many(is_async, got)
-        self.async_slots.release(got - len(calls))
-        if not calls:
-            return
-        pending.busy()
-        tokens = [uuid.uuid4().hex for _ in calls]
-        starts = self._start_many([(c, r, t) for (c, r), t in zip(calls, tokens, strict=True)])
-        ready: list[tuple[CallEnvelope, str, int]] = []
-        for (call_id, _), token, started in zip(calls, tokens, starts, strict=True):
-            if started.outcome != "ok" or started.envelope is None:
-                log.info("call %s not run: %s %s", call_id, started.outcome, started.status or "")
-                self.async_slots.release()
-                continue
-            ready.append((started.envelope, token, started.attempt))
-        # The coroutines reach the loop together: one wake-up of its thread.
-        coros = [self._run_async(env, token, attempt) for env, token, attempt in ready]
-        for future, (env, token, _) in zip(self.event_loop.submit_many(coros), ready, strict=True):
-            on_loop[future] = (env, token)
-
-    def _end_on_loop(
-        self, on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]], timeout: float
-    ) -> None:
-        """Finish the async calls that ended (waiting up to ``timeout`` for one): one round trip."""
-        done, _ = wait(on_loop, timeout=timeout, return_when=FIRST_COMPLETED)
-        if not done:
-            return
-        ended = [(*on_loop.pop(f), f.result()) for f in done]
-        self.async_slots.release(len(ended))
-        leases = {env.call_id: token for env, token, _ in ended}
-        held = self._within_lease(functools.partial(self.store.finish_many, ended), held=leases)
-        for (env, _, result), ok in zip(ended, held, strict=True):
-            if not ok:
-                log.warning(
-                    "call %s finished after losing its lease; result dropped: %s",
-                    env.call_id,
-                    dumps(result.status),
-                )
-        self._admit_after([env for env, _, _ in ended])
 
     def give_back(self, pending: Pending) -> None:
         """Send the calls ``pending`` still holds out again, in one message (``Spiller``)."""
@@ -451,55 +411,64 @@ class WorkerRuntime:
             log.exception("executor crashed on call %s", env.call_id)
             return _crashed(env, exc)
 
-    def _start_many(self, triples: list[tuple[str, str, str]]) -> list[Started]:
-        """``START`` of a message's calls, repeated with the same tokens as ``_start`` does.
+    def _commit(self, ended: list[Finished], starts: list[Starting]) -> list[Started]:
+        """FINISH of the calls that ended and START of the next ones: the starts' answers.
 
-        While the replicas do not confirm, the leases taken are renewed; when none is held
-        any more, no call is run here.
+        One round trip, shared with the process's other slots when theirs coincide
+        (``GroupCommit``). On a failure each part is repeated on its own with the same
+        tokens (both answer a repeat as they answered the first): ``_finish``, ``_start``.
         """
-        while True:
+        held: list[bool] = []
+        started: list[Started] = []
+        if ended and starts:
             try:
-                return self._within_lease(
-                    lambda: self.store.start_many(triples, CANCELLED_BEFORE_START), share=0.5
+                held, started = self.commits.commit(ended, starts)
+            except (redis.ConnectionError, redis.ResponseError, ReplicationError) as exc:
+                log.info("retrying finishes and starts apart: %s", exc)
+                held, started = self._finish(ended), self._start(starts)
+        elif ended:
+            held = self._finish(ended)
+        elif starts:
+            started = self._start(starts)
+        for (env, _, result), ok in zip(ended, held, strict=True):
+            if not ok:
+                log.warning(
+                    "call %s finished after losing its lease; result dropped: %s",
+                    env.call_id,
+                    dumps(result.status),
                 )
-            except ReplicationError as exc:
-                held = self.store.renew({call_id: token for call_id, _, token in triples})
-                if not any(held.values()):
-                    log.warning("calls not run: their start was not confirmed (%s)", exc)
-                    return [Started("unconfirmed")] * len(triples)
+        self._admit_after([env for env, _, _ in ended])
+        return started
 
-    def _start(
-        self, call_id: str, token: str, cancelled: dict[str, Any], run_id: str | None
-    ) -> Started:
-        """``START``, repeated with the same token until Redis and its replicas confirm it.
+    def _start(self, starts: list[Starting]) -> list[Started]:
+        """``START`` of calls, repeated with the same tokens until Redis and replicas confirm.
 
-        The replicas count under ``TOOLQ_MIN_REPLICAS_ACK``; the handler runs only once its
-        start would survive a failover. While they are missing the lease is renewed
-        (recovery leaves the call alone); a lease found taken meanwhile ends the wait, and
-        the call is not run here.
+        The replicas count under ``TOOLQ_MIN_REPLICAS_ACK``; a handler runs only once its
+        start would survive a failover. While they are missing the leases taken are renewed
+        (recovery leaves the calls alone); when none is held any more, no call is run here.
         """
         while True:
             try:
                 # Half a lease per round: the lease set by the first attempt must not lapse.
-                return self._within_lease(
-                    lambda: self.store.start(call_id, token, cancelled, run_id), share=0.5
-                )
+                return self._within_lease(lambda: self.commits.commit([], starts)[1], share=0.5)
             except ReplicationError as exc:
-                if not self.store.renew({call_id: token}).get(call_id, False):
-                    log.warning("call %s not run: its start was not confirmed (%s)", call_id, exc)
-                    return Started("unconfirmed")
+                held = self.store.renew({call_id: token for call_id, _, token in starts})
+                if not any(held.values()):
+                    log.warning("calls not run: their start was not confirmed (%s)", exc)
+                    return [Started("unconfirmed")] * len(starts)
+
+    def _finish(self, ended: list[Finished]) -> list[bool]:
+        """``FINISH`` of calls that ended, retried within their leases; which were still held."""
+        leases = {env.call_id: token for env, token, _ in ended}
+        return self._within_lease(lambda: self.commits.commit(ended, [])[0], held=leases)
 
     def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
         """Add the approval wait of a call that was parked (only paid for when traced)."""
-        raw: Any = self.redis.hmget(self.store.keys.call(env.call_id), "approvers", "decided_by")
-        approvers, by = (v.decode() if v else "" for v in raw)
-        times = [float(a["ts"]) for a in approvals_of({"approvers": approvers}) if "ts" in a]
+        decision = self.records.read(env.call_id, Decision)
+        approvers = {"approvers": decision.approvers or ""}
+        times = [float(a["ts"]) for a in approvals_of(approvers) if "ts" in a]
         if times:
-            span.approval_wait(env.created_at, max(times), by)
-
-    def _execute(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> None:
-        """Decrypt, verify, run and finish a started call."""
-        self._finish(env, token, self._outcome(env, token, execution, span), span)
+            span.approval_wait(env.created_at, max(times), decision.decided_by or "")
 
     def _outcome(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> CallResult:
         """Decrypt, verify and run a started call on this thread: its result, never an error."""
@@ -516,56 +485,14 @@ class WorkerRuntime:
         finally:
             self.keeper.remove(env.call_id)
 
-    def _run_chain(self, pending: Pending) -> None:
-        """A message's synchronous calls one after the other on this thread.
-
-        Each call's FINISH and the next one's START go in one round trip (on a failure,
-        each is repeated alone with the same token: both answer a repeat as the first).
-        """
-        call = pending.take(_any)
-        if call is None:
-            return
-        pending.busy()
-        token = uuid.uuid4().hex
-        started = self._start(call[0], token, CANCELLED_BEFORE_START, call[1])
-        while True:
-            env = started.envelope
-            if started.outcome != "ok" or env is None:
-                log.info("call %s not run: %s %s", call[0], started.outcome, started.status or "")
-                call = pending.take(_any)
-                if call is None:
-                    return
-                pending.busy()
-                token = uuid.uuid4().hex
-                started = self._start(call[0], token, CANCELLED_BEFORE_START, call[1])
-                continue
-            with call_span(env, started.attempt) as span:
-                if span.recording:
-                    self._trace_approval(env, span)
-                result = self._outcome(env, token, started.attempt, span)
-                span.finish(result)
-            call = pending.take(_any)
-            if call is None:
-                self._finish(env, token, result, None)
-                return
-            pending.busy()
-            next_token = uuid.uuid4().hex
-            try:
-                held, started = self.store.finish_then_start(
-                    env, token, result, call, next_token, CANCELLED_BEFORE_START
-                )
-            except (redis.ConnectionError, ReplicationError) as exc:
-                log.info("retrying a finish and a start: %s", exc)
-                held = self._within_lease(functools.partial(self.store.finish, env, token, result))
-                started = self._start(call[0], next_token, CANCELLED_BEFORE_START, call[1])
-            if not held:
-                log.warning(
-                    "call %s finished after losing its lease; result dropped: %s",
-                    env.call_id,
-                    dumps(result.status),
-                )
-            self._admit_after([env])
-            token = next_token
+    def _run_sync(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
+        """Run a started synchronous call on this thread, traced: its result."""
+        with call_span(env, execution) as span:
+            if span.recording:
+                self._trace_approval(env, span)
+            result = self._outcome(env, token, execution, span)
+            span.finish(result)
+        return result
 
     def _body(
         self, env: CallEnvelope, token: str, execution: int, span: CallSpan
@@ -584,21 +511,25 @@ class WorkerRuntime:
             return _failed(env, exc.message, exc.code)
         # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
         # the signature covers the digest of the arguments as stored (secrets sealed).
-        if self.guard is not None and self.guard.gated(env, arguments):
-            # Only gated calls pay for this read; everything else starts as before.
-            approval = self.redis.hget(self.store.keys.call(call_id), "approval")
-            reason = self.guard.refusal(env, approval, arguments)
-            if reason is not None:
-                return self._refusal(env, reason)
+        gated = self.guard is not None and self.guard.gated(env, arguments)
         tool = self.registry.get(env.name)
-        if execution > 1 and tool is not None and not tool.idempotent:
-            # Started before and lost: its outcome was unknown, and only a person's signed
-            # re-run lets it run again (``toolq.approvals.resolving``).
-            resolution = self.redis.hget(self.store.keys.call(call_id), "resolution")
-            digest = digest_arguments(env.arguments)
-            reason = rerun_refusal(env, tool.risk, digest, execution, resolution, self.verifier)
-            if reason is not None:
-                return self._refusal(env, reason)
+        # Started before and lost: its outcome was unknown, and only a person's signed
+        # re-run lets it run again (``toolq.approvals.resolving``).
+        rerun = execution > 1 and tool is not None and not tool.idempotent
+        if gated or rerun:
+            # Only these calls pay for this read (one); everything else starts as before.
+            gate = self.records.read(call_id, Gate)
+            if gated and self.guard is not None:
+                reason = self.guard.refusal(env, gate.approval, arguments)
+                if reason is not None:
+                    return self._refusal(env, reason)
+            if rerun and tool is not None:
+                digest = digest_arguments(env.arguments)
+                reason = rerun_refusal(
+                    env, tool.risk, digest, execution, gate.resolution, self.verifier
+                )
+                if reason is not None:
+                    return self._refusal(env, reason)
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
@@ -653,18 +584,6 @@ class WorkerRuntime:
         if tool is None:
             return env.arguments
         return open_arguments(self.box, tool, env.call_id, env.arguments)
-
-    def _finish(self, env: Any, token: str, result: CallResult, span: CallSpan | None) -> None:
-        if span is not None:
-            span.finish(result)
-        held = {env.call_id: token}
-        if not self._within_lease(lambda: self.store.finish(env, token, result), held=held):
-            log.warning(
-                "call %s finished after losing its lease; result dropped: %s",
-                env.call_id,
-                dumps(result.status),
-            )
-        self._admit_after([env])
 
     def _admit_after(self, ended: Sequence[CallEnvelope]) -> None:
         """Admit waiting calls of the risks of scheduled calls that ended (slots freed).
@@ -800,11 +719,6 @@ class WorkerRuntime:
             lambda: self.undos.finish(call_id, envelope.run_id, token, end, data)
         ):
             log.warning("undo of call %s ended after losing its lease: %s dropped", call_id, end)
-
-
-def _any(call: tuple[str, str]) -> bool:
-    """Every call of a message (``Pending.take``)."""
-    return True
 
 
 def _failed(env: CallEnvelope, error: str, error_type: str) -> CallResult:

@@ -138,6 +138,11 @@ class AsyncSlots:
             self._free -= got
             return got
 
+    def free(self) -> int:
+        """How many are free now (another thread may take them next)."""
+        with self._changed:
+            return self._free
+
     def acquire(self) -> None:
         """Take one slot, waiting for one to free."""
         with self._changed:

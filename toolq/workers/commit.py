@@ -1,0 +1,110 @@
+"""``GroupCommit``: the STARTs and FINISHes of a process's slots, gathered into round trips.
+
+A threads-pool worker runs one call per thread; calls that end, or start, while another
+thread's round trip is in flight wait for it to come back and then go together in the next
+one, as a database's group commit does. The first thread to arrive sends at once, its own
+writes and whatever else is queued (nothing, when it is alone): no call waits for a timer
+or for company, only for the round trip already in flight. Each thread returns once Redis
+has answered its own writes, so a FINISH is in Redis before its message is acknowledged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from toolq.models import CallEnvelope, CallResult
+from toolq.results.store import CallStore, Started
+
+Finished = tuple[CallEnvelope, str, CallResult]
+"""A call that ended: ``(envelope, token, result)``."""
+Starting = tuple[str, str, str]
+"""A call to start: ``(call_id, run_id, token)``."""
+
+
+@dataclass
+class _Request:
+    finished: Sequence[Finished]
+    starts: Sequence[Starting]
+    held: list[bool] = field(default_factory=list)
+    started: list[Started] = field(default_factory=list)
+    error: BaseException | None = None
+    done: bool = False
+
+    def answer(self) -> tuple[list[bool], list[Started]]:
+        if self.error is not None:
+            raise self.error
+        return self.held, self.started
+
+
+class GroupCommit:
+    """Commits a process's finishes and starts, several threads' in one round trip."""
+
+    def __init__(self, store: CallStore, cancelled: dict[str, Any]) -> None:
+        self.store = store
+        self.cancelled = cancelled
+        """The result a START writes for a call cancelled before it started."""
+        self._changed = threading.Condition()
+        self._queue: list[_Request] = []
+        self._sending = False
+        self.round_trips = 0
+        """Round trips sent (each carrying one or more threads' writes)."""
+        self.requests = 0
+        """Threads' commits answered."""
+
+    def commit(
+        self, finished: Sequence[Finished], starts: Sequence[Starting]
+    ) -> tuple[list[bool], list[Started]]:
+        """``CallStore.commit`` of these writes, in the next round trip of the process.
+
+        Sent at once when no other thread's round trip is in flight, else with the writes
+        queued behind it. Errors are this request's own (a round trip that failed as a
+        whole fails every request it carried; each is safe to repeat).
+        """
+        request = _Request(finished, starts)
+        with self._changed:
+            self._queue.append(request)
+            while self._sending and not request.done:
+                self._changed.wait()
+            if request.done:
+                return request.answer()
+            self._sending = True
+            batch, self._queue = self._queue, []
+            self.requests += len(batch)
+        try:
+            self._send(batch)
+        finally:
+            with self._changed:
+                self._sending = False
+                for sent in batch:
+                    sent.done = True
+                self._changed.notify_all()
+        return request.answer()
+
+    def _send(self, batch: list[_Request]) -> None:
+        """One round trip for the whole batch; a script error is answered request by request."""
+        finished = [item for request in batch for item in request.finished]
+        starts = [item for request in batch for item in request.starts]
+        self.round_trips += 1
+        try:
+            held, started = self.store.commit(finished, starts, self.cancelled)
+        except redis.ResponseError as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
+            # One call's error (a refusal, a bug) is not the others': each alone (repeats are safe).
+            for request in batch:
+                self._send([request])
+            return
+        except BaseException as exc:  # connection lost, replicas missing: every request's
+            for request in batch:
+                request.error = exc
+            return
+        for request in batch:
+            f, s = len(request.finished), len(request.starts)
+            request.held, held = held[:f], held[f:]
+            request.started, started = started[:s], started[s:]
