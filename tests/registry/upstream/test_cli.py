@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.upstream.conftest import stdio_command
+from tests.registry.upstream.conftest import stdio_command
 
 
 def toolq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
