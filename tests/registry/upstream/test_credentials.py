@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import SECRETS_KEY, Workers, settings_with_env
 from tests.e2e.test_api import TOKENS as API_TOKENS
 from tests.e2e.test_api import h
-from tests.security.test_secrets import everything_in_redis
 from tests.registry.upstream.conftest import TOKENS, HttpUpstream, records, serve_api
+from tests.security.test_secrets import everything_in_redis
 from toolq import CallStatus, Client, ToolRegistry
 from toolq.cli.common import load_registry
 from toolq.dispatch.providers import to_messages

@@ -1,6 +1,6 @@
 """Upstream MCP tools run on real ``toolq worker`` processes, which hold the sessions.
 
-Each worker process starts and supervises its own stdio server (``tests/registry/upstream/server.py``,
+Each worker process starts and supervises its own stdio server (``server.py`` beside this file,
 which records what it receives, its pid and its parent's). Approvals, progress, cancel and
 a server killed mid-call cross the process boundaries as they would in production.
 """
