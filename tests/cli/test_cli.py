@@ -136,6 +136,9 @@ def test_dispatch_tail_and_approvals(settings, inproc):
     assert types.count("call.succeeded") == 2 and "call.approved" in types
 
 
+# Redis, three workers and the API start at once, and `toolq dev` gives the API 30 s to
+# answer: with the suite running twice beside other jobs on two cores it did not.
+@pytest.mark.serial
 def test_dev_starts_everything_and_stops_on_ctrl_c(settings, r):
     import httpx
 
