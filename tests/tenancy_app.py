@@ -1,4 +1,4 @@
-"""Tools with fleet-wide limits for the scheduling tests; each records what it did in Redis."""
+"""Tools with fleet-wide limits for the fair-share and admission tests; each records in Redis."""
 
 from __future__ import annotations
 

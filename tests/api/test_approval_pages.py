@@ -12,6 +12,15 @@ from tests.api.conftest import h
 
 pytestmark = pytest.mark.e2e
 
+TIMEOUT = 30.0
+"""Seconds a request may take: a page of 100 approvals once took over httpx's default 5 s
+with the suite running twice beside other jobs on two cores."""
+
+
+def get(url: str, **kwargs) -> httpx.Response:
+    """``httpx.get`` with ``TIMEOUT``."""
+    return httpx.get(url, timeout=TIMEOUT, **kwargs)
+
 
 def park(client, count: int, *, run_id: str = "run-p", tool: str = "wipe", tenant="default"):
     """``count`` parked calls of ``tool`` in one dispatch by ``agent``; their call ids.
@@ -40,7 +49,7 @@ def walk(api: str, token: str = "view-t", **params) -> tuple[list[str], list[htt
     cursor = None
     while True:
         query = {**params, **({"cursor": cursor} if cursor else {})}
-        got = httpx.get(f"{api}/v1/approvals", params=query, headers=h(token))
+        got = get(f"{api}/v1/approvals", params=query, headers=h(token))
         assert got.status_code == 200, got.text
         responses.append(got)
         seen.extend(item["call_id"] for item in got.json())
@@ -51,7 +60,7 @@ def walk(api: str, token: str = "view-t", **params) -> tuple[list[str], list[htt
 
 def test_the_default_page_is_bounded_and_its_headers_lead_on(api, client):
     parked = park(client, 130)
-    first = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
+    first = get(f"{api}/v1/approvals", headers=h("view-t"))
     assert first.status_code == 200
     body = first.json()
     assert isinstance(body, list) and len(body) == 100
@@ -60,11 +69,11 @@ def test_the_default_page_is_bounded_and_its_headers_lead_on(api, client):
     assert first.headers["Link"] == f'</v1/approvals?cursor={cursor}>; rel="next"'
     # oldest parked first
     assert [item["call_id"] for item in body] == parked[:100]
-    second = httpx.get(f"{api}/v1/approvals", params={"cursor": cursor}, headers=h("view-t"))
+    second = get(f"{api}/v1/approvals", params={"cursor": cursor}, headers=h("view-t"))
     assert [item["call_id"] for item in second.json()] == parked[100:]
     assert "X-Next-Cursor" not in second.headers and "Link" not in second.headers
     assert second.headers["X-Total-Count"] == "130"
-    big = httpx.get(f"{api}/v1/approvals", params={"limit": 1000}, headers=h("view-t"))
+    big = get(f"{api}/v1/approvals", params={"limit": 1000}, headers=h("view-t"))
     assert len(big.json()) == 130 and "X-Next-Cursor" not in big.headers
 
 
@@ -77,7 +86,7 @@ def test_a_cursor_walk_sees_every_call_once_while_calls_come_and_go(api, client)
     pages = 0
     while True:
         query = {"limit": 17, **({"cursor": cursor} if cursor else {})}
-        got = httpx.get(f"{api}/v1/approvals", params=query, headers=h("view-t"))
+        got = get(f"{api}/v1/approvals", params=query, headers=h("view-t"))
         assert got.status_code == 200, got.text
         seen.extend(item["call_id"] for item in got.json())
         pages += 1
@@ -110,7 +119,7 @@ def test_filters_by_time_tool_risk_run_and_tenant(api, client):
     acme = park(client, 2, run_id="run-acme", tenant="acme")
 
     def ids(token: str = "view-t", **params) -> tuple[list[str], httpx.Response]:
-        got = httpx.get(f"{api}/v1/approvals", params=params, headers=h(token))
+        got = get(f"{api}/v1/approvals", params=params, headers=h(token))
         assert got.status_code == 200, got.text
         return [item["call_id"] for item in got.json()], got
 
@@ -134,9 +143,7 @@ def test_filters_by_time_tool_risk_run_and_tenant(api, client):
     # a tenant-bound caller sees its tenant's calls only, counted as such
     listed, got = ids("acme-view-t")
     assert listed == acme and got.headers["X-Total-Count"] == "2"
-    refused = httpx.get(
-        f"{api}/v1/approvals", params={"tenant": "default"}, headers=h("acme-view-t")
-    )
+    refused = get(f"{api}/v1/approvals", params={"tenant": "default"}, headers=h("acme-view-t"))
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "wrong_tenant"
 
 
@@ -155,7 +162,7 @@ def test_filters_by_time_tool_risk_run_and_tenant(api, client):
     ],
 )
 def test_hostile_paging_input_is_a_clear_4xx(api, client, params, status, words):
-    got = httpx.get(f"{api}/v1/approvals", params=params, headers=h("view-t"))
+    got = get(f"{api}/v1/approvals", params=params, headers=h("view-t"))
     assert got.status_code == status, got.text
     assert words in got.text
 
@@ -167,7 +174,7 @@ def test_a_runs_calls_come_a_page_at_a_time(api, client):
         principal="agent",
     )
     url = f"{api}/v1/runs/run-c/calls"
-    first = httpx.get(url, params={"limit": 3}, headers=h("view-t"))
+    first = get(url, params={"limit": 3}, headers=h("view-t"))
     assert [c["call_id"] for c in first.json()] == batch.call_ids[:3]
     assert first.headers["X-Total-Count"] == "7"
     more = client.dispatch(
@@ -178,13 +185,13 @@ def test_a_runs_calls_come_a_page_at_a_time(api, client):
     seen = [c["call_id"] for c in first.json()]
     cursor = first.headers["X-Next-Cursor"]
     while cursor:
-        got = httpx.get(url, params={"limit": 3, "cursor": cursor}, headers=h("view-t"))
+        got = get(url, params={"limit": 3, "cursor": cursor}, headers=h("view-t"))
         seen.extend(c["call_id"] for c in got.json())
         cursor = got.headers.get("X-Next-Cursor")
     assert seen == batch.call_ids + more.call_ids
-    default = httpx.get(url, headers=h("view-t"))
+    default = get(url, headers=h("view-t"))
     assert len(default.json()) == 8 and "X-Next-Cursor" not in default.headers
-    bad = httpx.get(url, params={"cursor": "bm9wZQ"}, headers=h("view-t"))
+    bad = get(url, params={"cursor": "bm9wZQ"}, headers=h("view-t"))
     assert bad.status_code == 400
 
 
@@ -195,10 +202,10 @@ def test_calls_parked_before_the_indexes_are_listed_and_stale_entries_dropped(ap
     [decided] = park(client, 1, run_id="run-old")
     client.approvals.deny(decided, "alice")
     r.zadd(keys.parked, {decided: 1.0})  # left behind by an older decider
-    got = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
+    got = get(f"{api}/v1/approvals", headers=h("view-t"))
     assert [item["call_id"] for item in got.json()] == parked
     assert r.zscore(keys.parked, decided) is None
-    again = httpx.get(f"{api}/v1/approvals", headers=h("view-t"))
+    again = get(f"{api}/v1/approvals", headers=h("view-t"))
     assert again.headers["X-Total-Count"] == "4"
 
 

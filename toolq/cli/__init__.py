@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import redis
 import typer
+from typer.core import TyperGroup
 
-from toolq.cli.api import api
-from toolq.cli.approvals import approvals
-from toolq.cli.audit import verify_audit_
-from toolq.cli.calls import calls
-from toolq.cli.check import check
-from toolq.cli.demo import demo
-from toolq.cli.dev import dev
-from toolq.cli.dispatch import dispatch
-from toolq.cli.history import history
-from toolq.cli.keys import keys
-from toolq.cli.mcp import mcp
-from toolq.cli.runs import runs
-from toolq.cli.tail import tail
-from toolq.cli.tenants import tenants
-from toolq.cli.tools import tools
-from toolq.cli.worker import worker
 from toolq.errors import (
     RedisAuthError,
     RedisPermissionError,
@@ -50,13 +37,87 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+COMMANDS = {
+    "worker": ("worker", "worker"),
+    "api": ("api", "api"),
+    "dev": ("dev", "dev"),
+    "demo": ("demo", "demo"),
+    "dispatch": ("dispatch", "dispatch"),
+    "tail": ("tail", "tail"),
+    "tools": ("tools", "tools"),
+    "check": ("check", "check"),
+    "mcp": ("mcp", "mcp"),
+    "tenants": ("tenants", "tenants"),
+    "verify-audit": ("audit", "verify_audit_"),
+    "approvals": ("approvals", "approvals"),
+    "calls": ("calls", "calls"),
+    "runs": ("runs", "runs"),
+    "keys": ("keys", "keys"),
+    "history": ("history", "history"),
+}
+"""Each subcommand: its module under ``toolq.cli`` and the command (or ``typer.Typer`` group)
+there, in the order ``toolq -h`` lists them. A module is imported only when its command runs
+(or help lists it): ``toolq worker`` never loads SQLAlchemy, httpx or rich for ``history``,
+``approvals`` or the tables."""
+
+SETTINGS: dict[str, Any] = {
+    "no_args_is_help": True,
+    "pretty_exceptions_enable": False,
+    "add_completion": False,
+    "context_settings": {"help_option_names": HELP},
+}
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The root group's subcommands by name, each built from its module on first use."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            module, attr = COMMANDS[name]
+            target = getattr(importlib.import_module(f"toolq.cli.{module}"), attr)
+            # Built under a root like ``app``, so typer gives the command what it would
+            # give it there (help, settings, rich markup).
+            alone = typer.Typer(**SETTINGS)
+            alone.callback()(_root)
+            if isinstance(target, typer.Typer):
+                alone.add_typer(target, name=name)
+            else:
+                alone.command(name)(target)
+            command = typer.main.get_command(alone).commands[name]  # type: ignore[attr-defined]
+            _metavars(command)
+            self._built[name] = command
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:  # ``add_command``
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("toolq's commands cannot be removed")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*COMMANDS, *(name for name in self._built if name not in COMMANDS)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+class LazyGroup(TyperGroup):
+    """The ``toolq`` group: only the subcommand named on the command line is imported."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands()
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The names, without importing a command (typer's lists the built ones)."""
+        return list(self.commands)
+
+
 app = typer.Typer(
-    name="toolq",
-    help="Run LLM tool calls on a distributed queue.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": HELP},
+    name="toolq", help="Run LLM tool calls on a distributed queue.", cls=LazyGroup, **SETTINGS
 )
 
 
@@ -67,24 +128,6 @@ def _root(
     ),
 ) -> None:
     """Run LLM tool calls on a distributed queue."""
-
-
-app.command()(worker)
-app.command()(api)
-app.command()(dev)
-app.command()(demo)
-app.command()(dispatch)
-app.command()(tail)
-app.command()(tools)
-app.command()(check)
-app.command()(mcp)
-app.command()(tenants)
-app.command("verify-audit")(verify_audit_)
-app.add_typer(approvals, name="approvals")
-app.add_typer(calls, name="calls")
-app.add_typer(runs, name="runs")
-app.add_typer(keys, name="keys")
-app.add_typer(history, name="history")
 
 
 def _metavars(command: Any) -> None:
@@ -104,8 +147,10 @@ def _metavars(command: Any) -> None:
             param.metavar = ""
         elif param.name:
             param.metavar = NAMES.get(param.name, param.name.upper())
-    for sub in getattr(command, "commands", {}).values():
-        _metavars(sub)
+    subcommands = getattr(command, "commands", {})
+    if not isinstance(subcommands, LazyCommands):  # those are named as they are built
+        for sub in subcommands.values():
+            _metavars(sub)
 
 
 def _help_option(command: Any) -> list[Any]:

@@ -1,6 +1,6 @@
 """The app of the gateway tests: one tool of its own; upstream servers come from settings.
 
-``make`` builds a fresh registry each time (``--app tests.upstream.app:make``), so every
+``make`` builds a fresh registry each time (``--app tests.registry.upstream.app:make``), so every
 test process adds the ``TOOLQ_MCP_SERVERS`` of its own test.
 """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import mcp
 import pytest
 
-from tests.upstream.conftest import SERVER, records
+from tests.registry.upstream.conftest import SERVER, records
 from toolq import CallStatus, ToolRegistry
 from toolq.builtins import Sandbox
 from toolq.builtins.sandbox import DEFAULT_PATH

@@ -1,4 +1,4 @@
-"""Upstream MCP servers for the gateway tests: ``tests/upstream/server.py``, started for real.
+"""Upstream MCP servers for the gateway tests: ``server.py`` beside this file, started for real.
 
 stdio servers are started by the toolset under test (each process its own); an HTTP server
 is started here, on a free port, and stopped by its process group.

@@ -1,7 +1,7 @@
 """``toolq mcp`` as the gateway: one MCP endpoint for the app's tools and every upstream's.
 
 An MCP client (the SDK's) talks to a real ``toolq mcp`` process; calls run on a real worker
-process; the upstream servers are ``tests/upstream/server.py`` over stdio and over HTTP.
+process; the upstream servers are ``tests/registry/upstream/server.py`` over stdio and over HTTP.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.conftest import ROOT, SECRETS_KEY, Workers, settings_with_env
-from tests.upstream.conftest import HttpUpstream, records, stdio_command
+from tests.registry.upstream.conftest import HttpUpstream, records, stdio_command
 from toolq import Client
 from toolq.cli.common import load_registry
 
 pytestmark = pytest.mark.e2e
 
-APP = "tests.upstream.app:make"
+APP = "tests.registry.upstream.app:make"
 
 
 def test_toolq_mcp_serves_own_and_upstream_tools_with_approvals_and_list_changed(

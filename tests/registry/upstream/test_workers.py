@@ -1,6 +1,6 @@
 """Upstream MCP tools run on real ``toolq worker`` processes, which hold the sessions.
 
-Each worker process starts and supervises its own stdio server (``tests/upstream/server.py``,
+Each worker process starts and supervises its own stdio server (``server.py`` beside this file,
 which records what it receives, its pid and its parent's). Approvals, progress, cancel and
 a server killed mid-call cross the process boundaries as they would in production.
 """
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import Workers, settings_with_env
-from tests.upstream.conftest import records, stdio_command, wait_records
+from tests.registry.upstream.conftest import records, stdio_command, wait_records
 from toolq import CallStatus, Client, EventType, Settings
 from toolq.cli.common import load_registry
 
 pytestmark = pytest.mark.e2e
 
-APP = "tests.upstream.app:make"
+APP = "tests.registry.upstream.app:make"
 
 
 def upstream_env(*servers: dict[str, Any]) -> dict[str, str]:

@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import SECRETS_KEY, Workers, settings_with_env
 from tests.e2e.test_api import TOKENS as API_TOKENS
 from tests.e2e.test_api import h
+from tests.registry.upstream.conftest import TOKENS, HttpUpstream, records, serve_api
 from tests.security.test_secrets import everything_in_redis
-from tests.upstream.conftest import TOKENS, HttpUpstream, records, serve_api
 from toolq import CallStatus, Client, ToolRegistry
 from toolq.cli.common import load_registry
 from toolq.dispatch.providers import to_messages
@@ -26,7 +26,7 @@ from toolq.secretbox import SecretBox
 
 pytestmark = pytest.mark.e2e
 
-APP = "tests.upstream.app:make"
+APP = "tests.registry.upstream.app:make"
 ACME, GLOBEX, LISTER = "tok-acme-9f3e7c", "tok-globex-2a8d4b", "tok-lister-5b1d"
 
 

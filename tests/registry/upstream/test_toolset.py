@@ -1,6 +1,6 @@
 """An upstream MCP server's tools in a registry: schemas, risk, options, errors, refresh, pins.
 
-Real servers (``tests/upstream/server.py``, built on the mcp SDK) over stdio, started by
+Real servers (``tests/registry/upstream/server.py``, built on the mcp SDK) over stdio, started by
 the toolset, and over Streamable HTTP; calls here run in this process (``registry.invoke``
 through the executor), as a worker runs them.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.upstream.conftest import HttpUpstream, records, stdio_command, wait_records
+from tests.registry.upstream.conftest import HttpUpstream, records, stdio_command, wait_records
 from toolq import CallStatus, RiskLevel
 from toolq.errors import ConfigurationError
 from toolq.execution.context import ToolContext

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
-from tests.upstream.conftest import stdio_command
+from tests.registry.upstream.conftest import stdio_command
 
 
 def toolq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -24,6 +26,9 @@ def toolq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Four `toolq` processes, two of them starting the stdio server: on two loaded cores (the
+# suite running twice beside other jobs) they took more than the suite's 120 s in all.
+@pytest.mark.timeout(300)
 def test_upstream_tools_without_an_app_and_a_pinned_manifest(tmp_path: Path) -> None:
     servers = [{"name": "notes", "command": stdio_command(tmp_path / "calls.jsonl")}]
     listed = toolq("tools", "--format", "mcp", TOOLQ_MCP_SERVERS=json.dumps(servers))
