@@ -38,6 +38,13 @@ class CallRow(Base):
     archived_at: Mapped[float] = mapped_column(Float)
     record: Mapped[str] = mapped_column(Text)
     """JSON object: every field of the call's Redis hash, verbatim."""
+    idem: Mapped[str] = mapped_column(String(64), default="", index=True)
+    """The hash naming the call's idempotency key (``Keys.idempotency`` after ``idem:``;
+    ``""``: the key named another call or was gone when archived): a retried dispatch whose
+    key left Redis finds its call here."""
+    fingerprint: Mapped[str] = mapped_column(Text, default="")
+    """The tool and arguments claimed with the key (``""``: none), for the same conflict
+    check as in Redis."""
 
 
 class EventRow(Base):

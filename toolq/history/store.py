@@ -43,7 +43,8 @@ class Batch:
 
     calls: list[dict[str, str]] = field(default_factory=list)
     """Redis records (every field of the hash) of the calls, each with its ``call_id`` and
-    ``position`` (its place in the run's dispatch order) added."""
+    ``position`` (its place in the run's dispatch order) added, and ``idem`` and
+    ``fingerprint`` (``CallRow``) when its idempotency key still named it."""
     events: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     """``(run_id, stream id, fields)`` of the calls' events."""
     audit: list[tuple[str, dict[str, str]]] = field(default_factory=list)
@@ -134,6 +135,22 @@ class HistoryStore:
     def record(self, call_id: str) -> dict[str, str] | None:
         """The stored Redis record of one call, or ``None``."""
         return self.records([call_id]).get(call_id)
+
+    def claims(self, idems: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """The archived calls claimed under ``idems`` (``CallRow.idem``), in one query.
+
+        By idem: ``(call_id, status, fingerprint)``; the first claim when two rows share one.
+        """
+        if not idems:
+            return {}
+        query = (
+            select(CallRow.idem, CallRow.call_id, CallRow.status, CallRow.fingerprint)
+            .where(CallRow.idem.in_(list(dict.fromkeys(idems))))
+            .order_by(CallRow.created_at.desc())
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {row.idem: (row.call_id, row.status, row.fingerprint) for row in rows}
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's archived calls, in creation order."""
@@ -344,6 +361,10 @@ def _float(value: str | None) -> float:
         return 0.0
 
 
+_ADDED = ("call_id", "position", "idem", "fingerprint")
+"""What the archiver adds to a record (``Batch.calls``): columns, not fields of the hash."""
+
+
 def _call_row(record: Mapping[str, str], now: float) -> dict[str, Any]:
     """The columns of a call's row, from its Redis record."""
     envelope = json.loads(record.get("envelope") or "{}")
@@ -362,8 +383,10 @@ def _call_row(record: Mapping[str, str], now: float) -> dict[str, Any]:
         "created_at": _float(record.get("created_at")),
         "finished_at": _float(record.get("finished_at") or record.get("updated_at")),
         "archived_at": now,
+        "idem": record.get("idem", ""),
+        "fingerprint": record.get("fingerprint", ""),
         "record": json.dumps(
-            {k: v for k, v in record.items() if k not in ("call_id", "position")},
+            {k: v for k, v in record.items() if k not in _ADDED},
             separators=(",", ":"),
             ensure_ascii=False,
         ),

@@ -28,3 +28,10 @@ class ColdStore(Protocol):
     ) -> list[tuple[str, dict[str, str]]]:
         """A run's archived events after ``after``: ``(stream id, fields)``, in order."""
         ...
+
+    def claims(self, idems: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """Archived calls by the hash of their idempotency key (``Keys.idempotency``).
+
+        By hash: ``(call_id, status, fingerprint claimed with the key)``.
+        """
+        ...

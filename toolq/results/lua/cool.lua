@@ -8,7 +8,10 @@
 --   2 stream        the run's event stream (Keys.run_stream)
 --   3 run_owner     the run's owner (Keys.run_owner)
 --   4 run_settings  the run's settings (Keys.run_settings)
---   5.. the records (Keys.call) of the archived calls, then their undo data (Keys.undo)
+--   5.. the records (Keys.call) of the archived calls, then their undo data (Keys.undo),
+--       then their idempotency keys (Keys.idempotency; the undo key again for a call whose
+--       key names another call): a retried dispatch finds the call in Redis until the
+--       record leaves, then in the history store, whose row was written before this runs
 -- ARGV
 --   1 hot          (s) the hot window
 --   2 call_prefix  what precedes a call id in its record's key (Keys.call_prefix)
@@ -23,12 +26,13 @@ local function shorten(key)
   if ttl == -1 or ttl > tonumber(hot) then redis.call('EXPIRE', key, hot) end
 end
 
-local half = #archived / 2
+local third = #archived / 3
 local cooled = 0
-for i = 1, half do
+for i = 1, third do
   if final[redis.call('HGET', archived[i], 'status')] then
     shorten(archived[i])
-    shorten(archived[half + i])
+    shorten(archived[third + i])
+    shorten(archived[2 * third + i])
     cooled = cooled + 1
   end
 end

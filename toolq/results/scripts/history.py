@@ -18,9 +18,19 @@ class Cool(Script[tuple[int, bool]]):
     file = "cool.lua"
 
     def __call__(
-        self, *, keys: Keys, run_id: str, call_ids: Sequence[str], hot: int
+        self,
+        *,
+        keys: Keys,
+        run_id: str,
+        call_ids: Sequence[str],
+        hot: int,
+        idempotency: Sequence[str | None] = (),
     ) -> Invocation[tuple[int, bool]]:
-        """An invocation: KEYS and ARGV as the header of ``cool.lua`` lists them."""
+        """An invocation: KEYS and ARGV as the header of ``cool.lua`` lists them.
+
+        ``idempotency``: each call's idempotency key (``None``: it has none to cool).
+        """
+        idems = list(idempotency) or [None] * len(call_ids)
         return self.invoke(
             keys={
                 "run_calls": keys.run_calls(run_id),
@@ -32,6 +42,7 @@ class Cool(Script[tuple[int, bool]]):
             extra_keys=[
                 *(keys.call(c) for c in call_ids),
                 *(keys.undo(c) for c in call_ids),
+                *(idem or keys.undo(c) for c, idem in zip(call_ids, idems, strict=True)),
             ],
         )
 
