@@ -30,6 +30,7 @@ import redis
 
 from toolq.history.store import Batch, HistoryStore
 from toolq.keys import HISTORY_GROUP, Keys
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import COOL
@@ -134,8 +135,10 @@ class Archiver:
                 records.append({**record, "call_id": call_id, "position": str(position or 0)})
         idems = self._claims(records)
         by_run: dict[str, list[str]] = defaultdict(list)
+        tenants: dict[str, str] = {}
         for record in records:
             by_run[record["run_id"]].append(record["call_id"])
+            tenants[record["run_id"]] = record.get("tenant") or DEFAULT_TENANT
         created = {r["call_id"]: r.get("created_at", "") for r in records}
         batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
         self.history.write(batch)
@@ -149,6 +152,7 @@ class Archiver:
                         call_ids=ids_,
                         hot=self.settings.hot_seconds,
                         idempotency=[idems.get(c) for c in ids_],
+                        tenant=tenants[run_id],
                     )
                     for run_id, ids_ in by_run.items()
                 ]

@@ -47,6 +47,26 @@ class CallRow(Base):
     check as in Redis."""
 
 
+class RunRow(Base):
+    """A run with archived calls: its tenant and the newest creation time among them.
+
+    Runs listings read the runs the Redis indexes let go (``cool.lua`` drops a run from them
+    once all its calls are final and archived) from here, in the same order.
+    """
+
+    __tablename__ = "history_runs"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    last_dispatch_at: Mapped[float] = mapped_column(Float)
+    """The newest ``created_at`` of the run's archived calls (a dispatch's calls share it)."""
+
+    __table_args__ = (
+        Index("ix_history_runs_order", "last_dispatch_at", "run_id"),
+        Index("ix_history_runs_tenant_order", "tenant", "last_dispatch_at", "run_id"),
+    )
+
+
 class EventRow(Base):
     """One event of a run's stream, kept with its stream id (``ms``/``seq`` order it)."""
 

@@ -35,3 +35,30 @@ class ColdStore(Protocol):
         By hash: ``(call_id, status, fingerprint claimed with the key)``.
         """
         ...
+
+    def runs(
+        self,
+        *,
+        tenant: str | None,
+        since: float | None,
+        until: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """Runs with archived calls, newest first: ``(run_id, last dispatch)``."""
+        ...
+
+    def runs_total(
+        self,
+        *,
+        tenant: str | None,
+        since: float | None,
+        until: float | None,
+        besides: Sequence[str] = (),
+    ) -> int:
+        """How many runs ``runs`` lists in all, leaving out those in ``besides``."""
+        ...
+
+    def run_last_dispatch(self, run_id: str) -> float | None:
+        """The newest creation time among a run's archived calls, or ``None``."""
+        ...

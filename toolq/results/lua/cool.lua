@@ -2,23 +2,29 @@
 -- the run's own keys once every call of the run is final (a run still in flight keeps them).
 -- One script per run, so a dispatch adding a call to the run (which refreshes the run's
 -- TTLs) comes wholly before or after the check. A TTL is only ever shortened (shorten).
+-- A run whose keys are cooled also leaves the runs indexes: its calls are all in the history
+-- store, which lists it from then on (its runs table); a later dispatch into it adds it back.
 --
 -- KEYS
 --   1 run_calls     the run's call ids (Keys.run_calls)
 --   2 stream        the run's event stream (Keys.run_stream)
 --   3 run_owner     the run's owner (Keys.run_owner)
 --   4 run_settings  the run's settings (Keys.run_settings)
---   5.. the records (Keys.call) of the archived calls, then their undo data (Keys.undo),
+--   5 runs          runs by last dispatch (Keys.runs)
+--   6 tenant_runs   the run's tenant's runs by last dispatch (Keys.tenant_runs)
+--   7.. the records (Keys.call) of the archived calls, then their undo data (Keys.undo),
 --       then their idempotency keys (Keys.idempotency; the undo key again for a call whose
 --       key names another call): a retried dispatch finds the call in Redis until the
 --       record leaves, then in the history store, whose row was written before this runs
 -- ARGV
 --   1 hot          (s) the hot window
 --   2 call_prefix  what precedes a call id in its record's key (Keys.call_prefix)
+--   3 run_id       the run
 -- Returns {calls cooled, 1 if the run's keys were cooled else 0}.
 local run_calls, stream, run_owner, run_settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local hot, call_prefix = ARGV[1], ARGV[2]
-local archived = {unpack(KEYS, 5)}
+local runs, tenant_runs = KEYS[5], KEYS[6]
+local hot, call_prefix, run_id = ARGV[1], ARGV[2], ARGV[3]
+local archived = {unpack(KEYS, 7)}
 local final = {succeeded = true, failed = true, denied = true, expired = true, cancelled = true}
 -- EXPIRE ... LT without Redis 7: a key without a TTL or with a longer one gets ``hot``.
 local function shorten(key)
@@ -43,4 +49,6 @@ end
 for _, key in ipairs({run_calls, stream, run_owner, run_settings}) do
   shorten(key)
 end
+redis.call('ZREM', runs, run_id)
+redis.call('ZREM', tenant_runs, run_id)
 return {cooled, 1}
