@@ -24,7 +24,8 @@
 local run_calls, stream, run_owner, run_settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local runs, tenant_runs = KEYS[5], KEYS[6]
 local hot, call_prefix, run_id = ARGV[1], ARGV[2], ARGV[3]
-local archived = {unpack(KEYS, 7)}
+-- The records start at KEYS[7], read in place: unpack has a limit a big batch would pass.
+local archived, FIRST = KEYS, 7
 local final = {succeeded = true, failed = true, denied = true, expired = true, cancelled = true}
 -- EXPIRE ... LT without Redis 7: a key without a TTL or with a longer one gets ``hot``.
 local function shorten(key)
@@ -32,9 +33,9 @@ local function shorten(key)
   if ttl == -1 or ttl > tonumber(hot) then redis.call('EXPIRE', key, hot) end
 end
 
-local third = #archived / 3
+local third = (#archived - FIRST + 1) / 3
 local cooled = 0
-for i = 1, third do
+for i = FIRST, FIRST + third - 1 do
   if final[redis.call('HGET', archived[i], 'status')] then
     shorten(archived[i])
     shorten(archived[third + i])
