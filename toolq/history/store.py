@@ -23,6 +23,7 @@ from toolq.history.migrate import migrate
 from toolq.history.models import AuditRow, CallRow, DecisionRow, EventRow, MarkRow, RunRow
 from toolq.history.search import CallQuery, Found, search_calls
 from toolq.results.audit_chain import ChainStart
+from toolq.results.cold import RunBounds
 
 AUDIT_MARK = "audit"
 """Name of the mark holding the last audit stream id archived."""
@@ -149,21 +150,14 @@ class HistoryStore:
     # -- reading -------------------------------------------------------------------------
 
     def runs(
-        self,
-        *,
-        tenant: str | None,
-        since: float | None,
-        until: float | None,
-        after: tuple[float, str] | None,
-        limit: int,
+        self, bounds: RunBounds, after: tuple[float, str] | None, limit: int
     ) -> list[tuple[str, float]]:
         """Runs with archived calls, newest first: ``(run_id, last dispatch)``.
 
-        Within ``since``..``until``, strictly after ``after`` (a ``(last dispatch, run_id)``
-        a page ended on), the order of the Redis runs indexes: time, then run id, descending.
+        Strictly after ``after`` (the ``(last dispatch, run_id)`` a page ended on), in the
+        order of the Redis runs indexes: time, then run id, descending.
         """
-        query = select(RunRow.run_id, RunRow.last_dispatch_at)
-        query = self._run_bounds(query, tenant, since, until)
+        query = self._run_bounds(select(RunRow.run_id, RunRow.last_dispatch_at), bounds)
         if after is not None:
             query = query.where(
                 tuple_(RunRow.last_dispatch_at, RunRow.run_id) < tuple_(after[0], after[1])
@@ -172,21 +166,13 @@ class HistoryStore:
         with self.engine.connect() as conn:
             return [(row.run_id, row.last_dispatch_at) for row in conn.execute(query).all()]
 
-    def runs_total(
-        self,
-        *,
-        tenant: str | None,
-        since: float | None,
-        until: float | None,
-        besides: Sequence[str] = (),
-    ) -> int:
-        """How many runs ``runs`` lists in all, leaving out the runs named in ``besides``."""
-        query = self._run_bounds(select(func.count()).select_from(RunRow), tenant, since, until)
+    def runs_total(self, bounds: RunBounds, besides: Sequence[str] = ()) -> int:
+        """The runs ``runs`` lists in all, less those of them named in ``besides``."""
+        query = self._run_bounds(select(func.count()).select_from(RunRow), bounds)
         with self.engine.connect() as conn:
             total = int(conn.execute(query).scalar_one())
             for start in range(0, len(besides), 500):
-                chunk = list(besides[start : start + 500])
-                both = query.where(RunRow.run_id.in_(chunk))
+                both = query.where(RunRow.run_id.in_(list(besides[start : start + 500])))
                 total -= int(conn.execute(both).scalar_one())
         return total
 
@@ -198,9 +184,8 @@ class HistoryStore:
             ).scalar_one_or_none()
 
     @staticmethod
-    def _run_bounds(
-        query: Any, tenant: str | None, since: float | None, until: float | None
-    ) -> Any:
+    def _run_bounds(query: Any, bounds: RunBounds) -> Any:
+        tenant, since, until = bounds.tenant, bounds.since, bounds.until
         if tenant is not None:
             query = query.where(RunRow.tenant == tenant)
         if since is not None:

@@ -9,7 +9,17 @@ holds, so every reader finds a call wherever it is. Nothing here imports the his
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """Which runs a listing shows: one tenant's (``None``: all) last dispatched within."""
+
+    tenant: str | None = None
+    since: float | None = None
+    until: float | None = None
 
 
 class ColdStore(Protocol):
@@ -37,25 +47,12 @@ class ColdStore(Protocol):
         ...
 
     def runs(
-        self,
-        *,
-        tenant: str | None,
-        since: float | None,
-        until: float | None,
-        after: tuple[float, str] | None,
-        limit: int,
+        self, bounds: RunBounds, after: tuple[float, str] | None, limit: int
     ) -> list[tuple[str, float]]:
-        """Runs with archived calls, newest first: ``(run_id, last dispatch)``."""
+        """Runs with archived calls within ``bounds``, newest first: ``(run_id, last dispatch)``."""
         ...
 
-    def runs_total(
-        self,
-        *,
-        tenant: str | None,
-        since: float | None,
-        until: float | None,
-        besides: Sequence[str] = (),
-    ) -> int:
+    def runs_total(self, bounds: RunBounds, besides: Sequence[str] = ()) -> int:
         """How many runs ``runs`` lists in all, leaving out those in ``besides``."""
         ...
 

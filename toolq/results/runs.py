@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from toolq.errors import RunNotFoundError
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
-from toolq.results.cold import ColdStore
+from toolq.results.cold import ColdStore, RunBounds
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
 from toolq.results.paging import Cursor, Page, bounds, check_limit, merge_pages, walk
@@ -158,13 +158,8 @@ def _archived_page(
 ) -> Page[RunSummary]:
     """A page of the history store's runs after ``cursor``, those still indexed left out."""
     after = Cursor.decode(cursor) if cursor else None
-    rows = cold.runs(
-        tenant=tenant,
-        since=since,
-        until=until,
-        after=(float(after.score), after.member) if after else None,
-        limit=limit + 1,
-    )
+    wanted = RunBounds(tenant, since, until)
+    rows = cold.runs(wanted, (float(after.score), after.member) if after else None, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     pipe = redis.pipeline(transaction=False)
@@ -176,7 +171,7 @@ def _archived_page(
     next_cursor = Cursor(repr(rows[-1][1]), rows[-1][0]).encode() if more else None
     lo, hi = bounds(since, until)
     live = [as_text(m) for m in redis.zrangebyscore(index, lo, hi)]
-    total = cold.runs_total(tenant=tenant, since=since, until=until, besides=live)
+    total = cold.runs_total(wanted, besides=live)
     return Page(items, next_cursor, total)
 
 
