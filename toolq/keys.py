@@ -128,7 +128,9 @@ class Keys:
         """Sorted set of runs scored by their last dispatch (s).
 
         A run last dispatched more than the result TTL ago is dropped by the next dispatch
-        (``create.lua``): its keys expired with it.
+        (``create.lua``): its keys expired with it. With a history store a run leaves as soon
+        as all its calls are final and archived (``cool.lua``); listings then read it from
+        the history store (``toolq.results.runs``).
         """
         return f"{self.prefix}:runs"
 

@@ -59,12 +59,17 @@ def run_load(
     done: Any,
     errors: Any,
     out: str,
+    history_url: str = "",
 ) -> None:
-    """One load process: ``conversations`` threads until ``until``; call ids go to ``out``."""
+    """One load process: ``conversations`` threads until ``until``; call ids go to ``out``.
+
+    The clients have the history store too, as a deployment's dispatching processes do: a
+    dispatch into a run asks it for idempotency keys that left Redis (one query each).
+    """
     from bench.peers.apps import registry
     from toolq import Client, Settings
 
-    client = Client(registry, Settings(redis_url=url))
+    client = Client(registry, Settings(redis_url=url, history_url=history_url))
     ids: list[str] = []
     lock = threading.Lock()
 
@@ -259,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                     done,
                     errors,
                     str(folder / f"ids-{i}.txt"),
+                    url,
                 ),
             )
             proc.start()

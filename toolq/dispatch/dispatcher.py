@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import RunRules
+from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
@@ -188,8 +189,13 @@ class Dispatcher:
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
-        new_calls, groups = self._messages(new_calls)
-        replies = self.store.create_many(new_calls, groups, admit=self.admission.invocation)
+        # Calls whose keys left Redis for the history store are answered from it.
+        archived = archived_claims(self.store, new_calls) if run_id else {}
+        fresh, groups = self._messages([c for i, c in enumerate(new_calls) if i not in archived])
+        created = self.store.create_many(fresh, groups, admit=self.admission.invocation)
+        places, replies = merge(archived, created, len(new_calls))
+        for i, made in zip(places, fresh, strict=True):
+            new_calls[i] = made
         backlogged = {
             new.envelope.risk
             for new, (outcome, _) in zip(new_calls, replies, strict=True)

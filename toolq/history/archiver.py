@@ -18,6 +18,7 @@ group spreads batches over them), or alone as ``toolq history archive``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ import redis
 
 from toolq.history.store import Batch, HistoryStore
 from toolq.keys import HISTORY_GROUP, Keys
+from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
 from toolq.results.runner import Scripts
 from toolq.results.scripts import COOL
@@ -131,9 +133,12 @@ class Archiver:
             if raw:  # a record gone already (expired while no archiver ran) has nothing left
                 record = {as_text(a): as_text(b) for a, b in raw.items()}
                 records.append({**record, "call_id": call_id, "position": str(position or 0)})
+        idems = self._claims(records)
         by_run: dict[str, list[str]] = defaultdict(list)
+        tenants: dict[str, str] = {}
         for record in records:
             by_run[record["run_id"]].append(record["call_id"])
+            tenants[record["run_id"]] = record.get("tenant") or DEFAULT_TENANT
         created = {r["call_id"]: r.get("created_at", "") for r in records}
         batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
         self.history.write(batch)
@@ -141,7 +146,14 @@ class Archiver:
         if by_run:
             self.scripts.pipelined(
                 [
-                    COOL(keys=k, run_id=run_id, call_ids=ids_, hot=self.settings.hot_seconds)
+                    COOL(
+                        keys=k,
+                        run_id=run_id,
+                        call_ids=ids_,
+                        hot=self.settings.hot_seconds,
+                        idempotency=[idems.get(c) for c in ids_],
+                        tenant=tenants[run_id],
+                    )
                     for run_id, ids_ in by_run.items()
                 ]
             )
@@ -151,6 +163,39 @@ class Archiver:
             pipe.xdel(k.history_archive, *ids)
             pipe.execute()
         return len(records)
+
+    def _claims(self, records: list[dict[str, str]]) -> dict[str, str]:
+        """Each call's idempotency key, when it still names the call: by call id.
+
+        The key's hash and the fingerprint claimed with it go into the record's row (``idem``,
+        ``fingerprint``: added to ``records`` in place), so that a retried dispatch finds the
+        call in SQL once the key left Redis; the key then gets the hot TTL with the record
+        (``COOL``), never before the row is written.
+        """
+        named: list[tuple[dict[str, str], str]] = []
+        for record in records:
+            try:
+                env = json.loads(record.get("envelope") or "{}")
+            except ValueError:
+                continue
+            run_id = env.get("run_id") or record.get("run_id", "")
+            key = self.keys.idempotency(
+                env.get("principal"), run_id, env.get("idempotency_key") or record["call_id"]
+            )
+            named.append((record, key))
+        if not named:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for _, key in named:
+            pipe.get(key)
+        out: dict[str, str] = {}
+        for (record, key), raw in zip(named, pipe.execute(), strict=True):
+            claimed, _, fingerprint = as_text(raw or "").partition(" ")
+            if claimed == record["call_id"]:
+                record["idem"] = key.rpartition(":")[2]
+                record["fingerprint"] = fingerprint
+                out[record["call_id"]] = key
+        return out
 
     def _events(
         self, by_run: dict[str, list[str]], created: dict[str, str]

@@ -38,6 +38,33 @@ class CallRow(Base):
     archived_at: Mapped[float] = mapped_column(Float)
     record: Mapped[str] = mapped_column(Text)
     """JSON object: every field of the call's Redis hash, verbatim."""
+    idem: Mapped[str] = mapped_column(String(64), default="", index=True)
+    """The hash naming the call's idempotency key (``Keys.idempotency`` after ``idem:``;
+    ``""``: the key named another call or was gone when archived): a retried dispatch whose
+    key left Redis finds its call here."""
+    fingerprint: Mapped[str] = mapped_column(Text, default="")
+    """The tool and arguments claimed with the key (``""``: none), for the same conflict
+    check as in Redis."""
+
+
+class RunRow(Base):
+    """A run with archived calls: its tenant and the newest creation time among them.
+
+    Runs listings read the runs the Redis indexes let go (``cool.lua`` drops a run from them
+    once all its calls are final and archived) from here, in the same order.
+    """
+
+    __tablename__ = "history_runs"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    last_dispatch_at: Mapped[float] = mapped_column(Float)
+    """The newest ``created_at`` of the run's archived calls (a dispatch's calls share it)."""
+
+    __table_args__ = (
+        Index("ix_history_runs_order", "last_dispatch_at", "run_id"),
+        Index("ix_history_runs_tenant_order", "tenant", "last_dispatch_at", "run_id"),
+    )
 
 
 class EventRow(Base):

@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, insert, select
+from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 
 from toolq.history.migrate import migrate
-from toolq.history.models import AuditRow, CallRow, DecisionRow, EventRow, MarkRow
+from toolq.history.models import AuditRow, CallRow, DecisionRow, EventRow, MarkRow, RunRow
 from toolq.history.search import CallQuery, Found, search_calls
 from toolq.results.audit_chain import ChainStart
+from toolq.results.cold import RunBounds
 
 AUDIT_MARK = "audit"
 """Name of the mark holding the last audit stream id archived."""
@@ -43,7 +44,8 @@ class Batch:
 
     calls: list[dict[str, str]] = field(default_factory=list)
     """Redis records (every field of the hash) of the calls, each with its ``call_id`` and
-    ``position`` (its place in the run's dispatch order) added."""
+    ``position`` (its place in the run's dispatch order) added, and ``idem`` and
+    ``fingerprint`` (``CallRow``) when its idempotency key still named it."""
     events: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     """``(run_id, stream id, fields)`` of the calls' events."""
     audit: list[tuple[str, dict[str, str]]] = field(default_factory=list)
@@ -92,6 +94,8 @@ class HistoryStore:
                 stmt = self._insert(model).values(chunk)
                 updated = {c: stmt.excluded[c] for c in chunk[0] if c != "call_id"}
                 conn.execute(stmt.on_conflict_do_update(index_elements=["call_id"], set_=updated))
+            if rows:
+                self._write_runs(conn, rows)
             if batch.events:
                 tenants = {r["call_id"]: r.get("tenant") or "default" for r in batch.calls}
                 events = [
@@ -119,7 +123,76 @@ class HistoryStore:
                     mark.on_conflict_do_update(index_elements=["name"], set_={"value": last})
                 )
 
+    def _write_runs(self, conn: Any, rows: list[dict[str, Any]]) -> None:
+        """Upsert the batch's runs, keeping each run's newest creation time."""
+        runs: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            run = runs.setdefault(
+                row["run_id"],
+                {"run_id": row["run_id"], "tenant": row["tenant"], "last_dispatch_at": 0.0},
+            )
+            run["last_dispatch_at"] = max(run["last_dispatch_at"], row["created_at"])
+        for chunk in _chunks(sorted(runs.values(), key=lambda r: r["run_id"]), 500):
+            stmt = self._insert(RunRow).values(chunk)
+            newer = stmt.excluded.last_dispatch_at > RunRow.last_dispatch_at
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["run_id"],
+                    set_={
+                        "last_dispatch_at": case(
+                            (newer, stmt.excluded.last_dispatch_at),
+                            else_=RunRow.last_dispatch_at,
+                        )
+                    },
+                )
+            )
+
     # -- reading -------------------------------------------------------------------------
+
+    def runs(
+        self, bounds: RunBounds, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[str, float]]:
+        """Runs with archived calls, newest first: ``(run_id, last dispatch)``.
+
+        Strictly after ``after`` (the ``(last dispatch, run_id)`` a page ended on), in the
+        order of the Redis runs indexes: time, then run id, descending.
+        """
+        query = self._run_bounds(select(RunRow.run_id, RunRow.last_dispatch_at), bounds)
+        if after is not None:
+            query = query.where(
+                tuple_(RunRow.last_dispatch_at, RunRow.run_id) < tuple_(after[0], after[1])
+            )
+        query = query.order_by(RunRow.last_dispatch_at.desc(), RunRow.run_id.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [(row.run_id, row.last_dispatch_at) for row in conn.execute(query).all()]
+
+    def runs_total(self, bounds: RunBounds, besides: Sequence[str] = ()) -> int:
+        """The runs ``runs`` lists in all, less those of them named in ``besides``."""
+        query = self._run_bounds(select(func.count()).select_from(RunRow), bounds)
+        with self.engine.connect() as conn:
+            total = int(conn.execute(query).scalar_one())
+            for start in range(0, len(besides), 500):
+                both = query.where(RunRow.run_id.in_(list(besides[start : start + 500])))
+                total -= int(conn.execute(both).scalar_one())
+        return total
+
+    def run_last_dispatch(self, run_id: str) -> float | None:
+        """The newest creation time among a run's archived calls, or ``None``."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(RunRow.last_dispatch_at).where(RunRow.run_id == run_id)
+            ).scalar_one_or_none()
+
+    @staticmethod
+    def _run_bounds(query: Any, bounds: RunBounds) -> Any:
+        tenant, since, until = bounds.tenant, bounds.since, bounds.until
+        if tenant is not None:
+            query = query.where(RunRow.tenant == tenant)
+        if since is not None:
+            query = query.where(RunRow.last_dispatch_at >= since)
+        if until is not None:
+            query = query.where(RunRow.last_dispatch_at <= until)
+        return query
 
     def records(self, call_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         """The stored Redis records of those of ``call_ids`` archived, by call id."""
@@ -134,6 +207,22 @@ class HistoryStore:
     def record(self, call_id: str) -> dict[str, str] | None:
         """The stored Redis record of one call, or ``None``."""
         return self.records([call_id]).get(call_id)
+
+    def claims(self, idems: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """The archived calls claimed under ``idems`` (``CallRow.idem``), in one query.
+
+        By idem: ``(call_id, status, fingerprint)``; the first claim when two rows share one.
+        """
+        if not idems:
+            return {}
+        query = (
+            select(CallRow.idem, CallRow.call_id, CallRow.status, CallRow.fingerprint)
+            .where(CallRow.idem.in_(list(dict.fromkeys(idems))))
+            .order_by(CallRow.created_at.desc())
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {row.idem: (row.call_id, row.status, row.fingerprint) for row in rows}
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's archived calls, in creation order."""
@@ -220,7 +309,7 @@ class HistoryStore:
                 model.__tablename__: int(
                     conn.execute(select(func.count()).select_from(model)).scalar_one()
                 )
-                for model in (CallRow, EventRow, DecisionRow, AuditRow)
+                for model in (CallRow, EventRow, DecisionRow, AuditRow, RunRow)
             }
 
     # -- retention -----------------------------------------------------------------------
@@ -244,6 +333,7 @@ class HistoryStore:
             for kind, model, column in (
                 ("results", CallRow, CallRow.finished_at),
                 ("results", DecisionRow, DecisionRow.decided_at),
+                ("results", RunRow, RunRow.last_dispatch_at),
                 ("events", EventRow, EventRow.ts),
             ):
                 tenant_col = model.tenant
@@ -252,7 +342,7 @@ class HistoryStore:
                         cutoff = now - days[kind] * 86400
                         stmt = delete(model).where(tenant_col == tenant, column < cutoff)
                         n = conn.execute(stmt).rowcount
-                        deleted[kind] += n if model is not DecisionRow else 0
+                        deleted[kind] += n if model is CallRow or model is EventRow else 0
                 if kind in retention:
                     cutoff = now - retention[kind] * 86400
                     stmt = delete(model).where(column < cutoff)
@@ -260,7 +350,7 @@ class HistoryStore:
                     if own:
                         stmt = stmt.where(tenant_col.not_in(own))
                     n = conn.execute(stmt).rowcount
-                    deleted[kind] += n if model is not DecisionRow else 0
+                    deleted[kind] += n if model is CallRow or model is EventRow else 0
             if "audit" in retention:
                 cutoff_ms = int((now - retention["audit"] * 86400) * 1000)
                 checkpoint = self._audit_checkpoint(conn, cutoff_ms)
@@ -344,6 +434,10 @@ def _float(value: str | None) -> float:
         return 0.0
 
 
+_ADDED = ("call_id", "position", "idem", "fingerprint")
+"""What the archiver adds to a record (``Batch.calls``): columns, not fields of the hash."""
+
+
 def _call_row(record: Mapping[str, str], now: float) -> dict[str, Any]:
     """The columns of a call's row, from its Redis record."""
     envelope = json.loads(record.get("envelope") or "{}")
@@ -362,8 +456,10 @@ def _call_row(record: Mapping[str, str], now: float) -> dict[str, Any]:
         "created_at": _float(record.get("created_at")),
         "finished_at": _float(record.get("finished_at") or record.get("updated_at")),
         "archived_at": now,
+        "idem": record.get("idem", ""),
+        "fingerprint": record.get("fingerprint", ""),
         "record": json.dumps(
-            {k: v for k, v in record.items() if k not in ("call_id", "position")},
+            {k: v for k, v in record.items() if k not in _ADDED},
             separators=(",", ":"),
             ensure_ascii=False,
         ),

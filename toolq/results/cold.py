@@ -9,7 +9,17 @@ holds, so every reader finds a call wherever it is. Nothing here imports the his
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """Which runs a listing shows: one tenant's (``None``: all) last dispatched within."""
+
+    tenant: str | None = None
+    since: float | None = None
+    until: float | None = None
 
 
 class ColdStore(Protocol):
@@ -27,4 +37,25 @@ class ColdStore(Protocol):
         self, run_id: str, after: str | None = None, count: int | None = None
     ) -> list[tuple[str, dict[str, str]]]:
         """A run's archived events after ``after``: ``(stream id, fields)``, in order."""
+        ...
+
+    def claims(self, idems: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """Archived calls by the hash of their idempotency key (``Keys.idempotency``).
+
+        By hash: ``(call_id, status, fingerprint claimed with the key)``.
+        """
+        ...
+
+    def runs(
+        self, bounds: RunBounds, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[str, float]]:
+        """Runs with archived calls within ``bounds``, newest first: ``(run_id, last dispatch)``."""
+        ...
+
+    def runs_total(self, bounds: RunBounds, besides: Sequence[str] = ()) -> int:
+        """How many runs ``runs`` lists in all, leaving out those in ``besides``."""
+        ...
+
+    def run_last_dispatch(self, run_id: str) -> float | None:
+        """The newest creation time among a run's archived calls, or ``None``."""
         ...

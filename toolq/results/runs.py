@@ -1,7 +1,10 @@
 """Runs as listings show them: ``RunSummary``, a page of runs, one run.
 
 Runs come from the runs indexes (``Keys.runs``, ``Keys.tenant_runs``: scored by each run's
-last dispatch, kept by ``create.lua`` and bounded by the result TTL), newest first; a
+last dispatch, kept by ``create.lua`` and bounded by the result TTL), newest first. With a
+history store a run leaves the indexes once all its calls are final and archived
+(``cool.lua``): a listing then merges the indexes with the history store's runs, in the
+same order and with one cursor (a run in both shows once, from Redis). A
 run's status counts are read from its own newest calls: a page reads at most
 ``STATUS_BUDGET`` statuses, shared among its runs (``STATUS_READ`` at most for one run), so a
 page of runs costs the same however many calls each run holds.
@@ -18,10 +21,10 @@ from pydantic import BaseModel, Field
 from toolq.errors import RunNotFoundError
 from toolq.keys import Keys
 from toolq.quotas import DEFAULT_TENANT
-from toolq.results.cold import ColdStore
+from toolq.results.cold import ColdStore, RunBounds
 from toolq.results.connection import as_text
 from toolq.results.owners import RunOwner
-from toolq.results.paging import Page, bounds, check_limit, walk
+from toolq.results.paging import Cursor, Page, bounds, check_limit, merge_pages, walk
 from toolq.results.runner import Scripts
 
 STATUS_READ = 1_000
@@ -135,12 +138,48 @@ def runs_page(
     items, next_cursor = walk(
         scripts, index, cursor=cursor, limit=limit, lo=lo, hi=hi, descending=True, keep=keep
     )
-    return Page(items, next_cursor, int(redis.zcount(index, lo, hi)))
+    hot = Page(items, next_cursor, int(redis.zcount(index, lo, hi)))
+    if cold is None:
+        return hot
+    archived = _archived_page(redis, keys, cold, index, limit, cursor, tenant, since, until)
+    return merge_pages([hot, archived], limit, key=lambda s: (s.last_dispatch_at or 0.0, s.run_id))
+
+
+def _archived_page(
+    redis: Any,
+    keys: Keys,
+    cold: ColdStore,
+    index: str,
+    limit: int,
+    cursor: str | None,
+    tenant: str | None,
+    since: float | None,
+    until: float | None,
+) -> Page[RunSummary]:
+    """A page of the history store's runs after ``cursor``, those still indexed left out."""
+    after = Cursor.decode(cursor) if cursor else None
+    wanted = RunBounds(tenant, since, until)
+    rows = cold.runs(wanted, (float(after.score), after.member) if after else None, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    pipe = redis.pipeline(transaction=False)
+    for run_id, _ in rows:
+        pipe.zscore(index, run_id)
+    indexed = pipe.execute() if rows else []
+    shown = [row for row, score in zip(rows, indexed, strict=True) if score is None]
+    items = [s for s in summaries(redis, keys, shown, cold) if s is not None]
+    next_cursor = Cursor(repr(rows[-1][1]), rows[-1][0]).encode() if more else None
+    lo, hi = bounds(since, until)
+    live = [as_text(m) for m in redis.zrangebyscore(index, lo, hi)]
+    total = cold.runs_total(wanted, besides=live)
+    return Page(items, next_cursor, total)
 
 
 def run_summary(redis: Any, keys: Keys, run_id: str, cold: ColdStore | None = None) -> RunSummary:
     """One run's summary; ``RunNotFoundError`` for a run with no calls and no owner."""
     at = redis.zscore(keys.runs, run_id)
+    if at is None and cold is not None:
+        at = cold.run_last_dispatch(run_id)
     [found] = summaries(redis, keys, [(run_id, float(at) if at is not None else None)], cold)
     if found is None:
         raise RunNotFoundError(f"unknown run id {run_id!r}", run_id=run_id)

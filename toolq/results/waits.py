@@ -26,6 +26,7 @@ dropped from there waits on its run's stream instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -61,6 +62,12 @@ INBOX_KEEP_SECONDS = 3600
 """How long an inbox keeps its entries (``lib/emit.lua`` trims older ones and lets an idle
 inbox expire); calls dispatched more than half of it ago are waited on through their run's
 stream (the margin covers the clocks of client and Redis)."""
+TRIM_EVERY_SECONDS = 1.0
+"""How often at most the reader trims its inbox of the entries it has read (``XTRIM MINID``
+to its cursor): every entry read is handed to its waiter or kept in ``_orphans`` (a waiter
+whose entry was dropped from there reads its run's stream), so the inbox holds about a
+second of final events instead of ``INBOX_KEEP_SECONDS`` of them; the keep is then only the
+bound for an inbox whose reader is gone."""
 ORPHANS = 20000
 """Inbox entries kept for waiters not registered yet (a call that ended before its wait)."""
 
@@ -125,6 +132,9 @@ class SharedWaits:
         self.inbox = self.keys.wait_inbox(reader_id)
         """The stream a call's record names (``notify``): its final event reaches this reader."""
         self._inbox_cursor = "0-0"
+        self._trimmed_at = 0.0
+        self._trimmed_to = "0-0"
+        """When the reader last trimmed its inbox (``TRIM_EVERY_SECONDS``), monotonic."""
         self._calls: dict[str, list[Waiter]] = {}
         """Inbox waiters by the call ids they wait on."""
         self._orphans: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -330,11 +340,23 @@ class SharedWaits:
                 got += len(entries)
                 run.cursor = as_text(entries[-1][0])
                 self._apply(run, list(run.waiters), entries)
+        self._trim_inbox(reader)
         if coalesce and got < BATCH:
             time.sleep(COALESCE_SECONDS)
         elif got and PAUSE_PER_STREAM_SECONDS:
             time.sleep(min(COALESCE_SECONDS, len(streams) * PAUSE_PER_STREAM_SECONDS))
         return True
+
+    def _trim_inbox(self, reader: redis.Redis) -> None:
+        """Drop the inbox entries read (all before the cursor), once a second at most."""
+        now = time.monotonic()
+        cursor = self._inbox_cursor
+        if now - self._trimmed_at < TRIM_EVERY_SECONDS or cursor == self._trimmed_to:
+            return
+        self._trimmed_at, self._trimmed_to = now, cursor
+        # On an error the next trim, or the inbox's own keep (lib/emit.lua), drops them.
+        with contextlib.suppress(redis.RedisError):
+            reader.xtrim(self.inbox, minid=cursor, approximate=False)
 
     def _apply(self, run: _Run, waiters: list[Waiter], entries: Any) -> None:
         """Hand ``entries`` (of ``run``'s stream) to ``waiters`` (the lock is held)."""
