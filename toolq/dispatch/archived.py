@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from toolq.errors import CallIdConflictError
 from toolq.results.store import CallStore, NewCall
 
 Found = dict[int, tuple[str, str]]
@@ -37,7 +38,7 @@ def archived_claims(store: CallStore, calls: Sequence[NewCall]) -> Found:
             continue
         call_id, _, claimed = claim
         conflict = bool(call.fingerprint and claimed and claimed != call.fingerprint)
-        found[i] = ("call_id_conflict" if conflict else "dup", call_id)
+        found[i] = (CallIdConflictError.code if conflict else "dup", call_id)
     return found
 
 
