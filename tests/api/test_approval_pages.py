@@ -216,3 +216,20 @@ def test_the_approval_client_follows_the_pages(api, client):
     with ApprovalClient(api, "view-t") as approver:
         listed = [request.call_id for request in approver.pending()]
     assert listed == parked
+
+
+def test_the_async_approval_client_follows_the_pages_and_decides(api, client):
+    import asyncio
+
+    from toolq import AsyncApprovalClient, CallStatus
+
+    parked = park(client, 1001)
+
+    async def listed_then_denied() -> tuple[list[str], CallStatus]:
+        async with AsyncApprovalClient(api, "alice-t") as approver:
+            listed = [request.call_id for request in await approver.pending(risk="dangerous")]
+            shown = await approver.get(parked[0])
+            denied = await approver.deny(shown.call_id, "not today")
+            return listed, denied.status
+
+    assert asyncio.run(listed_then_denied()) == (parked, CallStatus.DENIED)

@@ -5,7 +5,9 @@ issued to an approver for one call; either way the API records the decision as t
 it authenticated, never as a name the caller chose. An app that collects a person's decision
 in its own UI decides with this client and that person's credential, then resumes its agent
 framework, whose toolq adapter reads the decision: the agent process itself never decides.
-``AsyncApprovalClient`` is the same over ``httpx.AsyncClient``.
+``AsyncApprovalClient`` is the same over ``httpx.AsyncClient``: each method is written once,
+on ``ApprovalClient``, and builds its request for ``_send``, the one call that differs (the
+async client's is awaited), as httpx's ``Client`` and ``AsyncClient`` share one base.
 
 Errors come back as the toolq error of the API's ``code`` (``DigestMismatchError``,
 ``NotAwaitingApprovalError``, ``InvalidArgumentsError``...), else by HTTP status.
@@ -13,10 +15,12 @@ Errors come back as the toolq error of the API's ``code`` (``DigestMismatchError
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
+import operator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 from urllib.parse import quote
 
 from toolq import errors
@@ -30,6 +34,7 @@ DECISION_TOKEN_PREFIX = "tqd_"
 """How a decision token starts (an API token never does)."""
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _BY_CODE: dict[str, type[errors.ToolqError]] = {
     cls.code: cls
@@ -70,6 +75,8 @@ class _Request(Generic[T]):
     read: Callable[[Any], T]
     json: Any = None
     params: dict[str, str] | None = None
+    merge: Callable[[T, T], T] | None = None
+    """How pages join, for a paged request (its ``X-Next-Cursor`` followed); else one answer."""
 
 
 PAGE_LIMIT = 1000
@@ -80,78 +87,8 @@ def _call_path(call_id: str) -> str:
     return quote(call_id, safe="")
 
 
-class _Requests:
-    """The requests of both clients; decisions go where the credential is accepted."""
-
-    def __init__(self, token: str) -> None:
-        by_decision_token = token.startswith(DECISION_TOKEN_PREFIX)
-        self.base = "/v1/decisions" if by_decision_token else "/v1/approvals"
-
-    def _decide(self, call_id: str, action: str) -> str:
-        return f"{self.base}/{_call_path(call_id)}/{action}"
-
-    def pending(
-        self, run_id: str | None, risk: RiskLevel | str | None, tool: str | None
-    ) -> _Request[list[ApprovalRequest]]:
-        level = RiskLevel.parse(risk).value if risk is not None else None
-        params = {"run_id": run_id, "risk": level, "tool": tool}
-        return _Request(
-            "GET",
-            "/v1/approvals",
-            lambda data: [ApprovalRequest.model_validate(item) for item in data],
-            params={k: v for k, v in params.items() if v is not None},
-        )
-
-    def get(self, call_id: str) -> _Request[ApprovalRequest]:
-        path = f"{self.base}/{_call_path(call_id)}"
-        return _Request("GET", path, ApprovalRequest.model_validate)
-
-    def approve(
-        self,
-        call_id: str,
-        arguments: dict[str, Any] | None,
-        note: str | None,
-        digest: str | None,
-        always: bool,
-    ) -> _Request[CallResult]:
-        # None leaves the arguments as they are; {} is an edit to no arguments.
-        body: dict[str, Any] = {"always": always}
-        if arguments is not None:
-            body["arguments"] = arguments
-        if note is not None:
-            body["note"] = note
-        if digest is not None:
-            body["digest"] = digest
-        return _Request(
-            "POST", self._decide(call_id, "approve"), CallResult.model_validate, json=body
-        )
-
-    def deny(self, call_id: str, reason: str, always: bool) -> _Request[CallResult]:
-        body = {"reason": reason, "always": always}
-        return _Request("POST", self._decide(call_id, "deny"), CallResult.model_validate, json=body)
-
-    def decision_token(self, call_id: str) -> _Request[DecisionToken]:
-        path = f"/v1/approvals/{_call_path(call_id)}/decision-token"
-        return _Request("POST", path, lambda data: DecisionToken(**data))
-
-    def unknown(self, run_id: str | None) -> _Request[list[ApprovalRequest]]:
-        return _Request(
-            "GET",
-            "/v1/unknown",
-            lambda data: [ApprovalRequest.model_validate(item) for item in data],
-            params={"run_id": run_id} if run_id is not None else None,
-        )
-
-    def resolve(
-        self, call_id: str, outcome: Resolution | str, note: str | None, result: str | None
-    ) -> _Request[CallResult]:
-        body: dict[str, Any] = {"outcome": Resolution(outcome).value}
-        if note is not None:
-            body["note"] = note
-        if result is not None:
-            body["result"] = result
-        path = f"/v1/calls/{_call_path(call_id)}/resolve"
-        return _Request("POST", path, CallResult.model_validate, json=body)
+def _approval_requests(data: Any) -> list[ApprovalRequest]:
+    return [ApprovalRequest.model_validate(item) for item in data]
 
 
 def _answer(request: _Request[T], response: httpx.Response) -> T:
@@ -167,6 +104,53 @@ def _answer(request: _Request[T], response: httpx.Response) -> T:
     raise cls(message, status=response.status_code, api_code=code)
 
 
+class _Exchange(Generic[T]):
+    """One request's answer over as many responses as it takes: its pages, followed."""
+
+    def __init__(self, request: _Request[T]) -> None:
+        self.request = request
+        self.params = dict(request.params or {})
+        self.answer: T | None = None
+        self.done = False
+
+    def arguments(self) -> dict[str, Any]:
+        """The next response's ``request`` arguments (httpx's, sync or async)."""
+        request = self.request
+        return {
+            "method": request.method,
+            "url": request.path,
+            "json": request.json,
+            "params": self.params,
+        }
+
+    def take(self, response: httpx.Response) -> None:
+        """Read one response; ``done`` once the answer is whole."""
+        value = _answer(self.request, response)
+        merge = self.request.merge
+        if merge is None or self.answer is None:
+            self.answer = value
+        else:
+            self.answer = merge(self.answer, value)
+        cursor = response.headers.get("X-Next-Cursor") if merge is not None else None
+        self.done = not cursor
+        if cursor:
+            self.params["cursor"] = cursor
+
+
+def _decisions_path(token: str) -> str:
+    """Where decisions go: the path that accepts this credential."""
+    return "/v1/decisions" if token.startswith(DECISION_TOKEN_PREFIX) else "/v1/approvals"
+
+
+def _http_options(base_url: str, token: str, timeout: float) -> dict[str, Any]:
+    """What ``httpx.Client`` and ``httpx.AsyncClient`` are built with alike."""
+    return {
+        "base_url": base_url.rstrip("/"),
+        "headers": {"Authorization": f"Bearer {token}"},
+        "timeout": timeout,
+    }
+
+
 class ApprovalClient:
     """Decides parked calls over the HTTP API with one approver's credential."""
 
@@ -180,19 +164,18 @@ class ApprovalClient:
     ) -> None:
         import httpx  # imported here: `import toolq` stays free of it
 
-        self._requests = _Requests(token)
-        self.http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._decisions = _decisions_path(token)
+        self.http = httpx.Client(**_http_options(base_url, token, timeout), transport=transport)
 
     def _send(self, request: _Request[T]) -> T:
-        response = self.http.request(
-            request.method, request.path, json=request.json, params=request.params
-        )
-        return _answer(request, response)
+        """The one transport call (``AsyncApprovalClient`` awaits its own)."""
+        exchange = _Exchange(request)
+        while not exchange.done:
+            exchange.take(self.http.request(**exchange.arguments()))
+        return cast(T, exchange.answer)
+
+    def _decide(self, call_id: str, action: str) -> str:
+        return f"{self._decisions}/{_call_path(call_id)}/{action}"
 
     def pending(
         self,
@@ -204,21 +187,23 @@ class ApprovalClient:
 
         Every page of ``GET /v1/approvals``, followed by its ``X-Next-Cursor``.
         """
-        request = self._requests.pending(run_id, risk, tool)
-        found: list[ApprovalRequest] = []
-        params = {**(request.params or {}), "limit": str(PAGE_LIMIT)}
-        while True:
-            response = self.http.request(request.method, request.path, params=params)
-            page: list[ApprovalRequest] = _answer(request, response)
-            found.extend(page)
-            cursor = response.headers.get("X-Next-Cursor")
-            if not cursor:
-                return found
-            params["cursor"] = cursor
+        level = RiskLevel.parse(risk).value if risk is not None else None
+        given = {"run_id": run_id, "risk": level, "tool": tool}
+        params = {k: v for k, v in given.items() if v is not None}
+        return self._send(
+            _Request(
+                "GET",
+                "/v1/approvals",
+                _approval_requests,
+                params={**params, "limit": str(PAGE_LIMIT)},
+                merge=operator.add,
+            )
+        )
 
     def get(self, call_id: str) -> ApprovalRequest:
         """A call as approvers see it: arguments (secrets masked), digest, preview, diff."""
-        return self._send(self._requests.get(call_id))
+        path = f"{self._decisions}/{_call_path(call_id)}"
+        return self._send(_Request("GET", path, ApprovalRequest.model_validate))
 
     def approve(
         self,
@@ -230,19 +215,32 @@ class ApprovalClient:
         always: bool = False,
     ) -> CallResult:
         """Approve: ``arguments`` is an edit (``{}``: no arguments; None: as they are)."""
-        return self._send(self._requests.approve(call_id, arguments, note, digest, always))
+        # None leaves the arguments as they are; {} is an edit to no arguments.
+        body: dict[str, Any] = {"always": always}
+        if arguments is not None:
+            body["arguments"] = arguments
+        if note is not None:
+            body["note"] = note
+        if digest is not None:
+            body["digest"] = digest
+        path = self._decide(call_id, "approve")
+        return self._send(_Request("POST", path, CallResult.model_validate, json=body))
 
     def deny(self, call_id: str, reason: str = "", *, always: bool = False) -> CallResult:
         """Deny with a reason the model will read."""
-        return self._send(self._requests.deny(call_id, reason, always))
+        body = {"reason": reason, "always": always}
+        path = self._decide(call_id, "deny")
+        return self._send(_Request("POST", path, CallResult.model_validate, json=body))
 
     def decision_token(self, call_id: str) -> DecisionToken:
         """A one-time token for this approver's own decision on ``call_id``."""
-        return self._send(self._requests.decision_token(call_id))
+        path = f"/v1/approvals/{_call_path(call_id)}/decision-token"
+        return self._send(_Request("POST", path, lambda data: DecisionToken(**data)))
 
     def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
         """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
-        return self._send(self._requests.unknown(run_id))
+        params = {"run_id": run_id} if run_id is not None else None
+        return self._send(_Request("GET", "/v1/unknown", _approval_requests, params=params))
 
     def resolve(
         self,
@@ -253,7 +251,13 @@ class ApprovalClient:
         result: str | None = None,
     ) -> CallResult:
         """Resolve a call of unknown outcome: ``succeeded``, ``failed`` or ``rerun``."""
-        return self._send(self._requests.resolve(call_id, outcome, note, result))
+        body: dict[str, Any] = {"outcome": Resolution(outcome).value}
+        if note is not None:
+            body["note"] = note
+        if result is not None:
+            body["result"] = result
+        path = f"/v1/calls/{_call_path(call_id)}/resolve"
+        return self._send(_Request("POST", path, CallResult.model_validate, json=body))
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -266,8 +270,25 @@ class ApprovalClient:
         self.close()
 
 
+def _awaited(
+    method: Callable[Concatenate[ApprovalClient, P], T],
+) -> Callable[Concatenate[AsyncApprovalClient, P], Coroutine[Any, Any, T]]:
+    """``ApprovalClient``'s ``method`` on ``AsyncApprovalClient``: the same request, awaited.
+
+    The method builds its request and returns what ``self._send`` returns: on the async
+    client, the coroutine of its ``_send``, awaited here.
+    """
+
+    async def awaited(self: AsyncApprovalClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        sent = method(cast(ApprovalClient, self), *args, **kwargs)
+        return await cast(Awaitable[T], sent)
+
+    functools.update_wrapper(awaited, method)
+    return awaited
+
+
 class AsyncApprovalClient:
-    """``ApprovalClient`` over ``httpx.AsyncClient``."""
+    """``ApprovalClient`` over ``httpx.AsyncClient``: its methods, awaited."""
 
     def __init__(
         self,
@@ -279,77 +300,25 @@ class AsyncApprovalClient:
     ) -> None:
         import httpx
 
-        self._requests = _Requests(token)
+        self._decisions = _decisions_path(token)
         self.http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
+            **_http_options(base_url, token, timeout), transport=transport
         )
 
     async def _send(self, request: _Request[T]) -> T:
-        response = await self.http.request(
-            request.method, request.path, json=request.json, params=request.params
-        )
-        return _answer(request, response)
+        exchange = _Exchange(request)
+        while not exchange.done:
+            exchange.take(await self.http.request(**exchange.arguments()))
+        return cast(T, exchange.answer)
 
-    async def pending(
-        self,
-        run_id: str | None = None,
-        risk: RiskLevel | str | None = None,
-        tool: str | None = None,
-    ) -> list[ApprovalRequest]:
-        """See ``ApprovalClient.pending``."""
-        request = self._requests.pending(run_id, risk, tool)
-        found: list[ApprovalRequest] = []
-        params = {**(request.params or {}), "limit": str(PAGE_LIMIT)}
-        while True:
-            response = await self.http.request(request.method, request.path, params=params)
-            page: list[ApprovalRequest] = _answer(request, response)
-            found.extend(page)
-            cursor = response.headers.get("X-Next-Cursor")
-            if not cursor:
-                return found
-            params["cursor"] = cursor
-
-    async def get(self, call_id: str) -> ApprovalRequest:
-        """See ``ApprovalClient.get``."""
-        return await self._send(self._requests.get(call_id))
-
-    async def approve(
-        self,
-        call_id: str,
-        *,
-        arguments: dict[str, Any] | None = None,
-        note: str | None = None,
-        digest: str | None = None,
-        always: bool = False,
-    ) -> CallResult:
-        """See ``ApprovalClient.approve``."""
-        return await self._send(self._requests.approve(call_id, arguments, note, digest, always))
-
-    async def deny(self, call_id: str, reason: str = "", *, always: bool = False) -> CallResult:
-        """See ``ApprovalClient.deny``."""
-        return await self._send(self._requests.deny(call_id, reason, always))
-
-    async def decision_token(self, call_id: str) -> DecisionToken:
-        """See ``ApprovalClient.decision_token``."""
-        return await self._send(self._requests.decision_token(call_id))
-
-    async def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
-        """See ``ApprovalClient.unknown``."""
-        return await self._send(self._requests.unknown(run_id))
-
-    async def resolve(
-        self,
-        call_id: str,
-        outcome: Resolution | str,
-        *,
-        note: str | None = None,
-        result: str | None = None,
-    ) -> CallResult:
-        """See ``ApprovalClient.resolve``."""
-        return await self._send(self._requests.resolve(call_id, outcome, note, result))
+    _decide = ApprovalClient._decide  # the methods below build their paths with it
+    pending = _awaited(ApprovalClient.pending)
+    get = _awaited(ApprovalClient.get)
+    approve = _awaited(ApprovalClient.approve)
+    deny = _awaited(ApprovalClient.deny)
+    decision_token = _awaited(ApprovalClient.decision_token)
+    unknown = _awaited(ApprovalClient.unknown)
+    resolve = _awaited(ApprovalClient.resolve)
 
     async def close(self) -> None:
         """Close the HTTP connections."""
