@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import make_settings
 from tests.integrations.support import Approvers
 from toolq import AsyncClient, CallStatus, Client
+from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError, ConfigurationError
 from toolq.integrations._bridge import Bridge
 from toolq.integrations.langchain import toolq_tools
@@ -20,6 +21,28 @@ ADAPTERS = {
     "openai-agents": ToolqAgentTools,
     "langgraph": toolq_tools,
 }
+
+
+def _bridge_of(made) -> Bridge:
+    """The ``Bridge`` behind what an adapter's constructor made."""
+    if isinstance(made, Bridge):
+        return made
+    return made[0]._bridge if isinstance(made, list) else made.bridge
+
+
+@pytest.mark.parametrize("adapter", list(ADAPTERS))
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["Client", "AsyncClient"])
+def test_an_adapter_dispatches_with_its_submission_whole(client, adapter, asynchronous):
+    given = AsyncClient(client.registry, backend=client.backend) if asynchronous else client
+    run = f"b-sub-{adapter}-{asynchronous}"
+    submission = Submission(run_id=run, principal="agent-7", tenant="acme", behavior="ops")
+    bridge = _bridge_of(ADAPTERS[adapter](given, submission=submission, principal="agent-8"))
+    assert bridge.submit("t1", "echo", {"text": "hi"}).run_id == run
+    summary = client.run(run)
+    assert (summary.tenant, summary.owner) == ("acme", "agent-8")  # the keyword wins
+    assert bridge.with_run(f"{run}-2").submission.tenant == "acme"
+    with pytest.raises(ConfigurationError, match="idempotency_key"):
+        ADAPTERS[adapter](given, submission=Submission(idempotency_key="k"))
 
 
 @pytest.mark.parametrize("adapter", list(ADAPTERS))

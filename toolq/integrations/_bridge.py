@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from toolq.approvals.policy import digest_arguments
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
 from toolq.dispatch.providers.outcome import outcome, text_of
+from toolq.dispatch.submission import Submission
 from toolq.errors import (
     ApprovalPredicateError,
     CallIdConflictError,
@@ -72,7 +74,12 @@ def refused_on_resume(call_id: str, what: str) -> NotAuthorizedError:
 
 
 class Bridge:
-    """Dispatches, waits for, withdraws and cancels the calls of one toolq run."""
+    """Dispatches, waits for, withdraws and cancels the calls of one toolq run.
+
+    Every call goes out with one ``Submission`` (``Client.submit``): ``submission`` (its
+    tenant, principal, behaviour, run), with ``run_id``, ``principal`` and ``behavior`` in
+    place of its own when given; a new run when it names none.
+    """
 
     def __init__(
         self,
@@ -81,16 +88,39 @@ class Bridge:
         run_id: str | None = None,
         principal: str | None = None,
         behavior: str | None = None,
+        submission: Submission | None = None,
     ) -> None:
         self.client = client.sync if isinstance(client, AsyncClient) else client
         refuse_signing_key(self.client.settings)
-        self.run_id = run_id or uuid.uuid4().hex
-        self.principal = principal
-        self.behavior = behavior
+        given = submission or Submission()
+        if given.idempotency_key is not None or given.format is not None:
+            raise ConfigurationError(
+                "an adapter dispatches each call under the model's own call id, in its own "
+                "format: its Submission takes no idempotency_key or format"
+            )
+        self.fixed_run = (run_id or given.run_id) is not None
+        """Whether the run was given (else each framework run may name its own)."""
+        self.submission = dataclasses.replace(
+            given,
+            run_id=run_id or given.run_id or uuid.uuid4().hex,
+            principal=principal if principal is not None else given.principal,
+            behavior=behavior if behavior is not None else given.behavior,
+        )
+
+    @property
+    def run_id(self) -> str:
+        """The toolq run every call goes to."""
+        assert self.submission.run_id is not None
+        return self.submission.run_id
+
+    @property
+    def principal(self) -> str | None:
+        """Who dispatches (and cancels) the calls."""
+        return self.submission.principal
 
     def with_run(self, run_id: str) -> Bridge:
         """The same settings on another toolq run."""
-        return Bridge(self.client, run_id=run_id, principal=self.principal, behavior=self.behavior)
+        return Bridge(self.client, submission=dataclasses.replace(self.submission, run_id=run_id))
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -100,12 +130,8 @@ class Bridge:
         ``arguments`` are the model's own. Raises ``CallIdConflictError`` when the id names
         a call of another tool or with other arguments.
         """
-        batch = self.client.dispatch(
-            [{"id": tool_call_id, "name": name, "arguments": arguments}],
-            run_id=self.run_id,
-            principal=self.principal,
-            behavior=self.behavior,
-        )
+        payload = [{"id": tool_call_id, "name": name, "arguments": arguments}]
+        batch = self.client.submit(payload, self.submission)
         ref = batch.calls[0]
         if ref.duplicate:
             self._check_same(ref.call_id, tool_call_id, name, arguments)

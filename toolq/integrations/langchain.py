@@ -32,6 +32,7 @@ from pydantic import ConfigDict, PrivateAttr, ValidationError
 from toolq.approvals.models import Approve, Deny
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
+from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError
 from toolq.integrations._bridge import Bridge, error_text, output_of, refused_on_resume
 from toolq.models import CallResult, CallStatus
@@ -143,15 +144,18 @@ def toolq_tools(
     run_id: str | None = None,
     principal: str | None = None,
     behavior: str | None = None,
+    submission: Submission | None = None,
     tools: Iterable[str] | None = None,
 ) -> list[ToolqTool]:
     """One ``ToolqTool`` per active registry tool (or per name in ``tools``)."""
-    bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
+    bridge = Bridge(
+        client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
+    )
     wanted = set(tools) if tools is not None else None
     return [
         ToolqTool(
             bridge,
-            fixed_run=run_id is not None,
+            fixed_run=bridge.fixed_run,
             name=tool.name,
             description=tool.description or tool.name,
             args_schema=tool.input_schema,

@@ -27,6 +27,7 @@ from agents.tool_context import ToolContext
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
+from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError
 from toolq.integrations._bridge import Bridge, error_text, output_of
 from toolq.models import CallResult, CallStatus
@@ -43,9 +44,12 @@ class ToolqAgentTools:
         run_id: str | None = None,
         principal: str | None = None,
         behavior: str | None = None,
+        submission: Submission | None = None,
         tools: Iterable[str] | None = None,
     ) -> None:
-        self.bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
+        self.bridge = Bridge(
+            client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
+        )
         wanted = set(tools) if tools is not None else None
         self.tools: list[FunctionTool] = [
             self._function_tool(tool)

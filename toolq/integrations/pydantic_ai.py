@@ -40,6 +40,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
+from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError, InvalidArgumentsError
 from toolq.integrations._bridge import (
     Bridge,
@@ -67,11 +68,13 @@ class ToolqToolset(AbstractToolset[Any]):
         run_id: str | None = None,
         principal: str | None = None,
         behavior: str | None = None,
+        submission: Submission | None = None,
         tools: list[str] | None = None,
         id: str | None = "toolq",
     ) -> None:
-        self.bridge = Bridge(client, run_id=run_id, principal=principal, behavior=behavior)
-        self._fixed_run = run_id
+        self.bridge = Bridge(
+            client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
+        )
         self._names = tools
         self._id = id
         self._withdrawn: set[tuple[str, str]] = set()  # (run id, tool call id)
@@ -83,7 +86,7 @@ class ToolqToolset(AbstractToolset[Any]):
 
     def run_id(self, ctx: RunContext[Any] | None = None) -> str:
         """The toolq run a pydantic-ai run's calls go to."""
-        if self._fixed_run is not None or ctx is None or ctx.conversation_id is None:
+        if self.bridge.fixed_run or ctx is None or ctx.conversation_id is None:
             return self.bridge.run_id
         return ctx.conversation_id
 
