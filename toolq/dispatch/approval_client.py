@@ -115,13 +115,8 @@ class _Exchange(Generic[T]):
 
     def arguments(self) -> dict[str, Any]:
         """The next response's ``request`` arguments (httpx's, sync or async)."""
-        request = self.request
-        return {
-            "method": request.method,
-            "url": request.path,
-            "json": request.json,
-            "params": self.params,
-        }
+        sent = self.request
+        return {"method": sent.method, "url": sent.path, "json": sent.json, "params": self.params}
 
     def take(self, response: httpx.Response) -> None:
         """Read one response; ``done`` once the answer is whole."""
