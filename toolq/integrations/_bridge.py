@@ -21,7 +21,7 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from toolq.approvals.models import ApprovalRequest
 from toolq.approvals.policy import digest_arguments
@@ -71,6 +71,19 @@ def refused_on_resume(call_id: str, what: str) -> NotAuthorizedError:
         f"toolq call; {DECIDED_IN_TOOLQ}",
         call_id=call_id,
     )
+
+
+class BridgeOptions(TypedDict, total=False):
+    """What every adapter takes for its ``Bridge`` (its keyword arguments)."""
+
+    run_id: str | None
+    """The toolq run every call goes to (else the framework's run, or a new one)."""
+    principal: str | None
+    """Who dispatches (and cancels) the calls."""
+    behavior: str | None
+    """The agent behaviour the calls run under."""
+    submission: Submission | None
+    """The rest of the dispatch (its tenant...): the keywords above stand in for its fields."""
 
 
 class Bridge:

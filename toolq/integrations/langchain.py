@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextvars
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
@@ -32,9 +32,14 @@ from pydantic import ConfigDict, PrivateAttr, ValidationError
 from toolq.approvals.models import Approve, Deny
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError
-from toolq.integrations._bridge import Bridge, error_text, output_of, refused_on_resume
+from toolq.integrations._bridge import (
+    Bridge,
+    BridgeOptions,
+    error_text,
+    output_of,
+    refused_on_resume,
+)
 from toolq.models import CallResult, CallStatus
 
 APPROVAL_REQUEST = "toolq.approval_request"
@@ -141,16 +146,11 @@ class ToolqTool(BaseTool):
 def toolq_tools(
     client: Client | AsyncClient,
     *,
-    run_id: str | None = None,
-    principal: str | None = None,
-    behavior: str | None = None,
-    submission: Submission | None = None,
     tools: Iterable[str] | None = None,
+    **options: Unpack[BridgeOptions],
 ) -> list[ToolqTool]:
     """One ``ToolqTool`` per active registry tool (or per name in ``tools``)."""
-    bridge = Bridge(
-        client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
-    )
+    bridge = Bridge(client, **options)
     wanted = set(tools) if tools is not None else None
     return [
         ToolqTool(

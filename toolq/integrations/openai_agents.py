@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError
-from toolq.integrations._bridge import Bridge, error_text, output_of
+from toolq.integrations._bridge import Bridge, BridgeOptions, error_text, output_of
 from toolq.models import CallResult, CallStatus
 from toolq.registry.tool import Tool
 
@@ -41,15 +40,10 @@ class ToolqAgentTools:
         self,
         client: Client | AsyncClient,
         *,
-        run_id: str | None = None,
-        principal: str | None = None,
-        behavior: str | None = None,
-        submission: Submission | None = None,
         tools: Iterable[str] | None = None,
+        **options: Unpack[BridgeOptions],
     ) -> None:
-        self.bridge = Bridge(
-            client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
-        )
+        self.bridge = Bridge(client, **options)
         wanted = set(tools) if tools is not None else None
         self.tools: list[FunctionTool] = [
             self._function_tool(tool)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic_ai import (
     ApprovalRequired,
@@ -40,10 +40,10 @@ from pydantic_core import SchemaValidator, core_schema
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.dispatch.submission import Submission
 from toolq.errors import CallIdConflictError, InvalidArgumentsError
 from toolq.integrations._bridge import (
     Bridge,
+    BridgeOptions,
     error_text,
     is_settled_approval,
     output_of,
@@ -65,16 +65,11 @@ class ToolqToolset(AbstractToolset[Any]):
         self,
         client: Client | AsyncClient,
         *,
-        run_id: str | None = None,
-        principal: str | None = None,
-        behavior: str | None = None,
-        submission: Submission | None = None,
         tools: list[str] | None = None,
         id: str | None = "toolq",
+        **options: Unpack[BridgeOptions],
     ) -> None:
-        self.bridge = Bridge(
-            client, run_id=run_id, principal=principal, behavior=behavior, submission=submission
-        )
+        self.bridge = Bridge(client, **options)
         self._names = tools
         self._id = id
         self._withdrawn: set[tuple[str, str]] = set()  # (run id, tool call id)
