@@ -57,6 +57,21 @@ class RedisTarget:
             password.get_secret_value() if password else None,
         )
 
+    @classmethod
+    def each_of(cls, where: Settings | str) -> list[tuple[int | None, RedisTarget]]:
+        """Every Redis of ``where``: each cell of ``TOOLQ_SHARDS`` as (its index, its target).
+
+        Without cells, the one Redis as ``(None, target)``.
+        """
+        if isinstance(where, str) or not where.shards:
+            return [(None, cls.of(where))]
+        return [(i, cls.of(where.for_cell(i))) for i in range(len(where.shards))]
+
+    @property
+    def setting(self) -> str:
+        """The setting that names this Redis, for messages."""
+        return "TOOLQ_SENTINELS" if self.is_sentinel else "TOOLQ_REDIS_URL"
+
     @property
     def is_sentinel(self) -> bool:
         """True when the master is found through Sentinels."""

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from toolq.errors import ConfigurationError
 from toolq.models import EventType, RiskLevel
 from toolq.quotas import ANY_TENANT, OTHER_TENANTS, TenantConfig, valid_tenant
 from toolq.upstreams import McpServer
@@ -420,11 +421,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _shard_listed(self) -> Settings:
-        if self.shard is not None and self.shards and self.shard >= len(self.shards):
+        if self.shard is not None and self.shards and not self._listed(self.shard):
             raise ValueError(
                 f"TOOLQ_SHARD={self.shard}: TOOLQ_SHARDS lists {len(self.shards)} cells"
             )
         return self
+
+    def _listed(self, index: int) -> bool:
+        """Whether cell ``index`` is one of ``shards``: the one range check of a cell index."""
+        return 0 <= index < len(self.shards)
 
     @property
     def fair_share_on(self) -> bool:
@@ -442,7 +447,7 @@ class Settings(BaseSettings):
         A URL cell replaces ``redis_url`` (and drops ``sentinels``); a Sentinel cell sets
         ``sentinels`` and ``sentinel_master`` and keeps ``redis_url`` for its credentials.
         """
-        if not 0 <= index < len(self.shards):
+        if not self._listed(index):
             raise ValueError(f"cell {index}: TOOLQ_SHARDS lists {len(self.shards)} cells")
         cell = self.shards[index]
         update: dict[str, object] = {"shards": [], "shard": index}
@@ -452,3 +457,25 @@ class Settings(BaseSettings):
         else:
             update.update(sentinels=",".join(cell.sentinels), sentinel_master=cell.master)
         return self.model_copy(update=update)
+
+    def for_shard(self, shard: int | None) -> Settings:
+        """The settings of the one cell a worker (or ``toolq check``) serves: ``--shard``.
+
+        Without ``shards``: these settings, and ``shard`` must be ``None``. With them: cell
+        ``shard``'s (``for_cell``), and ``shard`` must name one. Else ``ConfigurationError``.
+        """
+        if not self.shards:
+            if shard is not None:
+                raise ConfigurationError("--shard (TOOLQ_SHARD) needs TOOLQ_SHARDS")
+            return self
+        if shard is None:
+            raise ConfigurationError(
+                f"TOOLQ_SHARDS lists {len(self.shards)} cells: name the one to serve "
+                "with --shard N (TOOLQ_SHARD)"
+            )
+        if not self._listed(shard):
+            cells = len(self.shards)
+            raise ConfigurationError(
+                f"--shard {shard}: TOOLQ_SHARDS lists {cells} cells (0 to {cells - 1})"
+            )
+        return self.for_cell(shard)

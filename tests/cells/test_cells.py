@@ -84,6 +84,36 @@ def cell_workers(two: Settings) -> Iterator[list[TestWorker]]:
         worker.close()
 
 
+def test_the_cells_to_check_and_the_cell_to_serve_come_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from toolq.errors import ConfigurationError
+    from toolq.redis_target import RedisTarget
+
+    one = Settings(redis_url="redis://one:6400/0")
+    assert RedisTarget.each_of(one) == [(None, RedisTarget("redis://one:6400/0"))]
+    assert one.for_shard(None) is one
+    with pytest.raises(ConfigurationError, match="needs TOOLQ_SHARDS"):
+        one.for_shard(0)
+    monkeypatch.setenv("TOOLQ_SHARDS", json.dumps(["redis://a:7000/0", "redis://b:7001/0"]))
+    two = Settings()
+    assert [(i, t.url) for i, t in RedisTarget.each_of(two)] == [
+        (0, "redis://a:7000/0"),
+        (1, "redis://b:7001/0"),
+    ]
+    assert two.for_shard(1).redis_url == "redis://b:7001/0"
+    with pytest.raises(ConfigurationError, match="name the one to serve"):
+        two.for_shard(None)
+    with pytest.raises(
+        ConfigurationError, match=r"--shard 2: TOOLQ_SHARDS lists 2 cells \(0 to 1\)"
+    ):
+        two.for_shard(2)
+    # The API's gate checks a client's one Redis; a client over cells has none to check.
+    with Client(registry, two) as over_cells, Client(registry, two.for_cell(0)) as one_cell:
+        assert over_cells.redis_target is None
+        assert one_cell.redis_target == RedisTarget("redis://a:7000/0")
+
+
 def test_settings_shards_parse_and_each_cell_is_one_redis(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "TOOLQ_SHARDS",

@@ -30,7 +30,6 @@ from toolq.backend import Backend
 from toolq.dispatch.client import Client
 from toolq.errors import RedisUnavailableError
 from toolq.registry.registry import ToolRegistry
-from toolq.results.connection import RedisTarget
 from toolq.settings import ApiToken, Settings
 from toolq.workers.health import run_checks_async
 
@@ -63,9 +62,10 @@ def create_app(
     auth = Authenticator({**load_tokens(settings), **(tokens or {})})
     owned = client
     parts = CellParts(client, settings)
-    # With cells each request checks the cells it touches (``toolq.cells``); without, one
-    # gate checks the one Redis before every request.
-    probe = None if settings.shards else RedisProbe(RedisTarget.of(settings))
+    # One gate checks the client's one Redis before every request; a client over cells has
+    # none to check (each request checks the cells it touches).
+    target = client.redis_target
+    probe = RedisProbe(target) if target is not None else None
 
     anchors = AuditAnchors(client)
 

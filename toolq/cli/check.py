@@ -20,7 +20,6 @@ from redis.exceptions import NoPermissionError
 
 from toolq.cli.common import (
     REDIS_OPTION,
-    cell_settings,
     parse_risks,
     require_redis,
     risk_list,
@@ -85,7 +84,7 @@ def check(
 
     With TOOLQ_SHARDS it checks one cell: --shard N (TOOLQ_SHARD, as the worker's).
     """
-    settings = cell_settings(settings_for(redis_url=redis_url), shard)
+    settings = settings_for(redis_url=redis_url).for_shard(shard)
     levels = risk_list(risk)
     target = RedisTarget.of(settings)
     where = target.describe()

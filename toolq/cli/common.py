@@ -97,17 +97,26 @@ def require_redis(where: Settings | str) -> None:
     """Exit 1 with one line naming the Redis (password hidden) unless it answers PING.
 
     toolq's clients retry a dropped connection for about ten seconds to ride out a restart;
-    a command started against a Redis that is not there should say so at once instead.
+    a command started against a Redis that is not there should say so at once instead. With
+    cells (``RedisTarget.each_of``) it exits only when none answers, naming on stderr each
+    that does not.
     """
-    if isinstance(where, Settings) and where.shards:
-        _require_a_cell(where)
-        return
-    target = RedisTarget.of(where)
-    setting = "TOOLQ_SENTINELS" if target.is_sentinel else "TOOLQ_REDIS_URL"
-    try:
-        _ping(target)
-    except (redis.RedisError, OSError, ValueError) as exc:
-        raise fail(redis_problem(exc, target.describe(), setting)) from None
+    targets = RedisTarget.each_of(where)
+    down = 0
+    for index, target in targets:
+        try:
+            _ping(target)
+        except (redis.RedisError, OSError, ValueError) as exc:
+            if index is None:  # the one Redis
+                raise fail(redis_problem(exc, target.describe(), target.setting)) from None
+            typer.echo(
+                f"warning: cell {index}: {redis_problem(exc, target.describe())}: "
+                "its runs are not reachable",
+                err=True,
+            )
+            down += 1
+    if down == len(targets):
+        raise fail("no cell of TOOLQ_SHARDS answers")
 
 
 def _ping(target: RedisTarget) -> None:
@@ -128,24 +137,6 @@ def redis_problem(exc: BaseException, where: str, setting: str = "TOOLQ_REDIS_UR
     return f"{error.message} [{error.code}]"
 
 
-def _require_a_cell(settings: Settings) -> None:
-    """With ``TOOLQ_SHARDS``: exit 1 when no cell answers; name on stderr each that does not."""
-    down = 0
-    for index in range(len(settings.shards)):
-        target = RedisTarget.of(settings.for_cell(index))
-        try:
-            _ping(target)
-        except (redis.RedisError, OSError, ValueError) as exc:
-            down += 1
-            typer.echo(
-                f"warning: cell {index}: {redis_problem(exc, target.describe())}: "
-                "its runs are not reachable",
-                err=True,
-            )
-    if down == len(settings.shards):
-        raise fail("no cell of TOOLQ_SHARDS answers")
-
-
 def require_free_port(host: str, port: int) -> None:
     """Exit 1 before anything starts when ``host:port`` cannot be listened on."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
@@ -164,25 +155,6 @@ def settings_for(app: str | None = None, redis_url: str | None = None) -> Settin
     if redis_url:
         overrides["redis_url"] = redis_url
     return Settings(**overrides)
-
-
-def cell_settings(settings: Settings, shard: int | None) -> Settings:
-    """The settings of the one cell a worker serves: cell ``shard`` of ``TOOLQ_SHARDS``."""
-    if not settings.shards:
-        if shard is not None:
-            raise ConfigurationError("--shard (TOOLQ_SHARD) needs TOOLQ_SHARDS")
-        return settings
-    if shard is None:
-        raise ConfigurationError(
-            f"TOOLQ_SHARDS lists {len(settings.shards)} cells: name the one to serve "
-            "with --shard N (TOOLQ_SHARD)"
-        )
-    if shard >= len(settings.shards):
-        raise ConfigurationError(
-            f"--shard {shard}: TOOLQ_SHARDS lists {len(settings.shards)} cells (0 to "
-            f"{len(settings.shards) - 1})"
-        )
-    return settings.for_cell(shard)
 
 
 def load_registry(reference: str | None, settings: Settings | None = None) -> ToolRegistry:

@@ -13,7 +13,6 @@ from celery.signals import celeryd_after_setup, worker_init
 from toolq.cli.common import (
     APP_HELP,
     REDIS_OPTION,
-    cell_settings,
     load_registry,
     log_level_option,
     one_of,
@@ -67,7 +66,7 @@ def worker(
     ),
 ) -> None:
     """Run a worker. SIGTERM finishes running calls first (warm shutdown)."""
-    settings = cell_settings(settings_for(app, redis_url), shard)
+    settings = settings_for(app, redis_url).for_shard(shard)
     if async_concurrency is not None:
         settings = settings.model_copy(update={"async_concurrency": async_concurrency})
     registry = load_registry(settings.app, settings)

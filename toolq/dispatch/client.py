@@ -295,6 +295,14 @@ class Client:
         return [(None, self)]
 
     @property
+    def redis_target(self) -> RedisTarget | None:
+        """The one Redis every request checks first (the API's gate): this client's.
+
+        A ``CellRouter`` has none: each request checks the cells it touches.
+        """
+        return RedisTarget.of(self.settings)
+
+    @property
     def history(self) -> HistoryStore | None:
         """The history store (``TOOLQ_HISTORY_URL``), or ``None`` without one."""
         return self.backend.history

@@ -21,6 +21,7 @@ from toolq.dispatch.client import Batch, CellState, Client
 from toolq.dispatch.submission import Submission
 from toolq.history.store import HistoryStore
 from toolq.models import CallResult
+from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import Page, merge_pages
 from toolq.results.runs import RunSummary
@@ -102,6 +103,11 @@ class CellRouter(CellRouting, Client):
         """Every cell and whether it answers."""
         up, _ = self.cells.split()
         return [CellState(c.index, c.where, c in up) for c in self.cells]
+
+    @property
+    def redis_target(self) -> RedisTarget | None:
+        """None: each request checks the cells it touches (``toolq.cells``)."""
+        return None
 
     @property
     def history(self) -> HistoryStore | None:
