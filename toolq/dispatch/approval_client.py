@@ -163,7 +163,11 @@ class ApprovalClient:
         self.http = httpx.Client(**_http_options(base_url, token, timeout), transport=transport)
 
     def _send(self, request: _Request[T]) -> T:
-        """The one transport call (``AsyncApprovalClient`` awaits its own)."""
+        """The one transport call; each method returns what it returns, untouched.
+
+        So ``AsyncApprovalClient`` runs the same methods: there they return the coroutine of
+        its own ``_send``.
+        """
         exchange = _Exchange(request)
         while not exchange.done:
             exchange.take(self.http.request(**exchange.arguments()))
