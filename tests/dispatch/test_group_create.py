@@ -7,6 +7,7 @@ queued calls in shared messages. Each dispatch keeps its own run, calls, refusal
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -18,7 +19,7 @@ import redis
 
 from tests.apps import registry
 from tests.conftest import Workers
-from toolq import CallStatus, Client, Settings
+from toolq import AsyncBatch, AsyncClient, CallStatus, Client, Settings
 from toolq.dispatch.client import Batch
 from toolq.errors import NotRunOwnerError, StoreUnavailableError
 from toolq.keys import Keys
@@ -176,3 +177,24 @@ def test_a_redis_error_of_a_shared_commit_is_every_dispatch_s_and_a_retry_dedupe
             {"text": f"{n}-0"},
             {"text": f"{n}-1"},
         ]
+
+
+def test_an_async_client_s_concurrent_dispatches_share_them_too(
+    r: redis.Redis, settings: Settings, workers: Workers
+) -> None:
+    # AsyncClient dispatches on threads (asyncio.to_thread): the same group commit.
+    async def main(client: AsyncClient) -> list[AsyncBatch]:
+        return await asyncio.gather(*(client.dispatch(_echoes(n)) for n in range(5)))
+
+    client = AsyncClient(registry, settings)
+    try:
+        r.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+        batches = asyncio.run(main(client))
+        assert len(_messages(r, "toolq.safe")) <= 3  # one per dispatch without it: 5
+        workers.start("safe", concurrency=2)
+        for n, batch in enumerate(batches):
+            outputs = [x.output for x in asyncio.run(batch.wait(timeout=60))]
+            assert outputs == [{"text": f"{n}-0"}, {"text": f"{n}-1"}]
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+        client.sync.close()
