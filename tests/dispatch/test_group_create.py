@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +19,7 @@ import redis
 
 from tests.apps import registry
 from tests.conftest import Workers
+from tests.workers.test_group_commit import _together as together
 from toolq import AsyncBatch, AsyncClient, CallStatus, Client, Settings
 from toolq.dispatch.client import Batch
 from toolq.errors import NotRunOwnerError, StoreUnavailableError
@@ -41,23 +42,15 @@ def paused_client(r: redis.Redis, settings: Settings) -> Iterator[Client]:
 def _together(r: redis.Redis, steps: list[Callable[[], Any]], pause_ms: int) -> list[Any]:
     """Each step's return value (or exception), run on threads at once while Redis holds
     writes ``pause_ms``."""
-    barrier = threading.Barrier(len(steps) + 1)
     out: list[Any] = [None] * len(steps)
 
-    def run(n: int) -> None:
-        barrier.wait()
+    def capture(n: int) -> None:
         try:
             out[n] = steps[n]()
         except Exception as exc:
             out[n] = exc
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(steps))]
-    for thread in threads:
-        thread.start()
-    r.execute_command("CLIENT", "PAUSE", pause_ms, "WRITE")
-    barrier.wait()
-    for thread in threads:
-        thread.join(20)
+    together(r, [functools.partial(capture, n) for n in range(len(steps))], pause_ms)
     return out
 
 

@@ -16,11 +16,11 @@ dispatch retried after such an error is answered from what was written, never tw
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, MessageGroup, NewCall
 
 if TYPE_CHECKING:
@@ -34,11 +34,9 @@ Created = tuple[list[NewCall], list[tuple[str, str]]]
 
 
 @dataclass
-class _Request:
+class _Request(Request):
     calls: Sequence[NewCall]
     created: Created = field(default_factory=lambda: ([], []))
-    error: BaseException | None = None
-    done: bool = False
 
     def answer(self) -> Created:
         if self.error is not None:
@@ -46,7 +44,7 @@ class _Request:
         return self.created
 
 
-class CreateCommit:
+class CreateCommit(GroupCommitter[_Request]):
     """Creates the calls of one process's dispatches, several dispatches' per round trip."""
 
     def __init__(
@@ -55,16 +53,10 @@ class CreateCommit:
         messages: Messages,
         admit: Callable[[RiskLevel], Invocation[Any]] | None = None,
     ) -> None:
+        super().__init__()
         self.store = store
         self.messages = messages
         self.admit = admit
-        self._changed = threading.Condition()
-        self._queue: list[_Request] = []
-        self._sending = False
-        self.round_trips = 0
-        """CREATE pipelines sent (each carrying one or more dispatches' calls)."""
-        self.requests = 0
-        """Dispatches answered."""
 
     def create(self, calls: Sequence[NewCall]) -> Created:
         """``CallStore.create_many`` of one dispatch's calls, in the next round trip.
@@ -74,25 +66,7 @@ class CreateCommit:
         """
         if not calls:
             return [], []
-        request = _Request(calls)
-        with self._changed:
-            self._queue.append(request)
-            while self._sending and not request.done:
-                self._changed.wait()
-            if request.done:
-                return request.answer()
-            self._sending = True
-            batch, self._queue = self._queue, []
-            self.requests += len(batch)
-        try:
-            self._send(batch)
-        finally:
-            with self._changed:
-                self._sending = False
-                for sent in batch:
-                    sent.done = True
-                self._changed.notify_all()
-        return request.answer()
+        return self._join(_Request(calls)).answer()
 
     def _send(self, batch: list[_Request]) -> None:
         """One pipeline for every call of ``batch``; its error is every request's."""
