@@ -3,7 +3,8 @@
 Many conversations in one client process each dispatch a few calls at a time. A dispatch
 whose calls are planned while another dispatch's CREATE pipeline is in flight waits for it
 to come back, then goes with every other dispatch queued meanwhile in the next pipeline,
-as a database's group commit does (``toolq.workers.commit`` does the same for FINISHes).
+as a database's group commit does (``toolq.results.group_commit``; the worker's FINISHes
+go the same way).
 The first dispatch to arrive sends at once: nothing waits for a timer or for company.
 
 The pipeline's queued calls share messages by the dispatcher's own rules, whichever
