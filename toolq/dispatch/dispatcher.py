@@ -3,7 +3,9 @@
 A queued call's Celery message is pushed by the same script that stores the call, so one
 round trip creates and enqueues a whole batch. Queued calls of one risk and time limit share
 messages of up to ``calls_per_message`` calls, each group created by one script with its
-message.
+message. Dispatches from other threads of the process that arrive while one is being
+created go together in the next round trip, their calls sharing messages too
+(``toolq.dispatch.commit``).
 
 Bad calls (unknown tool, bad JSON, invalid arguments) become failed calls and gated ones
 denied calls, each with an error the model can read; they never cost the batch its other
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import RunRules
 from toolq.dispatch.archived import archived_claims, merge
+from toolq.dispatch.commit import CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
@@ -141,6 +144,8 @@ class Dispatcher:
             Charge(),
         )
         """What each call goes through, in order (``toolq.dispatch.stages``)."""
+        self.creates = CreateCommit(store, self._messages, self.admission.invocation)
+        """Creates this dispatch's calls with other threads' (``toolq.dispatch.commit``)."""
 
     def dispatch(self, payload: Any, submission: Submission) -> Dispatched:
         """Store and route every tool call in ``payload``, as ``submission`` says.
@@ -191,8 +196,9 @@ class Dispatcher:
                 new_calls[-1].envelope.tracestate = span.tracestate
         # Calls whose keys left Redis for the history store are answered from it.
         archived = archived_claims(self.store, new_calls) if run_id else {}
-        fresh, groups = self._messages([c for i, c in enumerate(new_calls) if i not in archived])
-        created = self.store.create_many(fresh, groups, admit=self.admission.invocation)
+        fresh, created = self.creates.create(
+            [c for i, c in enumerate(new_calls) if i not in archived]
+        )
         places, replies = merge(archived, created, len(new_calls))
         for i, made in zip(places, fresh, strict=True):
             new_calls[i] = made

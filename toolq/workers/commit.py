@@ -10,7 +10,6 @@ has answered its own writes, so a FINISH is in Redis before its message is ackno
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import redis
 
 from toolq.models import CallEnvelope, CallResult
+from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, Started
 
 Finished = tuple[CallEnvelope, str, CallResult]
@@ -27,13 +27,11 @@ Starting = tuple[str, str, str]
 
 
 @dataclass
-class _Request:
+class _Request(Request):
     finished: Sequence[Finished]
     starts: Sequence[Starting]
     held: list[bool] = field(default_factory=list)
     started: list[Started] = field(default_factory=list)
-    error: BaseException | None = None
-    done: bool = False
 
     def answer(self) -> tuple[list[bool], list[Started]]:
         if self.error is not None:
@@ -41,20 +39,14 @@ class _Request:
         return self.held, self.started
 
 
-class GroupCommit:
+class GroupCommit(GroupCommitter[_Request]):
     """Commits a process's finishes and starts, several threads' in one round trip."""
 
     def __init__(self, store: CallStore, cancelled: dict[str, Any]) -> None:
+        super().__init__()
         self.store = store
         self.cancelled = cancelled
         """The result a START writes for a call cancelled before it started."""
-        self._changed = threading.Condition()
-        self._queue: list[_Request] = []
-        self._sending = False
-        self.round_trips = 0
-        """Round trips sent (each carrying one or more threads' writes)."""
-        self.requests = 0
-        """Threads' commits answered."""
 
     def commit(
         self, finished: Sequence[Finished], starts: Sequence[Starting]
@@ -65,25 +57,7 @@ class GroupCommit:
         queued behind it. Errors are this request's own (a round trip that failed as a
         whole fails every request it carried; each is safe to repeat).
         """
-        request = _Request(finished, starts)
-        with self._changed:
-            self._queue.append(request)
-            while self._sending and not request.done:
-                self._changed.wait()
-            if request.done:
-                return request.answer()
-            self._sending = True
-            batch, self._queue = self._queue, []
-            self.requests += len(batch)
-        try:
-            self._send(batch)
-        finally:
-            with self._changed:
-                self._sending = False
-                for sent in batch:
-                    sent.done = True
-                self._changed.notify_all()
-        return request.answer()
+        return self._join(_Request(finished, starts)).answer()
 
     def _send(self, batch: list[_Request]) -> None:
         """One round trip for the whole batch; a script error is answered request by request."""
