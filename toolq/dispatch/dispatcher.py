@@ -315,7 +315,9 @@ class Dispatcher:
         pipe.get(self.store.keys.run_owner(run_id))
         raw_rules, raw_owner = pipe.execute()
         rules = RunRules.model_validate_json(raw_rules) if raw_rules else RunRules()
-        owner = RunOwner.decode(raw_owner) if raw_owner else None
+        # A run whose keys left Redis keeps its owner: put back from the history store, the
+        # scripts creating the calls refuse anyone else, as they do while the run is hot.
+        owner = RunOwner.decode(raw_owner) if raw_owner else self.owners.restore(run_id)
         if owner is not None and not owner.admits(principal, tenant):
             # An approver's "always" was granted for the owner's calls, not for an admin's.
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})

@@ -1,0 +1,43 @@
+"""A run whose keys left Redis for the history store still belongs to its owner."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.apps import registry
+from tests.conftest import make_settings
+from toolq import Client
+from toolq.errors import NotRunOwnerError
+from toolq.history.archiver import Archiver
+from toolq.history.store import HistoryStore
+from toolq.keys import Keys
+from toolq.testing import TestWorker
+
+
+def echo(call_id: str, text: str) -> list[dict[str, object]]:
+    return [{"id": call_id, "name": "echo", "arguments": {"text": text}}]
+
+
+def archive(r, settings) -> int:
+    history = HistoryStore(settings.history_url)
+    try:
+        return Archiver(r, Keys(settings.key_prefix), settings, history, "t").step(100)
+    finally:
+        history.close()
+
+
+def test_another_principal_may_not_dispatch_into_an_archived_run(r, history_url):
+    settings = make_settings(history_url=history_url, hot_seconds=1)
+    keys = Keys(settings.key_prefix)
+    with Client(registry, settings) as client:
+        first = client.dispatch(echo("e1", "hi"), run_id="run-own", principal="alice")
+        with TestWorker(settings, registry) as worker:
+            worker.drain()
+        first.wait(timeout=5)
+        assert archive(r, settings) == 1
+        time.sleep(1.3)
+        assert not r.exists(keys.run_owner("run-own"))
+        with pytest.raises(NotRunOwnerError):
+            client.dispatch(echo("x1", "mine now"), run_id="run-own", principal="mallory")
