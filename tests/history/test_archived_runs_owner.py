@@ -41,3 +41,20 @@ def test_another_principal_may_not_dispatch_into_an_archived_run(r, history_url)
         assert not r.exists(keys.run_owner("run-own"))
         with pytest.raises(NotRunOwnerError):
             client.dispatch(echo("x1", "mine now"), run_id="run-own", principal="mallory")
+
+
+def test_another_tenant_gets_no_archived_call_of_a_run(r, history_url):
+    """The same principal for another tenant: refused, as while the run is hot."""
+    settings = make_settings(history_url=history_url, hot_seconds=1)
+    with Client(registry, settings) as client:
+        first = client.dispatch(echo("e1", "hi"), run_id="run-ten", principal="p", tenant="a")
+        with TestWorker(settings, registry) as worker:
+            worker.drain()
+        first.wait(timeout=5)
+        assert archive(r, settings) == 1
+        time.sleep(1.3)
+        with pytest.raises(NotRunOwnerError):
+            client.dispatch(echo("e1", "hi"), run_id="run-ten", principal="p", tenant="b")
+        # Its owner still gets its call back.
+        again = client.dispatch(echo("e1", "hi"), run_id="run-ten", principal="p", tenant="a")
+        assert again.call_ids == first.call_ids

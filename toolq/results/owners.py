@@ -77,6 +77,13 @@ class RunOwner:
         """True when ``principal`` is this owner (of ``tenant``, when one is named)."""
         return self.principal == principal and (tenant is None or tenant == self.tenant_name)
 
+    def admits_submitter(self, principal: str | None, tenant: str, admin: bool) -> bool:
+        """True when the create script lets ``principal`` dispatch into the run for ``tenant``.
+
+        The owner itself, or an admin of the run's tenant (``create.lua``).
+        """
+        return self.admits(principal, tenant) or (admin and tenant == self.tenant_name)
+
 
 class RunOwners:
     """Reads run owners, claims unowned runs, and refuses (and audits) everyone else."""
