@@ -85,8 +85,8 @@ class HistoryStore:
         """Upsert a batch in one transaction (a repeat writes nothing new)."""
         now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            rows = [_call_row(record, now) for record in batch.calls]
-            decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
+            rows = _storable([_call_row(record, now) for record in batch.calls])
+            decisions = _storable([d for d in map(_decision_row, batch.calls) if d is not None])
             for model, chunk in [
                 *((CallRow, c) for c in _chunks(rows, 500)),
                 *((DecisionRow, c) for c in _chunks(decisions, 500)),
@@ -98,10 +98,12 @@ class HistoryStore:
                 self._write_runs(conn, rows)
             if batch.events:
                 tenants = {r["call_id"]: r.get("tenant") or "default" for r in batch.calls}
-                events = [
-                    _event_row(run_id, event_id, fields, tenants)
-                    for run_id, event_id, fields in batch.events
-                ]
+                events = _storable(
+                    [
+                        _event_row(run_id, event_id, fields, tenants)
+                        for run_id, event_id, fields in batch.events
+                    ]
+                )
                 for chunk in _chunks(events, 500):
                     conn.execute(self._insert(EventRow).values(chunk).on_conflict_do_nothing())
             if batch.audit:
@@ -441,6 +443,21 @@ def _held(text: str | None) -> bool:
     on the database's refusal.
     """
     return text is None or "\x00" not in text
+
+
+def _storable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each NUL in their text replaced by U+FFFD: PostgreSQL's text holds none.
+
+    Any Redis client can write a record, and one NUL would otherwise fail the archive of
+    every batch holding it, and so of every call behind it. A call's ``record`` (JSON)
+    keeps the value as it was.
+    """
+    return [
+        {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v for k, v in row.items()}
+        if any(isinstance(v, str) and "\x00" in v for v in row.values())
+        else row
+        for row in rows
+    ]
 
 
 def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
