@@ -62,3 +62,11 @@ def test_a_call_with_a_nul_in_its_names_is_archived_with_the_others(r, history_u
             assert kept is not None and kept["run_id"] == "r\x00n"  # the record as it was
         finally:
             history.close()
+
+
+def test_a_history_search_naming_a_nul_finds_nothing(r, history_url):
+    settings = make_settings(history_url=history_url)
+    for api in serve(create_app(settings, registry, tokens=TOKENS)):
+        for params in [{"tool": "t\x00n"}, {"run": "r\x00n"}, {"error": "e\x00"}]:
+            got = httpx.get(f"{api}/v1/history/calls", params=params, headers=h("view-t"))
+            assert got.status_code == 200 and got.json() == [], (params, got.text)
