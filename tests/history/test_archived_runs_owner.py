@@ -8,24 +8,11 @@ import pytest
 
 from tests.apps import registry
 from tests.conftest import make_settings
+from tests.history.test_hot_bounds import archive, echo
 from toolq import Client
 from toolq.errors import NotRunOwnerError
-from toolq.history.archiver import Archiver
-from toolq.history.store import HistoryStore
 from toolq.keys import Keys
 from toolq.testing import TestWorker
-
-
-def echo(call_id: str, text: str) -> list[dict[str, object]]:
-    return [{"id": call_id, "name": "echo", "arguments": {"text": text}}]
-
-
-def archive(r, settings) -> int:
-    history = HistoryStore(settings.history_url)
-    try:
-        return Archiver(r, Keys(settings.key_prefix), settings, history, "t").step(100)
-    finally:
-        history.close()
 
 
 def test_another_principal_may_not_dispatch_into_an_archived_run(r, history_url):
