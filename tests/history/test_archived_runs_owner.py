@@ -45,3 +45,19 @@ def test_another_tenant_gets_no_archived_call_of_a_run(r, history_url):
         # Its owner still gets its call back.
         again = client.dispatch(echo("e1", "hi"), run_id="run-ten", principal="p", tenant="a")
         assert again.call_ids == first.call_ids
+
+
+def test_another_principal_may_not_take_an_archived_run_by_setting_its_rules(r, history_url):
+    settings = make_settings(history_url=history_url, hot_seconds=1)
+    with Client(registry, settings) as client:
+        first = client.dispatch(echo("e1", "hi"), run_id="run-rules", principal="alice")
+        with TestWorker(settings, registry) as worker:
+            worker.drain()
+        first.wait(timeout=5)
+        assert archive(r, settings) == 1
+        time.sleep(1.3)
+        with pytest.raises(NotRunOwnerError):
+            client.approvals.set_rules("run-rules", approve_tools=["echo"], principal="mallory")
+        client.approvals.set_rules("run-rules", approve_tools=["echo"], principal="alice")
+        with pytest.raises(NotRunOwnerError):
+            client.dispatch(echo("x1", "mine now"), run_id="run-rules", principal="mallory")

@@ -126,8 +126,15 @@ class RunOwners:
         return next((r.get("owner") for r in self.cold.records(first).values()), None)
 
     def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
-        """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner."""
+        """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner.
+
+        A run whose key left Redis with its archived calls has one: it is put back instead.
+        """
         key = self.keys.run_owner(run_id)
+        if self.cold is not None and not self.redis.exists(key):
+            restored = self.restore(run_id)
+            if restored is not None:
+                return restored
         pipe = self.redis.pipeline(transaction=False)
         owner = RunOwner.of(principal, tenant or DEFAULT_TENANT)
         pipe.set(key, owner.encode(), nx=True, ex=self.settings.result_ttl)
