@@ -182,7 +182,7 @@ class Dispatcher:
             )
         run = run_id or uuid.uuid4().hex
         # A run this dispatch creates has no rules yet: no need to look them up.
-        run_rules = self._rules_for(run, principal, tenant) if run_id else RunRules()
+        run_rules, owner = self._rules_for(run, principal, tenant) if run_id else (RunRules(), None)
         budget = tenant_config(self.settings.tenants, tenant).budget
         plan = DispatchPlan(submission, run, run_rules, budget)
         new_calls = []
@@ -194,8 +194,10 @@ class Dispatcher:
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
-        # Calls whose keys left Redis for the history store are answered from it.
-        archived = archived_claims(self.store, new_calls) if run_id else {}
+        # Calls whose keys left Redis for the history store are answered from it; to a
+        # submitter the run's owner does not admit, CREATE answers (refuses) as when hot.
+        admitted = owner is None or owner.admits_submitter(principal, tenant, submission.admin)
+        archived = archived_claims(self.store, new_calls) if run_id and admitted else {}
         fresh, created = self.creates.create(
             [c for i, c in enumerate(new_calls) if i not in archived]
         )
@@ -314,18 +316,22 @@ class Dispatcher:
             calls[i], replies[i] = call, reply
         return True
 
-    def _rules_for(self, run_id: str, principal: str | None, tenant: str) -> RunRules:
-        """The run's rules as they apply to ``principal``'s calls (one round trip)."""
+    def _rules_for(
+        self, run_id: str, principal: str | None, tenant: str
+    ) -> tuple[RunRules, RunOwner | None]:
+        """The run's rules as they apply to ``principal``'s calls, and its owner (one trip)."""
         pipe = self.store.redis.pipeline(transaction=False)
         pipe.get(self.store.keys.run_settings(run_id))
         pipe.get(self.store.keys.run_owner(run_id))
         raw_rules, raw_owner = pipe.execute()
         rules = RunRules.model_validate_json(raw_rules) if raw_rules else RunRules()
-        owner = RunOwner.decode(raw_owner) if raw_owner else None
+        # A run whose keys left Redis keeps its owner: put back from the history store, the
+        # scripts creating the calls refuse anyone else, as they do while the run is hot.
+        owner = RunOwner.decode(raw_owner) if raw_owner else self.owners.restore(run_id)
         if owner is not None and not owner.admits(principal, tenant):
             # An approver's "always" was granted for the owner's calls, not for an admin's.
             rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
-        return rules
+        return rules, owner
 
     def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
         """The queued calls' messages: one per group of calls of one risk and time limit.

@@ -79,6 +79,9 @@ def search_calls(conn: Connection, query: CallQuery) -> Found:
     """Run ``query`` on ``conn``."""
     if isinstance(query.limit, bool) or not 1 <= query.limit <= MAX_LIMIT:
         raise PayloadError(f"limit must be an integer from 1 to {MAX_LIMIT}, not {query.limit!r}")
+    named = (query.run, query.tool, query.status, query.tenant, query.submitter, query.approver)
+    if any("\x00" in text for text in (*named, query.error) if text):
+        return Found([], None)  # no row holds a NUL (PostgreSQL's text cannot)
     conditions: list[Any] = []
     for column, value in (
         (CallRow.run_id, query.run),
@@ -98,6 +101,8 @@ def search_calls(conn: Connection, query: CallQuery) -> Found:
         conditions.append(CallRow.error.ilike(f"%{_escaped(query.error)}%", escape="\\"))
     if query.cursor:
         at, call_id = decode_cursor(query.cursor)
+        if "\x00" in call_id:
+            return Found([], None)
         conditions.append(
             or_(
                 CallRow.finished_at < at,

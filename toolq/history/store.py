@@ -85,8 +85,8 @@ class HistoryStore:
         """Upsert a batch in one transaction (a repeat writes nothing new)."""
         now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            rows = [_call_row(record, now) for record in batch.calls]
-            decisions = [d for d in map(_decision_row, batch.calls) if d is not None]
+            rows = _storable([_call_row(record, now) for record in batch.calls])
+            decisions = _storable([d for d in map(_decision_row, batch.calls) if d is not None])
             for model, chunk in [
                 *((CallRow, c) for c in _chunks(rows, 500)),
                 *((DecisionRow, c) for c in _chunks(decisions, 500)),
@@ -98,10 +98,12 @@ class HistoryStore:
                 self._write_runs(conn, rows)
             if batch.events:
                 tenants = {r["call_id"]: r.get("tenant") or "default" for r in batch.calls}
-                events = [
-                    _event_row(run_id, event_id, fields, tenants)
-                    for run_id, event_id, fields in batch.events
-                ]
+                events = _storable(
+                    [
+                        _event_row(run_id, event_id, fields, tenants)
+                        for run_id, event_id, fields in batch.events
+                    ]
+                )
                 for chunk in _chunks(events, 500):
                     conn.execute(self._insert(EventRow).values(chunk).on_conflict_do_nothing())
             if batch.audit:
@@ -157,6 +159,8 @@ class HistoryStore:
         Strictly after ``after`` (the ``(last dispatch, run_id)`` a page ended on), in the
         order of the Redis runs indexes: time, then run id, descending.
         """
+        if not _held(bounds.tenant) or (after is not None and not _held(after[1])):
+            return []
         query = self._run_bounds(select(RunRow.run_id, RunRow.last_dispatch_at), bounds)
         if after is not None:
             query = query.where(
@@ -168,6 +172,9 @@ class HistoryStore:
 
     def runs_total(self, bounds: RunBounds, besides: Sequence[str] = ()) -> int:
         """The runs ``runs`` lists in all, less those of them named in ``besides``."""
+        if not _held(bounds.tenant):
+            return 0
+        besides = [run_id for run_id in besides if _held(run_id)]
         query = self._run_bounds(select(func.count()).select_from(RunRow), bounds)
         with self.engine.connect() as conn:
             total = int(conn.execute(query).scalar_one())
@@ -178,6 +185,8 @@ class HistoryStore:
 
     def run_last_dispatch(self, run_id: str) -> float | None:
         """The newest creation time among a run's archived calls, or ``None``."""
+        if not _held(run_id):
+            return None
         with self.engine.connect() as conn:
             return conn.execute(
                 select(RunRow.last_dispatch_at).where(RunRow.run_id == run_id)
@@ -196,6 +205,7 @@ class HistoryStore:
 
     def records(self, call_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         """The stored Redis records of those of ``call_ids`` archived, by call id."""
+        call_ids = [call_id for call_id in call_ids if _held(call_id)]
         if not call_ids:
             return {}
         with self.engine.connect() as conn:
@@ -226,6 +236,8 @@ class HistoryStore:
 
     def run_call_ids(self, run_id: str) -> list[str]:
         """A run's archived calls, in creation order."""
+        if not _held(run_id):
+            return []
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(CallRow.call_id)
@@ -238,6 +250,8 @@ class HistoryStore:
         self, run_id: str, after: str | None = None, count: int | None = None
     ) -> list[tuple[str, dict[str, str]]]:
         """A run's archived events strictly after ``after``: ``(stream id, fields)``, in order."""
+        if not _held(run_id):
+            return []
         query = select(
             EventRow.event_id, EventRow.type, EventRow.call_id, EventRow.ts, EventRow.data
         ).where(EventRow.run_id == run_id)
@@ -420,6 +434,30 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
+
+
+def _held(text: str | None) -> bool:
+    """Whether a stored row can hold ``text``: PostgreSQL's text holds no NUL character.
+
+    A read naming a value with one (any client's input) finds nothing, instead of failing
+    on the database's refusal.
+    """
+    return text is None or "\x00" not in text
+
+
+def _storable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each NUL in their text replaced by U+FFFD: PostgreSQL's text holds none.
+
+    Any Redis client can write a record, and one NUL would otherwise fail the archive of
+    every batch holding it, and so of every call behind it. A call's ``record`` (JSON)
+    keeps the value as it was.
+    """
+    return [
+        {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v for k, v in row.items()}
+        if any(isinstance(v, str) and "\x00" in v for v in row.values())
+        else row
+        for row in rows
+    ]
 
 
 def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

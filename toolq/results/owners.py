@@ -77,6 +77,13 @@ class RunOwner:
         """True when ``principal`` is this owner (of ``tenant``, when one is named)."""
         return self.principal == principal and (tenant is None or tenant == self.tenant_name)
 
+    def admits_submitter(self, principal: str | None, tenant: str, admin: bool) -> bool:
+        """True when the create script lets ``principal`` dispatch into the run for ``tenant``.
+
+        The owner itself, or an admin of the run's tenant (``create.lua``).
+        """
+        return self.admits(principal, tenant) or (admin and tenant == self.tenant_name)
+
 
 class RunOwners:
     """Reads run owners, claims unowned runs, and refuses (and audits) everyone else."""
@@ -92,15 +99,42 @@ class RunOwners:
 
     def get(self, run_id: str) -> RunOwner | None:
         """The run's owner; ``None`` for a run with no recorded owner (unknown run)."""
-        raw: Any = self.redis.get(self.keys.run_owner(run_id))
-        if not raw and self.cold is not None:
-            first = self.cold.run_call_ids(run_id)[:1]
-            raw = next((r.get("owner") for r in self.cold.records(first).values()), None)
+        raw: Any = self.redis.get(self.keys.run_owner(run_id)) or self._archived(run_id)
         return RunOwner.decode(raw) if raw else None
 
-    def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
-        """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner."""
+    def restore(self, run_id: str) -> RunOwner | None:
+        """The owner of a run whose key left Redis, read from its archived calls and put back.
+
+        The scripts that create calls know the owner by its key alone: without it, the next
+        dispatch into the run would make its submitter, whoever it is, the owner of the
+        calls archived before. ``None``: the history store holds no call of the run.
+        """
+        raw = self._archived(run_id)
+        if not raw:
+            return None
         key = self.keys.run_owner(run_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, raw, nx=True, ex=self.settings.result_ttl)
+        pipe.get(key)
+        return RunOwner.decode(pipe.execute()[1])
+
+    def _archived(self, run_id: str) -> str | None:
+        """The owner recorded with the run's first archived call (``None``: none)."""
+        if self.cold is None:
+            return None
+        first = self.cold.run_call_ids(run_id)[:1]
+        return next((r.get("owner") for r in self.cold.records(first).values()), None)
+
+    def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
+        """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner.
+
+        A run whose key left Redis with its archived calls has one: it is put back instead.
+        """
+        key = self.keys.run_owner(run_id)
+        if self.cold is not None and not self.redis.exists(key):
+            restored = self.restore(run_id)
+            if restored is not None:
+                return restored
         pipe = self.redis.pipeline(transaction=False)
         owner = RunOwner.of(principal, tenant or DEFAULT_TENANT)
         pipe.set(key, owner.encode(), nx=True, ex=self.settings.result_ttl)

@@ -311,8 +311,11 @@ class WorkerRuntime:
                     ended.append((env, token, self._run_sync(env, token, attempt)))
         finally:
             pending.close()
+            self._unwatch(ended)  # only if this thread broke: their leases lapse
             if on_loop:  # only if this thread broke: let them end on their own
                 log.warning("slot left %d async call(s) running", len(on_loop))
+                for future, (env, _) in on_loop.items():
+                    future.add_done_callback(self._unwatch_when_done(env.call_id))
 
     def _next(self, pending: Pending, kinds: dict[str, bool]) -> list[tuple[str, str, str, bool]]:
         """The calls to start now, taken out of ``pending``: ``(call_id, run_id, token, async)``.
@@ -400,11 +403,15 @@ class WorkerRuntime:
                     result = body
                 else:
                     coro, ctx = body
+                    # Renewed until its FINISH is written (``_commit``), which may wait for
+                    # a synchronous sibling running on the slot's thread.
                     self.keeper.add(env.call_id, token, ctx)
                     try:
                         result = await coro
-                    finally:
-                        self.keeper.remove(env.call_id)
+                    except BaseException as exc:
+                        if not isinstance(exc, Exception):  # cancelled with its loop: no FINISH
+                            self.keeper.remove(env.call_id)
+                        raise
                 span.finish(result)
                 return result
         except Exception as exc:  # the executor reports failures; this is a toolq bug
@@ -420,16 +427,19 @@ class WorkerRuntime:
         """
         held: list[bool] = []
         started: list[Started] = []
-        if ended and starts:
-            try:
-                held, started = self.commits.commit(ended, starts)
-            except (redis.ConnectionError, redis.ResponseError, ReplicationError) as exc:
-                log.info("retrying finishes and starts apart: %s", exc)
-                held, started = self._finish(ended), self._start(starts)
-        elif ended:
-            held = self._finish(ended)
-        elif starts:
-            started = self._start(starts)
+        try:
+            if ended and starts:
+                try:
+                    held, started = self.commits.commit(ended, starts)
+                except (redis.ConnectionError, redis.ResponseError, ReplicationError) as exc:
+                    log.info("retrying finishes and starts apart: %s", exc)
+                    held, started = self._finish(ended), self._start(starts)
+            elif ended:
+                held = self._finish(ended)
+            elif starts:
+                started = self._start(starts)
+        finally:
+            self._unwatch(ended)
         for (env, _, result), ok in zip(ended, held, strict=True):
             if not ok:
                 log.warning(
@@ -439,6 +449,15 @@ class WorkerRuntime:
                 )
         self._admit_after([env for env, _, _ in ended])
         return started
+
+    def _unwatch(self, ended: list[Finished]) -> None:
+        """Stop renewing the leases of calls that ended (their FINISH written, or given up)."""
+        for env, _, _ in ended:
+            self.keeper.remove(env.call_id)
+
+    def _unwatch_when_done(self, call_id: str) -> Callable[[Future[CallResult]], None]:
+        """A done-callback that stops renewing ``call_id``'s lease (its FINISH never comes)."""
+        return lambda _: self.keeper.remove(call_id)
 
     def _start(self, starts: list[Starting]) -> list[Started]:
         """``START`` of calls, repeated with the same tokens until Redis and replicas confirm.

@@ -1,0 +1,38 @@
+"""An async call that ended keeps its lease until its FINISH is written, even while the
+slot runs a long synchronous sibling of its message first."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.apps import registry
+from tests.conftest import make_settings
+from toolq import CallStatus, Client
+from toolq.keys import Keys
+from toolq.testing import TestWorker
+
+
+def test_an_ended_async_call_keeps_its_lease_while_a_sync_sibling_runs(r):
+    settings = make_settings(lease_seconds=1.0, calls_per_message=10)
+    keys = Keys(settings.key_prefix)
+    with Client(registry, settings) as client, TestWorker(settings, registry) as worker:
+        batch = client.dispatch(
+            [
+                {"id": "a", "name": "async_sleeper", "arguments": {"seconds": 0.05}},
+                {"id": "s", "name": "slow", "arguments": {"seconds": 2.5}},
+            ]
+        )
+        quick, long = batch.call_ids
+        draining = threading.Thread(target=worker.drain)
+        draining.start()
+        try:
+            time.sleep(1.8)  # the async call ended long ago; the slot still runs the sync one
+            assert r.hget(keys.call(long), "status") == b"running"
+            assert r.hget(keys.call(quick), "status") == b"running"  # its FINISH waits
+            # A lapsed lease would let recovery take the call from this worker.
+            assert r.exists(keys.lease(quick)), "the ended call's lease lapsed before FINISH"
+            assert worker.sweep().get("unknown", 0) == 0  # else its result is dropped
+        finally:
+            draining.join(timeout=30)
+        assert [x.status for x in batch.wait(timeout=5)] == [CallStatus.SUCCEEDED] * 2
