@@ -16,6 +16,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from redis import exceptions as redis_errors
 
+from toolq.broker import acks
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
@@ -103,8 +104,12 @@ def _ack_unless_refused(self: Any, delivery_tag: str) -> None:
     both commands alone (they free memory): they are sent alone then. A Redis that refuses
     even those (read-only) keeps the entry; kombu redelivers it after its visibility
     timeout, and the call's ``START`` skips a call that is final. Either way the message is
-    acknowledged in this process, so the consumer goes on.
+    acknowledged in this process, so the consumer goes on. An entry the task removed
+    already (``toolq.broker.acks``) costs no round trip.
     """
+    if acks.take(delivery_tag):
+        virtual.QoS.ack(self, delivery_tag)
+        return
     try:
         _KOMBU_ACK(self, delivery_tag)
         return
@@ -125,7 +130,13 @@ def _ack_unless_refused(self: Any, delivery_tag: str) -> None:
 
 
 def _reject_unless_refused(self: Any, delivery_tag: str, requeue: bool = False) -> None:
-    """The ``QoS.reject`` of kombu: as ``_ack_unless_refused`` when Redis refuses writes."""
+    """The ``QoS.reject`` of kombu: as ``_ack_unless_refused`` when Redis refuses writes.
+
+    An entry removed already (``toolq.broker.acks``) has nothing left to restore.
+    """
+    if acks.take(delivery_tag):
+        virtual.QoS.ack(self, delivery_tag)
+        return
     try:
         _KOMBU_REJECT(self, delivery_tag, requeue=requeue)
     except redis_errors.ResponseError as exc:

@@ -30,6 +30,7 @@ Starting = tuple[str, str, str]
 class _Request:
     finished: Sequence[Finished]
     starts: Sequence[Starting]
+    after: Sequence[tuple[Any, ...]]
     held: list[bool] = field(default_factory=list)
     started: list[Started] = field(default_factory=list)
     error: BaseException | None = None
@@ -57,15 +58,19 @@ class GroupCommit:
         """Threads' commits answered."""
 
     def commit(
-        self, finished: Sequence[Finished], starts: Sequence[Starting]
+        self,
+        finished: Sequence[Finished],
+        starts: Sequence[Starting],
+        after: Sequence[tuple[Any, ...]] = (),
     ) -> tuple[list[bool], list[Started]]:
         """``CallStore.commit`` of these writes, in the next round trip of the process.
 
         Sent at once when no other thread's round trip is in flight, else with the writes
         queued behind it. Errors are this request's own (a round trip that failed as a
-        whole fails every request it carried; each is safe to repeat).
+        whole fails every request it carried; each is safe to repeat). ``after``: commands
+        to send behind the writes (``toolq.broker.acks``), safe to repeat as well.
         """
-        request = _Request(finished, starts)
+        request = _Request(finished, starts, after)
         with self._changed:
             self._queue.append(request)
             while self._sending and not request.done:
@@ -89,9 +94,10 @@ class GroupCommit:
         """One round trip for the whole batch; a script error is answered request by request."""
         finished = [item for request in batch for item in request.finished]
         starts = [item for request in batch for item in request.starts]
+        after = [command for request in batch for command in request.after]
         self.round_trips += 1
         try:
-            held, started = self.store.commit(finished, starts, self.cancelled)
+            held, started = self.store.commit(finished, starts, self.cancelled, after)
         except redis.ResponseError as exc:
             if len(batch) == 1:
                 batch[0].error = exc
