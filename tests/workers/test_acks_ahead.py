@@ -1,4 +1,8 @@
-"""A threads worker removes a message's ``unacked`` entry in the round trip of its last FINISH."""
+"""kombu's ``unacked`` bookkeeping on a threads worker: no ``MULTI``, no round trip for the ack.
+
+A message's entry is written without ``MULTI`` when it is taken, and removed in the round
+trip of its last FINISH.
+"""
 
 from __future__ import annotations
 
@@ -66,6 +70,11 @@ def test_the_ack_rides_behind_the_last_finish(
             before.pop()
         assert before[-1] == "EVALSHA", before[-3:]
         assert [words[0] for w, words in seen[i + 1 :] if w == who][:1] == ["HDEL"]
+    # Taking a message is recorded without a MULTI either: the index, then the entry.
+    for i, (who, words) in enumerate(seen):
+        if words[:2] == ["ZADD", KOMBU_UNACKED_INDEX]:
+            assert [w[0] for c, w in seen[:i] if c == who][-1:] != ["MULTI"]
+            assert [w[:2] for c, w in seen[i + 1 :] if c == who][:1] == [["HSET", KOMBU_UNACKED]]
 
 
 def test_a_worker_killed_while_acks_ride_with_held_finishes_loses_nothing(
