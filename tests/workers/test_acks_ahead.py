@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -75,35 +74,3 @@ def test_the_ack_rides_behind_the_last_finish(
         if words[:2] == ["ZADD", KOMBU_UNACKED_INDEX]:
             assert [w[0] for c, w in seen[:i] if c == who][-1:] != ["MULTI"]
             assert [w[:2] for c, w in seen[i + 1 :] if c == who][:1] == [["HSET", KOMBU_UNACKED]]
-
-
-def test_a_worker_killed_while_acks_ride_with_held_finishes_loses_nothing(
-    client: Client, workers: Workers, r: redis.Redis, wait_for: Callable[..., None]
-) -> None:
-    # The calls' handlers return while Redis holds writes: each FINISH waits with its
-    # message's ZREM and HDEL behind it. The worker dies then (kill -9): the entries stay
-    # with the calls running, so nothing is lost; each call is recovered after its lease,
-    # runs again (the tool is idempotent) and ends once, succeeded.
-    doomed = workers.start("safe", pool="threads", concurrency=4)
-    batches = [
-        client.dispatch([{"id": "a", "name": "slow_idempotent", "arguments": {"seconds": 0.5}}])
-        for _ in range(4)
-    ]
-    call_ids = [batch.call_ids[0] for batch in batches]
-    wait_for(lambda: all(r.llen(f"test:exec:{c}") == 1 for c in call_ids), timeout=30)
-    assert r.hlen(KOMBU_UNACKED) == 4
-    r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
-    try:
-        time.sleep(1.5)  # the handlers return: FINISH and ack wait on Redis together
-        workers.kill9(doomed)
-    finally:
-        r.execute_command("CLIENT", "UNPAUSE")
-    assert client.store.statuses(call_ids) == [CallStatus.RUNNING] * 4
-    assert r.hlen(KOMBU_UNACKED) == 4  # no ack outlived the process that held it
-    workers.start("safe", pool="threads", concurrency=4)
-    for batch in batches:
-        assert [res.status for res in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED]
-    for batch, call_id in zip(batches, call_ids, strict=True):
-        finals = [e.type.value for e in client.events(batch.run_id) if e.type.is_final]
-        assert finals == ["call.succeeded"], finals
-        assert r.llen(f"test:exec:{call_id}") == 2
