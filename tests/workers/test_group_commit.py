@@ -14,6 +14,7 @@ import redis
 from tests.apps import registry
 from tests.conftest import Workers
 from toolq import CallStatus, Client, Settings
+from toolq.keys import KOMBU_UNACKED
 from toolq.models import CallEnvelope, CallResult
 from toolq.results.connection import redis_client
 from toolq.results.store import CallStore, Started
@@ -160,10 +161,11 @@ def test_starts_and_finishes_of_threads_share_round_trips(r: redis.Redis, setup:
 def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
     client: Client, workers: Workers, r: redis.Redis, wait_for: Callable[..., None]
 ) -> None:
-    # Four slots' calls end while Redis holds the first FINISH: the others wait behind it.
-    # The worker dies then (kill -9, all four messages unacknowledged, no FINISH in
-    # Redis): each call is recovered after its lease, run again (the tool is idempotent)
-    # and ends once, succeeded, with exactly one final event.
+    # Four slots' calls end while Redis holds the first FINISH: the others wait behind it,
+    # each message's unacked entry removal behind its FINISH. The worker dies then (kill
+    # -9, all four messages unacknowledged, no FINISH in Redis): each call is recovered
+    # after its lease, run again (the tool is idempotent) and ends once, succeeded, with
+    # exactly one final event.
     doomed = workers.start("safe", pool="threads", concurrency=4)
     batches = [
         client.dispatch([{"id": "a", "name": "slow_idempotent", "arguments": {"seconds": 0.5}}])
@@ -171,6 +173,7 @@ def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
     ]
     call_ids = [batch.call_ids[0] for batch in batches]
     wait_for(lambda: all(r.llen(f"test:exec:{c}") == 1 for c in call_ids), timeout=30)
+    assert r.hlen(KOMBU_UNACKED) == 4
     r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
     try:
         time.sleep(1.5)  # the handlers return: their FINISH round trips wait on Redis
@@ -179,6 +182,7 @@ def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
         r.execute_command("CLIENT", "UNPAUSE")
     # None of the held FINISHes outlived the process that sent them.
     assert client.store.statuses(call_ids) == [CallStatus.RUNNING] * 4
+    assert r.hlen(KOMBU_UNACKED) == 4  # nor did an acknowledgement held with them
     workers.start("safe", pool="threads", concurrency=4)
     for batch in batches:
         assert [res.status for res in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED]

@@ -5,7 +5,9 @@
   ``patch_kombu``;
 - ``messages``: task names, ``Publisher`` (the encoder: the exact envelope kombu's Redis
   transport pushes) and ``decode`` (its inverse, for the sweeper and in-process workers);
-- ``unacked``: kombu's bookkeeping of taken, unacknowledged messages, read by the sweeper.
+- ``unacked``: kombu's bookkeeping of taken, unacknowledged messages, read by the sweeper;
+- ``acks``: acknowledgements a worker sends behind a message's last FINISH, which kombu's
+  acknowledgement then skips.
 
 The format is kombu's and Celery's, not a public one: ``pyproject.toml`` bounds both, and
 ``tests/broker/test_wire.py`` compares what ``Publisher`` writes with what kombu publishes.

@@ -7,6 +7,7 @@ maintenance step to the same configuration.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,8 +15,10 @@ from celery import Celery
 from kombu.entity import Exchange, Queue
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from kombu.utils.json import dumps as kombu_dumps
 from redis import exceptions as redis_errors
 
+from toolq.broker import acks
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
@@ -77,17 +80,36 @@ def _refused(exc: Exception) -> bool:
     return isinstance(exc, redis_errors.ResponseError) and refusal(exc) is not None
 
 
+def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
+    """What the ``QoS.append`` of kombu writes, in a pipeline without its ``MULTI``.
+
+    kombu wraps the two writes in ``MULTI``/``EXEC``: two more commands to send, parse and
+    run per message, for an atomicity toolq's recovery does not need. The index goes first:
+    should only it be written (a connection lost in between), the tag has no entry, which
+    kombu's restore drops and toolq's sweeper reads as a message never recorded
+    (``resend_lost``); an entry without its index is never written.
+    """
+    delivery = message.delivery_info
+    entry = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+    with self.channel.conn_or_acquire() as client:
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
+        pipe.hset(self.unacked_key, delivery_tag, entry)
+        pipe.execute()
+    virtual.QoS.append(self, message, delivery_tag)
+
+
 def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:
     """The ``QoS.append`` of kombu; a Redis that refuses writes leaves the message unrecorded.
 
-    kombu records a message it took (``BRPOP``) in ``unacked`` with ``MULTI``, which a
-    full Redis refuses whole; the error reached Celery's event loop as an unrecoverable
+    A message taken (``BRPOP``) is recorded in ``unacked`` (``_record_taken``), which a
+    full Redis refuses; the error reached Celery's event loop as an unrecoverable
     one and the worker exited. The message is delivered anyway: its task waits until
     Redis accepts writes to start the call (``WorkerRuntime``), and should this worker die
     first, toolq's sweeper re-sends the call (``resend_lost``: taken, never recorded).
     """
     try:
-        _KOMBU_APPEND(self, message, delivery_tag)
+        _record_taken(self, message, delivery_tag)
     except redis_errors.ResponseError as exc:
         if not _refused(exc):
             raise
@@ -103,8 +125,12 @@ def _ack_unless_refused(self: Any, delivery_tag: str) -> None:
     both commands alone (they free memory): they are sent alone then. A Redis that refuses
     even those (read-only) keeps the entry; kombu redelivers it after its visibility
     timeout, and the call's ``START`` skips a call that is final. Either way the message is
-    acknowledged in this process, so the consumer goes on.
+    acknowledged in this process, so the consumer goes on. An entry the task removed
+    already (``toolq.broker.acks``) costs no round trip.
     """
+    if acks.take(delivery_tag):
+        virtual.QoS.ack(self, delivery_tag)
+        return
     try:
         _KOMBU_ACK(self, delivery_tag)
         return
@@ -125,7 +151,13 @@ def _ack_unless_refused(self: Any, delivery_tag: str) -> None:
 
 
 def _reject_unless_refused(self: Any, delivery_tag: str, requeue: bool = False) -> None:
-    """The ``QoS.reject`` of kombu: as ``_ack_unless_refused`` when Redis refuses writes."""
+    """The ``QoS.reject`` of kombu: as ``_ack_unless_refused`` when Redis refuses writes.
+
+    An entry removed already (``toolq.broker.acks``) has nothing left to restore.
+    """
+    if acks.take(delivery_tag):
+        virtual.QoS.ack(self, delivery_tag)
+        return
     try:
         _KOMBU_REJECT(self, delivery_tag, requeue=requeue)
     except redis_errors.ResponseError as exc:
@@ -194,7 +226,6 @@ def _size_unless_refused(self: Any, queue: str) -> int:
 _KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
 _KOMBU_SIZE = kombu_redis.Channel._size
 _KOMBU_QUEUE_BIND = kombu_redis.Channel._queue_bind
-_KOMBU_APPEND = kombu_redis.QoS.append
 _KOMBU_ACK = kombu_redis.QoS.ack
 _KOMBU_REJECT = kombu_redis.QoS.reject
 _KOMBU_BRPOP_READ = kombu_redis.Channel._brpop_read

@@ -459,10 +459,13 @@ class CallStore:
         finished: Sequence[tuple[CallEnvelope, str, CallResult]],
         starts: Sequence[tuple[str, str, str]],
         cancelled: dict[str, Any],
+        after: Sequence[tuple[Any, ...]] = (),
     ) -> tuple[list[bool], list[Started]]:
         """``finish`` and ``start`` of several calls in one round trip (the thread's connection).
 
-        ``finished``: ``(envelope, token, result)``; ``starts``: ``(call_id, run_id, token)``.
+        ``finished``: ``(envelope, token, result)``; ``starts``: ``(call_id, run_id, token)``;
+        ``after``: commands sent behind the scripts, in the same round trip (their replies
+        are not looked at).
 
         Each call gets its own answer, exactly as from ``finish`` or ``start``, and each is
         safe to repeat alone with the same token. With ``min_replicas_ack``, one ``WAIT``
@@ -474,7 +477,8 @@ class CallStore:
             self._start(call_id, run_id, token, cancel_result, now)
             for call_id, run_id, token in starts
         ]
-        replies, acked = self.scripts.direct_many(invocations, self.acks.commands())
+        replies, tail = self.scripts.direct_many(invocations, [*after, *self.acks.commands()])
+        acked = tail[len(after) :]
         held = [outcome == "ok" for outcome in replies[: len(finished)]]
         started = [_started(reply) for reply in replies[len(finished) :]]
         if acked and (any(held) or any(s.outcome == "ok" for s in started)):

@@ -40,9 +40,22 @@ class _PerProcess:
         self.registry = registry
         self.app = app
         self.async_slots = async_slots
+        self.acks_here = False
+        """Whether the process that runs a task acknowledges its message (``AcksHere``)."""
         self._runtime: Any = None
         self._pid = 0
         self._lock = threading.Lock()
+
+    def ack_of(self, request: Any) -> str | None:
+        """The delivery tag of a task's message, if its ``unacked`` entry may go with its FINISH.
+
+        Only where this process acknowledges the message itself (``toolq.broker.acks``):
+        a prefork child's parent does, and would send its ``ZREM`` and ``HDEL`` again.
+        """
+        if not self.acks_here:
+            return None
+        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+        return tag if isinstance(tag, str) and tag else None
 
     def get(self) -> Any:
         """The runtime of the current process."""
@@ -73,6 +86,20 @@ def pool_name(pool: Any) -> str:
     """
     module = type(pool).__module__.rsplit(".", 1)[-1]
     return {"thread": "threads"}.get(module, module)
+
+
+class AcksHere(bootsteps.Step):
+    """Tells the tasks whether their messages are acknowledged in the process that runs them.
+
+    So with the threads and solo pools; a prefork pool's children run tasks whose messages
+    the parent acknowledges.
+    """
+
+    requires = ("celery.worker.components:Pool",)
+
+    def create(self, worker: Any) -> None:
+        """Set ``acks_here`` of the app's per-process runtimes from the worker's pool."""
+        worker.app.toolq_runtimes.acks_here = pool_name(worker.pool) in ("threads", "solo")
 
 
 class MaintenanceStep(bootsteps.StartStopStep):
@@ -128,10 +155,16 @@ def create_celery(
     app.toolq_runtimes = holder
 
     @app.task(
-        name=TASK_NAME, ignore_result=True, acks_late=True, reject_on_worker_lost=True, shared=False
+        name=TASK_NAME,
+        ignore_result=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+        bind=True,
     )
-    def execute(call_id: str, run_id: str | None = None) -> None:
-        holder.get().run(str(call_id), run_id if isinstance(run_id, str) else None)
+    def execute(task: Any, call_id: str, run_id: str | None = None) -> None:
+        run_id = run_id if isinstance(run_id, str) else None
+        holder.get().run(str(call_id), run_id, holder.ack_of(task.request))
 
     def route_of(request: Any) -> Route | None:
         """Where a message came from (its queue's risk, its time limit); ``None`` if unknown."""
@@ -158,7 +191,7 @@ def create_celery(
         kinds = (
             {str(c[0]): c[2] == "async" for c in calls} if all(len(c) > 2 for c in calls) else None
         )
-        holder.get().run_many(pairs, route_of(task.request), kinds)
+        holder.get().run_many(pairs, route_of(task.request), kinds, holder.ack_of(task.request))
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:
@@ -168,6 +201,7 @@ def create_celery(
     def undo(call_id: str) -> None:
         holder.get().undo(call_id)
 
+    app.steps["worker"].add(AcksHere)
     app.steps["worker"].add(MaintenanceStep)
     # The heartbeat counts calls, not messages: a batch message carries several.
     signals.task_received.connect(count_received, weak=False, dispatch_uid="toolq.heartbeat")

@@ -30,6 +30,7 @@ Starting = tuple[str, str, str]
 class _Request(Request):
     finished: Sequence[Finished]
     starts: Sequence[Starting]
+    after: Sequence[tuple[Any, ...]]
     held: list[bool] = field(default_factory=list)
     started: list[Started] = field(default_factory=list)
 
@@ -49,23 +50,28 @@ class GroupCommit(GroupCommitter[_Request]):
         """The result a START writes for a call cancelled before it started."""
 
     def commit(
-        self, finished: Sequence[Finished], starts: Sequence[Starting]
+        self,
+        finished: Sequence[Finished],
+        starts: Sequence[Starting],
+        after: Sequence[tuple[Any, ...]] = (),
     ) -> tuple[list[bool], list[Started]]:
         """``CallStore.commit`` of these writes, in the next round trip of the process.
 
         Sent at once when no other thread's round trip is in flight, else with the writes
         queued behind it. Errors are this request's own (a round trip that failed as a
-        whole fails every request it carried; each is safe to repeat).
+        whole fails every request it carried; each is safe to repeat). ``after``: commands
+        to send behind the writes (``toolq.broker.acks``), safe to repeat as well.
         """
-        return self._join(_Request(finished, starts)).answer()
+        return self._join(_Request(finished, starts, after)).answer()
 
     def _send(self, batch: list[_Request]) -> None:
         """One round trip for the whole batch; a script error is answered request by request."""
         finished = [item for request in batch for item in request.finished]
         starts = [item for request in batch for item in request.starts]
+        after = [command for request in batch for command in request.after]
         self.round_trips += 1
         try:
-            held, started = self.store.commit(finished, starts, self.cancelled)
+            held, started = self.store.commit(finished, starts, self.cancelled, after)
         except redis.ResponseError as exc:
             if len(batch) == 1:
                 batch[0].error = exc

@@ -30,6 +30,7 @@ from toolq.approvals.policy import digest_arguments
 from toolq.approvals.resolving import rerun_refusal
 from toolq.approvals.store import approvals_of
 from toolq.backend import Backend
+from toolq.broker import acks
 from toolq.diff import diff_json, diff_text
 from toolq.errors import (
     ApprovalUnverifiedError,
@@ -233,7 +234,7 @@ class WorkerRuntime:
             self._loops.loop = loop
         return loop
 
-    def run(self, call_id: str, run_id: str | None = None) -> None:
+    def run(self, call_id: str, run_id: str | None = None, ack: str | None = None) -> None:
         """Run one call if it is still queued: a batch of one (``run_many``).
 
         A message of an earlier client may carry no run id: it is read from the record.
@@ -242,13 +243,14 @@ class WorkerRuntime:
         if run_id is None:
             log.info("call %s not run: missing", call_id)
             return
-        self.run_many([(call_id, run_id)])
+        self.run_many([(call_id, run_id)], ack=ack)
 
     def run_many(
         self,
         calls: Sequence[tuple[str, str]],
         route: Route | None = None,
         kinds: dict[str, bool] | None = None,
+        ack: str | None = None,
     ) -> None:
         """Run a message's ``(call_id, run_id)`` calls as slots free; return when all end.
 
@@ -261,6 +263,8 @@ class WorkerRuntime:
         the calls not started while this slot is busy too long go out again for another slot
         (``Pending.give_back_at``, ``Spiller``). ``kinds``: which calls are ``async def``
         ones, as the message says (else read here when the registry has both kinds).
+        ``ack``: the message's delivery tag, when this process acknowledges it: its entry in
+        kombu's ``unacked`` goes behind the last FINISH (``toolq.broker.acks``).
         """
         if kinds is None:
             kinds = self._kinds([call_id for call_id, _ in calls])
@@ -283,8 +287,11 @@ class WorkerRuntime:
                     continue
                 if starts:
                     pending.busy()
+                last = not starts and not on_loop and not len(pending)
                 try:
-                    started = self._commit(ended, [(c, r, t) for c, r, t, _ in starts])
+                    started = self._commit(
+                        ended, [(c, r, t) for c, r, t, _ in starts], ack if last else None
+                    )
                 except BaseException:  # not started here: their loop slots are free again
                     self.async_slots.release(sum(1 for *_, on_the_loop in starts if on_the_loop))
                     raise
@@ -418,12 +425,16 @@ class WorkerRuntime:
             log.exception("executor crashed on call %s", env.call_id)
             return _crashed(env, exc)
 
-    def _commit(self, ended: list[Finished], starts: list[Starting]) -> list[Started]:
+    def _commit(
+        self, ended: list[Finished], starts: list[Starting], ack: str | None = None
+    ) -> list[Started]:
         """FINISH of the calls that ended and START of the next ones: the starts' answers.
 
         One round trip, shared with the process's other slots when theirs coincide
         (``GroupCommit``). On a failure each part is repeated on its own with the same
         tokens (both answer a repeat as they answered the first): ``_finish``, ``_start``.
+        ``ack``: a delivery tag whose ``unacked`` entry goes in the FINISHes' round trip
+        (with no START: the message's last calls), behind them.
         """
         held: list[bool] = []
         started: list[Started] = []
@@ -435,7 +446,9 @@ class WorkerRuntime:
                     log.info("retrying finishes and starts apart: %s", exc)
                     held, started = self._finish(ended), self._start(starts)
             elif ended:
-                held = self._finish(ended)
+                held = self._finish(ended, acks.commands(ack) if ack else ())
+                if ack:
+                    acks.sent(ack)
             elif starts:
                 started = self._start(starts)
         finally:
@@ -476,10 +489,13 @@ class WorkerRuntime:
                     log.warning("calls not run: their start was not confirmed (%s)", exc)
                     return [Started("unconfirmed")] * len(starts)
 
-    def _finish(self, ended: list[Finished]) -> list[bool]:
-        """``FINISH`` of calls that ended, retried within their leases; which were still held."""
+    def _finish(self, ended: list[Finished], after: Sequence[tuple[Any, ...]] = ()) -> list[bool]:
+        """``FINISH`` of calls that ended, retried within their leases; which were still held.
+
+        ``after``: commands sent behind them in the same round trip (safe to repeat).
+        """
         leases = {env.call_id: token for env, token, _ in ended}
-        return self._within_lease(lambda: self.commits.commit(ended, [])[0], held=leases)
+        return self._within_lease(lambda: self.commits.commit(ended, [], after)[0], held=leases)
 
     def _trace_approval(self, env: CallEnvelope, span: CallSpan) -> None:
         """Add the approval wait of a call that was parked (only paid for when traced)."""

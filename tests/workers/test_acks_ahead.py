@@ -1,0 +1,76 @@
+"""kombu's ``unacked`` bookkeeping on a threads worker: no ``MULTI``, no round trip for the ack.
+
+A message's entry is written without ``MULTI`` when it is taken, and removed in the round
+trip of its last FINISH.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import redis
+
+from tests.conftest import Workers
+from toolq import CallStatus, Client, Settings
+from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
+
+
+def _monitor(settings: Settings, seen: list[tuple[str, list[str]]], stop: threading.Event) -> None:
+    """Every command Redis runs, as ``(client address, words)``, until ``stop``."""
+    with redis.Redis.from_url(settings.redis_url).monitor() as monitor:
+        while not stop.is_set():
+            command: Any = monitor.next_command()
+            who = f"{command['client_address']}:{command['client_port']}"
+            seen.append((who, str(command["command"]).split()))
+
+
+def test_the_ack_rides_behind_the_last_finish(
+    client: Client, workers: Workers, settings: Settings, r: redis.Redis
+) -> None:
+    # kombu would acknowledge each message with a round trip of its own (MULTI ZREM HDEL
+    # EXEC) after the task returns. Each message's entry goes instead on the connection of
+    # its last FINISH, right behind it, with no MULTI around it.
+    workers.start("safe", pool="threads", concurrency=4)
+    seen: list[tuple[str, list[str]]] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_monitor, args=(settings, seen, stop), daemon=True)
+    watcher.start()
+    time.sleep(0.3)
+    batches = [
+        client.dispatch(
+            [{"id": str(i), "name": "echo", "arguments": {"text": "x"}} for i in range(n)]
+        )
+        for n in (1, 2, 3, 1)
+    ]
+    for batch in batches:
+        assert {res.status for res in batch.wait(timeout=30)} == {CallStatus.SUCCEEDED}
+    time.sleep(0.3)
+    stop.set()
+    r.ping()  # wakes the monitor for its last read
+    watcher.join(5)
+
+    assert r.hlen(KOMBU_UNACKED) == 0
+    removals = [
+        (i, who, words[2])
+        for i, (who, words) in enumerate(seen)
+        if words[:2] == ["ZREM", KOMBU_UNACKED_INDEX]
+    ]
+    # One entry per message; the same tags (sent again behind a FINISH that Redis asked to
+    # repeat, NOSCRIPT, after a restart: removing twice is harmless).
+    taken = {words[3] for _, words in seen if words[:2] == ["ZADD", KOMBU_UNACKED_INDEX]}
+    assert {tag for _, _, tag in removals} == taken
+    assert len(taken) >= len(batches)
+    for i, who, _ in removals:
+        # Behind the FINISH (and other messages' entries of the same round trip), no MULTI.
+        before = [words[0] for w, words in seen[:i] if w == who]
+        while before[-1] in ("ZREM", "HDEL"):
+            before.pop()
+        assert before[-1] == "EVALSHA", before[-3:]
+        assert [words[0] for w, words in seen[i + 1 :] if w == who][:1] == ["HDEL"]
+    # Taking a message is recorded without a MULTI either: the index, then the entry.
+    for i, (who, words) in enumerate(seen):
+        if words[:2] == ["ZADD", KOMBU_UNACKED_INDEX]:
+            assert [w[0] for c, w in seen[:i] if c == who][-1:] != ["MULTI"]
+            assert [w[:2] for c, w in seen[i + 1 :] if c == who][:1] == [["HSET", KOMBU_UNACKED]]
