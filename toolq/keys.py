@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from toolq.models import RiskLevel
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""Encodes the parts of a hashed key (compact JSON); built once, not per key."""
+
 KOMBU_UNACKED = "unacked"
 """kombu's Redis transport: taken, unacknowledged messages (``toolq.broker.unacked``)."""
 KOMBU_UNACKED_INDEX = "unacked_index"
@@ -72,7 +75,7 @@ class Keys:
         The parts are hashed as a JSON array, so no two distinct triples share a key
         whatever separators the ids contain.
         """
-        encoded = json.dumps([principal, run_id, key], separators=(",", ":"))
+        encoded = _COMPACT.encode([principal, run_id, key])
         return f"{self.prefix}:idem:{hashlib.sha256(encoded.encode()).hexdigest()}"
 
     def run_owner(self, run_id: str) -> str:
@@ -169,7 +172,7 @@ class Keys:
 
     def refusal_mark(self, principal: str, run_id: str, call_id: str) -> str:
         """String (TTL) set while a principal's refusal on a run (or call) is audited."""
-        encoded = json.dumps([principal, run_id, call_id], separators=(",", ":"))
+        encoded = _COMPACT.encode([principal, run_id, call_id])
         return f"{self.prefix}:refusals:mark:{hashlib.sha256(encoded.encode()).hexdigest()}"
 
     def refusal_budget(self, principal: str) -> str:

@@ -46,6 +46,8 @@ def merge(
     found: Found, replies: Sequence[tuple[str, str]], total: int
 ) -> tuple[list[int], list[tuple[str, str]]]:
     """Where each created call goes among ``total``, and the replies of all ``total``."""
+    if not found:
+        return list(range(total)), list(replies)
     places = [i for i in range(total) if i not in found]
     out: list[tuple[str, str]] = [("", "")] * total
     for i, reply in zip(places, replies, strict=True):

@@ -10,6 +10,7 @@ read, a lookup asks ``cell_for_run`` or ``cell_for_call`` for the one client tha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -342,6 +343,11 @@ class Client:
             ),
         )
 
+    @functools.cached_property
+    def _where(self) -> str:
+        """The Redis errors name (``RedisTarget.describe``): found once, not per dispatch."""
+        return RedisTarget.of(self.settings).describe()
+
     def submit(self, payload: Any, submission: Submission) -> Batch:
         """``dispatch`` with its settings in one ``Submission``, passed along whole."""
         # A full or read-only Redis refuses the calls at once (StoreUnavailableError): each
@@ -350,7 +356,7 @@ class Client:
         waits = self.log.waits
         if submission.notify is None and waits.inbox_used:
             submission = dataclasses.replace(submission, notify=waits.inbox)
-        with translated(RedisTarget.of(self.settings).describe(), unreachable=False):
+        with translated(self._where, unreachable=False):
             dispatched = self.dispatcher.dispatch(payload, submission)
         return Batch(self, dispatched)
 

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from toolq.secretbox import SecretBox
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+"""The fingerprint's canonical JSON (keys sorted, compact), its encoder built once."""
+
+
 def fingerprint(
     box: SecretBox | None, tool: Tool | None, name: str, arguments: dict[str, Any]
 ) -> str:
@@ -42,7 +46,7 @@ def fingerprint(
     """
     if box is None and tool is not None:
         arguments = tool.redact(arguments, conservative=True)
-    data = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"), default=str)
+    data = _CANONICAL.encode([name, arguments])
     if box is not None:
         return box.mac(data.encode())
     return hashlib.sha256(data.encode()).hexdigest()

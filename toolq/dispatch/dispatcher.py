@@ -187,10 +187,7 @@ class Dispatcher:
         plan = DispatchPlan(submission, run, run_rules, budget)
         new_calls = []
         for position, call in enumerate(calls):
-            new = self._plan_call(call, position, plan)
-            if notify is not None and new.status in _LATER_FINAL:
-                new = dataclasses.replace(new, notify=notify)
-            new_calls.append(new)
+            new_calls.append(self._plan_call(call, position, plan))
             if span.traceparent:
                 new_calls[-1].envelope.traceparent = span.traceparent
                 new_calls[-1].envelope.tracestate = span.tracestate
@@ -292,9 +289,8 @@ class Dispatcher:
             envelope.risk = tool.risk
         key = envelope.idempotency_key
         assert key is not None
-        new = run_stages(self.stages, CallPlan(call, envelope, key, tool), dispatch)
         named = fingerprint(self.box, tool, call.name, call.arguments)
-        return dataclasses.replace(new, fingerprint=named)
+        return run_stages(self.stages, CallPlan(call, envelope, key, tool, named), dispatch)
 
     def _refuse_conflicts(self, calls: list[NewCall], replies: list[tuple[str, str]]) -> bool:
         """Refuse the calls whose ids name other calls: all of them, or each as a failed call.
@@ -400,10 +396,6 @@ class Dispatcher:
 
 _OVER_BUDGET: CreateOutcome = "over_budget"
 """CREATE's reply for a call it created denied, over its tenant's budget."""
-_CHARGED = (CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL)
-_LATER_FINAL = _CHARGED
-"""The calls created not final: those whose final event a waiting client needs later."""
-"""The calls a budget is charged for: those that will run, or may once approved."""
 
 
 def _idempotency_key(call: ToolCall, position: int, client_key: str | None) -> str:

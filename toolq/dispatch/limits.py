@@ -10,6 +10,9 @@ from pydantic import BaseModel
 from toolq.errors import PayloadError
 from toolq.settings import Settings
 
+_ENCODER = json.JSONEncoder(default=str)
+"""Measures a payload's JSON size (what cannot be encoded as its ``str``)."""
+
 
 def json_depth(value: Any, limit: int) -> int:
     """Nesting depth of a JSON-like value, counting stops once past ``limit``."""
@@ -45,7 +48,7 @@ def check_payload(payload: Any, settings: Settings) -> Any:
     if isinstance(payload, BaseModel):
         return payload  # SDK objects are built by their own validators; sizes are bounded there
     try:
-        size = len(json.dumps(payload, default=str))
+        size = len(_ENCODER.encode(payload))
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
     except RecursionError:

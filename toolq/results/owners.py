@@ -42,6 +42,10 @@ SYSTEM = ("system", "1")
 """The proof of an audit entry written where no signing key is held."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""``RunOwner.encode``'s canonical JSON, its encoder built once for every owner."""
+
+
 @dataclass(frozen=True)
 class RunOwner:
     """The principal and tenant a run belongs to (``tenant`` ``None``: the default one)."""
@@ -61,11 +65,7 @@ class RunOwner:
 
     def encode(self) -> str:
         """Canonical JSON, compared byte for byte by the create script."""
-        return json.dumps(
-            {"principal": self.principal, "tenant": self.tenant},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        return _CANONICAL.encode({"principal": self.principal, "tenant": self.tenant})
 
     @classmethod
     def decode(cls, raw: str | bytes) -> RunOwner:

@@ -58,9 +58,13 @@ OUTPUT_IN_EVENT_LIMIT = 4096
 """Outputs up to this many bytes of JSON ride along in the final event; larger ones don't."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+"""The encoder ``dumps`` uses, built once: ``json.dumps`` given options builds one a call."""
+
+
 def dumps(value: Any) -> str:
     """Compact JSON used for everything toolq writes to Redis."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _COMPACT.encode(value)
 
 
 UNKNOWN_RESULT = {

@@ -39,6 +39,9 @@ class CallPlan:
     """The idempotency key the call is claimed under."""
     found: Tool | None
     """The call's tool as the registry has it (``None``: unknown to this process)."""
+    fingerprint: str = ""
+    """What the call's id names (``toolq.dispatch.conflicts``): every ``NewCall`` made for
+    it is claimed with it."""
     cost: float = 0.0
     route: Route = "run"
     new: NewCall | None = None
@@ -99,7 +102,14 @@ def refused(plan: CallPlan, exc: ToolqError, admin: bool) -> NewCall:
     event = EventType.DENIED if status is CallStatus.DENIED else EventType.FAILED
     data = {**plan.base, "status": status.value, **result, "arguments": envelope.arguments}
     return NewCall(
-        envelope, status, event, data, result=result, idempotency_key=plan.key, admin=admin
+        envelope,
+        status,
+        event,
+        data,
+        result=result,
+        idempotency_key=plan.key,
+        admin=admin,
+        fingerprint=plan.fingerprint,
     )
 
 

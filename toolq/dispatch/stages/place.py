@@ -56,6 +56,7 @@ class Place:
             result=result,
             idempotency_key=plan.key,
             admin=dispatch.submission.admin,
+            fingerprint=plan.fingerprint,
         )
 
     def _parked(
@@ -99,8 +100,12 @@ class Place:
         data: dict[str, Any],
         **extra: Any,
     ) -> NewCall:
-        """A call that will run, or may once approved: the tool's run facts with ``extra``."""
+        """A call that will run, or may once approved: the tool's run facts with ``extra``.
+
+        Its final event comes later: it is copied to the submission's inbox (``notify``).
+        """
         tool = plan.tool
+        sub = dispatch.submission
         return NewCall(
             plan.envelope,
             *first,
@@ -108,6 +113,8 @@ class Place:
             idempotent=tool.idempotent,
             timeout=tool.run_timeout(self.settings.default_timeout),
             idempotency_key=plan.key,
-            admin=dispatch.submission.admin,
+            admin=sub.admin,
+            fingerprint=plan.fingerprint,
+            notify=sub.notify or "",
             **extra,
         )
