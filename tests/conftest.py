@@ -162,14 +162,8 @@ class Workers:
             *(["--prefetch", str(prefetch)] if prefetch else []),
         ]
         out = open(log, "ab") if log is not None else None  # noqa: SIM115
-        proc = subprocess.Popen(
-            argv,
-            env=environ,
-            cwd=ROOT,
-            start_new_session=True,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-        )
+        proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,
+                                stdout=out, stderr=subprocess.STDOUT if out else None)  # fmt: skip
         if out is not None:
             out.close()  # the child has its own copy
         self.procs.append(proc)
