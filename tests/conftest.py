@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -76,6 +77,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(server.stop)
     REDIS_URL = server.url.rsplit("/", 1)[0] + "/13"
     os.environ["TOOLQ_TEST_REDIS_URL"] = REDIS_URL
+
+
+SERIAL_MARK = re.compile(r"mark\.serial\b")
+"""What ``scripts/test`` looks for (with grep) to find the modules its serial run collects."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a `serial` test whose module ``scripts/test``'s serial run would not collect."""
+    for path in {item.path for item in items if item.get_closest_marker("serial")}:
+        if not SERIAL_MARK.search(path.read_text()):
+            raise pytest.UsageError(
+                f"{path} has tests marked serial without spelling `pytest.mark.serial`: "
+                "scripts/test would not run them"
+            )
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +163,7 @@ class Workers:
         ]
         out = open(log, "ab") if log is not None else None  # noqa: SIM115
         proc = subprocess.Popen(argv, env=environ, cwd=ROOT, start_new_session=True,
-                                stdout=out, stderr=subprocess.STDOUT if out else None)
+                                stdout=out, stderr=subprocess.STDOUT if out else None)  # fmt: skip
         if out is not None:
             out.close()  # the child has its own copy
         self.procs.append(proc)
@@ -229,8 +245,12 @@ class InProcess:
         self.made: list[TestWorker] = []
 
     def worker(
-        self, risk: str = "safe,moderate,dangerous", *, app: str = "tests.apps:registry",
-        env: dict[str, str] | None = None, **overrides: object,
+        self,
+        risk: str = "safe,moderate,dangerous",
+        *,
+        app: str = "tests.apps:registry",
+        env: dict[str, str] | None = None,
+        **overrides: object,
     ) -> TestWorker:
         """A worker (not started) for ``risk``; ``Settings`` fields overridden by ``overrides``
         and by ``env`` (``TOOLQ_*`` strings, parsed as a worker process parses them)."""
@@ -244,8 +264,12 @@ class InProcess:
         return worker
 
     def start(
-        self, risk: str = "safe,moderate,dangerous", *, concurrency: int = 2,
-        app: str = "tests.apps:registry", env: dict[str, str] | None = None,
+        self,
+        risk: str = "safe,moderate,dangerous",
+        *,
+        concurrency: int = 2,
+        app: str = "tests.apps:registry",
+        env: dict[str, str] | None = None,
         **overrides: object,
     ) -> TestWorker:
         """A worker draining in ``concurrency`` threads, with maintenance, until teardown."""

@@ -26,11 +26,13 @@ def test_an_unarchived_final_call_shows_as_lag_then_degrades_health_until_archiv
     with Client(registry, settings) as client:
         client.dispatch([{"id": "x", "name": "no_such_tool", "arguments": {}}], run_id="r1")
     for api in serve(create_app(settings, registry, tokens=TOKENS)):
+        # Requests wait up to 30 s, not httpx's 5: on a loaded machine the first /metrics
+        # (PostgreSQL queries included) timed out in the whole-suite run.
         time.sleep(1.0)
-        metrics = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+        metrics = httpx.get(f"{api}/metrics", headers=h("view-t"), timeout=30).text
         assert sample(metrics, "toolq_history_lag_seconds") >= 1.0
         assert sample(metrics, "toolq_history_unarchived") == 1
-        health = httpx.get(f"{api}/healthz").json()
+        health = httpx.get(f"{api}/healthz", timeout=30).json()
         assert health["status"] == "degraded"
         [check] = [c for c in health["checks"] if c["name"] == "history_lag"]
         assert check["code"] == "history_lag" and "alert at 0.5s" in check["reason"]
@@ -38,8 +40,8 @@ def test_an_unarchived_final_call_shows_as_lag_then_degrades_health_until_archiv
         history = HistoryStore(settings.history_url)
         Archiver(r, Keys(), settings, history, "t").step(100)
         history.close()
-        metrics = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+        metrics = httpx.get(f"{api}/metrics", headers=h("view-t"), timeout=30).text
         assert sample(metrics, "toolq_history_lag_seconds") == 0
         assert sample(metrics, "toolq_history_unarchived") == 0
-        health = httpx.get(f"{api}/healthz").json()
+        health = httpx.get(f"{api}/healthz", timeout=30).json()
         assert [c["ok"] for c in health["checks"] if c["name"] == "history_lag"] == [True]
