@@ -14,6 +14,7 @@ import redis
 
 from tests.conftest import Workers
 from toolq import CallStatus, Client, Settings
+from toolq.broker import acks
 from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
 
 
@@ -74,3 +75,20 @@ def test_the_ack_rides_behind_the_last_finish(
         if words[:2] == ["ZADD", KOMBU_UNACKED_INDEX]:
             assert [w[0] for c, w in seen[:i] if c == who][-1:] != ["MULTI"]
             assert [w[:2] for c, w in seen[i + 1 :] if c == who][:1] == [["HSET", KOMBU_UNACKED]]
+
+
+def test_marks_kombu_never_acknowledges_are_bounded() -> None:
+    # A tag whose acknowledgement never comes (the consumer's connection lost in between)
+    # must not stay in a long-running worker's memory: past the bound the oldest mark goes,
+    # and its acknowledgement, if it ever comes, takes kombu's own round trip.
+    tags = [f"bounded-{i}" for i in range(acks._KEPT + 5)]
+    for tag in tags:
+        acks.sent(tag)
+    try:
+        assert len(acks._sent) <= acks._KEPT
+        assert not acks.take(tags[0])
+        assert acks.take(tags[-1])
+        assert not acks.take(tags[-1])
+    finally:
+        for tag in tags:
+            acks.take(tag)

@@ -13,11 +13,17 @@ and the call's lease, as a process killed before kombu's acknowledgement does.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
 
-_sent: set[str] = set()
+_sent: dict[str, None] = {}
+"""Tags removed ahead, oldest first. A tag kombu never acknowledges (its connection lost
+in between) would stay: beyond ``_KEPT`` the oldest mark goes, and kombu's acknowledgement
+of it, if it ever comes, takes its own round trip (removing nothing, as on a redelivery)."""
+_KEPT = 10_000
+_lock = threading.Lock()
 
 
 def commands(delivery_tag: str) -> list[tuple[Any, ...]]:
@@ -27,13 +33,13 @@ def commands(delivery_tag: str) -> list[tuple[Any, ...]]:
 
 def sent(delivery_tag: str) -> None:
     """Redis has run ``commands(delivery_tag)``: kombu's acknowledgement needs no round trip."""
-    _sent.add(delivery_tag)
+    with _lock:
+        _sent[delivery_tag] = None
+        if len(_sent) > _KEPT:
+            del _sent[next(iter(_sent))]
 
 
 def take(delivery_tag: str) -> bool:
     """Whether ``delivery_tag``'s entry was removed ahead (once: the mark goes)."""
-    try:
-        _sent.remove(delivery_tag)
-    except KeyError:
-        return False
-    return True
+    with _lock:
+        return _sent.pop(delivery_tag, False) is None
