@@ -234,8 +234,8 @@ class HistoryStore:
             rows = conn.execute(query).all()
         return {row.idem: (row.call_id, row.status, row.fingerprint) for row in rows}
 
-    def run_call_ids(self, run_id: str) -> list[str]:
-        """A run's archived calls, in creation order."""
+    def run_call_ids(self, run_id: str, limit: int | None = None) -> list[str]:
+        """A run's archived calls, in creation order (the first ``limit`` of them)."""
         if not _held(run_id):
             return []
         with self.engine.connect() as conn:
@@ -243,6 +243,7 @@ class HistoryStore:
                 select(CallRow.call_id)
                 .where(CallRow.run_id == run_id)
                 .order_by(CallRow.position, CallRow.created_at, CallRow.call_id)
+                .limit(limit)
             ).all()
         return [row.call_id for row in rows]
 

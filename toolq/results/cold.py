@@ -29,8 +29,8 @@ class ColdStore(Protocol):
         """The stored Redis records of those of ``call_ids`` archived, by call id."""
         ...
 
-    def run_call_ids(self, run_id: str) -> list[str]:
-        """A run's archived calls, in creation order."""
+    def run_call_ids(self, run_id: str, limit: int | None = None) -> list[str]:
+        """A run's archived calls, in creation order (the first ``limit`` of them)."""
         ...
 
     def events(

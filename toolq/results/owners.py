@@ -122,7 +122,7 @@ class RunOwners:
         """The owner recorded with the run's first archived call (``None``: none)."""
         if self.cold is None:
             return None
-        first = self.cold.run_call_ids(run_id)[:1]
+        first = self.cold.run_call_ids(run_id, limit=1)
         return next((r.get("owner") for r in self.cold.records(first).values()), None)
 
     def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
