@@ -30,6 +30,7 @@ CODES = {cls.code for cls in ERRORS}
 SAME_WORD_ELSEWHERE = {
     ("models.py", "cancelled"),  # CallStatus.CANCELLED, the state (CallCancelledError's code)
     ("workers/maintenance.py", "timeout"),  # the call record's ``timeout`` field
+    ("dispatch/approval_client.py", "timeout"),  # httpx's ``timeout`` option
     ("api/mcp_tasks.py", "cancelled"),  # TaskStatus.CANCELLED, an MCP task's status
 }
 """Literals that spell an error code but mean something else where they stand."""
