@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -231,16 +233,23 @@ def test_cancel_kills_the_tree(workspace: Path) -> None:
     assert live_processes(marker) == []
 
 
-def test_python_args_cwd_and_scratch(workspace: Path) -> None:
-    reg = make_registry(workspace)
-    (workspace / "pkg").mkdir()
-    (workspace / "pkg" / "input.txt").write_text("42\n")
-    code = "import os, sys\nprint(sys.argv[1:], open('input.txt').read().strip(), os.getcwd())"
-    out = run(reg, "run_python", code=code, args=["a", "b"], cwd="pkg")
-    assert out["stdout"] == f"['a', 'b'] 42 {os.path.realpath(workspace / 'pkg')}\n"
-    assert not [
-        p for p in Path("/tmp").glob("toolq-sandbox-*") if p.stat().st_mtime > time.time() - 5
-    ]
+def test_python_args_cwd_and_scratch(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run's scratch directory goes under a temporary directory of this test's own (the
+    # sandbox user must reach it, so under /tmp), which must be empty afterwards: other tests
+    # and a second copy of the suite make theirs in /tmp at the same time.
+    scratch_parent = Path(tempfile.mkdtemp(prefix="toolq-scratch-", dir="/tmp"))
+    scratch_parent.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_parent))
+    try:
+        reg = make_registry(workspace)
+        (workspace / "pkg").mkdir()
+        (workspace / "pkg" / "input.txt").write_text("42\n")
+        code = "import os, sys\nprint(sys.argv[1:], open('input.txt').read().strip(), os.getcwd())"
+        out = run(reg, "run_python", code=code, args=["a", "b"], cwd="pkg")
+        assert out["stdout"] == f"['a', 'b'] 42 {os.path.realpath(workspace / 'pkg')}\n"
+        assert list(scratch_parent.iterdir()) == []
+    finally:
+        shutil.rmtree(scratch_parent, ignore_errors=True)
 
 
 def test_worker_death_takes_the_tree_with_it(workspace: Path) -> None:
