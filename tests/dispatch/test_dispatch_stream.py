@@ -211,3 +211,34 @@ def test_async_twin_reads_an_async_stream(settings, inproc) -> None:
             await client.close()
 
     assert asyncio.run(main()) == [{"text": "one"}, 3]
+
+
+def test_async_twin_cancelled_dispatches_nothing_more(settings, r) -> None:
+    from tests.apps import registry
+
+    async def main() -> int:
+        client = AsyncClient(registry, settings)
+        resume = asyncio.Event()
+        events = chat_stream()
+
+        async def stream() -> Any:
+            for event in events[:3]:  # the first call is complete
+                yield event
+            await resume.wait()
+            for event in events[3:]:  # the second one is
+                yield event
+
+        try:
+            task = asyncio.create_task(client.dispatch_stream(stream()))
+            while calls_stored(r, client.sync) == 0:
+                await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            resume.set()
+            await asyncio.sleep(0.5)
+            return calls_stored(r, client.sync)
+        finally:
+            await client.close()
+
+    assert asyncio.run(main()) == 1

@@ -1,8 +1,10 @@
 """``AsyncClient``, ``AsyncBatch``, ``AsyncApprovals``: the clients for asyncio code.
 
 Each method is its blocking twin's, run in a worker thread so the event loop never blocks on
-Redis: made from it (``_in_thread``), with the same name, parameters and docstring. Event
-streams are ``async for`` iterators fed by a thread (``_streamed``).
+Redis: made from it (``_in_thread``), with the same name, parameters and docstring; so is the
+constructor (``_taking``). Event streams are ``async for`` iterators fed by a thread
+(``_streamed``); ``dispatch_stream`` is the other way round: the blocking one, in a thread,
+reads an async stream through the event loop (``_blocking``).
 """
 
 from __future__ import annotations
@@ -14,16 +16,9 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-import redis
-
 from toolq.approvals.store import ApprovalStore
-from toolq.backend import Backend
 from toolq.dispatch.client import Batch, Client
 from toolq.dispatch.dispatcher import CallRef
-from toolq.dispatch.providers.streams import StreamedCalls
-from toolq.quotas import DEFAULT_TENANT
-from toolq.registry.registry import ToolRegistry
-from toolq.settings import Settings
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -74,72 +69,69 @@ def _dispatching(
     return dispatch
 
 
+def _taking(
+    init: Callable[Concatenate[Client, P], None],
+) -> Callable[[Callable[[AsyncClient, Client], None]], Callable[Concatenate[AsyncClient, P], None]]:
+    """``AsyncClient.__init__`` with ``Client.__init__``'s parameters, over the ``Client`` built."""
+    make = cast(Callable[P, Client], Client)
+
+    def constructor(
+        build: Callable[[AsyncClient, Client], None],
+    ) -> Callable[Concatenate[AsyncClient, P], None]:
+        def __init__(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> None:
+            build(self, make(*args, **kwargs))
+
+        functools.update_wrapper(__init__, init)
+        return __init__
+
+    return constructor
+
+
+def _dispatching_stream(
+    method: Callable[Concatenate[Client, Any, P], list[Batch]],
+) -> Callable[Concatenate[AsyncClient, Any, P], Coroutine[Any, Any, list[AsyncBatch]]]:
+    """``Client.dispatch_stream`` awaited, over a plain or an async iterable of events."""
+    name = method.__name__
+
+    async def dispatch_stream(
+        self: AsyncClient, stream: Any, /, *args: P.args, **kwargs: P.kwargs
+    ) -> list[AsyncBatch]:
+        blocking = cast(Callable[..., list[Batch]], getattr(self.sync, name))
+        stop = threading.Event()
+        events = _blocking(stream, asyncio.get_running_loop(), stop)
+        try:
+            batches = await asyncio.to_thread(blocking, events, *args, **kwargs)
+        finally:
+            stop.set()  # cancelled: no further call is dispatched
+        return [AsyncBatch(batch) for batch in batches]
+
+    functools.update_wrapper(dispatch_stream, method)
+    dispatch_stream.__doc__ = (
+        f"{inspect.getdoc(method)}\n\n``stream`` may also be an async iterable (an SDK's "
+        "``AsyncStream``): the blocking method reads it in its thread, each event awaited on "
+        "the caller's event loop."
+    )
+    return dispatch_stream
+
+
 class AsyncClient:
-    """Dispatches tool calls to workers and collects their results and events, awaited."""
+    """Dispatches tool calls to workers and collects their results and events, awaited.
 
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        settings: Settings | None = None,
-        *,
-        redis_client: redis.Redis | None = None,
-        backend: Backend | None = None,
-    ) -> None:
-        """Build over ``backend`` (made for ``registry``), or a new ``Backend(settings, registry)``.
+    Built as ``Client`` is, over the ``Client`` (or, with ``TOOLQ_SHARDS``, the ``CellRouter``)
+    that its arguments make.
+    """
 
-        ``redis_client`` replaces the Redis client a new backend would connect; ``close``
-        closes the backend either way. With ``TOOLQ_SHARDS`` it works over a ``CellRouter``.
-        """
-        self.sync = Client(registry, settings, redis_client=redis_client, backend=backend)
+    @_taking(Client.__init__)
+    def __init__(self, sync: Client) -> None:
+        self.sync = sync
         """The blocking ``Client`` every method runs in a thread."""
-        self.approvals = AsyncApprovals(self.sync.approvals)
+        self.approvals = AsyncApprovals(sync.approvals)
 
     dispatch = _dispatching(Client.dispatch)
 
     submit = _dispatching(Client.submit)
 
-    async def dispatch_stream(
-        self,
-        stream: Any,
-        *,
-        run_id: str | None = None,
-        behavior: str | None = None,
-        principal: str | None = None,
-        admin: bool = False,
-        tenant: str = DEFAULT_TENANT,
-    ) -> list[AsyncBatch]:
-        """Dispatch each tool call of a streamed model response as soon as it is complete.
-
-        ``stream``: an async iterable (an SDK's ``AsyncStream``) or a plain iterable of the
-        events ``Client.dispatch_stream`` reads. Every call goes into one run; one
-        ``AsyncBatch`` per call, in stream order; a call the stream broke off inside is not
-        dispatched.
-        """
-        calls = StreamedCalls()
-        batches: list[AsyncBatch] = []
-
-        async def events() -> AsyncIterator[Any]:
-            if hasattr(stream, "__aiter__"):
-                async for event in stream:
-                    yield event
-            else:
-                for event in stream:
-                    yield event
-
-        async for event in events():
-            for call in calls.feed(event):
-                batch = await self.dispatch(
-                    [call],
-                    run_id=run_id,
-                    behavior=behavior,
-                    principal=principal,
-                    format=calls.format,
-                    admin=admin,
-                    tenant=tenant,
-                )
-                run_id = batch.run_id
-                batches.append(batch)
-        return batches
+    dispatch_stream = _dispatching_stream(Client.dispatch_stream)
 
     call = _in_thread(Client.call)
     wait = _in_thread(Client.wait)
@@ -216,6 +208,29 @@ class AsyncApprovals:
     set_rules = _in_thread(ApprovalStore.set_rules)
     export_state = _in_thread(ApprovalStore.export_state)
     restore_state = _in_thread(ApprovalStore.restore_state)
+
+
+def _blocking(stream: Any, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> Iterator[Any]:
+    """``stream``'s items for a worker thread until ``stop``; an async one's awaited on ``loop``."""
+    if not hasattr(stream, "__aiter__"):
+        for item in stream:
+            if stop.is_set():
+                return
+            yield item
+        return
+    items: AsyncIterator[Any] = aiter(stream)
+
+    async def following() -> Any:
+        return await anext(items)
+
+    while True:
+        try:
+            item = asyncio.run_coroutine_threadsafe(following(), loop).result()
+        except StopAsyncIteration:
+            return
+        if stop.is_set():
+            return
+        yield item
 
 
 async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
