@@ -144,6 +144,33 @@ def test_a_refused_dispatch_among_concurrent_ones_fails_alone(
     assert len(stray) == 2 and client.store.statuses(sorted(stray)) == [None, None]
 
 
+def test_a_script_error_of_one_dispatch_among_concurrent_ones_fails_it_alone(
+    r: redis.Redis, paused_client: Client, workers: Workers
+) -> None:
+    client = paused_client
+    # Dispatch 3's first call finds its idempotency key holding a hash: CREATE fails on it
+    # (WRONGTYPE) before writing anything, however often it is sent.
+    r.hset(client.keys.idempotency("p3", "run3", "call:t3-0"), "not", "a claim")
+
+    def dispatch(n: int) -> Batch:
+        return client.dispatch(_echoes(n), run_id=f"run{n}", principal=f"p{n}")
+
+    out = _together(r, [lambda n=n: dispatch(n) for n in range(THREADS)], 500)
+    assert isinstance(out[3], redis.ResponseError) and "WRONGTYPE" in str(out[3]), out
+    batches = {n: b for n, b in enumerate(out) if n != 3}
+    assert all(isinstance(b, Batch) for b in batches.values()), out
+    creates = client.dispatcher.creates
+    assert creates.requests == THREADS and creates.round_trips < 2 * THREADS
+    assert client.store.run_call_ids("run3") == []
+    workers.start("safe", concurrency=2)
+    for n, batch in batches.items():
+        assert client.store.run_call_ids(f"run{n}") == batch.call_ids
+        assert [x.output for x in batch.wait(timeout=60)] == [
+            {"text": f"{n}-0"},
+            {"text": f"{n}-1"},
+        ]
+
+
 def test_a_redis_error_of_a_shared_commit_is_every_dispatch_s_and_a_retry_dedupes(
     r: redis.Redis, paused_client: Client, workers: Workers
 ) -> None:

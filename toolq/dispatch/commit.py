@@ -11,8 +11,9 @@ The pipeline's queued calls share messages by the dispatcher's own rules, whiche
 dispatch they come from (a batch message carries each call's run), so a worker gets one
 message, not one per dispatch. Each dispatch gets the replies of its own calls only; an
 error of the shared round trip (Redis down, read-only, full) is raised in every dispatch it
-carried. Each call's CREATE is its own script, claimed under its own idempotency key, so a
-dispatch retried after such an error is answered from what was written, never twice.
+carried, while a script's error (one dispatch's keys refused) is its own dispatch's: the
+dispatches are sent again, each alone. Each call's CREATE is claimed under its own
+idempotency key, so a dispatch sent again is answered from what was written, never twice.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import redis
+
+from toolq.redis_failures import refusal
 from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, MessageGroup, NewCall
 
@@ -70,12 +74,21 @@ class CreateCommit(GroupCommitter[_Request]):
         return self._join(_Request(calls)).answer()
 
     def _send(self, batch: list[_Request]) -> None:
-        """One pipeline for every call of ``batch``; its error is every request's."""
+        """One pipeline for every call of ``batch``; a script error is answered per request."""
         self.round_trips += 1
         try:
             calls, groups = self.messages([c for request in batch for c in request.calls])
             replies = self.store.create_many(calls, groups, admit=self.admit)
-        except BaseException as exc:
+        except redis.ResponseError as exc:
+            if len(batch) == 1 or refusal(exc) is not None:
+                for request in batch:
+                    request.error = exc
+                return
+            # One dispatch's error (its keys refused, a bug) is not the others': each alone.
+            for request in batch:
+                self._send([request])
+            return
+        except BaseException as exc:  # connection lost, replicas missing: every request's
             for request in batch:
                 request.error = exc
             return
