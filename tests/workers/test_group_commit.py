@@ -190,3 +190,31 @@ def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
         finals = [e.type.value for e in client.events(batch.run_id) if e.type.is_final]
         assert finals == ["call.succeeded"], finals
         assert r.llen(f"test:exec:{call_id}") == 2
+
+
+def test_a_full_redis_fails_every_finish_in_the_round_trip_that_carried_it(
+    r: redis.Redis, setup: Setup
+) -> None:
+    # A refusal of the whole Redis is every request's: not sent again request by request
+    # (as a script's error of one request is), which would fail each again, one by one.
+    calls = _started_calls(setup.client, setup.store, THREADS)
+    errors: list[BaseException] = []
+
+    def finish(env: CallEnvelope, token: str) -> None:
+        try:
+            setup.commits.commit([(env, token, _result(env))], [])
+        except redis.ResponseError as exc:
+            errors.append(exc)
+
+    policy = r.config_get("maxmemory-policy")["maxmemory-policy"]
+    limit = r.config_get("maxmemory")["maxmemory"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)  # full: every write is refused
+    try:
+        _together(r, [functools.partial(finish, env, token) for env, token in calls], 500)
+    finally:
+        r.config_set("maxmemory", limit)
+        r.config_set("maxmemory-policy", policy)
+    assert len(errors) == THREADS and all("OOM" in str(e) for e in errors), errors
+    assert setup.commits.requests == THREADS
+    assert setup.commits.round_trips <= 3  # the paused first one, then the rest together

@@ -22,9 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from toolq.redis_failures import refusal
 from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, MessageGroup, NewCall
 
@@ -73,25 +70,10 @@ class CreateCommit(GroupCommitter[_Request]):
             return [], []
         return self._join(_Request(calls)).answer()
 
-    def _send(self, batch: list[_Request]) -> None:
-        """One pipeline for every call of ``batch``; a script error is answered per request."""
-        self.round_trips += 1
-        try:
-            calls, groups = self.messages([c for request in batch for c in request.calls])
-            replies = self.store.create_many(calls, groups, admit=self.admit)
-        except redis.ResponseError as exc:
-            if len(batch) == 1 or refusal(exc) is not None:
-                for request in batch:
-                    request.error = exc
-                return
-            # One dispatch's error (its keys refused, a bug) is not the others': each alone.
-            for request in batch:
-                self._send([request])
-            return
-        except BaseException as exc:  # connection lost, replicas missing: every request's
-            for request in batch:
-                request.error = exc
-            return
+    def _round_trip(self, batch: list[_Request]) -> None:
+        """One pipeline for every call of ``batch``, its replies split back by request."""
+        calls, groups = self.messages([c for request in batch for c in request.calls])
+        replies = self.store.create_many(calls, groups, admit=self.admit)
         start = 0
         for request in batch:
             end = start + len(request.calls)

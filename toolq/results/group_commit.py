@@ -6,14 +6,23 @@ it to come back and go together in the next one, as a database's group commit do
 request waits for a timer or for company, only for the round trip already in flight. Each
 thread returns once its own request is answered.
 
+A round trip's error is every request's when Redis refused it as a whole (full, read-only,
+disk, replicas) or did not answer; a script's error (a refusal of one request's keys, a bug)
+is not the others': the requests are then sent again, each alone, and only the one at fault
+fails. Every write sent here is safe to repeat.
+
 The worker's ``START``s and ``FINISH``es (``toolq.workers.commit``) and a client's
-``CREATE``s (``toolq.dispatch.commit``) use it, each with its own ``_send``.
+``CREATE``s (``toolq.dispatch.commit``) use it, each with its own ``_round_trip``.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Generic, TypeVar
+
+import redis
+
+from toolq.redis_failures import refusal
 
 
 class Request:
@@ -65,5 +74,24 @@ class GroupCommitter(Generic[R]):
         return request
 
     def _send(self, batch: list[R]) -> None:
-        """One round trip for ``batch``: fill in each request's replies, or its ``error``."""
+        """One round trip for ``batch``: each request's replies, or its ``error``."""
+        self.round_trips += 1
+        try:
+            self._round_trip(batch)
+        except redis.ResponseError as exc:
+            if len(batch) == 1 or refusal(exc) is not None:
+                self._fail(batch, exc)
+                return
+            for request in batch:  # one request's error is not the others': each alone
+                self._send([request])
+        except BaseException as exc:  # connection lost, replicas missing
+            self._fail(batch, exc)
+
+    @staticmethod
+    def _fail(batch: list[R], exc: BaseException) -> None:
+        for request in batch:
+            request.error = exc
+
+    def _round_trip(self, batch: list[R]) -> None:
+        """Send ``batch`` in one round trip and fill in each request's replies; raise its error."""
         raise NotImplementedError

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from toolq.models import CallEnvelope, CallResult
 from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, Started
@@ -64,26 +62,12 @@ class GroupCommit(GroupCommitter[_Request]):
         """
         return self._join(_Request(finished, starts, after)).answer()
 
-    def _send(self, batch: list[_Request]) -> None:
-        """One round trip for the whole batch; a script error is answered request by request."""
+    def _round_trip(self, batch: list[_Request]) -> None:
+        """One ``CallStore.commit`` of every request's writes, its replies split back."""
         finished = [item for request in batch for item in request.finished]
         starts = [item for request in batch for item in request.starts]
         after = [command for request in batch for command in request.after]
-        self.round_trips += 1
-        try:
-            held, started = self.store.commit(finished, starts, self.cancelled, after)
-        except redis.ResponseError as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
-                return
-            # One call's error (a refusal, a bug) is not the others': each alone (repeats are safe).
-            for request in batch:
-                self._send([request])
-            return
-        except BaseException as exc:  # connection lost, replicas missing: every request's
-            for request in batch:
-                request.error = exc
-            return
+        held, started = self.store.commit(finished, starts, self.cancelled, after)
         for request in batch:
             f, s = len(request.finished), len(request.starts)
             request.held, held = held[:f], held[f:]
