@@ -117,8 +117,11 @@ def _dispatching_stream(
 class AsyncClient:
     """Dispatches tool calls to workers and collects their results and events, awaited.
 
-    Built as ``Client`` is, over the ``Client`` (or, with ``TOOLQ_SHARDS``, the ``CellRouter``)
-    that its arguments make.
+    ``AsyncClient(registry, settings=None, *, redis_client=None, backend=None)`` takes the
+    arguments of ``Client`` and builds the ``Client`` (with ``TOOLQ_SHARDS``, the
+    ``CellRouter``) its methods run on: each is the ``Client`` method of the same name and
+    parameters, awaited; ``dispatch_stream`` also reads an async stream (an SDK's
+    ``AsyncStream``), and ``events`` is an ``async for`` iterator.
     """
 
     @_taking(Client.__init__)
