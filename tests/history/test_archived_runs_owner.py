@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import event
 
 from tests.apps import registry
 from tests.conftest import make_settings
@@ -56,3 +57,24 @@ def test_another_principal_may_not_take_an_archived_run_by_setting_its_rules(arc
     client.approvals.set_rules("run-own", approve_tools=["echo"], principal="alice", tenant="a")
     with pytest.raises(NotRunOwnerError):
         client.dispatch(echo("x1", "mine"), run_id="run-own", principal="mallory", tenant="a")
+
+
+def test_a_new_named_run_asks_the_history_store_once(r, history_url):
+    """Its first dispatch finds no archived call of it; for a while Redis alone answers."""
+    settings = make_settings(history_url=history_url)
+    with Client(registry, settings) as client:
+        assert client.history is not None
+        statements: list[str] = []
+        event.listen(
+            client.history.engine,
+            "before_cursor_execute",
+            lambda _conn, _cursor, statement, *_: statements.append(statement),
+        )
+        client.dispatch(echo("n1", "one"), run_id="run-new", principal="alice")
+        first = len(statements)
+        client.dispatch(echo("n2", "two"), run_id="run-new", principal="alice")
+        # Asked before: its owner and its calls' claims on the first dispatch, its calls'
+        # claims on every later one.
+        assert (first, len(statements) - first) == (1, 0), statements
+        with pytest.raises(NotRunOwnerError):
+            client.dispatch(echo("x1", "mine"), run_id="run-new", principal="mallory")

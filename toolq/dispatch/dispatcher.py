@@ -194,7 +194,9 @@ class Dispatcher:
         # Calls whose keys left Redis for the history store are answered from it; to a
         # submitter the run's owner does not admit, CREATE answers (refuses) as when hot.
         admitted = owner is None or owner.admits_submitter(principal, tenant, submission.admin)
-        archived = archived_claims(self.store, new_calls) if run_id and admitted else {}
+        # A run the history store was just found to hold no call of has no claims there.
+        ask_history = run_id and admitted and not self.owners.unarchived(run)
+        archived = archived_claims(self.store, new_calls) if ask_history else {}
         fresh, created = self.creates.create(
             [c for i, c in enumerate(new_calls) if i not in archived]
         )

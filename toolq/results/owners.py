@@ -17,7 +17,9 @@ another tenant (``check_tenant``, ``check_call_tenant``). The default tenant is 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,8 @@ REFUSALS_AUDITED = 20
 """Refusals of one principal audited per window, whatever their targets."""
 SYSTEM = ("system", "1")
 """The proof of an audit entry written where no signing key is held."""
+UNARCHIVED_RUNS = 10_000
+"""Runs a process remembers finding with no archived call (``RunOwners.unarchived``)."""
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -96,6 +100,9 @@ class RunOwners:
         self.scripts = Scripts(client)
         self.cold: ColdStore | None = None
         """The history store: the owner of a run that left Redis is its archived calls'."""
+        self._unarchived: OrderedDict[str, float] = OrderedDict()
+        """Runs the history store held no call of, by when it was asked (monotonic)."""
+        self._unarchived_lock = threading.Lock()
 
     def get(self, run_id: str) -> RunOwner | None:
         """The run's owner; ``None`` for a run with no recorded owner (unknown run)."""
@@ -120,10 +127,38 @@ class RunOwners:
 
     def _archived(self, run_id: str) -> str | None:
         """The owner recorded with the run's first archived call (``None``: none)."""
-        if self.cold is None:
+        if self.cold is None or self.unarchived(run_id):
             return None
+        asked = time.monotonic()
         first = self.cold.run_call_ids(run_id, limit=1)
+        if not first:
+            with self._unarchived_lock:
+                self._unarchived[run_id] = asked
+                self._unarchived.move_to_end(run_id)
+                if len(self._unarchived) > UNARCHIVED_RUNS:
+                    self._unarchived.popitem(last=False)
+            return None
         return next((r.get("owner") for r in self.cold.records(first).values()), None)
+
+    def unarchived(self, run_id: str) -> bool:
+        """True when this process found no archived call of the run a moment ago.
+
+        No call of the run can have left Redis since: the keys of a call archived later (its
+        record, its idempotency key, the run's owner) stay ``hot_seconds`` after its row is
+        written, and a run's keys ``result_ttl`` after a dispatch into it. For half the
+        shorter of the two, what Redis holds answers for the run (its owner, the claims of
+        its calls) without asking the history store again.
+        """
+        if self.cold is None:
+            return False
+        settings = self.settings
+        fresh_after = time.monotonic() - min(settings.hot_seconds, settings.result_ttl) / 2
+        with self._unarchived_lock:
+            asked = self._unarchived.get(run_id)
+            if asked is not None and asked < fresh_after:
+                del self._unarchived[run_id]
+                asked = None
+        return asked is not None
 
     def claim(self, run_id: str, principal: str | None, tenant: str | None = None) -> RunOwner:
         """Make ``principal`` (of ``tenant``) the owner of a run that has none; its owner.
