@@ -30,6 +30,7 @@ from toolq.broker import (
     decode,
     unacked,
 )
+from toolq.broker.app import _KOMBU_APPEND
 from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
 
 PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag"}
@@ -189,6 +190,37 @@ def test_unacked_bookkeeping_is_kombus(r: redis.Redis, settings: Settings) -> No
                 delivered.ack()
         assert not r.hexists(KOMBU_UNACKED, tag)
         assert unacked.taken_before(r, time.time() + 1, 10) == []
+    finally:
+        app.close()
+
+
+def test_a_taken_message_is_recorded_as_kombu_records_it(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """``_record_taken`` writes, without kombu's ``MULTI``, what kombu's ``QoS.append`` does."""
+    app = celery_app(settings)  # installs toolq's append
+    publisher = Publisher(app, settings)
+    queue, message = publisher.message("c5", RiskLevel.SAFE, None, "run5")
+    r.lpush(queue, message)
+    received: list[Any] = []
+    try:
+        with Connection(settings.redis_url) as conn:
+            channel = conn.channel()
+            consumer = Consumer(
+                channel, queues=[Queue(queue)], callbacks=[lambda _b, m: received.append(m)]
+            )
+            with consumer:
+                conn.drain_events(timeout=5)
+                [delivered] = received
+                tag = delivered.delivery_tag
+                ours = r.hget(KOMBU_UNACKED, tag), r.zscore(KOMBU_UNACKED_INDEX, tag)
+                r.hdel(KOMBU_UNACKED, tag)
+                r.zrem(KOMBU_UNACKED_INDEX, tag)
+                _KOMBU_APPEND(channel.qos, delivered, tag)
+                kombus = r.hget(KOMBU_UNACKED, tag), r.zscore(KOMBU_UNACKED_INDEX, tag)
+                delivered.ack()
+        assert ours[0] is not None and ours[0] == kombus[0]
+        assert ours[1] is not None and kombus[1] is not None and abs(ours[1] - kombus[1]) < 60
     finally:
         app.close()
 

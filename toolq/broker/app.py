@@ -89,6 +89,12 @@ def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
     kombu's restore drops and toolq's sweeper reads as a message never recorded
     (``resend_lost``); an entry without its index is never written.
     """
+    # kombu's own append (``_KOMBU_APPEND``) cannot be called without its MULTI: it takes
+    # its pipeline from ``QoS.pipe_or_acquire()`` with no pipe to pass, which opens
+    # ``client.pipeline()``, a transaction. That helper is the only hook, and ``ack`` and
+    # ``reject`` (``_remove_from_indices``) take theirs from it too, so replacing it would
+    # change them as well. Its two writes are written out here as kombu writes them (keys,
+    # entry, order); tests/broker/test_wire.py compares both on the installed kombu.
     delivery = message.delivery_info
     entry = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
     with self.channel.conn_or_acquire() as client:
@@ -223,6 +229,8 @@ def _size_unless_refused(self: Any, queue: str) -> int:
         return sum(size for size in pipe.execute() if isinstance(size, int))
 
 
+_KOMBU_APPEND = kombu_redis.QoS.append
+"""Not called: what ``_record_taken`` writes is checked against it (tests/broker)."""
 _KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
 _KOMBU_SIZE = kombu_redis.Channel._size
 _KOMBU_QUEUE_BIND = kombu_redis.Channel._queue_bind
