@@ -1,7 +1,8 @@
-"""kombu's ``unacked`` bookkeeping on a threads worker: no ``MULTI``, no round trip for the ack.
+"""kombu's ``unacked`` bookkeeping on a worker: no ``MULTI``, no round trip for the ack.
 
 A message's entry is written without ``MULTI`` when it is taken, and removed in the round
-trip of its last FINISH.
+trip of its last FINISH: by the thread that ran it, or by the prefork child that did, whose
+parent then acknowledges the message in memory only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 
 from tests.conftest import Workers
@@ -27,13 +29,14 @@ def _monitor(settings: Settings, seen: list[tuple[str, list[str]]], stop: thread
             seen.append((who, str(command["command"]).split()))
 
 
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_the_ack_rides_behind_the_last_finish(
-    client: Client, workers: Workers, settings: Settings, r: redis.Redis
+    client: Client, workers: Workers, settings: Settings, r: redis.Redis, pool: str
 ) -> None:
     # kombu would acknowledge each message with a round trip of its own (MULTI ZREM HDEL
     # EXEC) after the task returns. Each message's entry goes instead on the connection of
     # its last FINISH, right behind it, with no MULTI around it.
-    workers.start("safe", pool="threads", concurrency=4)
+    workers.start("safe", pool=pool, concurrency=4 if pool == "threads" else 2)
     seen: list[tuple[str, list[str]]] = []
     stop = threading.Event()
     watcher = threading.Thread(target=_monitor, args=(settings, seen, stop), daemon=True)
