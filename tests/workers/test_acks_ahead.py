@@ -15,9 +15,10 @@ import pytest
 import redis
 
 from tests.conftest import Workers
-from toolq import CallStatus, Client, Settings
-from toolq.broker import acks
+from toolq import CallStatus, Client, RiskLevel, Settings
+from toolq.broker import Publisher, acks
 from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
+from toolq.workers.app import create_celery
 
 
 def _monitor(settings: Settings, seen: list[tuple[str, list[str]]], stop: threading.Event) -> None:
@@ -95,3 +96,25 @@ def test_marks_kombu_never_acknowledges_are_bounded() -> None:
     finally:
         for tag in tags:
             acks.take(tag)
+
+
+def test_a_prefork_parent_acknowledges_what_its_child_did_not(
+    client: Client, workers: Workers, settings: Settings, r: redis.Redis, wait_for: Any
+) -> None:
+    # A message whose calls write no FINISH (a redelivery of a final call, a call id that
+    # does not exist) has its entry removed by no child: the parent's own acknowledgement
+    # must still remove it, or kombu would restore the message after its visibility timeout.
+    from tests.apps import registry
+
+    workers.start("safe", pool="prefork", concurrency=2)
+    batch = client.dispatch([{"id": "1", "name": "echo", "arguments": {"text": "x"}}])
+    (done,) = batch.wait(timeout=30)
+    assert done.status == CallStatus.SUCCEEDED
+    wait_for(lambda: r.hlen(KOMBU_UNACKED) == 0, message="the first delivery's entry stays")
+    publisher = Publisher(create_celery(settings, registry), settings)
+    for call_id in (done.call_id, "no-such-call"):
+        queue, raw = publisher.message(call_id, RiskLevel.SAFE, None, batch.run_id)
+        r.lpush(queue, raw)
+    wait_for(lambda: r.llen(queue) == 0, message="the messages were not taken")
+    wait_for(lambda: r.hlen(KOMBU_UNACKED) == 0, message="an entry no child removed stays")
+    assert r.zcard(KOMBU_UNACKED_INDEX) == 0
