@@ -1,7 +1,8 @@
-"""kombu's ``unacked`` bookkeeping on a threads worker: no ``MULTI``, no round trip for the ack.
+"""kombu's ``unacked`` bookkeeping on a worker: no ``MULTI``, no round trip for the ack.
 
 A message's entry is written without ``MULTI`` when it is taken, and removed in the round
-trip of its last FINISH.
+trip of its last FINISH: by the thread that ran it, or by the prefork child that did, whose
+parent then acknowledges the message in memory only.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import redis
 
 from tests.conftest import Workers
-from toolq import CallStatus, Client, Settings
-from toolq.broker import acks
+from toolq import CallStatus, Client, RiskLevel, Settings
+from toolq.broker import Publisher, acks
 from toolq.keys import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
+from toolq.workers.app import create_celery
 
 
 def _monitor(settings: Settings, seen: list[tuple[str, list[str]]], stop: threading.Event) -> None:
@@ -27,13 +30,14 @@ def _monitor(settings: Settings, seen: list[tuple[str, list[str]]], stop: thread
             seen.append((who, str(command["command"]).split()))
 
 
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_the_ack_rides_behind_the_last_finish(
-    client: Client, workers: Workers, settings: Settings, r: redis.Redis
+    client: Client, workers: Workers, settings: Settings, r: redis.Redis, pool: str
 ) -> None:
     # kombu would acknowledge each message with a round trip of its own (MULTI ZREM HDEL
     # EXEC) after the task returns. Each message's entry goes instead on the connection of
     # its last FINISH, right behind it, with no MULTI around it.
-    workers.start("safe", pool="threads", concurrency=4)
+    workers.start("safe", pool=pool, concurrency=4 if pool == "threads" else 2)
     seen: list[tuple[str, list[str]]] = []
     stop = threading.Event()
     watcher = threading.Thread(target=_monitor, args=(settings, seen, stop), daemon=True)
@@ -92,3 +96,25 @@ def test_marks_kombu_never_acknowledges_are_bounded() -> None:
     finally:
         for tag in tags:
             acks.take(tag)
+
+
+def test_a_prefork_parent_acknowledges_what_its_child_did_not(
+    client: Client, workers: Workers, settings: Settings, r: redis.Redis, wait_for: Any
+) -> None:
+    # A message whose calls write no FINISH (a redelivery of a final call, a call id that
+    # does not exist) has its entry removed by no child: the parent's own acknowledgement
+    # must still remove it, or kombu would restore the message after its visibility timeout.
+    from tests.apps import registry
+
+    workers.start("safe", pool="prefork", concurrency=2)
+    batch = client.dispatch([{"id": "1", "name": "echo", "arguments": {"text": "x"}}])
+    (done,) = batch.wait(timeout=30)
+    assert done.status == CallStatus.SUCCEEDED
+    wait_for(lambda: r.hlen(KOMBU_UNACKED) == 0, message="the first delivery's entry stays")
+    publisher = Publisher(create_celery(settings, registry), settings)
+    for call_id in (done.call_id, "no-such-call"):
+        queue, raw = publisher.message(call_id, RiskLevel.SAFE, None, batch.run_id)
+        r.lpush(queue, raw)
+    wait_for(lambda: r.llen(queue) == 0, message="the messages were not taken")
+    wait_for(lambda: r.hlen(KOMBU_UNACKED) == 0, message="an entry no child removed stays")
+    assert r.zcard(KOMBU_UNACKED_INDEX) == 0

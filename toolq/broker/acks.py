@@ -5,10 +5,12 @@ EXEC``), after the task returns. Where the task runs in the process that acknowl
 (threads and solo pools), the slot sends the same ``ZREM`` and ``HDEL`` behind the FINISH of
 the message's last call instead, in the round trip that FINISH takes anyway, and marks the
 tag ``sent``; kombu's acknowledgement of it (``toolq.broker.app``) then only updates its own
-memory. Redis runs a connection's commands in order: the entry never goes before the FINISH
-written ahead of it, and an entry is only of use to recovery while its calls are ``queued``
-(``Maintenance.resend_stranded``). A process killed before that round trip leaves the entry
-and the call's lease, as a process killed before kombu's acknowledgement does.
+memory. A prefork child does the same and tells its parent, which acknowledges the message,
+by its task's return value (``carried``). Redis runs a connection's commands in order: the
+entry never goes before the FINISH written ahead of it, and an entry is only of use to
+recovery while its calls are ``queued`` (``Maintenance.resend_stranded``). A process killed
+before that round trip leaves the entry and the call's lease, as a process killed before
+kombu's acknowledgement does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ _lock = threading.Lock()
 def commands(delivery_tag: str) -> list[tuple[Any, ...]]:
     """The commands that remove ``delivery_tag``'s entry, as kombu's acknowledgement does."""
     return [("ZREM", KOMBU_UNACKED_INDEX, delivery_tag), ("HDEL", KOMBU_UNACKED, delivery_tag)]
+
+
+def carried(retval: Any) -> bool:
+    """Whether a task's return value says its child removed the entry (the task returned True).
+
+    A pool hands the parent a successful task's ``repr`` (Celery's ``fast_trace_task``).
+    """
+    return retval is True or retval == "True"
 
 
 def sent(delivery_tag: str) -> None:

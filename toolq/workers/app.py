@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from celery import Celery, bootsteps, signals
+from celery.worker.request import Request
 
 from toolq.broker import (
     BATCH_TASK_NAME,
@@ -20,6 +21,7 @@ from toolq.broker import (
     PREVIEW_TASK_NAME,
     TASK_NAME,
     UNDO_TASK_NAME,
+    acks,
     celery_app,
 )
 from toolq.keys import Keys
@@ -41,7 +43,9 @@ class _PerProcess:
         self.app = app
         self.async_slots = async_slots
         self.acks_here = False
-        """Whether the process that runs a task acknowledges its message (``AcksHere``)."""
+        """Whether the process that runs a task removes its message's entry (``AcksHere``)."""
+        self.parent_acks = False
+        """Whether a parent acknowledges the messages (prefork): a task tells it ``carried``."""
         self._runtime: Any = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -49,13 +53,23 @@ class _PerProcess:
     def ack_of(self, request: Any) -> str | None:
         """The delivery tag of a task's message, if its ``unacked`` entry may go with its FINISH.
 
-        Only where this process acknowledges the message itself (``toolq.broker.acks``):
-        a prefork child's parent does, and would send its ``ZREM`` and ``HDEL`` again.
+        ``toolq.broker.acks``: where this process acknowledges the message itself, or tells
+        the parent that does (``carried``).
         """
         if not self.acks_here:
             return None
         tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
         return tag if isinstance(tag, str) and tag else None
+
+    def carried(self, tag: str | None) -> bool | None:
+        """A prefork child's task's return value: whether ``tag``'s entry went with its FINISH.
+
+        The child's own mark goes (it never acknowledges); the parent marks the tag instead
+        (``CarriedAck``). ``None`` where no parent acknowledges.
+        """
+        if not self.parent_acks:
+            return None
+        return tag is not None and acks.take(tag)
 
     def get(self) -> Any:
         """The runtime of the current process."""
@@ -88,18 +102,47 @@ def pool_name(pool: Any) -> str:
     return {"thread": "threads"}.get(module, module)
 
 
-class AcksHere(bootsteps.Step):
-    """Tells the tasks whether their messages are acknowledged in the process that runs them.
+class CarriedAck(Request):
+    """A task's request in the consumer: its task may have removed its message's entry.
 
-    So with the threads and solo pools; a prefork pool's children run tasks whose messages
-    the parent acknowledges.
+    A prefork child's task returns ``True`` when its last FINISH's round trip removed the
+    entry (``toolq.broker.acks``); the tag is then marked ``sent`` here, and the parent's
+    acknowledgement only updates kombu's memory instead of a round trip of its own
+    (``MULTI ZREM HDEL EXEC``). Celery makes each task's request class a subclass of this
+    one with an ``on_success`` of its own (``create_request_cls``): that is what is wrapped.
+    Should a Celery release stop doing so, the parent acknowledges with its own round trip
+    again, which then removes nothing: slower, never wrong.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        on_success = cls.on_success
+
+        def on_success_carried(self: Any, failed__retval__runtime: Any, **kw: Any) -> Any:
+            failed, retval, _ = failed__retval__runtime
+            tag = getattr(self.message, "delivery_tag", None)
+            if not failed and tag and acks.carried(retval):
+                acks.sent(tag)
+            return on_success(self, failed__retval__runtime, **kw)
+
+        cls.on_success = on_success_carried
+
+
+class AcksHere(bootsteps.Step):
+    """Tells the tasks whether they remove their messages' entries ahead of the ack.
+
+    Every pool does: the threads and solo pools acknowledge in the process that runs the
+    task; a prefork child tells its parent, which acknowledges (``CarriedAck``). Set before
+    the pool forks its children, which inherit it.
     """
 
     requires = ("celery.worker.components:Pool",)
 
     def create(self, worker: Any) -> None:
-        """Set ``acks_here`` of the app's per-process runtimes from the worker's pool."""
-        worker.app.toolq_runtimes.acks_here = pool_name(worker.pool) in ("threads", "solo")
+        """Set the app's per-process runtimes' ``acks_here``/``parent_acks`` from the pool."""
+        runtimes = worker.app.toolq_runtimes
+        runtimes.acks_here = pool_name(worker.pool) in ("threads", "solo", "prefork")
+        runtimes.parent_acks = pool_name(worker.pool) == "prefork"
 
 
 class MaintenanceStep(bootsteps.StartStopStep):
@@ -161,10 +204,13 @@ def create_celery(
         reject_on_worker_lost=True,
         shared=False,
         bind=True,
+        Request=CarriedAck,
     )
-    def execute(task: Any, call_id: str, run_id: str | None = None) -> None:
+    def execute(task: Any, call_id: str, run_id: str | None = None) -> bool | None:
         run_id = run_id if isinstance(run_id, str) else None
-        holder.get().run(str(call_id), run_id, holder.ack_of(task.request))
+        tag = holder.ack_of(task.request)
+        holder.get().run(str(call_id), run_id, tag)
+        return holder.carried(tag)
 
     def route_of(request: Any) -> Route | None:
         """Where a message came from (its queue's risk, its time limit); ``None`` if unknown."""
@@ -182,8 +228,9 @@ def create_celery(
         reject_on_worker_lost=True,
         shared=False,
         bind=True,
+        Request=CarriedAck,
     )
-    def execute_many(task: Any, calls: list[list[str]]) -> None:
+    def execute_many(task: Any, calls: list[list[str]]) -> bool | None:
         # Acknowledged when every call is final or given back: a worker lost mid-message gets
         # it redelivered, and START skips the calls already started or final.
         pairs = [(str(c[0]), str(c[1])) for c in calls]
@@ -191,7 +238,9 @@ def create_celery(
         kinds = (
             {str(c[0]): c[2] == "async" for c in calls} if all(len(c) > 2 for c in calls) else None
         )
-        holder.get().run_many(pairs, route_of(task.request), kinds, holder.ack_of(task.request))
+        tag = holder.ack_of(task.request)
+        holder.get().run_many(pairs, route_of(task.request), kinds, tag)
+        return holder.carried(tag)
 
     @app.task(name=PREVIEW_TASK_NAME, ignore_result=True, acks_late=True, shared=False)
     def preview(call_id: str) -> None:
