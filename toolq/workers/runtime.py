@@ -41,7 +41,13 @@ from toolq.errors import (
     UndoError,
 )
 from toolq.execution.context import ToolContext
-from toolq.execution.executor import Executor, error_message, error_type, runs_async
+from toolq.execution.executor import (
+    Executor,
+    error_message,
+    error_type,
+    run_inline,
+    runs_async,
+)
 from toolq.models import (
     AuditOutcome,
     CallEnvelope,
@@ -513,7 +519,9 @@ class WorkerRuntime:
         coro, ctx = body
         self.keeper.add(env.call_id, token, ctx)
         try:
-            return self._loop().run_until_complete(coro)
+            if self.executor.needs_task(env.name):
+                return self._loop().run_until_complete(coro)
+            return run_inline(coro, self._loop())
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", env.call_id)
             return _crashed(env, exc)
