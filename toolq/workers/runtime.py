@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import json
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -339,7 +340,7 @@ class WorkerRuntime:
         starts: list[tuple[str, str, str, bool]] = []
         sync = pending.take(lambda call: not kinds.get(call[0], False))
         if sync is not None:
-            starts.append((*sync, uuid.uuid4().hex, False))
+            starts.append((*sync, secrets.token_hex(16), False))
         if not kinds or not len(pending):
             return starts
 
@@ -350,7 +351,7 @@ class WorkerRuntime:
         if got:
             calls = pending.take_many(is_async, got)
             self.async_slots.release(got - len(calls))
-            starts += [(*call, uuid.uuid4().hex, True) for call in calls]
+            starts += [(*call, secrets.token_hex(16), True) for call in calls]
         return starts
 
     def _ended(
