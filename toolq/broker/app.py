@@ -19,7 +19,6 @@ from kombu.utils.json import dumps as kombu_dumps
 from redis import exceptions as redis_errors
 
 from toolq.broker import acks
-from toolq.broker.held import HeldConnections
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
@@ -82,38 +81,22 @@ def _refused(exc: Exception) -> bool:
 
 
 def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
-    """What the ``QoS.append`` of kombu writes, in one write without its ``MULTI``.
+    """What the ``QoS.append`` of kombu writes, in a pipeline without its ``MULTI``.
 
     kombu wraps the two writes in ``MULTI``/``EXEC``: two more commands to send, parse and
     run per message, for an atomicity toolq's recovery does not need. The index goes first:
     should only it be written (a connection lost in between), the tag has no entry, which
     kombu's restore drops and toolq's sweeper reads as a message never recorded
-    (``resend_lost``); an entry without its index is never written. Sent on a connection
-    the consumer's thread holds (``HeldConnections``), not through the pool.
+    (``resend_lost``); an entry without its index is never written.
     """
     delivery = message.delivery_info
     entry = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
-    _held(self.channel).send(
-        [
-            ("ZADD", self.unacked_index_key, time.time(), delivery_tag),
-            ("HSET", self.unacked_key, delivery_tag, entry),
-        ]
-    )
+    with self.channel.conn_or_acquire() as client:
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
+        pipe.hset(self.unacked_key, delivery_tag, entry)
+        pipe.execute()
     virtual.QoS.append(self, message, delivery_tag)
-
-
-def _held(channel: Any) -> HeldConnections:
-    """The channel's ``HeldConnections``, made again with its pool (new after a reconnect).
-
-    ``channel.pool`` is read first, as kombu's own client reads it: a closed channel raises
-    (``_connparams_unless_closed``).
-    """
-    pool = channel.pool
-    held: HeldConnections | None = channel.__dict__.get("_toolq_held")
-    if held is None or held.pool is not pool:
-        held = HeldConnections(pool)
-        channel.__dict__["_toolq_held"] = held
-    return held
 
 
 def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:
