@@ -13,8 +13,9 @@ import inspect
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from asyncio import events as asyncio_events
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolq.errors import (
     CallCancelledError,
@@ -44,6 +45,7 @@ RetryHook = Callable[[int, float, BaseException], None]
 """Called before each retry with (next attempt, delay seconds, the error)."""
 
 _BLOCKS = (TextContent, ImageContent, AudioContent)
+T = TypeVar("T")
 
 
 def error_type(exc: BaseException) -> str:
@@ -119,6 +121,20 @@ class Executor:
 
     def _chain(self, tool: Tool) -> list[Any]:
         return [*self.registry.middleware, *tool.middleware]
+
+    def needs_task(self, name: str) -> bool:
+        """Whether ``execute`` of a call of ``name`` may need an asyncio task before it waits.
+
+        It does not for a synchronous handler with no time limit and no middleware: it
+        awaits nothing until a retry's backoff, and ``run_inline`` can run it. A time limit
+        (``asyncio.wait_for``, from Python 3.12) or a middleware hook may need
+        ``asyncio.current_task()``.
+        """
+        tool = self.registry.get(name)
+        if tool is None:
+            return False
+        timed = tool.run_timeout(self.default_timeout) is not None
+        return timed or _is_async(tool) or bool(self._chain(tool))
 
     async def _attempts(
         self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, on_retry: RetryHook | None
@@ -288,6 +304,55 @@ async def _in_thread(func: Callable[..., Any], *args: Any) -> Any:
 
     threading.Thread(target=run, name="toolq-handler", daemon=True).start()
     return await future
+
+
+def run_inline(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """``loop.run_until_complete(coro)``, without a turn of the loop while ``coro`` does not wait.
+
+    ``coro`` runs on this thread's stack until it first waits, with ``loop`` as the running
+    loop (as under ``run_until_complete``) and in a copy of the current context (as a task);
+    only then does it go on as a task of ``loop``. A synchronous handler's run never waits,
+    and costs no task, no poll of the loop's selector and no callbacks. ``coro`` must not
+    need ``asyncio.current_task()`` before it first waits (``Executor.needs_task``).
+    """
+    context = contextvars.copy_context()
+    previous = asyncio_events._get_running_loop()
+    asyncio_events._set_running_loop(loop)
+    try:
+        waiting = context.run(coro.send, None)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    finally:
+        asyncio_events._set_running_loop(previous)
+    return loop.run_until_complete(loop.create_task(_resumed(coro, waiting), context=context))
+
+
+async def _resumed(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
+    """The rest of ``coro``, which waits on ``waiting``, as the body of a task."""
+    value: T = await _Rest(coro, waiting)
+    return value
+
+
+class _Rest:
+    """An awaitable that hands ``waiting`` and what follows from ``coro`` to the task."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        waiting = self.waiting
+        while True:
+            try:
+                try:
+                    answer = yield waiting
+                except BaseException as exc:  # the task's cancel, or a future's error
+                    waiting = self.coro.throw(exc)
+                else:
+                    waiting = self.coro.send(answer)
+            except StopIteration as stop:
+                return stop.value
 
 
 def runs_async(tool: Tool) -> bool:

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import json
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -41,7 +42,13 @@ from toolq.errors import (
     UndoError,
 )
 from toolq.execution.context import ToolContext
-from toolq.execution.executor import Executor, error_message, error_type, runs_async
+from toolq.execution.executor import (
+    Executor,
+    error_message,
+    error_type,
+    run_inline,
+    runs_async,
+)
 from toolq.models import (
     AuditOutcome,
     CallEnvelope,
@@ -333,7 +340,7 @@ class WorkerRuntime:
         starts: list[tuple[str, str, str, bool]] = []
         sync = pending.take(lambda call: not kinds.get(call[0], False))
         if sync is not None:
-            starts.append((*sync, uuid.uuid4().hex, False))
+            starts.append((*sync, secrets.token_hex(16), False))
         if not kinds or not len(pending):
             return starts
 
@@ -344,7 +351,7 @@ class WorkerRuntime:
         if got:
             calls = pending.take_many(is_async, got)
             self.async_slots.release(got - len(calls))
-            starts += [(*call, uuid.uuid4().hex, True) for call in calls]
+            starts += [(*call, secrets.token_hex(16), True) for call in calls]
         return starts
 
     def _ended(
@@ -513,7 +520,9 @@ class WorkerRuntime:
         coro, ctx = body
         self.keeper.add(env.call_id, token, ctx)
         try:
-            return self._loop().run_until_complete(coro)
+            if self.executor.needs_task(env.name):
+                return self._loop().run_until_complete(coro)
+            return run_inline(coro, self._loop())
         except Exception as exc:  # the executor reports failures; this is a toolq bug
             log.exception("executor crashed on call %s", env.call_id)
             return _crashed(env, exc)
