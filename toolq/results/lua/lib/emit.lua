@@ -12,8 +12,8 @@
 --               script read them already with its own HMGET; nil: read with each event
 -- An event of a type in hook_types is also appended to the outbox here, in the same script
 -- as the event itself, so no notification can be lost between the two. Whether a type is
--- wanted is asked once per type per script invocation (one SISMEMBER without webhooks),
--- shared by every emitter of the invocation.
+-- wanted is asked once per type per script invocation, shared by every emitter of the
+-- invocation.
 --
 -- A final event is also copied to the inbox stream the call's record names (field 'notify',
 -- Keys.wait_inbox: the stream the dispatching client's shared reader blocks on), so that
@@ -26,7 +26,10 @@
 -- An event that makes a call final (or changes a final call: an undo) also appends the call
 -- to the archive stream, in the same script, when a history store is on (the archivers made
 -- the stream with their consumer group): no finished call can miss the history store.
+-- Most deployments have neither webhooks nor a history store: one EXISTS over both keys,
+-- once per invocation, tells so (0), and then neither is asked about again.
 local hooked = {}
+local neither = nil
 local FINAL = {['call.succeeded'] = true, ['call.failed'] = true, ['call.denied'] = true,
                ['call.expired'] = true, ['call.cancelled'] = true}
 local INBOX_KEEP_MS = 3600000
@@ -62,21 +65,23 @@ local function emitter(stream, maxlen, hook_types, outbox, archive, call_id, run
   return function(etype, data)
     local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
                           'type', etype, 'call_id', call_id, 'ts', now, 'data', data)
+    if neither == nil then neither = redis.call('EXISTS', hook_types, archive) == 0 end
     if hooked[etype] == nil then
-      hooked[etype] = redis.call('SISMEMBER', hook_types, etype) == 1
+      hooked[etype] = not neither and redis.call('SISMEMBER', hook_types, etype) == 1
     end
     if hooked[etype] then
       redis.call('XADD', outbox, '*', 'type', etype, 'call_id', call_id, 'run_id', run_id,
                  'ts', now, 'data', data, 'event_id', id)
     end
     if archived_types[etype] then
-      if archiving == nil then archiving = redis.call('EXISTS', archive) == 1 end
+      if archiving == nil then archiving = not neither and redis.call('EXISTS', archive) == 1 end
       if archiving then
         redis.call('XADD', archive, '*', 'call_id', call_id, 'run_id', run_id, 'ts', now)
       end
     end
     if prefix then
-      local f = known or redis.call('HMGET', prefix .. ':call:' .. call_id, 'name', 'risk', 'notify')
+      local f = known
+        or redis.call('HMGET', prefix .. ':call:' .. call_id, 'name', 'risk', 'notify')
       if f[1] then
         redis.call('HINCRBY', prefix .. ':metrics:events',
                    f[1] .. '|' .. (f[2] or '') .. '|' .. etype, 1)
