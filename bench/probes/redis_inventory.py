@@ -7,7 +7,8 @@ on a private Redis. Two phases of the same turns:
   a client sent, and every one a Lua script issued under it, grouped by the script (named by
   its SHA1) or by the client command, per call;
 - ``INFO commandstats`` deltas without ``MONITOR``: the commands and the µs Redis spent on each
-  per call, and the server's CPU per call.
+  per call, and the server's CPU per call;
+- a ``SLOWLOG`` of every command: µs per script (wall time: on a loaded machine, not CPU).
 
 ``python -m bench.probes.redis_inventory [--turns 60] [--pool threads] [--concurrency 8]``
 """
@@ -69,6 +70,14 @@ def monitored(url: str, run: Any) -> tuple[Any, list[str]]:
     return out, lines
 
 
+def named(words: list[str]) -> str:
+    """``script <name>`` for a script's ``EVALSHA``, else ``cmd <COMMAND>``."""
+    verb = words[0].upper()
+    if verb in ("EVALSHA", "EVAL") and len(words) > 1:
+        return "script " + SCRIPT_NAMES.get(words[1], words[1][:8])
+    return "cmd " + verb
+
+
 def grouped(lines: list[str]) -> dict[str, Counter[str]]:
     """Commands by the client command or script they ran under."""
     by: dict[str, Counter[str]] = defaultdict(Counter)
@@ -80,10 +89,7 @@ def grouped(lines: list[str]) -> dict[str, Counter[str]]:
         if address == "lua":
             by[current][verb] += 1
             continue
-        if verb in ("EVALSHA", "EVAL"):
-            current = "script " + SCRIPT_NAMES.get(words[1], words[1][:8])
-        else:
-            current = "cmd " + verb + (" " + words[1] if verb in ("XREAD", "XREADGROUP") else "")
+        current = named(words)
         by[current]["(the call itself)"] += 1
     return by
 
@@ -113,16 +119,8 @@ def slowlogged(
     entries: Any = client.slowlog_get(100_000)
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for entry in entries:
-        words = (
-            [w.decode() if isinstance(w, bytes) else str(w) for w in entry["command"].split(b" ")]
-            if isinstance(entry["command"], bytes)
-            else str(entry["command"]).split(" ")
-        )
-        verb = words[0].upper()
-        if verb in ("EVALSHA", "EVAL"):
-            what = "script " + SCRIPT_NAMES.get(words[1], words[1][:8])
-        else:
-            what = "cmd " + verb
+        command = entry["command"]
+        what = named((command.decode() if isinstance(command, bytes) else str(command)).split(" "))
         by[what][0] += 1
         by[what][1] += int(entry["duration"])
     return {
