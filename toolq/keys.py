@@ -48,8 +48,9 @@ class Keys:
     def metrics_durations(self) -> str:
         """Hash of counters of finished calls' execution times (``finish.lua``).
 
-        Per tool: ``<tool>|le|<bound>`` (calls in that bucket only; ``/metrics`` adds them up),
-        ``<tool>|count`` and ``<tool>|sum_us`` (microseconds).
+        Per tool: ``<tool>|le|<bound>`` (calls in that bucket only, ``+Inf`` past the last;
+        ``/metrics`` adds them up, all of them for the count) and ``<tool>|sum_us``
+        (microseconds). A ``<tool>|count`` written by an earlier version is not read.
         """
         return f"{self.prefix}:metrics:durations"
 

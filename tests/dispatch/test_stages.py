@@ -79,8 +79,7 @@ def test_a_parked_scheduled_call_waited_on_writes_its_typed_fields_in_order():
         ("preview_state", "pending"),
         ("lane", "lane"),
         ("backlog", "backlog"),
-        ("notify", "inbox"),
-    ]
+    ]  # the inbox (notify) is CREATE's own ARGV, not an extra field
     queued = NewCall(envelope, CallStatus.QUEUED, EventType.QUEUED, {}, approval='{"sig":"s"}')
     assert queued.record_fields() == {"approval": '{"sig":"s"}'}
     assert NewCall(envelope, CallStatus.QUEUED, EventType.QUEUED, {}).record_fields() == {}

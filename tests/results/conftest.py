@@ -46,8 +46,13 @@ def create(
     fields: dict[str, str] | None = None,
     refresh: bool = True,
     fingerprint: str = "",
+    grouped: bool = False,
+    notify: str = "",
 ) -> scripts.CreateReply:
-    """A call created with CREATE, as dispatch creates one (the dispatch's last by default)."""
+    """A call created with CREATE, as dispatch creates one (the dispatch's last by default).
+
+    ``grouped``: a member of a CREATE_GROUP group (give ``message=None``).
+    """
     return lua.run(
         scripts.CREATE(
             keys=KEYS,
@@ -74,6 +79,8 @@ def create(
             tenant="default",
             fields=fields,
             fingerprint=fingerprint,
+            grouped=grouped,
+            notify=notify,
         )
     )
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -11,7 +14,9 @@ from toolq.results import scripts
 from toolq.results.runner import Scripts
 
 
-def finish(lua: Scripts, token: str = "tok", status: str = "succeeded", undo: str = ""):
+def finish(
+    lua: Scripts, token: str = "tok", status: str = "succeeded", undo: str = "", bucket: str = ""
+):
     return lua.direct(
         scripts.FINISH(
             keys=KEYS,
@@ -27,6 +32,9 @@ def finish(lua: Scripts, token: str = "tok", status: str = "succeeded", undo: st
             ttl=3600,
             undo=undo,
             undo_ttl=60,
+            tool="echo",
+            bucket=bucket,
+            duration_us=1200 if bucket else 0,
         )
     )
 
@@ -426,3 +434,56 @@ def test_give_back_pushes_one_message_for_the_calls_still_queued(r: redis.Redis,
         scripts.GIVE_BACK(keys=KEYS, queue=QUEUE, message=MESSAGE, call_ids=["c2"], now=now())
     )
     assert nothing == 0 and r.llen(QUEUE) == 1
+
+
+# -- what the hot path asks of Redis ------------------------------------------------------------
+
+
+def issued(r: redis.Redis, run: Callable[[], Any]) -> Counter[str]:
+    """The commands ``run()`` had Redis run (a script's own and each it issued), by name."""
+
+    def stats() -> Counter[str]:
+        found: Any = r.info("commandstats")
+        return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in found.items()})
+
+    before = stats()
+    run()
+    after = stats()
+    after.subtract(before)
+    return Counter({k: n for k, n in after.items() if n > 0 and k != "info"})
+
+
+class Collected:
+    """Stands for ``Scripts`` to ``create``: hands back the invocation instead of running it."""
+
+    def run(self, invocation: Any) -> Any:
+        return invocation
+
+
+def test_start_and_finish_read_the_record_once_and_ask_once_about_hooks_and_history(
+    r: redis.Redis, lua: Scripts
+):
+    create(lua)
+    started = issued(r, lambda: start(lua))
+    finished = issued(r, lambda: finish(lua, bucket="5"))
+    for script in (started, finished):
+        assert script["hmget"] == 1  # the script's own read; its event needs no other
+        assert script["exists"] == 1 and script["sismember"] == 0  # no webhooks, no history
+    assert finished["hincrby"] == 3  # the duration's bucket and sum, the event's counter
+    durations = r.hgetall(KEYS.metrics_durations)
+    assert durations == {b"echo|le|5": b"1", b"echo|sum_us": b"1200"}
+
+
+def test_a_groups_members_never_pass_through_the_unsent_set(r: redis.Redis, lua: Scripts):
+    inbox = KEYS.wait_inbox("reader1")
+    members = [
+        (c, 1, create(Collected(), c, message=None, grouped=True, notify=inbox, refresh=c == "c3"))
+        for c in ("c1", "c2", "c3")
+    ]
+    group = scripts.CREATE_GROUP(keys=KEYS, now=now(), messages=[(QUEUE, MESSAGE)], members=members)
+    ran = issued(r, lambda: lua.run(group))
+    assert ran["hmget"] == 0  # each event's tool, risk and inbox come from CREATE's ARGV
+    assert ran["zrem"] == 0 and not r.exists(KEYS.unsent)
+    assert ran["lpush"] == 1 and r.zcard(KEYS.queued) == 3
+    record = r.hgetall(KEYS.call("c2"))
+    assert (record[b"push_seq"], record[b"notify"]) == (b"1", inbox.encode())

@@ -23,6 +23,7 @@ from toolq.models import (
 from toolq.quotas import LimitKind
 from toolq.results import scripts
 from toolq.results.runner import Script, lua_source
+from toolq.results.scripts.calls import GROUPED
 from toolq.results.undos import WORKER_LOST
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ def test_states_events_and_error_types_come_from_models_and_errors():
         for word in found("compared", re.findall(r"[=~]= '([a-z_]+)'", source)):
             # CREATE_GROUP reads the replies of the CREATE it runs per call
             replies = set(scripts.CREATE.outcomes) if script is scripts.CREATE_GROUP else set()
-            allowed = statuses | undo_states | decisions | replies | admission
+            allowed = statuses | undo_states | decisions | replies | admission | {GROUPED}
             assert word in allowed, (script.file, word)
         for outcome in found("audit", re.findall(r"(?:audit\(|'outcome', )'([a-z:_]+)'", source)):
             assert outcome in audit_outcomes, (script.file, outcome)

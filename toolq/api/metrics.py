@@ -122,7 +122,7 @@ def render(client: Client) -> str:
             for bound in DURATION_BUCKETS_MS:
                 seen += figures.get(f"le|{bound}", 0)
                 lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="{bound}"}} {seen}')
-            count = figures.get("count", 0)
+            count = seen + figures.get("le|+Inf", 0)
             lines.append(f'toolq_call_duration_ms_bucket{{{tool},le="+Inf"}} {count}')
             lines.append(
                 f"toolq_call_duration_ms_sum{{{tool}}} {figures.get('sum_us', 0) / 1000:.3f}"
@@ -200,7 +200,7 @@ class _Cell:
             self.events[(tool, risk, rest)] += int(value)
         for field, value in durations.items():
             text = as_text(field)
-            for suffix in ("|count", "|sum_us"):
+            for suffix in ("|count", "|sum_us"):  # |count: an earlier version's, not read
                 if text.endswith(suffix):
                     tool, kind = text[: -len(suffix)], suffix[1:]
                     break

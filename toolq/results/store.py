@@ -157,8 +157,6 @@ class NewCall:
             fields["approval"] = self.approval
         if self.schedule is not None:
             fields.update(self.schedule.fields)
-        if self.notify:
-            fields["notify"] = self.notify
         return fields
 
 
@@ -355,6 +353,8 @@ class CallStore:
             timeout="" if call.timeout is None else repr(call.timeout),
             result=dumps(call.result) if call.result is not None else "",
             message=call.message if with_message else None,
+            grouped=not with_message,
+            notify=call.notify,
             owner=RunOwner.of(env.principal, env.tenant).encode(),
             admin=call.admin,
             refresh=refresh,

@@ -62,7 +62,8 @@
 --   13 idempotent         '1' | '0'
 --   14 timeout            (s, '' = none)
 --   15 result             (JSON, '' = not final)
---   16 message            ('' = leave it to the sweeper)
+--   16 message            ('' = leave it to the sweeper; 'group' = its group's message
+--                         carries it: CREATE_GROUP pushes or backlogs that message)
 --   17 submitter          the dispatching principal (RunOwner.encode)
 --   18 admin              '1' | '0'
 --   19 refresh            '1': the dispatch's last call of this run
@@ -75,7 +76,8 @@
 --   26 denied_envelope    the envelope stored instead when over budget ('' = the same)
 --   27 schedule           '1': a queued call goes to its backlog, not to the queue
 --   28 fingerprint        the call's tool and arguments, claimed with the key ('' = none)
---   29..                  extra record field/value pairs (a scheduled call's lane, backlog,
+--   29 notify             the inbox its final event is copied to (Keys.wait_inbox, '' = none)
+--   30..                  extra record field/value pairs (a scheduled call's lane, backlog,
 --                         weight, limits)
 --
 -- Budgets: a queued or parked call with a cost > 0 and a budget is charged here (the
@@ -102,7 +104,10 @@ local tenant, cost_text, limit, spent_ttl = ARGV[20], ARGV[21], ARGV[22], ARGV[2
 local denied_result, denied_data, denied_envelope = ARGV[24], ARGV[25], ARGV[26]
 local schedule = ARGV[27] == '1'
 local fingerprint = ARGV[28]
-local FIRST_EXTRA = 29
+local notify = ARGV[29]
+local grouped = message == 'group'
+if grouped then message = '' end
+local FIRST_EXTRA = 30
 local LEFT_MARK = '__TOOLQ_BUDGET_LEFT__'
 local BUDGET_SLACK = 1e-9
 local cost = tonumber(cost_text)
@@ -169,6 +174,7 @@ local record = {'status', status, 'envelope', envelope, 'run_id', run_id, 'name'
                 'created_at', now, 'updated_at', now, 'attempt', 0, 'recoveries', 0,
                 'owner', owner, 'tenant', tenant}
 if charged then record[#record + 1] = 'charged'; record[#record + 1] = charged end
+if notify ~= '' then record[#record + 1] = 'notify'; record[#record + 1] = notify end
 for i = FIRST_EXTRA, #ARGV do record[#record + 1] = ARGV[i] end
 if result ~= '' then
   record[#record + 1] = 'result'; record[#record + 1] = result
@@ -187,14 +193,15 @@ if status == 'queued' then
       sched_join(lane, backlog, call_id, false)
     end
   elseif message ~= '' then push(queue, pushes, queued, call, call_id, message, now)
-  else redis.call('ZADD', unsent, now, call_id) end
+  elseif not grouped then redis.call('ZADD', unsent, now, call_id) end
 end
 if status == 'awaiting_approval' then
   redis.call('ZADD', pending_approvals, deadline, call_id)
   redis.call('ZADD', parked, now, call_id)
   redis.call('ZADD', tenant_parked, now, call_id)
 end
-local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now,
+                     {name, risk, notify ~= '' and notify})
 local id = emit(etype, data)
 refresh_run(owner_new, true)
 if over_budget then return {'over_budget', id} end

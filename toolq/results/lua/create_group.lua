@@ -6,12 +6,12 @@
 -- (after lib/emit.lua and lib/push.lua), so the record part stays create.lua's alone.
 --
 -- A call in no group runs as CREATE with its own arguments (its own message, if any). A
--- group's member runs as CREATE with no message: it lands in the unsent set, and
--- push_batch takes it out again with the group's push bookkeeping on its record (the same
--- push_seq and push_tag for every call the message carries; Sweeper.resend_lost checks and
--- re-sends them one by one). A member that is a duplicate (or refused, or created denied
--- over its tenant's budget) is not noted; its id in the message finds no record (or a
--- final one) and its worker skips it.
+-- group's member runs as CREATE with message 'group' (its group's message carries it: it
+-- goes neither to the queue nor to the unsent set), and push_carried notes the group's push
+-- on its record (the same push_seq and push_tag for every call the message carries;
+-- Sweeper.resend_lost checks and re-sends them one by one). A member that is a duplicate
+-- (or refused, or created denied over its tenant's budget) is not noted; its id in the
+-- message finds no record (or a final one) and its worker skips it.
 --
 -- A scheduled group (its calls go through admission, lib/sched.lua) is not pushed: its
 -- message goes on its first new call's record (the leader) with the ids it carries
@@ -20,8 +20,7 @@
 --
 -- KEYS
 --   1  queued  calls pushed, by push time (Keys.queued)
---   2  unsent  calls whose message is not sent yet (Keys.unsent)
---   3..        per message: its queue, the queue's push counter (Keys.queue_pushes), the
+--   2..        per message: its queue, the queue's push counter (Keys.queue_pushes), the
 --              backlog and lane of a scheduled group (Keys.backlog, Keys.lane; else
 --              Keys.unsent); then, per call: its record (Keys.call), then its CREATE KEYS
 -- ARGV
@@ -32,12 +31,12 @@
 --              group is scheduled, else '0'; then, per call: call_id, its message's
 --              number (1..m; 0: none), #its CREATE KEYS, #its CREATE ARGV, its CREATE ARGV
 -- Returns one CREATE reply per call, in order.
-local queued, unsent = KEYS[1], KEYS[2]
+local queued = KEYS[1]
 local now, m, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local all_keys, all_argv = KEYS, ARGV
 local replies, carried = {}, {}
 for g = 1, m do carried[g] = {} end
-local k, a = 3 + 4 * m, 4 + 2 * m
+local k, a = 2 + 4 * m, 4 + 2 * m
 for i = 1, n do
   local record, call_id, group = all_keys[k], all_argv[a], tonumber(all_argv[a + 1])
   local nkeys, nargs = tonumber(all_argv[a + 2]), tonumber(all_argv[a + 3])
@@ -51,12 +50,11 @@ for i = 1, n do
   end
 end
 for g = 1, m do
-  local base = 4 * g - 1
+  local base = 4 * g - 2
   if #carried[g] > 0 and all_argv[3 + m + g] == '1' then
     sched_group(all_keys[base + 3], all_keys[base + 2], carried[g], all_argv[3 + g])
   elseif #carried[g] > 0 then
-    push_batch(all_keys[base], all_keys[base + 1], queued, unsent, carried[g],
-               all_argv[3 + g], now)
+    push_carried(all_keys[base], all_keys[base + 1], queued, carried[g], all_argv[3 + g], now)
   end
 end
 return replies

@@ -28,10 +28,10 @@
 --   10 undo_data  the call's undo data (JSON, '' = none)
 --   11 undo_ttl   (s)
 --   12 run_id     the call's run
---   13 bucket_field  its tool's histogram bucket field in durations ('' = not counted)
---   14 count_field   its tool's count field in durations
---   15 sum_field     its tool's sum field in durations (microseconds)
---   16 duration_us   its execution time (microseconds)
+--   13 bucket_field  its tool's histogram bucket field in durations ('' = not counted; the
+--                    count of its calls is the sum of its buckets, +Inf included)
+--   14 sum_field     its tool's sum field in durations (microseconds)
+--   15 duration_us   its execution time (microseconds)
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
@@ -39,9 +39,10 @@ local archive, durations = KEYS[8], KEYS[9]
 local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
-local bucket_field, count_field, sum_field, duration_us = ARGV[13], ARGV[14], ARGV[15], ARGV[16]
+local bucket_field, sum_field, duration_us = ARGV[13], ARGV[14], ARGV[15]
 
-local f = redis.call('HMGET', call, 'status', 'token', 'limits')
+-- (name, risk and notify for the event: lib/emit.lua need not read the record again)
+local f = redis.call('HMGET', call, 'status', 'token', 'limits', 'name', 'risk', 'notify')
 if f[2] ~= token then return {'stale'} end
 if f[1] == status then return {'ok', ''} end
 if f[1] ~= 'running' then return {'stale'} end
@@ -57,8 +58,8 @@ if limits then sched_release(limits, call_id, tonumber(now) * 1000) end
 if undo_data ~= '' then redis.call('SET', undo, undo_data, 'EX', undo_ttl) end
 if bucket_field ~= '' then
   redis.call('HINCRBY', durations, bucket_field, 1)
-  redis.call('HINCRBY', durations, count_field, 1)
   redis.call('HINCRBY', durations, sum_field, duration_us)
 end
-local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now,
+                     {f[4], f[5], f[6]})
 return {'ok', emit(etype, data)}

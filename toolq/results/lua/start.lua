@@ -3,10 +3,10 @@
 --
 -- A retry of the same start (same token: the reply was lost) gets the same answer. A call
 -- whose durable cancel flag is set is cancelled here instead of started. The record is
--- read with one HMGET (the envelope and attempt with it) and written with one HSET. A
--- scheduled call still waiting in its backlog is not started (a stale copy of an earlier
--- message); a scheduled call's slots are held until its lease's end and its start is
--- counted by its rate limits (lib/sched.lua).
+-- read with one HMGET (the envelope and attempt with it, and the tool, risk and inbox its
+-- event needs) and written with one HSET. A scheduled call still waiting in its backlog is
+-- not started (a stale copy of an earlier message); a scheduled call's slots are held until
+-- its lease's end and its start is counted by its rate limits (lib/sched.lua).
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -37,12 +37,13 @@ local call_id, token, lease_ms, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local maxlen, cancel_result, now_ms, run_id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 local f = redis.call('HMGET', call, 'status', 'run_id', 'token', 'attempt', 'envelope',
-                    'admission', 'limits')
+                    'admission', 'limits', 'name', 'risk', 'notify')
 local status, envelope = f[1], f[5]
 if not status then return {'missing'} end
 if f[2] ~= run_id then return {'skip', 'run_mismatch'} end
 if status == 'running' and f[3] == token then return {'ok', envelope, f[4], ''} end
-local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
+local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now,
+                     {f[8], f[9], f[10]})
 -- Only a running call gets a cancel flag (Client.cancel), so a call never started before
 -- (attempt 0) has none: its first start skips the lookup.
 if status == 'queued' and f[4] ~= '0' and redis.call('EXISTS', cancel) == 1 then

@@ -88,6 +88,8 @@ class Create(Script[CreateReply]):
         fields: dict[str, str] | None = None,
         schedule: tuple[str, str] | None = None,
         fingerprint: str = "",
+        grouped: bool = False,
+        notify: str = "",
     ) -> Invocation[CreateReply]:
         """An invocation: KEYS and ARGV as the header of ``create.lua`` lists them.
 
@@ -96,6 +98,8 @@ class Create(Script[CreateReply]):
         ``schedule``: ``(backlog, lane)`` of a call that goes through admission.
         ``fingerprint``: the call's tool and arguments, claimed with the idempotency key
         (``""``: a reuse of the key is never a conflict).
+        ``grouped``: a member of a CREATE_GROUP group, whose message the group's carries.
+        ``notify``: the inbox its final event is copied to (``""``: none).
         """
         queue = message[0] if message else keys.unsent  # an unused key still fills its slot
         backlog, lane = schedule or (keys.unsent, keys.unsent)
@@ -137,7 +141,7 @@ class Create(Script[CreateReply]):
                 "idempotent": flag(idempotent),
                 "timeout": timeout,
                 "result": result,
-                "message": message[1] if message else "",
+                "message": GROUPED if grouped else message[1] if message else "",
                 "submitter": owner,
                 "admin": flag(admin),
                 "refresh": flag(refresh),
@@ -150,6 +154,7 @@ class Create(Script[CreateReply]):
                 "denied_envelope": charge.denied_envelope if charge else "",
                 "schedule": flag(schedule is not None),
                 "fingerprint": fingerprint,
+                "notify": notify,
             },
             extra_argv=pairs(fields),
         )
@@ -157,6 +162,10 @@ class Create(Script[CreateReply]):
     def parse(self, reply: Any) -> CreateReply:
         """The typed outcome of a reply."""
         return self.reply(reply)
+
+
+GROUPED = "group"
+"""CREATE's message of a call its group's message carries (no JSON message reads so)."""
 
 
 class CreateGroup(Script[list[CreateReply]]):
@@ -200,7 +209,7 @@ class CreateGroup(Script[list[CreateReply]]):
             call_keys.extend([keys.call(call_id), *member.keys])
             args.extend([call_id, group, len(member.keys), len(member.args), *member.args])
         return self.invoke(
-            keys={"queued": keys.queued, "unsent": keys.unsent},
+            keys={"queued": keys.queued},
             argv={"now": now, "m": len(messages), "n": len(members)},
             extra_keys=call_keys,
             extra_argv=args,
@@ -330,7 +339,6 @@ class Finish(Script[FinishOutcome]):
                 "undo_ttl": undo_ttl,
                 "run_id": run_id,
                 "bucket_field": f"{tool}|le|{bucket}" if bucket else "",
-                "count_field": f"{tool}|count",
                 "sum_field": f"{tool}|sum_us",
                 "duration_us": duration_us,
             },

@@ -36,12 +36,6 @@ local function push_carried(queue, pushes, queued, carried, message, now, ...)
     redis.call('ZADD', queued, now, c[2])
   end
 end
--- A batch message (CREATE_GROUP), pushed as push_carried pushes one, each call it carries
--- also out of the unsent set its CREATE (run without a message) put it in.
-local function push_batch(queue, pushes, queued, unsent, carried, message, now)
-  push_carried(queue, pushes, queued, carried, message, now)
-  for _, c in ipairs(carried) do redis.call('ZREM', unsent, c[2]) end
-end
 -- Calls a busy worker gives back (GIVE_BACK), {record, call_id} in calls: one new message
 -- for those still queued (and not waiting for admission), noted on each as push_carried
 -- notes them; how many (0: none, nothing pushed).
