@@ -11,7 +11,9 @@
 -- on its record (the same push_seq and push_tag for every call the message carries;
 -- Sweeper.resend_lost checks and re-sends them one by one). A member that is a duplicate
 -- (or refused, or created denied over its tenant's budget) is not noted; its id in the
--- message finds no record (or a final one) and its worker skips it.
+-- message finds no record (or a final one) and its worker skips it. A member's CREATE that
+-- raises (a key of the wrong type) ends the script with its error, after the calls created
+-- before it got their groups' messages: Redis keeps a script's writes up to its error.
 --
 -- A scheduled group (its calls go through admission, lib/sched.lua) is not pushed: its
 -- message goes on its first new call's record (the leader) with the ids it carries
@@ -36,6 +38,16 @@ local now, m, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local all_keys, all_argv = KEYS, ARGV
 local replies, carried = {}, {}
 for g = 1, m do carried[g] = {} end
+local function send_carried()
+  for g = 1, m do
+    local base = 4 * g - 2
+    if #carried[g] > 0 and all_argv[3 + m + g] == '1' then
+      sched_group(all_keys[base + 3], all_keys[base + 2], carried[g], all_argv[3 + g])
+    elseif #carried[g] > 0 then
+      push_carried(all_keys[base], all_keys[base + 1], queued, carried[g], all_argv[3 + g], now)
+    end
+  end
+end
 local k, a = 2 + 4 * m, 4 + 2 * m
 for i = 1, n do
   local record, call_id, group = all_keys[k], all_argv[a], tonumber(all_argv[a + 1])
@@ -43,18 +55,17 @@ for i = 1, n do
   local call_keys = {unpack(all_keys, k + 1, k + nkeys)}
   local call_argv = {unpack(all_argv, a + 4, a + 3 + nargs)}
   k, a = k + 1 + nkeys, a + 4 + nargs
-  local reply = create_one(call_keys, call_argv)
+  local ok, reply = pcall(create_one, call_keys, call_argv)
+  if not ok then
+    -- Redis keeps what a script wrote before its error: the calls created so far get
+    -- their messages before the error is raised, so none is left without one.
+    send_carried()
+    error(reply)
+  end
   replies[i] = reply
   if group > 0 and reply[1] == 'new' then
     carried[group][#carried[group] + 1] = {record, call_id}
   end
 end
-for g = 1, m do
-  local base = 4 * g - 2
-  if #carried[g] > 0 and all_argv[3 + m + g] == '1' then
-    sched_group(all_keys[base + 3], all_keys[base + 2], carried[g], all_argv[3 + g])
-  elseif #carried[g] > 0 then
-    push_carried(all_keys[base], all_keys[base + 1], queued, carried[g], all_argv[3 + g], now)
-  end
-end
+send_carried()
 return replies
