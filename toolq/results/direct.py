@@ -80,10 +80,11 @@ class DirectScripts:
 
 
 def _packed(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+    """``commands`` in one buffer: one ``send`` for all (redis-py sends each item apart)."""
     out: list[bytes] = []
     for command in commands:
         out.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
-    return out
+    return [b"".join(out)]
 
 
 def _read_all(conn: Any, count: int) -> list[Any]:
