@@ -1,7 +1,7 @@
 """``SharedWaits``: one reader per process waits on the event streams of every waiting call.
 
-A thread that waits for calls registers what it waits for and sleeps on a
-``threading.Event``; one reader thread, on one connection of its own, blocks in a single
+A thread that waits for calls registers what it waits for and sleeps on a lock of its
+``Waiter``; one reader thread, on one connection of its own, blocks in a single
 ``XREAD BLOCK`` over the streams of every run someone waits on and wakes each waiter whose
 calls turned final. However many threads wait, a client holds one connection for all the
 waiting, plus its pool's connections for short commands.
