@@ -136,7 +136,9 @@ class Batch:
         """The results once every call is final; ``seen``: the final events' data by call id."""
         # Final events that carry the whole outcome save reading the records back.
         missing = [c for c in self.call_ids if not seen.get(c, {}).get("complete")]
-        fetched = dict(zip(missing, self._client.store.results(missing), strict=True))
+        fetched = (
+            dict(zip(missing, self._client.store.results(missing), strict=True)) if missing else {}
+        )
         return [
             fetched.get(ref.call_id) or self._from_event(ref, seen[ref.call_id])
             for ref in self.calls

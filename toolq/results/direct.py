@@ -55,48 +55,21 @@ class DirectScripts:
         writes it waits for there). After a ``NOSCRIPT`` only the invocations that found
         their script missing are sent again (the others ran), with ``after`` behind them.
         """
-        conn = self._connection()
+        return _send(self._connection(), invocations, after)
 
-        def packed(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
-            out: list[bytes] = []
-            for command in commands:
-                out.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
-            return out
+    def pooled(
+        self, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
+    ) -> list[Any]:
+        """``then`` on a connection of the client's pool, held for this round trip only.
 
-        def read_all(count: int) -> list[Any]:
-            # Every reply is read before any error is raised: the connection stays in step.
-            replies: list[Any] = []
-            for _ in range(count):
-                try:
-                    replies.append(conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
-
-        first = packed([*(inv.command for inv in invocations), *after])
-
-        def attempt() -> list[Any]:
-            conn.send_packed_command(first)
-            replies = read_all(len(invocations) + len(after))
-            missing = [i for i, r in enumerate(replies[: len(invocations)]) if _no_script(r)]
-            if missing:
-                for source in {invocations[i].script.source: None for i in missing}:
-                    conn.send_command("SCRIPT", "LOAD", source)
-                    conn.read_response()
-                conn.send_packed_command(
-                    packed([*(invocations[i].command for i in missing), *after])
-                )
-                again = read_all(len(missing) + len(after))
-                for i, reply in zip(missing, again, strict=False):
-                    replies[i] = reply
-                replies[len(invocations) :] = again[len(missing) :]
-            for reply in replies:
-                if isinstance(reply, ResponseError):
-                    raise reply
-            return replies
-
-        replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
-        return replies
+        For callers with many threads, each sending now and then (a client's dispatches):
+        the pool bounds their connections, and a pipeline's machinery is skipped.
+        """
+        conn = self.pool.get_connection()
+        try:
+            return _send(conn, invocations, after)
+        finally:
+            self.pool.release(conn)
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -104,6 +77,55 @@ class DirectScripts:
         if conn is not None:
             conn.disconnect()
             self._local.conn = None
+
+
+def _packed(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+    """``commands`` in one buffer: one ``send`` for all (redis-py sends each item apart)."""
+    out: list[bytes] = []
+    for command in commands:
+        out.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
+    return [b"".join(out)]
+
+
+def _read_all(conn: Any, count: int) -> list[Any]:
+    """``count`` replies, every one read before any error is raised (``conn`` stays in step)."""
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+def _send(
+    conn: Any, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
+) -> list[Any]:
+    """``DirectScripts.then`` on ``conn``: retried with the client's backoff on its errors."""
+    first = _packed(conn, [*(inv.command for inv in invocations), *after])
+
+    def attempt() -> list[Any]:
+        conn.send_packed_command(first)
+        replies = _read_all(conn, len(invocations) + len(after))
+        missing = [i for i, r in enumerate(replies[: len(invocations)]) if _no_script(r)]
+        if missing:
+            for source in {invocations[i].script.source: None for i in missing}:
+                conn.send_command("SCRIPT", "LOAD", source)
+                conn.read_response()
+            conn.send_packed_command(
+                _packed(conn, [*(invocations[i].command for i in missing), *after])
+            )
+            again = _read_all(conn, len(missing) + len(after))
+            for i, reply in zip(missing, again, strict=False):
+                replies[i] = reply
+            replies[len(invocations) :] = again[len(missing) :]
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
+    replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+    return replies
 
 
 def _no_script(reply: Any) -> bool:

@@ -31,6 +31,9 @@ class Request:
     error: BaseException | None = None
     done: bool = False
     """Answered by the round trip that carried it."""
+    gate: threading.Lock | None = None
+    """Held while the request waits behind a round trip in flight; released to wake its
+    thread: answered (``done``), or the next to send."""
 
 
 R = TypeVar("R", bound=Request)
@@ -40,9 +43,11 @@ class GroupCommitter(Generic[R]):
     """Sends requests of several threads in one round trip (``_send``) at a time."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[R] = []
         self._sending = False
+        self._next: R | None = None
+        """The request whose thread was woken to send next."""
         self.round_trips = 0
         """Round trips sent (each carrying one or more threads' requests)."""
         self.requests = 0
@@ -52,26 +57,55 @@ class GroupCommitter(Generic[R]):
         """``request``, answered: in this thread's round trip or in another's.
 
         Sent at once when no round trip is in flight, else with the requests queued
-        behind the one in flight.
+        behind the one in flight. A sender wakes only the threads it answered, and the
+        thread of the first request queued behind them, which sends next: no thread wakes
+        to find its request still waiting.
         """
-        with self._changed:
+        with self._lock:
             self._queue.append(request)
-            while self._sending and not request.done:
-                self._changed.wait()
+            if self._sending:
+                request.gate = threading.Lock()
+                request.gate.acquire()
+            else:
+                self._sending = True
+        if request.gate is not None:
+            try:
+                request.gate.acquire()  # woken answered, or to send the requests queued
+            except BaseException:  # interrupted: never strand the requests behind it
+                self._leave(request)
+                raise
             if request.done:
                 return request
-            self._sending = True
+        with self._lock:
             batch, self._queue = self._queue, []
             self.requests += len(batch)
         try:
             self._send(batch)
         finally:
-            with self._changed:
-                self._sending = False
+            with self._lock:
                 for sent in batch:
                     sent.done = True
-                self._changed.notify_all()
+                following = self._next = self._queue[0] if self._queue else None
+                self._sending = following is not None
+            for sent in batch:
+                if sent is not request and sent.gate is not None:
+                    sent.gate.release()
+            if following is not None and following.gate is not None:
+                following.gate.release()
         return request
+
+    def _leave(self, request: R) -> None:
+        """Take back a request whose thread stopped waiting; pass on its turn to send."""
+        with self._lock:
+            if request.done or request not in self._queue:
+                return
+            self._queue.remove(request)
+            if self._next is not request:
+                return
+            following = self._next = self._queue[0] if self._queue else None
+            self._sending = following is not None
+        if following is not None and following.gate is not None:
+            following.gate.release()
 
     def _send(self, batch: list[R]) -> None:
         """One round trip for ``batch``: each request's replies, or its ``error``."""

@@ -284,11 +284,8 @@ class CallStore:
             if len(backlogged) >= self.settings.admission_batch and n < len(spans):
                 invocations.extend(admit(risk) for risk in sorted(set(backlogged)))
                 backlogged.clear()
-        replies, acked = self.scripts.pipelined_after(
-            invocations,
-            self.acks.commands(),
-            then=lambda pipe: pipe.zremrangebyrank(k.recent_calls, 0, -RECENT_CALLS - 1),
-        )
+        trim = ("ZREMRANGEBYRANK", k.recent_calls, 0, -RECENT_CALLS - 1)
+        replies, (_, *acked) = self.scripts.pooled_after(invocations, [trim, *self.acks.commands()])
         if acked:
             self.acks.check(acked[-1], f"dispatch of {len(calls)} call(s)")
         found: list[scripts.CreateReply] = []

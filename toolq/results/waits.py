@@ -1,7 +1,7 @@
 """``SharedWaits``: one reader per process waits on the event streams of every waiting call.
 
-A thread that waits for calls registers what it waits for and sleeps on a
-``threading.Event``; one reader thread, on one connection of its own, blocks in a single
+A thread that waits for calls registers what it waits for and sleeps on a lock of its
+``Waiter``; one reader thread, on one connection of its own, blocks in a single
 ``XREAD BLOCK`` over the streams of every run someone waits on and wakes each waiter whose
 calls turned final. However many threads wait, a client holds one connection for all the
 waiting, plus its pool's connections for short commands.
@@ -86,10 +86,39 @@ def _field(fields: dict[Any, Any], name: str) -> Any:
     return fields.get(name.encode(), fields.get(name))
 
 
+def _pairs(flat: Any) -> dict[Any, Any]:
+    """A stream entry's fields as a dict (RESP sends them as one flat list)."""
+    if isinstance(flat, dict):
+        return flat
+    items = iter(flat)
+    return dict(zip(items, items, strict=True))
+
+
+def _xread(conn: Any, streams: dict[str, str]) -> list[tuple[Any, Any]]:
+    """``XREAD COUNT BATCH BLOCK BLOCK_MS`` of ``streams`` on the reader's ``conn``, as sent.
+
+    Sent and read on the connection itself, retried with the client's backoff as the
+    client's commands are: redis-py's command path (its pool, retry wrapper, hooks and
+    reply callbacks, which build a dict per entry) costs more CPU than the read, and the
+    reader reads once or more per call. Each stream's entries come as ``[id, [field,
+    value, ...]]``; a read that timed out has none.
+    """
+    command = ("XREAD", "COUNT", BATCH, "BLOCK", BLOCK_MS, "STREAMS", *streams, *streams.values())
+
+    def attempt() -> Any:
+        conn.send_command(*command)
+        return conn.read_response()
+
+    reply = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+    if isinstance(reply, dict):  # RESP3
+        return list(reply.items())
+    return [(stream, entries) for stream, entries in reply or []]
+
+
 class Waiter:
     """One thread's wait for some calls of one run to turn final."""
 
-    __slots__ = ("done", "error", "inbox", "pending", "run_id", "seen")
+    __slots__ = ("_gate", "error", "finished", "inbox", "pending", "run_id", "seen")
 
     def __init__(self, run_id: str, pending: set[str], *, inbox: bool = False) -> None:
         self.run_id = run_id
@@ -98,12 +127,26 @@ class Waiter:
         """Woken through the reader's inbox (``join_inbox``), not its run's stream."""
         self.seen: dict[str, dict[str, Any]] = {}
         """The data of the final events read, by call id."""
-        self.done = threading.Event()
+        self.finished = False
+        """Every call is final (or the reader failed): ``block`` returns at once."""
+        self._gate = threading.Lock()
+        """Held until the wait is over: releasing a lock is the cheapest wake-up there is
+        (a ``threading.Event`` takes a condition, its lock and a notify per wake-up)."""
+        self._gate.acquire()
         self.error: BaseException | None = None
         """Set when the reader failed (a Redis error): the wait raises it."""
 
     def _finish(self) -> None:
-        self.done.set()
+        """Wake the waiting thread (once; the reader's lock is held, or nobody else knows it)."""
+        if not self.finished:
+            self.finished = True
+            self._gate.release()
+
+    def block(self, timeout: float | None) -> bool:
+        """Sleep until ``_finish`` (``True``) or ``timeout`` runs out (``False``)."""
+        return self.finished or self._gate.acquire(
+            timeout=-1 if timeout is None else max(timeout, 0)
+        )
 
 
 class _Run:
@@ -158,7 +201,7 @@ class SharedWaits:
         """
         waiter = Waiter(run_id, set(pending))
         if not waiter.pending:
-            waiter.done.set()
+            waiter._finish()
             return waiter
         stream = self.keys.run_stream(run_id)
         backlog_to: str | None = None
@@ -233,9 +276,9 @@ class SharedWaits:
 
         Raises the reader's error when it failed meanwhile.
         """
-        if not waiter.done.wait(timeout):
+        if not waiter.block(timeout):
             with self._lock:
-                if not waiter.done.is_set():
+                if not waiter.finished:
                     self._drop(waiter)
                     return False
         if waiter.error is not None:
@@ -314,17 +357,18 @@ class SharedWaits:
             self._reading = True
             self._woken = False
         try:
-            reply: Any = reader.xread(streams, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
+            reply = _xread(reader.connection, streams)
         except Exception as exc:
             self._fail(exc)
             return True
         got = 0
         with self._lock:
             self._reading = False
-            for raw_stream, entries in reply or []:
+            for raw_stream, raw_entries in reply:
                 stream = as_text(raw_stream)
-                if not entries:
+                if not raw_entries:
                     continue
+                entries = [(entry_id, _pairs(fields)) for entry_id, fields in raw_entries]
                 if stream == self.wake_key:
                     self._wake_cursor = as_text(entries[-1][0])
                     continue
