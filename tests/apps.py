@@ -85,6 +85,20 @@ async def async_sleeper(seconds: float) -> str:
     return "done"
 
 
+@registry.tool()
+async def rendezvous(key: str, count: int, seconds: float) -> str:
+    """Wait until ``count`` calls naming ``key`` have started: "met", or "alone" after
+    ``seconds`` (calls run one after another never meet)."""
+    client = _redis()
+    client.incr(f"test:rendezvous:{key}")
+    deadline = time.monotonic() + seconds
+    while int(client.get(f"test:rendezvous:{key}") or 0) < count:
+        if time.monotonic() > deadline:
+            return "alone"
+        await asyncio.sleep(0.05)
+    return "met"
+
+
 class Transient(ConnectionError):
     """A failure worth retrying."""
 
