@@ -62,6 +62,14 @@ def slow(seconds: float, ctx: ToolContext) -> str:
     return "slept"
 
 
+@registry.tool()
+def stall_first(seconds: float, ctx: ToolContext) -> str:
+    """Like slow on its first execution; a re-run returns at once (recording every one)."""
+    if record(ctx, "stall_first") == 1 and ctx.wait_cancelled(seconds):
+        return "interrupted"
+    return "slept"
+
+
 @registry.tool(idempotent=True)
 def slow_idempotent(seconds: float, ctx: ToolContext) -> str:
     """Like slow, but safe to run twice."""
