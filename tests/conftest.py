@@ -8,12 +8,14 @@ refuses a database that holds keys it did not write (it marks the databases it u
 from __future__ import annotations
 
 import base64
+import builtins
 import os
 import re
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +33,32 @@ from toolq.cli.common import load_registry
 from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
 from toolq.testing import TestWorker
+
+
+def serialize_compile() -> None:
+    """Let one thread at a time build or read a Python syntax tree (``compile``, which
+    ``ast.parse`` calls), on CPython 3.11 before 3.11.8.
+
+    Those releases keep the AST constructor's recursion depth in state the whole interpreter
+    shares (fixed in 3.11.8). A garbage collection inside the constructor runs finalizers,
+    where another thread can take the GIL; if that thread parses too (formatting a traceback
+    parses its caret lines: a uvicorn, worker or Playwright thread of a test logging one),
+    the first raises ``SystemError: AST constructor recursion depth mismatch``. When the first
+    is pytest reporting a failure, the xdist worker dies with INTERNALERROR and the session
+    ends there. With the lock, the other thread waits for the tree instead.
+    """
+    if not (3, 11) <= sys.version_info[:3] < (3, 11, 8):
+        return
+    compile_, lock = builtins.compile, threading.RLock()
+
+    def serialized(*args: object, **kwargs: object) -> object:
+        with lock:
+            return compile_(*args, **kwargs)  # type: ignore[call-overload]
+
+    builtins.compile = serialized  # type: ignore[assignment]
+
+
+serialize_compile()
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = ""
