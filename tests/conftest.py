@@ -13,12 +13,14 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Imported first on purpose: CPython 3.11.7 can crash at session end ("AST constructor
 # recursion depth mismatch") when hypothesis' pytest plugin first imports hypothesis after
@@ -66,6 +68,24 @@ OWNED_MARK = "toolq-test:owned"
 """Key the suite leaves in a database given by ``TOOLQ_TEST_REDIS_URL`` to recognise it."""
 SECRETS_KEY = base64.urlsafe_b64encode(os.urandom(32)).decode()
 """The session's ``TOOLQ_SECRETS_KEY``: the whole suite runs with secrets encrypted."""
+
+
+STARTUP_SECONDS = 60.0
+"""How long a test waits for a process it started to come up. A `toolq` process spends 1-2 s
+of CPU starting; two copies of the suite on two loaded cores stretched that past 20 s."""
+
+
+def wait_listening(proc: subprocess.Popen[Any], port: int, what: str) -> None:
+    """Wait until ``proc`` accepts connections on ``port``; ``what`` names it in failures."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        assert proc.poll() is None, f"{what} exited with {proc.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not come up"
+            time.sleep(0.1)
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -200,7 +220,7 @@ class Workers:
         return proc
 
     def wait_ready(self, levels: list[RiskLevel], proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 60  # a loaded machine starts Celery slowly
+        deadline = time.monotonic() + STARTUP_SECONDS
         while missing_queues(self.settings, levels):
             assert proc.poll() is None, f"worker exited with {proc.returncode}"
             assert time.monotonic() < deadline, "worker did not come up"
