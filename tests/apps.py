@@ -62,6 +62,14 @@ def slow(seconds: float, ctx: ToolContext) -> str:
     return "slept"
 
 
+@registry.tool()
+def stall_first(seconds: float, ctx: ToolContext) -> str:
+    """Like slow on its first execution; a re-run returns at once (recording every one)."""
+    if record(ctx, "stall_first") == 1 and ctx.wait_cancelled(seconds):
+        return "interrupted"
+    return "slept"
+
+
 @registry.tool(idempotent=True)
 def slow_idempotent(seconds: float, ctx: ToolContext) -> str:
     """Like slow, but safe to run twice."""
@@ -83,6 +91,20 @@ async def async_sleeper(seconds: float) -> str:
     """Async sleep; cancellation cancels the coroutine."""
     await asyncio.sleep(seconds)
     return "done"
+
+
+@registry.tool()
+async def rendezvous(key: str, count: int, seconds: float) -> str:
+    """Wait until ``count`` calls naming ``key`` have started: "met", or "alone" after
+    ``seconds`` (calls run one after another never meet)."""
+    client = _redis()
+    client.incr(f"test:rendezvous:{key}")
+    deadline = time.monotonic() + seconds
+    while int(client.get(f"test:rendezvous:{key}") or 0) < count:
+        if time.monotonic() > deadline:
+            return "alone"
+        await asyncio.sleep(0.05)
+    return "met"
 
 
 class Transient(ConnectionError):

@@ -8,15 +8,19 @@ refuses a database that holds keys it did not write (it marks the databases it u
 from __future__ import annotations
 
 import base64
+import builtins
 import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Imported first on purpose: CPython 3.11.7 can crash at session end ("AST constructor
 # recursion depth mismatch") when hypothesis' pytest plugin first imports hypothesis after
@@ -32,12 +36,56 @@ from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
 from toolq.testing import TestWorker
 
+
+def serialize_compile() -> None:
+    """Let one thread at a time build or read a Python syntax tree (``compile``, which
+    ``ast.parse`` calls), on CPython 3.11 before 3.11.8.
+
+    Those releases keep the AST constructor's recursion depth in state the whole interpreter
+    shares (fixed in 3.11.8). A garbage collection inside the constructor runs finalizers,
+    where another thread can take the GIL; if that thread parses too (formatting a traceback
+    parses its caret lines: a uvicorn, worker or Playwright thread of a test logging one),
+    the first raises ``SystemError: AST constructor recursion depth mismatch``. When the first
+    is pytest reporting a failure, the xdist worker dies with INTERNALERROR and the session
+    ends there. With the lock, the other thread waits for the tree instead.
+    """
+    if not (3, 11) <= sys.version_info[:3] < (3, 11, 8):
+        return
+    compile_, lock = builtins.compile, threading.RLock()
+
+    def serialized(*args: object, **kwargs: object) -> object:
+        with lock:
+            return compile_(*args, **kwargs)  # type: ignore[call-overload]
+
+    builtins.compile = serialized  # type: ignore[assignment]
+
+
+serialize_compile()
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = ""
 OWNED_MARK = "toolq-test:owned"
 """Key the suite leaves in a database given by ``TOOLQ_TEST_REDIS_URL`` to recognise it."""
 SECRETS_KEY = base64.urlsafe_b64encode(os.urandom(32)).decode()
 """The session's ``TOOLQ_SECRETS_KEY``: the whole suite runs with secrets encrypted."""
+
+
+STARTUP_SECONDS = 60.0
+"""How long a test waits for a process it started to come up. A `toolq` process spends 1-2 s
+of CPU starting; two copies of the suite on two loaded cores stretched that past 20 s."""
+
+
+def wait_listening(proc: subprocess.Popen[Any], port: int, what: str) -> None:
+    """Wait until ``proc`` accepts connections on ``port``; ``what`` names it in failures."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        assert proc.poll() is None, f"{what} exited with {proc.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not come up"
+            time.sleep(0.1)
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -172,7 +220,7 @@ class Workers:
         return proc
 
     def wait_ready(self, levels: list[RiskLevel], proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 60  # a loaded machine starts Celery slowly
+        deadline = time.monotonic() + STARTUP_SECONDS
         while missing_queues(self.settings, levels):
             assert proc.poll() is None, f"worker exited with {proc.returncode}"
             assert time.monotonic() < deadline, "worker did not come up"

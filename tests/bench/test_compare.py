@@ -19,7 +19,9 @@ import redis
 
 from tests import conftest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+# The run took 168 s of its 170 beside a second copy of the suite on two loaded cores (about
+# 50 s on a quiet machine): it gets the room test_speed.py's run has.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +44,7 @@ def test_quick_compare_measures_every_section(tmp_path: Path) -> None:
         "--sizes", "10,100", "--processes", "1,2",
         "--redis-url", bench_url(), "--json", str(out), "--logs", str(tmp_path / "logs"),
     ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280)
     shown = f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, shown
     report = json.loads(out.read_text())

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +17,7 @@ from mcp import Client as McpClient
 from mcp import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
-from tests.conftest import ROOT, InProcess
+from tests.conftest import ROOT, InProcess, wait_listening
 from toolq import CallStatus, Client, Settings
 
 pytestmark = pytest.mark.e2e
@@ -209,15 +207,7 @@ def http_server(settings: Settings, tokens: dict[str, Any], *extra: str) -> Iter
     env = {**(params.env or {}), "TOOLQ_API_TOKENS": json.dumps(tokens)}
     proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, f"toolq mcp exited with {proc.returncode}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "toolq mcp --transport http did not come up"
-                time.sleep(0.1)
+        wait_listening(proc, port, "toolq mcp --transport http")
         yield port
     finally:
         proc.terminate()

@@ -10,10 +10,8 @@ without the extension gets today's blocking answer.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -29,7 +27,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from pydantic import Field
 
 from tests.approvals.conftest import Pair
-from tests.conftest import ROOT, InProcess, make_settings, serve
+from tests.conftest import ROOT, InProcess, make_settings, serve, wait_listening
 from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS, expect
 from tests.e2e.test_mcp import server_params, text_of, toolq_meta
 from toolq import Settings
@@ -158,15 +156,7 @@ def mcp_http(settings: Settings, public_url: str, *extra: str) -> Iterator[int]:
            "TOOLQ_PUBLIC_URL": public_url}
     proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, f"toolq mcp exited with {proc.returncode}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "toolq mcp --transport http did not come up"
-                time.sleep(0.1)
+        wait_listening(proc, port, "toolq mcp --transport http")
         yield port
     finally:
         proc.terminate()

@@ -43,6 +43,9 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+# Redis, three workers and the API start at once, and `toolq dev` gives the API 30 s to
+# answer: beside a second copy of the suite on two cores it did not (as tests/cli's dev test).
+@pytest.mark.serial
 def test_dev_stack_redis_refuses_unauthenticated_clients(tmp_path):
     # Nothing answers on this port, so `toolq dev` starts its embedded Redis.
     unused = f"redis://127.0.0.1:{_free_port()}/0"

@@ -32,6 +32,10 @@ TOKENS = {
 }
 
 
+HTTP_TIMEOUT = 30
+"""Seconds an HTTP request to the API may take (httpx's 5 s is too short on a loaded machine)."""
+
+
 def h(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -52,12 +56,16 @@ class Stack:
     def worker(self) -> object:
         return self.workers.start("safe", concurrency=1, TOOLQ_APPROVAL_VERIFY_KEYS=self.verify)
 
-    def lose_a_call(self, r: redis.Redis, wait_for, seconds: float = 3) -> tuple[str, str]:
-        """Dispatch ``slow`` (not idempotent), kill -9 its worker mid-call; (call, run)."""
+    def lose_a_call(self, r: redis.Redis, wait_for) -> tuple[str, str]:
+        """Dispatch ``stall_first`` (not idempotent), kill -9 its worker mid-call; (call, run).
+
+        The lost attempt would run for a minute, so the kill always lands mid-call; a re-run
+        returns at once.
+        """
         self.workers.stop_all()  # the victim is the only worker when the call is sent
         victim = self.worker()
         batch = self.client.dispatch(
-            [{"id": "lost", "name": "slow", "arguments": {"seconds": seconds}}],
+            [{"id": "lost", "name": "stall_first", "arguments": {"seconds": 60}}],
             principal="agent",
         )
         call_id = batch.call_ids[0]
@@ -74,7 +82,9 @@ class Stack:
     def final(self, call_id: str, timeout: float = 30) -> dict[str, object]:
         deadline = time.monotonic() + timeout
         while True:
-            got = httpx.get(f"{self.api}/v1/calls/{call_id}", headers=h("agent-t")).json()
+            got = httpx.get(
+                f"{self.api}/v1/calls/{call_id}", headers=h("agent-t"), timeout=HTTP_TIMEOUT
+            ).json()
             if got["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
                 return dict(got)
             time.sleep(0.1)
@@ -93,7 +103,9 @@ def stack(r: redis.Redis, workers: Workers) -> Iterator[Stack]:
 
 
 def resolve(stack: Stack, call_id: str, token: str = "alice-t", **body: object) -> httpx.Response:
-    return httpx.post(f"{stack.api}/v1/calls/{call_id}/resolve", json=body, headers=h(token))
+    return httpx.post(
+        f"{stack.api}/v1/calls/{call_id}/resolve", json=body, headers=h(token), timeout=HTTP_TIMEOUT
+    )
 
 
 def audit_of(r: redis.Redis, call_id: str) -> list[dict[str, str]]:
@@ -108,12 +120,16 @@ def audit_of(r: redis.Redis, call_id: str) -> list[dict[str, str]]:
 
 def test_a_lost_call_waits_for_a_person_and_the_model_is_told(stack: Stack, r, wait_for):
     call_id, run_id = stack.lose_a_call(r, wait_for)
-    listed = httpx.get(f"{stack.api}/v1/unknown", headers=h("viewer-t")).json()
+    listed = httpx.get(
+        f"{stack.api}/v1/unknown", headers=h("viewer-t"), timeout=HTTP_TIMEOUT
+    ).json()
     assert [(c["call_id"], c["status"]) for c in listed] == [(call_id, "unknown")]
-    messages = httpx.get(f"{stack.api}/v1/runs/{run_id}/messages", headers=h("agent-t")).json()
+    messages = httpx.get(
+        f"{stack.api}/v1/runs/{run_id}/messages", headers=h("agent-t"), timeout=HTTP_TIMEOUT
+    ).json()
     assert "Outcome unknown, being checked" in messages[0]["content"]
     assert "Do not repeat the call" in messages[0]["content"]
-    metrics = httpx.get(f"{stack.api}/metrics", headers=h("viewer-t")).text
+    metrics = httpx.get(f"{stack.api}/metrics", headers=h("viewer-t"), timeout=HTTP_TIMEOUT).text
     assert "toolq_calls_unknown 1" in metrics.splitlines()
     time.sleep(1.5)  # redelivered copies and sweeps do not run it again
     assert executions(r, call_id) == 1
@@ -131,7 +147,9 @@ def test_resolved_succeeded_over_http(stack: Stack, r, wait_for):
     assert done.json()["status"] == "succeeded" and done.json()["output"] == "charged"
     again = resolve(stack, call_id, outcome="rerun")
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_awaiting_approval"
-    messages = httpx.get(f"{stack.api}/v1/runs/{run_id}/messages", headers=h("agent-t")).json()
+    messages = httpx.get(
+        f"{stack.api}/v1/runs/{run_id}/messages", headers=h("agent-t"), timeout=HTTP_TIMEOUT
+    ).json()
     assert messages[0]["content"] == "charged"
     events = [e for e in stack.client.events(run_id) if e.call_id == call_id]
     assert events[-1].type.value == "call.succeeded"
@@ -167,7 +185,7 @@ def test_resolved_failed_with_the_approval_clients(stack: Stack, r, wait_for):
 
 
 def test_resolved_rerun_runs_it_exactly_once_more(stack: Stack, r, wait_for):
-    call_id, run_id = stack.lose_a_call(r, wait_for, seconds=0.5)
+    call_id, run_id = stack.lose_a_call(r, wait_for)
     assert resolve(stack, call_id, outcome="rerun", note="not at the bank").status_code == 200
     result = stack.final(call_id)
     assert result["status"] == "succeeded" and result["output"] == "slept", result
@@ -210,7 +228,7 @@ def test_a_forged_rerun_written_into_redis_does_not_run(stack: Stack, r, wait_fo
     payload = {
         "call_id": call_id,
         "run_id": envelope["run_id"],
-        "tool": "slow",
+        "tool": "stall_first",
         "risk": "safe",
         "digest": "",
         "submitter": "agent",
@@ -249,8 +267,11 @@ def test_a_forged_rerun_written_into_redis_does_not_run(stack: Stack, r, wait_fo
     assert refused and refused[0]["by"] == "worker"
 
 
+# Seven `toolq` processes and four worker start-ups: beside a second copy of the suite on two
+# loaded cores it ran into the suite's 120 s (62 s alone at load 13).
+@pytest.mark.timeout(300)
 def test_cli_resolves_signed_here_and_through_the_api(stack: Stack, r, wait_for):
-    call_id, _ = stack.lose_a_call(r, wait_for, seconds=0.5)
+    call_id, _ = stack.lose_a_call(r, wait_for)
     settings = stack.client.settings
     cancel = toolq("calls", "cancel", call_id, settings=settings)
     assert cancel.returncode == 1 and "unknown outcome" in cancel.stderr

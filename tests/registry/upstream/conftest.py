@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_listening
 from toolq.cli.stack import _free_port
 
 SERVER = str(Path(__file__).with_name("server.py"))
@@ -61,15 +61,7 @@ def start_http(record: Path) -> HttpUpstream:
         [*stdio_command(record), "--http", str(port), "--tokens", json.dumps(TOKENS)],
         start_new_session=True,
     )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "the upstream HTTP server exited"
-            assert time.monotonic() < deadline, "the upstream HTTP server did not start"
-            time.sleep(0.05)
+    wait_listening(proc, port, "the upstream HTTP server")
     return HttpUpstream(f"http://127.0.0.1:{port}/mcp", record, proc)
 
 
