@@ -12,14 +12,15 @@ import redis
 from pydantic import BaseModel, SecretStr
 
 from toolq import RiskLevel, ToolContext, ToolOutput, ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(
-        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
-    )
+    """A client that rides out a Redis restart as toolq's own do (redis-py's own client
+    does not retry: a handler's write across a restart would fail its call)."""
+    return redis_client(os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"])
 
 
 def record(ctx: ToolContext, tag: str = "") -> int:
@@ -77,6 +78,17 @@ def slow_idempotent(seconds: float, ctx: ToolContext) -> str:
     if ctx.wait_cancelled(seconds):
         return "interrupted"
     return "slept"
+
+
+@registry.tool(idempotent=True)
+def record_twice(flag: str, ctx: ToolContext) -> str:
+    """Record its start, wait until the file ``flag`` exists, then record again."""
+    record(ctx, "record_twice")
+    while not os.path.exists(flag):
+        if ctx.wait_cancelled(0.05):
+            return "interrupted"
+    record(ctx, "record_twice")
+    return "recorded"
 
 
 @registry.tool(timeout=0.5)

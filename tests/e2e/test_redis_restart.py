@@ -32,24 +32,43 @@ def kill(server: EmbeddedRedis) -> None:
     server.process.wait(10)
 
 
+def wait_until_recorded(server: EmbeddedRedis, tag: str, count: int) -> None:
+    """Wait until handlers have recorded ``count`` executions tagged ``tag`` (tests.apps)."""
+    r = redis.Redis.from_url(server.url)
+    deadline = time.monotonic() + 60  # headroom for a loaded machine: not what is checked
+    while time.monotonic() < deadline:
+        entries = [e for key in r.scan_iter("test:exec:*") for e in r.lrange(key, 0, -1)]
+        if sum(e.endswith(f":{tag}".encode()) for e in entries) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} {tag} calls started")
+
+
 def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path) -> None:
     from tests.apps import registry
 
     settings = make_settings(redis_url=private_redis.url)
     workers = Workers(settings)
     client = Client(registry, settings)
+    flag = tmp_path / "redis-is-down"
     try:
         log = tmp_path / "worker.log"
         workers.start(concurrency=4, log=log)
         before = client.dispatch(
+            # These write to Redis while it is down: their handlers are running then.
             [
+                {"id": f"r{i}", "name": "record_twice", "arguments": {"flag": str(flag)}}
+                for i in range(2)
+            ]
+            + [
                 {"id": f"a{i}", "name": "slow_idempotent", "arguments": {"seconds": 1.0}}
                 for i in range(4)
             ]
             + [{"id": f"e{i}", "name": "echo", "arguments": {"text": str(i)}} for i in range(20)]
         )
-        time.sleep(0.3)  # some calls are running now
+        wait_until_recorded(private_redis, "record_twice", 2)
         kill(private_redis)
+        flag.touch()
         time.sleep(1.0)
         private_redis.start()  # same port, same AOF directory
         after = client.dispatch(
@@ -59,7 +78,7 @@ def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path
         assert all(r.status is CallStatus.SUCCEEDED for r in results), [
             (r.name, r.status, r.error) for r in results if r.status is not CallStatus.SUCCEEDED
         ]
-        assert len(results) == 34
+        assert len(results) == 36
         # An expected reconnect: one line per event, no tracebacks (acks of calls that
         # finished while Redis was down fail: their messages are re-delivered and skipped).
         text = log.read_text()
