@@ -91,6 +91,20 @@ def record_twice(flag: str, ctx: ToolContext) -> str:
     return "recorded"
 
 
+@registry.tool(idempotent=True)
+def gated(path: str, seconds: float, ctx: ToolContext) -> str:
+    """Return once the file at ``path`` exists (the test's go), first creating
+    ``path.<call_id>`` to say so: "opened", or "timed out" after ``seconds``. Records
+    every execution; safe to run twice (a re-run finds the go there)."""
+    record(ctx, "gated")
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline or ctx.wait_cancelled(0.02):
+            return "timed out"
+    open(f"{path}.{ctx.call_id}", "w").close()
+    return "opened"
+
+
 @registry.tool(timeout=0.5)
 async def too_slow(ctx: ToolContext) -> str:
     """Sleeps past its own time limit."""

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis
@@ -159,24 +160,33 @@ def test_starts_and_finishes_of_threads_share_round_trips(r: redis.Redis, setup:
 
 
 def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
-    client: Client, workers: Workers, r: redis.Redis, wait_for: Callable[..., None]
+    client: Client,
+    workers: Workers,
+    r: redis.Redis,
+    wait_for: Callable[..., None],
+    tmp_path: Path,
 ) -> None:
     # Four slots' calls end while Redis holds the first FINISH: the others wait behind it,
     # each message's unacked entry removal behind its FINISH. The worker dies then (kill
     # -9, all four messages unacknowledged, no FINISH in Redis): each call is recovered
     # after its lease, run again (the tool is idempotent) and ends once, succeeded, with
-    # exactly one final event.
+    # exactly one final event. The calls end only on the test's go, given once Redis holds
+    # writes: none can end before.
+    go = tmp_path / "go"
     doomed = workers.start("safe", pool="threads", concurrency=4)
-    batches = [
-        client.dispatch([{"id": "a", "name": "slow_idempotent", "arguments": {"seconds": 0.5}}])
-        for _ in range(4)
-    ]
+    call = {"id": "a", "name": "gated", "arguments": {"path": str(go), "seconds": 60}}
+    batches = [client.dispatch([call]) for _ in range(4)]
     call_ids = [batch.call_ids[0] for batch in batches]
     wait_for(lambda: all(r.llen(f"test:exec:{c}") == 1 for c in call_ids), timeout=30)
     assert r.hlen(KOMBU_UNACKED) == 4
-    r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+    r.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
     try:
-        time.sleep(1.5)  # the handlers return: their FINISH round trips wait on Redis
+        go.touch()
+        returned = [tmp_path / f"go.{call_id}" for call_id in call_ids]
+        wait_for(lambda: all(path.exists() for path in returned), 30, "handlers not returned")
+        # Headroom, not what is checked: from a handler's return to its FINISH queued
+        # behind the held round trip is the worker's CPU only.
+        time.sleep(0.5)
         workers.kill9(doomed)
     finally:
         r.execute_command("CLIENT", "UNPAUSE")
@@ -185,7 +195,8 @@ def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
     assert r.hlen(KOMBU_UNACKED) == 4  # nor did an acknowledgement held with them
     workers.start("safe", pool="threads", concurrency=4)
     for batch in batches:
-        assert [res.status for res in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED]
+        results = batch.wait(timeout=60)
+        assert [(res.status, res.output) for res in results] == [(CallStatus.SUCCEEDED, "opened")]
     for batch, call_id in zip(batches, call_ids, strict=True):
         finals = [e.type.value for e in client.events(batch.run_id) if e.type.is_final]
         assert finals == ["call.succeeded"], finals
