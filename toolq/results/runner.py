@@ -281,10 +281,7 @@ class Scripts:
         self, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
     ) -> tuple[list[Any], list[Any]]:
         """``direct_after`` for several invocations (of any scripts) in one write."""
-        replies = self.direct_scripts.then(invocations, after)
-        tail = len(invocations)
-        parsed = [inv.script.parse(r) for inv, r in zip(invocations, replies[:tail], strict=True)]
-        return parsed, replies[tail:]
+        return _parsed(invocations, self.direct_scripts.then(invocations, after))
 
     def pooled_after(
         self, invocations: Sequence[Invocation[R]], after: Sequence[tuple[Any, ...]]
@@ -293,10 +290,7 @@ class Scripts:
 
         The same round trip for a fraction of a pipeline's CPU (a client's dispatches).
         """
-        replies = self.direct_scripts.pooled(invocations, after)
-        tail = len(invocations)
-        parsed = [inv.script.parse(r) for inv, r in zip(invocations, replies[:tail], strict=True)]
-        return parsed, replies[tail:]
+        return _parsed(invocations, self.direct_scripts.pooled(invocations, after))
 
     def close(self) -> None:
         """Close this thread's own connection."""
@@ -345,3 +339,12 @@ def pairs(fields: Mapping[str, str] | None) -> list[str]:
 
 def _no_script(reply: Any) -> bool:
     return isinstance(reply, NoScriptError)
+
+
+def _parsed(
+    invocations: Sequence[Invocation[Any]], replies: list[Any]
+) -> tuple[list[Any], list[Any]]:
+    """The invocations' replies parsed by their scripts, and the replies after them."""
+    tail = len(invocations)
+    parsed = [inv.script.parse(r) for inv, r in zip(invocations, replies[:tail], strict=True)]
+    return parsed, replies[tail:]
