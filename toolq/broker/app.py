@@ -18,6 +18,7 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps as kombu_dumps
 from redis import exceptions as redis_errors
 
+from toolq import redis_wire
 from toolq.broker import acks
 from toolq.keys import Keys
 from toolq.models import RiskLevel
@@ -109,38 +110,19 @@ def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
 
 
 def _write(client: Any, commands: list[tuple[Any, ...]]) -> None:
-    """``commands`` in one write on a connection of ``client``'s pool; the first error raised.
+    """``commands`` in one write (``redis_wire.write``) on a connection of ``client``'s pool.
 
-    As a pipeline without ``MULTI``, less redis-py's own work per command and per pipeline
-    (response callbacks, event hooks, the pipeline object): about a tenth of a prefork
-    worker's consumer CPU, per message. Every reply is read before an error is raised, so
-    the connection stays in step; a lost connection is retried with the client's retry
-    policy, as the pipeline was (the writes are safe to repeat).
+    About a tenth of a prefork worker's consumer CPU per message less than a pipeline.
     """
     pool = client.connection_pool
     conn = pool.get_connection()
-    packed = conn.pack_commands(commands)
-
-    def attempt() -> list[Any]:
-        conn.send_packed_command(packed)
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis_errors.ResponseError as exc:
-                replies.append(exc)
-        return replies
-
     try:
-        replies = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        redis_wire.write(conn, commands)
     except BaseException:
         conn.disconnect()  # replies may be left unread: the next user starts afresh
         raise
     finally:
         pool.release(conn)
-    for reply in replies:
-        if isinstance(reply, redis_errors.ResponseError):
-            raise reply
 
 
 def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:

@@ -12,20 +12,16 @@ PROGRESS may append its event twice, as it could through the pooled client).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
+
+from toolq.redis_wire import packed, raise_first, read_all
 
 if TYPE_CHECKING:
     from toolq.results.runner import Invocation
-
-_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:  # the C packer redis-py itself uses when hiredis is installed
-    from hiredis import pack_command as _pack
-except ImportError:  # pragma: no cover - hiredis is a dependency
-    _pack = None
 
 
 class DirectScripts:
@@ -79,49 +75,28 @@ class DirectScripts:
             self._local.conn = None
 
 
-def _packed(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
-    """``commands`` in one buffer: one ``send`` for all (redis-py sends each item apart)."""
-    out: list[bytes] = []
-    for command in commands:
-        out.extend([_pack(command)] if _pack is not None else conn.pack_command(*command))
-    return [b"".join(out)]
-
-
-def _read_all(conn: Any, count: int) -> list[Any]:
-    """``count`` replies, every one read before any error is raised (``conn`` stays in step)."""
-    replies: list[Any] = []
-    for _ in range(count):
-        try:
-            replies.append(conn.read_response())
-        except ResponseError as exc:
-            replies.append(exc)
-    return replies
-
-
 def _send(
     conn: Any, invocations: Sequence[Invocation[Any]], after: Sequence[tuple[Any, ...]]
 ) -> list[Any]:
     """``DirectScripts.then`` on ``conn``: retried with the client's backoff on its errors."""
-    first = _packed(conn, [*(inv.command for inv in invocations), *after])
+    first = packed(conn, [*(inv.command for inv in invocations), *after])
 
     def attempt() -> list[Any]:
         conn.send_packed_command(first)
-        replies = _read_all(conn, len(invocations) + len(after))
+        replies = read_all(conn, len(invocations) + len(after))
         missing = [i for i, r in enumerate(replies[: len(invocations)]) if _no_script(r)]
         if missing:
             for source in {invocations[i].script.source: None for i in missing}:
                 conn.send_command("SCRIPT", "LOAD", source)
                 conn.read_response()
             conn.send_packed_command(
-                _packed(conn, [*(invocations[i].command for i in missing), *after])
+                packed(conn, [*(invocations[i].command for i in missing), *after])
             )
-            again = _read_all(conn, len(missing) + len(after))
+            again = read_all(conn, len(missing) + len(after))
             for i, reply in zip(missing, again, strict=False):
                 replies[i] = reply
             replies[len(invocations) :] = again[len(missing) :]
-        for reply in replies:
-            if isinstance(reply, ResponseError):
-                raise reply
+        raise_first(replies)
         return replies
 
     replies: list[Any] = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
