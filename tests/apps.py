@@ -146,6 +146,22 @@ def flaky(failures: int, ctx: ToolContext) -> str:
     return f"ok after {count}"
 
 
+@registry.tool(retries=1, retry_on=(Transient,))
+def through_outage(flag: str, fail_first: bool, ctx: ToolContext) -> str:
+    """Record its start, wait until the file ``flag`` exists (Redis is down then), and
+    write news while it is: a RETRYING event (``fail_first``: its first attempt fails), or
+    a progress event. Its second attempt returns at once."""
+    if ctx.attempt == 1:
+        record(ctx, "through_outage")
+        while not os.path.exists(flag):
+            if ctx.wait_cancelled(0.05):
+                return "interrupted"
+        if fail_first:
+            raise Transient("fails once while Redis is away")
+        ctx.progress({"while": "Redis is away"})
+    return f"done on attempt {ctx.attempt}"
+
+
 @registry.tool()
 async def countdown(n: int) -> AsyncIterator[object]:
     """Streams n progress steps, then a final value."""

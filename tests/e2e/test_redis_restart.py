@@ -13,6 +13,7 @@ import redis
 from tests.conftest import Workers, make_settings
 from toolq import CallStatus, Client
 from toolq.cli.stack import EmbeddedRedis
+from toolq.results.connection import RETRY_SECONDS
 
 pytestmark = pytest.mark.e2e
 
@@ -84,6 +85,51 @@ def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path
         text = log.read_text()
         assert "Traceback" not in text and "CRITICAL" not in text, text[-4000:]
         assert "DeprecationWarning" not in text, text[-4000:]
+    finally:
+        client.close()
+        workers.stop_all()
+        redis.Redis.from_url(private_redis.url).flushall()
+
+
+@pytest.mark.timeout(240)
+def test_news_written_while_redis_is_away_longer_than_the_retries(
+    private_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """A RETRYING and a progress event written while Redis stays away longer than the
+    clients retry are dropped (logged), not the calls: both succeed once it is back."""
+    from tests.apps import registry
+
+    # A lease longer than the outage: the calls stay this worker's throughout.
+    settings = make_settings(redis_url=private_redis.url, lease_seconds=90.0)
+    workers = Workers(settings)
+    client = Client(registry, settings)
+    flag = tmp_path / "redis-is-down"
+    try:
+        log = tmp_path / "worker.log"
+        workers.start(concurrency=2, log=log)
+        batch = client.dispatch(
+            [
+                {
+                    "id": f"news{fail_first:d}",
+                    "name": "through_outage",
+                    "arguments": {"flag": str(flag), "fail_first": fail_first},
+                }
+                for fail_first in (True, False)
+            ]
+        )
+        wait_until_recorded(private_redis, "through_outage", 2)
+        kill(private_redis)
+        flag.touch()
+        time.sleep(RETRY_SECONDS + 5)
+        private_redis.start()  # same port, same AOF directory
+        results = batch.wait(timeout=120)
+        assert [(r.status, r.output) for r in results] == [
+            (CallStatus.SUCCEEDED, "done on attempt 2"),
+            (CallStatus.SUCCEEDED, "done on attempt 1"),
+        ], [(r.status, r.error) for r in results]
+        text = log.read_text()
+        assert "retrying event of call" in text and "progress event of call" in text, text
+        assert "Traceback" not in text, text[-4000:]
     finally:
         client.close()
         workers.stop_all()

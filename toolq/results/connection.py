@@ -22,6 +22,7 @@ from toolq.redis_target import SENTINEL_TIMEOUT, RedisTarget, redacted
 from toolq.settings import Settings
 
 __all__ = [
+    "RETRY_SECONDS",
     "RedisTarget",
     "as_text",
     "async_probe_client",
@@ -33,12 +34,16 @@ __all__ = [
 ]
 
 RETRIES = 20
-"""With the backoff below, about ten seconds of retrying before an error reaches the caller
-(long enough for Sentinel to notice a dead master and promote a replica)."""
+"""With the backoff below, about 17 seconds of retrying (``RETRY_SECONDS``) before an error
+reaches the caller (long enough for Sentinel to notice a dead master and promote a replica)."""
 
 
 def _backoff() -> ExponentialBackoff:
     return ExponentialBackoff(cap=1.0, base=0.05)
+
+
+RETRY_SECONDS = sum(_backoff().compute(failures) for failures in range(1, RETRIES + 1))
+"""The pauses between a command's attempts: a Redis away longer fails the command."""
 
 
 class FollowingConnection(redis.sentinel.SentinelManagedConnection):

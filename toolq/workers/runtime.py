@@ -577,15 +577,7 @@ class WorkerRuntime:
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
-            try:
-                self.store.progress(
-                    env, token, EventType.PROGRESS, {"status": running, "data": data}
-                )
-            except redis.ResponseError as exc:
-                if refusal(exc) is None:
-                    raise
-                # Progress is news, not state: a full Redis drops it, not the call.
-                log.info("progress of call %s dropped: %s", call_id, exc)
+            self._news(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
@@ -594,11 +586,29 @@ class WorkerRuntime:
                 "delay": round(delay, 3),
                 "error": error_message(exc),
             }
-            self.store.progress(env, token, EventType.RETRYING, data)
+            self._news(env, token, EventType.RETRYING, data)
             span.retry(attempt, delay, error_message(exc))
 
         ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
         return self.executor.execute(env.name, arguments, ctx, on_retry=retrying), ctx
+
+    def _news(
+        self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
+    ) -> None:
+        """Append a running call's news (progress, retrying), or drop it when Redis cannot.
+
+        News is not state: a Redis that refuses writes (full, read-only) or stays away
+        longer than the client retries (``RETRY_SECONDS``) loses the event, never the call.
+        The call's FINISH waits for Redis within its lease (``_within_lease``).
+        """
+        try:
+            self.store.progress(env, token, etype, data)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("%s event of call %s dropped: %s", etype.value, env.call_id, exc)
+        except redis.ResponseError as exc:
+            if refusal(exc) is None:
+                raise
+            log.info("%s event of call %s dropped: %s", etype.value, env.call_id, exc)
 
     def _refusal(self, env: CallEnvelope, reason: str) -> CallResult:
         """The failed result of a gated call whose approval does not verify (audited)."""
