@@ -592,9 +592,7 @@ class WorkerRuntime:
         ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
         return self.executor.execute(env.name, arguments, ctx, on_retry=retrying), ctx
 
-    def _news(
-        self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
-    ) -> None:
+    def _news(self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]) -> None:
         """Append a running call's news (progress, retrying), or drop it when Redis cannot.
 
         News is not state: a Redis that refuses writes (full, read-only) or stays away
