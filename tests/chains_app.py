@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-import redis
-
 from toolq import RiskLevel, ToolContext, ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
@@ -56,7 +55,7 @@ def count(items: list[object]) -> dict[str, int]:
 @registry.tool(risk=RiskLevel.DANGEROUS)
 def ship(label: str, ctx: ToolContext) -> dict[str, str]:
     """Ship a parcel (needs approval); records the execution in Redis."""
-    redis.Redis.from_url(
-        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
-    ).rpush("test:shipped", label)
+    redis_client(os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]).rpush(
+        "test:shipped", label
+    )
     return {"shipped": label}

@@ -15,6 +15,7 @@ import time
 import redis
 
 from toolq import ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
@@ -30,9 +31,7 @@ TICKS = "slots:ticks"
 
 @functools.cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(
-        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
-    )
+    return redis_client(os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"])
 
 
 def most_at_once(client: redis.Redis, kind: str) -> int:

@@ -10,6 +10,7 @@ import time
 import redis
 
 from toolq import ToolContext, ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
@@ -21,9 +22,7 @@ DONE = "tenancy:done"
 
 @functools.cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(
-        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
-    )
+    return redis_client(os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"])
 
 
 def started(ctx: ToolContext) -> None:

@@ -9,6 +9,7 @@ import time
 import redis
 
 from toolq import ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
@@ -22,7 +23,7 @@ PIDS = "probe:pids"
 
 @functools.cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLQ_REDIS_URL"])
+    return redis_client(os.environ["TOOLQ_REDIS_URL"])
 
 
 @registry.tool()

@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 import time
 
-import redis
-
 from toolq import ToolContext, ToolOutput, ToolRegistry
+from toolq.results.connection import redis_client
 
 registry = ToolRegistry()
 
 
 def _slow_undo(undo_data: dict[str, object]) -> None:
     """Record the start (``test:undo:<call>``), sleep, record the end (``test:undone:<call>``)."""
-    client = redis.Redis.from_url(
-        os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"]
-    )
+    client = redis_client(os.environ.get("TOOLQ_REDIS_URL") or os.environ["TOOLQ_TEST_REDIS_URL"])
     call_id = str(undo_data["call_id"])
     client.rpush(f"test:undo:{call_id}", str(os.getpid()))
     time.sleep(float(str(undo_data["seconds"])))
