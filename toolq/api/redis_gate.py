@@ -1,6 +1,6 @@
 """Answer 503 ``redis_unavailable`` at once when Redis does not answer.
 
-toolq's Redis clients retry a dropped connection for about ten seconds, to ride out a
+toolq's Redis clients retry a dropped connection for about 17 seconds, to ride out a
 restart. A request that arrives while Redis is down would wait out those retries and end
 in a 500; the gate asks Redis first (a PING with a short timeout, no retries) and answers a
 JSON 503 at once when Redis refuses the connection, and within ``PING_TIMEOUT`` when it does

@@ -96,7 +96,7 @@ def risk_list(value: str) -> list[RiskLevel]:
 def require_redis(where: Settings | str) -> None:
     """Exit 1 with one line naming the Redis (password hidden) unless it answers PING.
 
-    toolq's clients retry a dropped connection for about ten seconds to ride out a restart;
+    toolq's clients retry a dropped connection for about 17 seconds to ride out a restart;
     a command started against a Redis that is not there should say so at once instead. With
     cells (``RedisTarget.each_of``) it exits only when none answers, naming on stderr each
     that does not.
