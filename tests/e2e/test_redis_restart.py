@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,16 +46,26 @@ def wait_until_recorded(server: EmbeddedRedis, tag: str, count: int) -> None:
     raise AssertionError(f"fewer than {count} {tag} calls started")
 
 
-def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path) -> None:
+@contextmanager
+def worker_on(server: EmbeddedRedis, log: Path, **settings: object) -> Iterator[Client]:
+    """A client and a ``toolq worker`` (4 threads, logging to ``log``) on ``server``."""
     from tests.apps import registry
 
-    settings = make_settings(redis_url=private_redis.url)
-    workers = Workers(settings)
-    client = Client(registry, settings)
-    flag = tmp_path / "redis-is-down"
+    workers = Workers(make_settings(redis_url=server.url, **settings))
+    client = Client(registry, workers.settings)
     try:
-        log = tmp_path / "worker.log"
         workers.start(concurrency=4, log=log)
+        yield client
+    finally:
+        client.close()
+        workers.stop_all()
+        redis.Redis.from_url(server.url).flushall()
+
+
+def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path) -> None:
+    flag = tmp_path / "redis-is-down"
+    log = tmp_path / "worker.log"
+    with worker_on(private_redis, log) as client:
         before = client.dispatch(
             # These write to Redis while it is down: their handlers are running then.
             [
@@ -85,10 +96,6 @@ def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path
         text = log.read_text()
         assert "Traceback" not in text and "CRITICAL" not in text, text[-4000:]
         assert "DeprecationWarning" not in text, text[-4000:]
-    finally:
-        client.close()
-        workers.stop_all()
-        redis.Redis.from_url(private_redis.url).flushall()
 
 
 @pytest.mark.timeout(240)
@@ -97,16 +104,10 @@ def test_news_written_while_redis_is_away_longer_than_the_retries(
 ) -> None:
     """A RETRYING and a progress event written while Redis stays away longer than the
     clients retry are dropped (logged), not the calls: both succeed once it is back."""
-    from tests.apps import registry
-
-    # A lease longer than the outage: the calls stay this worker's throughout.
-    settings = make_settings(redis_url=private_redis.url, lease_seconds=90.0)
-    workers = Workers(settings)
-    client = Client(registry, settings)
     flag = tmp_path / "redis-is-down"
-    try:
-        log = tmp_path / "worker.log"
-        workers.start(concurrency=2, log=log)
+    log = tmp_path / "worker.log"
+    # A lease longer than the outage: the calls stay this worker's throughout.
+    with worker_on(private_redis, log, lease_seconds=90.0) as client:
         batch = client.dispatch(
             [
                 {
@@ -130,7 +131,3 @@ def test_news_written_while_redis_is_away_longer_than_the_retries(
         text = log.read_text()
         assert "retrying event of call" in text and "progress event of call" in text, text
         assert "Traceback" not in text, text[-4000:]
-    finally:
-        client.close()
-        workers.stop_all()
-        redis.Redis.from_url(private_redis.url).flushall()
