@@ -163,6 +163,16 @@ def through_outage(flag: str, fail_first: bool, ctx: ToolContext) -> str:
 
 
 @registry.tool()
+async def streams_through_outage(flag: str, ctx: ToolContext) -> AsyncIterator[object]:
+    """``through_outage``'s progress from an async generator, on the worker's event loop."""
+    record(ctx, "through_outage")
+    while not os.path.exists(flag):
+        await asyncio.sleep(0.05)
+    yield {"while": "Redis is away"}
+    yield "streamed"
+
+
+@registry.tool()
 async def countdown(n: int) -> AsyncIterator[object]:
     """Streams n progress steps, then a final value."""
     for i in range(n, 0, -1):

@@ -102,8 +102,9 @@ def test_redis_restart_during_a_run(private_redis: EmbeddedRedis, tmp_path: Path
 def test_news_written_while_redis_is_away_longer_than_the_retries(
     private_redis: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    """A RETRYING and a progress event written while Redis stays away longer than the
-    clients retry are dropped (logged), not the calls: both succeed once it is back."""
+    """A RETRYING event and progress (of a synchronous handler, and streamed by an async
+    one) written while Redis stays away longer than the clients retry are dropped (logged),
+    not the calls: they succeed once it is back."""
     flag = tmp_path / "redis-is-down"
     log = tmp_path / "worker.log"
     # A lease longer than the outage: the calls stay this worker's throughout.
@@ -117,8 +118,9 @@ def test_news_written_while_redis_is_away_longer_than_the_retries(
                 }
                 for fail_first in (True, False)
             ]
+            + [{"id": "stream", "name": "streams_through_outage", "arguments": {"flag": str(flag)}}]
         )
-        wait_until_recorded(private_redis, "through_outage", 2)
+        wait_until_recorded(private_redis, "through_outage", 3)
         kill(private_redis)
         flag.touch()
         time.sleep(RETRY_SECONDS + 5)
@@ -127,6 +129,7 @@ def test_news_written_while_redis_is_away_longer_than_the_retries(
         assert [(r.status, r.output) for r in results] == [
             (CallStatus.SUCCEEDED, "done on attempt 2"),
             (CallStatus.SUCCEEDED, "done on attempt 1"),
+            (CallStatus.SUCCEEDED, "streamed"),
         ], [(r.status, r.error) for r in results]
         text = log.read_text()
         assert "retrying event of call" in text and "progress event of call" in text, text
