@@ -147,7 +147,7 @@ def flaky(failures: int, ctx: ToolContext) -> str:
 
 
 @registry.tool(retries=1, retry_on=(Transient,))
-def through_outage(flag: str, fail_first: bool, ctx: ToolContext) -> str:
+def through_outage(flag: str, ctx: ToolContext, fail_first: bool = False) -> str:
     """Record its start, wait until the file ``flag`` exists (Redis is down then), and
     write news while it is: a RETRYING event (``fail_first``: its first attempt fails), or
     a progress event. Its second attempt returns at once."""

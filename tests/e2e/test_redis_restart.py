@@ -134,3 +134,29 @@ def test_news_written_while_redis_is_away_longer_than_the_retries(
         text = log.read_text()
         assert "retrying event of call" in text and "progress event of call" in text, text
         assert "Traceback" not in text, text[-4000:]
+
+
+@pytest.mark.timeout(240)
+def test_a_call_that_ends_while_redis_is_away_past_its_lease_is_recovered_not_failed(
+    private_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """Redis away past the retries of a call's news and then of its FINISH (longer than
+    its lease): the worker gives the FINISH up, and the call is recovered as after a lost
+    worker once Redis is back (a tool that is not idempotent: ``unknown``), never failed."""
+    flag = tmp_path / "redis-is-down"
+    log = tmp_path / "worker.log"
+    with worker_on(private_redis, log) as client:  # the suite's 2 s lease
+        call_id = client.dispatch(
+            [{"id": "late", "name": "through_outage", "arguments": {"flag": str(flag)}}]
+        ).call_ids[0]
+        wait_until_recorded(private_redis, "through_outage", 1)
+        kill(private_redis)
+        flag.touch()
+        time.sleep(2 * RETRY_SECONDS + 5)
+        private_redis.start()  # same port, same AOF directory: the lease has expired
+        deadline = time.monotonic() + 60
+        while client.result(call_id).status is not CallStatus.UNKNOWN:
+            assert client.result(call_id).status is CallStatus.RUNNING, client.result(call_id)
+            assert time.monotonic() < deadline, "not recovered"
+            time.sleep(0.1)
+        assert f"call {call_id} lost its worker: unknown" in log.read_text()
