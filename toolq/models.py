@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -13,6 +14,18 @@ from toolq.quotas import DEFAULT_TENANT
 
 RpcId = StrictInt | str
 """A JSON-RPC request id as sent: an integer stays an integer, a string stays a string."""
+
+
+def new_id() -> str:
+    """A random id of ``uuid.uuid4().hex``'s form: 32 hex digits, version 4, RFC 4122 variant.
+
+    Made from the same 16 random bytes ``uuid4`` takes, without building a ``UUID``
+    object (a third of the cost): a dispatch makes one per call and one per new run.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    return raw.hex()
 
 
 _Member = TypeVar("_Member", bound=StrEnum)

@@ -29,7 +29,6 @@ Secret argument values are stored encrypted (``SecretBox``); a call that will no
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +65,7 @@ from toolq.models import (
     ProviderFormat,
     RpcId,
     ToolCall,
+    new_id,
 )
 from toolq.quotas import tenant_config, valid_tenant
 from toolq.results.admission import Admission
@@ -180,7 +180,7 @@ class Dispatcher:
                 f"{len(calls)} tool calls in one dispatch; the limit is "
                 f"{self.settings.max_calls_per_dispatch}"
             )
-        run = run_id or uuid.uuid4().hex
+        run = run_id or new_id()
         # A run this dispatch creates has no rules yet: no need to look them up.
         run_rules, owner = self._rules_for(run, principal, tenant) if run_id else (RunRules(), None)
         budget = tenant_config(self.settings.tenants, tenant).budget
@@ -273,7 +273,7 @@ class Dispatcher:
         """The call ``call`` becomes after the stages, claimed under its idempotency key."""
         sub = dispatch.submission
         envelope = CallEnvelope(
-            call_id=uuid.uuid4().hex,
+            call_id=new_id(),
             run_id=dispatch.run_id,
             tool_call_id=call.id,
             name=call.name,

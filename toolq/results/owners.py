@@ -16,6 +16,7 @@ another tenant (``check_tenant``, ``check_call_tenant``). The default tenant is 
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -50,6 +51,15 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 """``RunOwner.encode``'s canonical JSON, its encoder built once for every owner."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _encoded(principal: str | None, tenant: str | None) -> str:
+    """``RunOwner.encode``'s JSON, kept for the next CREATE of the same owner.
+
+    Every CREATE names its run's owner, and a process dispatches for few of them.
+    """
+    return _CANONICAL.encode({"principal": principal, "tenant": tenant})
+
+
 @dataclass(frozen=True)
 class RunOwner:
     """The principal and tenant a run belongs to (``tenant`` ``None``: the default one)."""
@@ -69,7 +79,7 @@ class RunOwner:
 
     def encode(self) -> str:
         """Canonical JSON, compared byte for byte by the create script."""
-        return _CANONICAL.encode({"principal": self.principal, "tenant": self.tenant})
+        return _encoded(self.principal, self.tenant)
 
     @classmethod
     def decode(cls, raw: str | bytes) -> RunOwner:

@@ -39,6 +39,7 @@ import redis
 
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, EventType
+from toolq.redis_wire import packed
 from toolq.results.connection import as_text
 
 WAKE_TTL_SECONDS = 60
@@ -53,6 +54,11 @@ PAUSE_PER_STREAM_SECONDS = 5e-6
 ``COALESCE_SECONDS``), so that with many runs each read gathers many runs' events: a read
 costs Redis about 0.75 µs per stream it names, and the client more to build and parse. The
 API's ``EventHub`` does the same."""
+PAUSE_PER_CALL_SECONDS = 25e-6
+"""And this long per call still awaited through the inbox after the read: with many
+conversations waiting (32 conversations await ~50 calls: ~1.2 ms), their final events come
+in fewer reads, each of which costs the client a send, a parse and its lock; a conversation
+alone, whose wait the read ended, awaits nothing and is not held back."""
 COALESCE_PENDING = 32
 COALESCE_SECONDS = 0.005
 """While one waiter has at least this many calls pending, the reader reads at most every 5 ms
@@ -97,16 +103,17 @@ def _pairs(flat: Any) -> dict[Any, Any]:
 def _xread(conn: Any, streams: dict[str, str]) -> list[tuple[Any, Any]]:
     """``XREAD COUNT BATCH BLOCK BLOCK_MS`` of ``streams`` on the reader's ``conn``, as sent.
 
-    Sent and read on the connection itself, retried with the client's backoff as the
-    client's commands are: redis-py's command path (its pool, retry wrapper, hooks and
-    reply callbacks, which build a dict per entry) costs more CPU than the read, and the
-    reader reads once or more per call. Each stream's entries come as ``[id, [field,
-    value, ...]]``; a read that timed out has none.
+    Packed (``redis_wire.packed``), sent and read on the connection itself, retried with the
+    client's backoff as the client's commands are: redis-py's command path (its pool, retry
+    wrapper, hooks and reply callbacks, which build a dict per entry) costs more CPU than the
+    read, and the reader reads about once per dispatch. Each stream's entries come as
+    ``[id, [field, value, ...]]``; a read that timed out has none.
     """
     command = ("XREAD", "COUNT", BATCH, "BLOCK", BLOCK_MS, "STREAMS", *streams, *streams.values())
+    buffer = packed(conn, [command])
 
     def attempt() -> Any:
-        conn.send_command(*command)
+        conn.send_packed_command(buffer)
         return conn.read_response()
 
     reply = conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
@@ -384,11 +391,13 @@ class SharedWaits:
                 got += len(entries)
                 run.cursor = as_text(entries[-1][0])
                 self._apply(run, list(run.waiters), entries)
+            awaited = len(self._calls)
         self._trim_inbox(reader)
         if coalesce and got < BATCH:
             time.sleep(COALESCE_SECONDS)
-        elif got and PAUSE_PER_STREAM_SECONDS:
-            time.sleep(min(COALESCE_SECONDS, len(streams) * PAUSE_PER_STREAM_SECONDS))
+        elif got:
+            pause = len(streams) * PAUSE_PER_STREAM_SECONDS + awaited * PAUSE_PER_CALL_SECONDS
+            time.sleep(min(COALESCE_SECONDS, pause))
         return True
 
     def _trim_inbox(self, reader: redis.Redis) -> None:
