@@ -18,8 +18,8 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps as kombu_dumps
 from redis import exceptions as redis_errors
 
-from toolq import redis_wire
 from toolq.broker import acks
+from toolq.broker.held import held_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
@@ -95,34 +95,17 @@ def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
     # ``client.pipeline()``, a transaction. That helper is the only hook, and ``ack`` and
     # ``reject`` (``_remove_from_indices``) take theirs from it too, so replacing it would
     # change them as well. Its two writes are written out here as kombu writes them (keys,
-    # entry, order); tests/broker/test_wire.py compares both on the installed kombu.
+    # entry, order); tests/broker/test_wire.py compares both on the installed kombu. They go
+    # on a connection the consumer's thread keeps (``HeldConnection``), not the pool's.
     delivery = message.delivery_info
     entry = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
-    with self.channel.conn_or_acquire() as client:
-        _write(
-            client,
-            [
-                ("ZADD", self.unacked_index_key, time.time(), delivery_tag),
-                ("HSET", self.unacked_key, delivery_tag, entry),
-            ],
-        )
+    held_for(self.channel).write(
+        [
+            ("ZADD", self.unacked_index_key, time.time(), delivery_tag),
+            ("HSET", self.unacked_key, delivery_tag, entry),
+        ]
+    )
     virtual.QoS.append(self, message, delivery_tag)
-
-
-def _write(client: Any, commands: list[tuple[Any, ...]]) -> None:
-    """``commands`` in one write (``redis_wire.write``) on a connection of ``client``'s pool.
-
-    About a tenth of a prefork worker's consumer CPU per message less than a pipeline.
-    """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        redis_wire.write(conn, commands)
-    except BaseException:
-        conn.disconnect()  # replies may be left unread: the next user starts afresh
-        raise
-    finally:
-        pool.release(conn)
 
 
 def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:
