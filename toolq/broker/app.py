@@ -18,8 +18,8 @@ from kombu.transport import virtual
 from kombu.utils.json import dumps as kombu_dumps
 from redis import exceptions as redis_errors
 
-from toolq import redis_wire
 from toolq.broker import acks
+from toolq.broker.held import held_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
 from toolq.redis_failures import refusal
@@ -95,34 +95,17 @@ def _record_taken(self: Any, message: Any, delivery_tag: str) -> None:
     # ``client.pipeline()``, a transaction. That helper is the only hook, and ``ack`` and
     # ``reject`` (``_remove_from_indices``) take theirs from it too, so replacing it would
     # change them as well. Its two writes are written out here as kombu writes them (keys,
-    # entry, order); tests/broker/test_wire.py compares both on the installed kombu.
+    # entry, order); tests/broker/test_wire.py compares both on the installed kombu. They go
+    # on a connection the consumer's thread keeps (``HeldConnection``), not the pool's.
     delivery = message.delivery_info
     entry = kombu_dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
-    with self.channel.conn_or_acquire() as client:
-        _write(
-            client,
-            [
-                ("ZADD", self.unacked_index_key, time.time(), delivery_tag),
-                ("HSET", self.unacked_key, delivery_tag, entry),
-            ],
-        )
+    held_for(self.channel).write(
+        [
+            ("ZADD", self.unacked_index_key, time.time(), delivery_tag),
+            ("HSET", self.unacked_key, delivery_tag, entry),
+        ]
+    )
     virtual.QoS.append(self, message, delivery_tag)
-
-
-def _write(client: Any, commands: list[tuple[Any, ...]]) -> None:
-    """``commands`` in one write (``redis_wire.write``) on a connection of ``client``'s pool.
-
-    About a tenth of a prefork worker's consumer CPU per message less than a pipeline.
-    """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        redis_wire.write(conn, commands)
-    except BaseException:
-        conn.disconnect()  # replies may be left unread: the next user starts afresh
-        raise
-    finally:
-        pool.release(conn)
 
 
 def _append_unless_refused(self: Any, message: Any, delivery_tag: str) -> None:
@@ -249,6 +232,36 @@ def _size_unless_refused(self: Any, queue: str) -> int:
         return sum(size for size in pipe.execute() if isinstance(size, int))
 
 
+class _ReadersOnce:
+    """The worker's event loop (kombu's ``Hub``), as kombu's Redis transport is given it.
+
+    The transport's ``on_poll_start``, run on every turn of the loop, calls ``add_reader``
+    for each socket it polls, and the hub registers each with epoll again: a system call
+    that fails (``EEXIST``) and an exception caught, per socket per turn, several turns a
+    message. Here a socket the hub already reads with the same callback is left as it is.
+    Each way a socket stops being polled goes through the hub (``remove_reader``,
+    ``remove``: its reader goes with it) or registers the new socket with epoll itself
+    (``MultiChannelPoller._register``), so nothing that was polled before stops being.
+    """
+
+    def __init__(self, hub: Any) -> None:
+        self._hub = hub
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hub, name)
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> Any:
+        """``Hub.add_reader``, unless the hub reads ``fd`` with this callback already."""
+        if self._hub.readers.get(fd) == (callback, args):
+            return None
+        return self._hub.add_reader(fd, callback, *args)
+
+
+def _register_with_event_loop_once(self: Any, connection: Any, loop: Any) -> None:
+    """Kombu's ``Transport.register_with_event_loop``, each reader added once."""
+    _KOMBU_REGISTER_WITH_EVENT_LOOP(self, connection, _ReadersOnce(loop))
+
+
 _KOMBU_APPEND = kombu_redis.QoS.append
 """Not called: what ``_record_taken`` writes is checked against it (tests/broker)."""
 _KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
@@ -257,6 +270,7 @@ _KOMBU_QUEUE_BIND = kombu_redis.Channel._queue_bind
 _KOMBU_ACK = kombu_redis.QoS.ack
 _KOMBU_REJECT = kombu_redis.QoS.reject
 _KOMBU_BRPOP_READ = kombu_redis.Channel._brpop_read
+_KOMBU_REGISTER_WITH_EVENT_LOOP = kombu_redis.Transport.register_with_event_loop
 
 
 _PATCHES: tuple[tuple[type, str, Callable[..., Any]], ...] = (
@@ -269,6 +283,7 @@ _PATCHES: tuple[tuple[type, str, Callable[..., Any]], ...] = (
     (kombu_redis.QoS, "restore_visible", _restore_visible_unless_refused),
     (kombu_redis.Channel, "_queue_bind", _queue_bind_unless_refused),
     (kombu_redis.Channel, "_size", _size_unless_refused),
+    (kombu_redis.Transport, "register_with_event_loop", _register_with_event_loop_once),
 )
 """What ``patch_kombu`` installs: (class, attribute, toolq's replacement)."""
 
@@ -277,7 +292,7 @@ def patch_kombu() -> None:
     """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``.
 
     And the ``*_unless_refused`` steps: a Redis that refuses writes (full, read-only) no
-    longer makes a worker exit.
+    longer makes a worker exit; and ``_register_with_event_loop_once``.
     """
     for owner, name, ours in _PATCHES:
         if getattr(owner, name) is not ours:

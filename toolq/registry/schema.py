@@ -103,6 +103,12 @@ class ModelSchema:
         # ``SecretStr`` / ``SecretBytes`` appear in the schema as ``format: password``.
         self.secret_paths = SecretPaths(self.json_schema)
         self.secret_fields = self.secret_paths.top_level
+        # Read once: ``model_fields`` is a descriptor that costs a worker a few µs per call.
+        fields = model.model_fields
+        self._names = tuple(fields)
+        self._null_means_default = frozenset(
+            name for name, f in fields.items() if not f.is_required() and f.default is not None
+        )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return validated keyword arguments; nested models stay model instances.
@@ -110,23 +116,18 @@ class ModelSchema:
         A ``null`` for an optional argument whose default is not ``None`` means "not given"
         (OpenAI strict mode sends every property), so the default applies.
         """
-        fields = self.model.model_fields
+        defaulted = self._null_means_default
         arguments = {
             name: value
             for name, value in arguments.items()
-            if not (
-                value is None
-                and name in fields
-                and not fields[name].is_required()
-                and fields[name].default is not None
-            )
+            if not (value is None and name in defaulted)
         }
         try:
             instance = self.model.model_validate(arguments)
         except ValidationError as exc:
             errors = [_describe(dict(e)) for e in exc.errors(include_url=False)]
             raise invalid_arguments(self.tool_name, errors) from None
-        return {name: getattr(instance, name) for name in self.model.model_fields}
+        return {name: getattr(instance, name) for name in self._names}
 
 
 def _check_schema(tool_name: str, schema: dict[str, Any], what: str) -> None:
