@@ -13,21 +13,29 @@ from toolq.keys import Keys
 from toolq.testing import TestWorker
 
 
-def test_an_ended_async_call_keeps_its_lease_while_a_sync_sibling_runs(r):
+def test_an_ended_async_call_keeps_its_lease_while_a_sync_sibling_runs(r, wait_for):
     settings = make_settings(lease_seconds=1.0, calls_per_message=10)
     keys = Keys(settings.key_prefix)
     with Client(registry, settings) as client, TestWorker(settings, registry) as worker:
         batch = client.dispatch(
             [
                 {"id": "a", "name": "async_sleeper", "arguments": {"seconds": 0.05}},
-                {"id": "s", "name": "slow", "arguments": {"seconds": 2.5}},
+                {"id": "s", "name": "slow", "arguments": {"seconds": 4.0}},
             ]
         )
         quick, long = batch.call_ids
         draining = threading.Thread(target=worker.drain)
         draining.start()
         try:
-            time.sleep(1.8)  # the async call ended long ago; the slot still runs the sync one
+            # Both started (however long a loaded machine took to get there); then past the
+            # lease: the async call ended long ago, the slot still runs the sync one.
+            running = [b"running", b"running"]
+            wait_for(
+                lambda: [r.hget(keys.call(c), "status") for c in (quick, long)] == running,
+                timeout=30,
+                message="the worker did not start both calls",
+            )
+            time.sleep(settings.lease_seconds * 1.5)
             assert r.hget(keys.call(long), "status") == b"running"
             assert r.hget(keys.call(quick), "status") == b"running"  # its FINISH waits
             # A lapsed lease would let recovery take the call from this worker.
