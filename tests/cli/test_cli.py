@@ -61,6 +61,26 @@ def test_bad_app_reference_is_a_clear_error(settings):
     assert "cannot import 'no_such_module'" in done.stderr
 
 
+def test_a_command_without_a_history_store_loads_no_sql(settings):
+    """SQLAlchemy costs each command about 0.7 s of CPU to import; only a command that
+    reads or writes the history store (``TOOLQ_HISTORY_URL``) needs it."""
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['toolq', 'approvals', 'list']\n"
+        "try:\n"
+        "    runpy.run_module('toolq', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print('loaded' if 'sqlalchemy' in sys.modules else 'not loaded')\n"
+    )
+    environ = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    environ.pop("TOOLQ_HISTORY_URL", None)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=environ, cwd=ROOT, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "not loaded", done.stdout
+
+
 def test_check_exit_codes(settings, workers):
     assert toolq("check", "--risk", "safe", settings=settings).returncode == 1
     dead = toolq("check", settings=settings, TOOLQ_REDIS_URL="redis://127.0.0.1:1/0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -17,6 +18,12 @@ from toolq.api.app import create_app
 from toolq.settings import ApiToken
 
 pytestmark = pytest.mark.e2e
+
+HTTP_TIMEOUT = 30
+"""Seconds a request to the API may take: httpx's 5 s ran out on an approval beside a second
+copy of the suite (the server logged the request's body cut short)."""
+get = functools.partial(httpx.get, timeout=HTTP_TIMEOUT)
+post = functools.partial(httpx.post, timeout=HTTP_TIMEOUT)
 
 TOKENS = {
     "admin-t": ApiToken(principal="root", roles=["admin"]),
@@ -47,26 +54,24 @@ def calls(*items: tuple[str, str, dict]) -> list[dict]:
 
 
 def test_health_tools_docs_and_auth(api, r):
-    health = httpx.get(f"{api}/healthz")
+    health = get(f"{api}/healthz")
     assert health.status_code == 200 and health.json()["status"] == "degraded"  # no worker
     assert {"name": "redis_writes", "ok": True} in health.json()["checks"]
-    assert httpx.get(f"{api}/openapi.json").status_code == 200
-    missing = httpx.get(f"{api}/v1/tools")
+    assert get(f"{api}/openapi.json").status_code == 200
+    missing = get(f"{api}/v1/tools")
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "unauthenticated"
-    wrong = httpx.get(f"{api}/v1/tools", headers=h("nope"))
+    wrong = get(f"{api}/v1/tools", headers=h("nope"))
     assert wrong.status_code == 401
     for fmt in ("openai", "openai-responses", "anthropic", "gemini", "mcp"):
-        got = httpx.get(f"{api}/v1/tools", params={"format": fmt}, headers=h("view-t"))
+        got = get(f"{api}/v1/tools", params={"format": fmt}, headers=h("view-t"))
         assert got.status_code == 200 and got.json()
-    anthropic = httpx.get(
-        f"{api}/v1/tools", params={"format": "anthropic"}, headers=h("view-t")
-    ).json()
+    anthropic = get(f"{api}/v1/tools", params={"format": "anthropic"}, headers=h("view-t")).json()
     for tool in anthropic:
         TypeAdapter(ToolParam).validate_python(tool)
-    bad = httpx.get(f"{api}/v1/tools", params={"format": "cobol"}, headers=h("view-t"))
+    bad = get(f"{api}/v1/tools", params={"format": "cobol"}, headers=h("view-t"))
     assert bad.status_code == 422 or bad.status_code == 400
     assert "error" in bad.json()
-    forbidden = httpx.post(
+    forbidden = post(
         f"{api}/v1/runs/r1/calls", json=calls(("a", "echo", {"text": "x"})), headers=h("view-t")
     )
     assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
@@ -82,7 +87,7 @@ def test_dispatch_wait_messages_and_idempotency(api, inproc):
             {"type": "tool_use", "id": "toolu_2", "name": "nope", "input": {}},
         ],
     }
-    first = httpx.post(
+    first = post(
         f"{api}/v1/runs/run-a/calls",
         json=body,
         headers={**h("agent-t"), "Idempotency-Key": "req-1"},
@@ -91,7 +96,7 @@ def test_dispatch_wait_messages_and_idempotency(api, inproc):
     data = first.json()
     assert data["format"] == "anthropic"
     assert [c["status"] for c in data["calls"]] == ["queued", "failed"]
-    again = httpx.post(
+    again = post(
         f"{api}/v1/runs/run-a/calls",
         json=body,
         headers={**h("agent-t"), "Idempotency-Key": "req-1"},
@@ -99,20 +104,18 @@ def test_dispatch_wait_messages_and_idempotency(api, inproc):
     assert [c["call_id"] for c in again.json()["calls"]] == [c["call_id"] for c in data["calls"]]
     call_id = data["calls"][0]["call_id"]
     deadline = time.monotonic() + 20
-    while (
-        httpx.get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["status"] != "succeeded"
-    ):
+    while get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["status"] != "succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert httpx.get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["output"] == 4
-    messages = httpx.get(f"{api}/v1/runs/run-a/messages", headers=h("view-t")).json()
+    assert get(f"{api}/v1/calls/{call_id}", headers=h("view-t")).json()["output"] == 4
+    messages = get(f"{api}/v1/runs/run-a/messages", headers=h("view-t")).json()
     TypeAdapter(MessageParam).validate_python(messages[0])
     blocks = messages[0]["content"]
     assert [b["tool_use_id"] for b in blocks] == ["toolu_1", "toolu_2"]
     assert blocks[1]["is_error"] is True
-    listed = httpx.get(f"{api}/v1/runs/run-a/calls", headers=h("view-t")).json()
+    listed = get(f"{api}/v1/runs/run-a/calls", headers=h("view-t")).json()
     assert [c["call_id"] for c in listed] == [c["call_id"] for c in data["calls"]]
-    unknown = httpx.get(f"{api}/v1/calls/does-not-exist", headers=h("view-t"))
+    unknown = get(f"{api}/v1/calls/does-not-exist", headers=h("view-t"))
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "call_not_found"
 
 
@@ -133,7 +136,7 @@ def read_sse(response: httpx.Response, count: int) -> list[tuple[str, str, dict]
 
 def test_sse_stream_and_resume_with_last_event_id(api, inproc):
     inproc.start()
-    httpx.post(
+    post(
         f"{api}/v1/runs/run-s/calls", json=calls(("c", "countdown", {"n": 3})), headers=h("agent-t")
     )
     url = f"{api}/v1/runs/run-s/events"
@@ -149,7 +152,7 @@ def test_sse_stream_and_resume_with_last_event_id(api, inproc):
     ) as response:
         resumed = read_sse(response, 4)
     assert [f[0] for f in resumed] == [f[0] for f in frames[3:]]
-    backlog = httpx.get(url, params={"follow": "false", "after": frames[4][0]}, headers=h("view-t"))
+    backlog = get(url, params={"follow": "false", "after": frames[4][0]}, headers=h("view-t"))
     assert [e["id"] for e in backlog.json()] == [f[0] for f in frames[5:]]
     # a live follower receives events that happen after it connected
     received: list = []
@@ -163,7 +166,7 @@ def test_sse_stream_and_resume_with_last_event_id(api, inproc):
     thread = threading.Thread(target=follow)
     thread.start()
     time.sleep(0.5)
-    httpx.post(
+    post(
         f"{api}/v1/runs/run-s/calls",
         json=calls(("d", "echo", {"text": "later"})),
         headers=h("agent-t"),
@@ -174,7 +177,7 @@ def test_sse_stream_and_resume_with_last_event_id(api, inproc):
 
 def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
     inproc.start()
-    posted = httpx.post(
+    posted = post(
         f"{api}/v1/runs/run-p/calls",
         headers=h("agent-t"),
         json=calls(
@@ -184,77 +187,69 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
         ),
     ).json()
     w1, w2, w3 = (c["call_id"] for c in posted["calls"])
-    pending = httpx.get(
-        f"{api}/v1/approvals", params={"run_id": "run-p"}, headers=h("view-t")
-    ).json()
+    pending = get(f"{api}/v1/approvals", params={"run_id": "run-p"}, headers=h("view-t")).json()
     assert {p["call_id"] for p in pending} == {w1, w2, w3}
-    assert httpx.post(f"{api}/v1/approvals/{w1}/approve", headers=h("bob-t")).status_code == 403
-    selfish = httpx.post(f"{api}/v1/approvals/{w1}/approve", headers=h("self-t"))
+    assert post(f"{api}/v1/approvals/{w1}/approve", headers=h("bob-t")).status_code == 403
+    selfish = post(f"{api}/v1/approvals/{w1}/approve", headers=h("self-t"))
     assert selfish.status_code == 403 and "self approval" in selfish.json()["error"]["message"]
-    digest = httpx.get(f"{api}/v1/approvals/{w1}", headers=h("view-t")).json()["digest"]
-    stale = httpx.post(
+    digest = get(f"{api}/v1/approvals/{w1}", headers=h("view-t")).json()["digest"]
+    stale = post(
         f"{api}/v1/approvals/{w1}/approve", json={"digest": "f" * 64}, headers=h("alice-t")
     )
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "digest_mismatch"
-    invalid = httpx.post(
+    invalid = post(
         f"{api}/v1/approvals/{w1}/approve", json={"arguments": {"target": 5}}, headers=h("alice-t")
     )
     assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_arguments"
-    ok = httpx.post(
+    ok = post(
         f"{api}/v1/approvals/{w1}/approve",
         headers=h("alice-t"),
         json={"digest": digest, "arguments": {"target": "staging"}, "note": "safer"},
     )
     assert ok.status_code == 200, ok.text
-    twice = httpx.post(f"{api}/v1/approvals/{w1}/approve", headers=h("alice-t"))
+    twice = post(f"{api}/v1/approvals/{w1}/approve", headers=h("alice-t"))
     assert twice.status_code == 409 and twice.json()["error"]["code"] == "not_awaiting_approval"
-    denied = httpx.post(
-        f"{api}/v1/approvals/{w2}/deny", json={"reason": "frozen"}, headers=h("alice-t")
-    )
+    denied = post(f"{api}/v1/approvals/{w2}/deny", json={"reason": "frozen"}, headers=h("alice-t"))
     assert denied.json()["status"] == "denied"
-    cancelled = httpx.post(f"{api}/v1/calls/{w3}/cancel", headers=h("agent-t"))
+    cancelled = post(f"{api}/v1/calls/{w3}/cancel", headers=h("agent-t"))
     assert cancelled.json()["status"] == "cancelled"
     deadline = time.monotonic() + 20
-    while httpx.get(f"{api}/v1/calls/{w1}", headers=h("view-t")).json()["status"] != "succeeded":
+    while get(f"{api}/v1/calls/{w1}", headers=h("view-t")).json()["status"] != "succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert (
-        httpx.get(f"{api}/v1/calls/{w1}", headers=h("view-t")).json()["output"] == "wiped staging"
-    )
-    messages = httpx.get(
+    assert get(f"{api}/v1/calls/{w1}", headers=h("view-t")).json()["output"] == "wiped staging"
+    messages = get(
         f"{api}/v1/runs/run-p/messages", params={"format": "openai"}, headers=h("view-t")
     ).json()
     assert "frozen" in messages[1]["content"]
     # undo through the API
     target = tmp_path / "f.txt"
     target.write_text("old")
-    edit = httpx.post(
+    edit = post(
         f"{api}/v1/runs/run-u/calls",
         headers=h("agent-t"),
         json=calls(("e", "edit_file", {"path": str(target), "content": "new"})),
     ).json()
     edit_id = edit["calls"][0]["call_id"]
-    httpx.post(f"{api}/v1/approvals/{edit_id}/approve", headers=h("alice-t"))
-    while (
-        httpx.get(f"{api}/v1/calls/{edit_id}", headers=h("view-t")).json()["status"] != "succeeded"
-    ):
+    post(f"{api}/v1/approvals/{edit_id}/approve", headers=h("alice-t"))
+    while get(f"{api}/v1/calls/{edit_id}", headers=h("view-t")).json()["status"] != "succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert target.read_text() == "new"
     # edit_file is gated (it asks for approval): undoing it needs approver:moderate too.
-    plain = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
+    plain = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
     assert plain.status_code == 403 and plain.json()["error"]["code"] == "forbidden"
     assert target.read_text() == "new"
-    undone = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    undone = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
     assert undone.status_code == 200 and undone.json()["type"] == "call.undone"
     assert target.read_text() == "old"
-    again = httpx.post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    again = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
     assert again.status_code == 409 and again.json()["error"]["code"] == "undo_failed"
 
 
 def test_limits_refuse_with_4xx_and_write_nothing(api, r):
     before = r.dbsize()
-    big = httpx.post(
+    big = post(
         f"{api}/v1/runs/lim/calls",
         headers={**h("agent-t"), "Content-Type": "application/json"},
         content=b'{"x": "' + b"a" * (10 * 1024 * 1024) + b'"}',
@@ -262,29 +257,29 @@ def test_limits_refuse_with_4xx_and_write_nothing(api, r):
     )
     assert big.status_code == 413 and big.json()["error"]["code"] == "payload_too_large"
     deep = "[" * 10_000 + "]" * 10_000
-    nested = httpx.post(
+    nested = post(
         f"{api}/v1/runs/lim/calls",
         headers={**h("agent-t"), "Content-Type": "application/json"},
         content=deep.encode(),
     )
     assert nested.status_code == 400 and "nested deeper" in nested.json()["error"]["message"]
     many = calls(*[(f"c{i}", "echo", {"text": "x"}) for i in range(10_001)])
-    flood = httpx.post(f"{api}/v1/runs/lim/calls", json=many, headers=h("agent-t"), timeout=30)
+    flood = post(f"{api}/v1/runs/lim/calls", json=many, headers=h("agent-t"), timeout=30)
     assert flood.status_code == 400 and "limit is 10000" in flood.json()["error"]["message"]
-    long = httpx.post(
+    long = post(
         f"{api}/v1/runs/lim/calls",
         headers=h("agent-t"),
         json=calls(("l", "echo", {"text": "y" * (2 * 1024 * 1024)})),
         timeout=30,
     )
     assert long.status_code == 400 and "exceeds the limit" in long.json()["error"]["message"]
-    garbage = httpx.post(
+    garbage = post(
         f"{api}/v1/runs/lim/calls",
         headers={**h("agent-t"), "Content-Type": "application/json"},
         content=b"{not json",
     )
     assert garbage.status_code == 400
-    empty = httpx.post(f"{api}/v1/runs/lim/calls", headers=h("agent-t"))
+    empty = post(f"{api}/v1/runs/lim/calls", headers=h("agent-t"))
     assert empty.status_code == 400
     assert r.dbsize() == before  # nothing was written for any refused request
 
@@ -303,19 +298,19 @@ def scrape_commands(api: str, r) -> tuple[str, int]:
         return {k: v["calls"] for k, v in stats.items() if k not in skip}
 
     before = served()
-    text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+    text = get(f"{api}/metrics", headers=h("view-t")).text
     return text, sum(served().values()) - sum(before.values())
 
 
 def test_metrics(api, inproc, r):
     inproc.start()
-    httpx.post(
+    post(
         f"{api}/v1/runs/m/calls",
         json=calls(("a", "echo", {"text": "x"}), ("b", "wipe", {"target": "t"})),
         headers=h("agent-t"),
     )
     time.sleep(1.5)
-    text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+    text = get(f"{api}/metrics", headers=h("view-t")).text
     assert 'toolq_workers_alive{risk="safe"} 1' in text
     assert "toolq_pending_approvals 1" in text
     echo = 'tool="echo",risk="safe"'
@@ -333,12 +328,12 @@ def test_metrics(api, inproc, r):
     _, first = scrape_commands(api, r)
     inproc.start()
     many = [(f"e{n}", "echo", {"text": str(n)}) for n in range(200)]
-    httpx.post(f"{api}/v1/runs/m2/calls", json=calls(*many), headers=h("agent-t"))
+    post(f"{api}/v1/runs/m2/calls", json=calls(*many), headers=h("agent-t"))
     deadline = time.monotonic() + 60
     while f'toolq_call_events_total{{{echo},type="call.succeeded"}} 201' not in text:
         assert time.monotonic() < deadline, "the 200 calls did not finish"
         time.sleep(0.5)
-        text = httpx.get(f"{api}/metrics", headers=h("view-t")).text
+        text = get(f"{api}/metrics", headers=h("view-t")).text
     inproc.stop_all()
     _, then = scrape_commands(api, r)
     assert then == first, (first, then)

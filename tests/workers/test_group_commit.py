@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 
@@ -159,6 +160,17 @@ def test_starts_and_finishes_of_threads_share_round_trips(r: redis.Redis, setup:
     assert statuses == [CallStatus.SUCCEEDED] * half + [CallStatus.RUNNING] * half
 
 
+def redis_addresses(pid: int, r: redis.Redis) -> set[str]:
+    """The ``addr`` (as ``CLIENT LIST`` shows it) of each connection process ``pid`` has to
+    the Redis of ``r``."""
+    port = r.connection_pool.connection_kwargs["port"]
+    return {
+        f"{c.laddr.ip}:{c.laddr.port}"
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port
+    }
+
+
 def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
     client: Client,
     workers: Workers,
@@ -187,7 +199,14 @@ def test_a_worker_killed_while_its_slots_commit_together_loses_nothing(
         # Headroom, not what is checked: from a handler's return to its FINISH queued
         # behind the held round trip is the worker's CPU only.
         time.sleep(0.5)
+        held = redis_addresses(doomed.pid, r)
+        assert held, "the worker holds no connection to Redis"
         workers.kill9(doomed)
+        # Redis may not have read the dead connections' ends yet: unpaused then, it still ran
+        # a FINISH one of them had sent (seen beside a second copy of the suite). Unpause once
+        # it has dropped every one of them.
+        wait_for(lambda: not held & {c["addr"] for c in r.client_list()}, 30,
+                 "Redis kept the killed worker's connections")  # fmt: skip
     finally:
         r.execute_command("CLIENT", "UNPAUSE")
     # None of the held FINISHes outlived the process that sent them.

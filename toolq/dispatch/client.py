@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -38,7 +38,6 @@ from toolq.errors import (
     UndoError,
     WaitTimeoutError,
 )
-from toolq.history.store import HistoryStore
 from toolq.models import (
     CallResult,
     CallStatus,
@@ -56,6 +55,10 @@ from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary, run_summary, runs_page
 from toolq.results.waits import Waiter
 from toolq.settings import Settings
+
+if TYPE_CHECKING:
+    # Imported only when a history store is configured (it loads SQLAlchemy).
+    from toolq.history.store import HistoryStore
 
 T = TypeVar("T")
 

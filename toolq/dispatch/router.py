@@ -14,18 +14,20 @@ import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from toolq.cells import ApprovalRouter, Cell, CellRouting, Cells, merged, on_call, on_run
 from toolq.dispatch.client import Batch, CellState, Client
 from toolq.dispatch.submission import Submission
-from toolq.history.store import HistoryStore
 from toolq.models import CallResult
 from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import Page, merge_pages
 from toolq.results.runs import RunSummary
 from toolq.settings import Settings
+
+if TYPE_CHECKING:
+    from toolq.history.store import HistoryStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
