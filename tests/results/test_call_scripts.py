@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -327,6 +328,46 @@ def test_renew_extends_only_a_lease_this_token_holds(r: redis.Redis, lua: Script
     assert lua.pipelined([renew("tok"), renew("other")]) == [True, False]
     assert r.pttl(KEYS.lease("c1")) > 1000
     assert r.zscore(KEYS.running, "c1") == now_ms + 60_000
+
+
+def test_renew_takes_back_a_lapsed_lease_nobody_recovered(r: redis.Redis, lua: Scripts):
+    """A worker starved past its lease keeps the call while no one recovered it."""
+    create(lua)
+    start(lua, lease_ms=1000)
+    now_ms = int(time.time() * 1000)
+
+    def renew(token: str, record: str | None = KEYS.call("c1")):
+        return scripts.RENEW(
+            lease=KEYS.lease("c1"),
+            running=KEYS.running,
+            call_id="c1",
+            token=token,
+            lease_ms=60_000,
+            now_ms=now_ms,
+            record=record,
+        )
+
+    r.delete(KEYS.lease("c1"))  # what its expiry does
+    # Not another token's, nor an undo's (which has no record to ask).
+    assert lua.pipelined([renew("other"), renew("tok", record=None)]) == [False, False]
+    assert r.exists(KEYS.lease("c1")) == 0
+    assert lua.direct(renew("tok")) is True
+    assert r.get(KEYS.lease("c1")) == b"tok" and r.pttl(KEYS.lease("c1")) > 1000
+    assert r.zscore(KEYS.running, "c1") == now_ms + 60_000
+    # A call under a concurrency cap whose slot lapsed too (another call may hold it now)
+    # is not taken back; one still holding its slot is, and the slot is renewed with it.
+    slot = "test:slots:solo"
+    r.hset(KEYS.call("c1"), "limits", json.dumps([{"kind": "concurrency", "key": slot}]))
+    r.delete(KEYS.lease("c1"))
+    assert lua.direct(renew("tok")) is False
+    r.zadd(slot, {"c1": now_ms})
+    assert lua.direct(renew("tok")) is True
+    assert r.zscore(slot, "c1") == now_ms + 60_000
+    # Once recovered (the record no longer runs under this token) it is not taken back.
+    r.delete(KEYS.lease("c1"))
+    recover(lua)
+    assert lua.direct(renew("tok")) is False
+    assert r.exists(KEYS.lease("c1")) == 0
 
 
 # -- TRANSITION ---------------------------------------------------------------------------------

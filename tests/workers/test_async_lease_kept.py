@@ -44,3 +44,25 @@ def test_an_ended_async_call_keeps_its_lease_while_a_sync_sibling_runs(r, wait_f
         finally:
             draining.join(timeout=30)
         assert [x.status for x in batch.wait(timeout=5)] == [CallStatus.SUCCEEDED] * 2
+
+
+def test_a_lease_that_lapsed_while_nobody_recovered_the_call_is_taken_back(r, wait_for):
+    """A worker starved of CPU past its lease (its keeper late) keeps running the call, and
+    the call ends as it ends — not cancelled by the worker itself — while no sweeper
+    recovered it in between."""
+    settings = make_settings(lease_seconds=1.0)
+    keys = Keys(settings.key_prefix)
+    with Client(registry, settings) as client, TestWorker(settings, registry) as worker:
+        batch = client.dispatch([{"id": "s", "name": "slow", "arguments": {"seconds": 2.0}}])
+        [call_id] = batch.call_ids
+        draining = threading.Thread(target=worker.drain)
+        draining.start()
+        try:
+            wait_for(lambda: r.exists(keys.lease(call_id)) == 1, timeout=30)
+            r.delete(keys.lease(call_id))  # what a lapse does, the keeper not there in time
+            wait_for(lambda: r.exists(keys.lease(call_id)) == 1, timeout=10,
+                     message="the keeper did not take the lease back")
+        finally:
+            draining.join(timeout=30)
+        [result] = batch.wait(timeout=10)
+        assert result.status is CallStatus.SUCCEEDED
