@@ -27,9 +27,7 @@ else
   if held or slots ~= '1' then return 0 end
   local f = redis.call('HMGET', call, 'status', 'token')
   if f[1] ~= 'running' or f[2] ~= token then return 0 end
-  for _, l in ipairs(limits or {}) do
-    if l.kind == 'concurrency' and not redis.call('ZSCORE', l.key, call_id) then return 0 end
-  end
+  if limits and not sched_held(limits, call_id) then return 0 end
   redis.call('SET', lease, token, 'PX', lease_ms)
 end
 local until_ms = tonumber(now_ms) + tonumber(lease_ms)

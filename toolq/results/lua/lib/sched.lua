@@ -72,6 +72,16 @@ local function sched_renew(limits, call_id, until_ms)
   end
 end
 
+-- RENEW taking back a lapsed lease: whether the call still holds each of its slots.
+local function sched_held(limits, call_id)
+  for _, l in ipairs(limits) do
+    if l.kind == 'concurrency' and not redis.call('ZSCORE', l.key, call_id) then
+      return false
+    end
+  end
+  return true
+end
+
 -- FINISH, RECOVER, a final TRANSITION: the slots freed; a start never made uncounted.
 local function sched_release(limits, call_id, now_ms)
   for _, l in ipairs(limits) do
