@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from celery.concurrency.asynpool import AsynPool
 from kombu.asynchronous import Hub
 
+from tests.conftest import count_registrations
 from toolq.workers.pool import patch_result_handler
 
 
@@ -19,14 +19,7 @@ def double(n: int) -> int:
 def test_each_result_pipe_is_registered_once_across_tasks() -> None:
     patch_result_handler()
     hub = Hub()
-    registered: list[int] = []
-    register = hub.poller.register
-
-    def counted(fd: Any, events: int) -> Any:
-        registered.append(fd if isinstance(fd, int) else fd.fileno())
-        return register(fd, events)
-
-    hub.poller.register = counted
+    registered = count_registrations(hub)
     pool = AsynPool(processes=1, threads=False)
     results: list[int] = []
     try:
