@@ -88,6 +88,19 @@ def wait_listening(proc: subprocess.Popen[Any], port: int, what: str) -> None:
             time.sleep(0.1)
 
 
+def count_registrations(hub: Any) -> list[int]:
+    """The file descriptors ``hub`` registers with its poller (epoll), in order, from now on."""
+    registered: list[int] = []
+    register = hub.poller.register
+
+    def counted(fd: Any, events: int) -> Any:
+        registered.append(fd if isinstance(fd, int) else fd.fileno())
+        return register(fd, events)
+
+    hub.poller.register = counted
+    return registered
+
+
 def make_settings(**overrides: object) -> Settings:
     values: dict[str, object] = {
         "redis_url": REDIS_URL,

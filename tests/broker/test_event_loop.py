@@ -10,7 +10,7 @@ import redis
 from kombu import Connection, Consumer, Queue
 from kombu.asynchronous import Hub
 
-from tests.conftest import Workers
+from tests.conftest import Workers, count_registrations
 from toolq import CallStatus, Client, RiskLevel, Settings
 from toolq.broker import Publisher, celery_app
 
@@ -23,14 +23,7 @@ def test_the_brpop_socket_is_registered_once_across_turns(
     queue, _ = publisher.message("c0", RiskLevel.SAFE, None, "run0")
     received: list[Any] = []
     hub = Hub()
-    registered: list[int] = []
-    register = hub.poller.register
-
-    def counted(fd: Any, events: int) -> Any:
-        registered.append(fd if isinstance(fd, int) else fd.fileno())
-        return register(fd, events)
-
-    hub.poller.register = counted
+    registered = count_registrations(hub)
     conn = Connection(settings.redis_url)
     try:
         channel = conn.channel()

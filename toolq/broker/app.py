@@ -16,6 +16,7 @@ from kombu.entity import Exchange, Queue
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps as kombu_dumps
+from kombu.utils.objects import cached_property as kombu_cached_property
 from redis import exceptions as redis_errors
 
 from toolq.broker import acks
@@ -232,7 +233,7 @@ def _size_unless_refused(self: Any, queue: str) -> int:
         return sum(size for size in pipe.execute() if isinstance(size, int))
 
 
-class _ReadersOnce:
+class ReadersOnce:
     """The worker's event loop (kombu's ``Hub``), as kombu's Redis transport is given it.
 
     The transport's ``on_poll_start``, run on every turn of the loop, calls ``add_reader``
@@ -259,9 +260,28 @@ class _ReadersOnce:
 
 def _register_with_event_loop_once(self: Any, connection: Any, loop: Any) -> None:
     """Kombu's ``Transport.register_with_event_loop``, each reader added once."""
-    _KOMBU_REGISTER_WITH_EVENT_LOOP(self, connection, _ReadersOnce(loop))
+    _KOMBU_REGISTER_WITH_EVENT_LOOP(self, connection, ReadersOnce(loop))
 
 
+def _cached_read(self: Any, instance: Any, owner: Any = None) -> Any:
+    """Kombu's ``cached_property.__get__``; a value already cached is read without its lock.
+
+    Kombu's ``cached_property`` has a setter, so every read of one goes through its
+    ``__get__`` (the instance's cached value does not shadow it), and that takes an
+    ``RLock`` before it looks in the instance's ``__dict__``: a few percent of a prefork
+    parent's CPU (``Channel.client``, ``QoS.unacked_key``, Celery's ``app.conf``...). Only
+    the first computation needs the lock (one thread computes); the value, once in
+    ``__dict__``, is set and removed under the lock and read here as one dictionary lookup.
+    """
+    if instance is not None:
+        try:
+            return instance.__dict__[self.attrname]
+        except (AttributeError, KeyError):  # no __dict__: kombu's own read says so
+            pass
+    return _KOMBU_CACHED_GET(self, instance, owner)
+
+
+_KOMBU_CACHED_GET = kombu_cached_property.__get__
 _KOMBU_APPEND = kombu_redis.QoS.append
 """Not called: what ``_record_taken`` writes is checked against it (tests/broker)."""
 _KOMBU_RESTORE_VISIBLE = kombu_redis.QoS.restore_visible
@@ -284,6 +304,7 @@ _PATCHES: tuple[tuple[type, str, Callable[..., Any]], ...] = (
     (kombu_redis.Channel, "_queue_bind", _queue_bind_unless_refused),
     (kombu_redis.Channel, "_size", _size_unless_refused),
     (kombu_redis.Transport, "register_with_event_loop", _register_with_event_loop_once),
+    (kombu_cached_property, "__get__", _cached_read),
 )
 """What ``patch_kombu`` installs: (class, attribute, toolq's replacement)."""
 
@@ -292,7 +313,7 @@ def patch_kombu() -> None:
     """Install ``_connparams_unless_closed`` (celery/kombu#970, #582), ``_client_per_pool``.
 
     And the ``*_unless_refused`` steps: a Redis that refuses writes (full, read-only) no
-    longer makes a worker exit; and ``_register_with_event_loop_once``.
+    longer makes a worker exit; ``_register_with_event_loop_once`` and ``_cached_read``.
     """
     for owner, name, ours in _PATCHES:
         if getattr(owner, name) is not ours:

@@ -29,6 +29,7 @@ from toolq.models import RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 from toolq.workers.heartbeat import count_received
+from toolq.workers.pool import patch_result_handler
 from toolq.workers.slots import Route
 
 
@@ -145,6 +146,17 @@ class AcksHere(bootsteps.Step):
         runtimes.parent_acks = pool_name(worker.pool) == "prefork"
 
 
+class ResultPipesOnce(bootsteps.Step):
+    """Installs ``patch_result_handler`` in a prefork worker, before its pool meets the loop."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def create(self, worker: Any) -> None:
+        """Patch Celery's result handler when the pool is prefork (the others have none)."""
+        if pool_name(worker.pool) == "prefork":
+            patch_result_handler()
+
+
 class MaintenanceStep(bootsteps.StartStopStep):
     """Runs heartbeat, recovery and sweeping in the worker's main process."""
 
@@ -251,6 +263,7 @@ def create_celery(
         holder.get().undo(call_id)
 
     app.steps["worker"].add(AcksHere)
+    app.steps["worker"].add(ResultPipesOnce)
     app.steps["worker"].add(MaintenanceStep)
     # The heartbeat counts calls, not messages: a batch message carries several.
     signals.task_received.connect(count_received, weak=False, dispatch_uid="toolq.heartbeat")
