@@ -310,20 +310,26 @@ def test_progress_of_a_call_not_running_under_the_token_is_stale(r: redis.Redis,
     assert lua.direct(progress) == "stale"
 
 
+def renewal(token: str, now_ms: int, record: str | None = None):
+    """RENEW of c1's lease for a minute (``record``: a call's, else as an undo's)."""
+    return scripts.RENEW(
+        lease=KEYS.lease("c1"),
+        running=KEYS.running,
+        call_id="c1",
+        token=token,
+        lease_ms=60_000,
+        now_ms=now_ms,
+        record=record,
+    )
+
+
 def test_renew_extends_only_a_lease_this_token_holds(r: redis.Redis, lua: Scripts):
     create(lua)
     start(lua, lease_ms=1000)
     now_ms = int(time.time() * 1000)
 
     def renew(token: str):
-        return scripts.RENEW(
-            lease=KEYS.lease("c1"),
-            running=KEYS.running,
-            call_id="c1",
-            token=token,
-            lease_ms=60_000,
-            now_ms=now_ms,
-        )
+        return renewal(token, now_ms)
 
     assert lua.pipelined([renew("tok"), renew("other")]) == [True, False]
     assert r.pttl(KEYS.lease("c1")) > 1000
@@ -337,15 +343,7 @@ def test_renew_takes_back_a_lapsed_lease_nobody_recovered(r: redis.Redis, lua: S
     now_ms = int(time.time() * 1000)
 
     def renew(token: str, record: str | None = KEYS.call("c1")):
-        return scripts.RENEW(
-            lease=KEYS.lease("c1"),
-            running=KEYS.running,
-            call_id="c1",
-            token=token,
-            lease_ms=60_000,
-            now_ms=now_ms,
-            record=record,
-        )
+        return renewal(token, now_ms, record)
 
     r.delete(KEYS.lease("c1"))  # what its expiry does
     # Not another token's, nor an undo's (which has no record to ask).
