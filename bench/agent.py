@@ -17,7 +17,9 @@ wall time from the start to the last turn), turn p50/p99 (dispatch to last resul
 to the best peer's calls/s at the same count, CPU per call of the client (this process), the
 worker (its process tree, psutil) and Redis (``INFO cpu``), and Redis commands per call
 (``INFO commandstats`` delta without the snapshots' own ``INFO``; commands a script issues
-count, and a pipeline counts each command, so this is an upper bound of the round trips).
+count, and a pipeline counts each command) and Redis reads per call (``total_reads_processed``:
+each read of a client's socket by the server, about one per round trip: a pipeline or a
+script is one, a request that arrives in two TCP segments may be two).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Outcome:
     cpu_worker_s: float = 0.0
     cpu_redis_s: float = 0.0
     redis_commands: int = 0
+    redis_reads: int = 0
 
     @property
     def calls_per_s(self) -> float:
@@ -100,6 +103,7 @@ class Outcome:
                 "redis": self.per_call_us(self.cpu_redis_s),
             },
             "redis_commands_per_call": self.redis_commands / self.calls if self.calls else 0.0,
+            "redis_reads_per_call": self.redis_reads / self.calls if self.calls else 0.0,
         }
 
 
@@ -189,12 +193,14 @@ def self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def redis_counters(client: redis.Redis) -> tuple[float, int]:
-    """Redis's CPU seconds and commands served (without ``INFO`` itself)."""
+def redis_counters(client: redis.Redis) -> tuple[float, int, int]:
+    """Redis's CPU seconds, commands served (without ``INFO`` itself) and socket reads."""
     cpu: Any = client.info("cpu")
     stats: Any = client.info("commandstats")
+    reads: Any = client.info("stats")
     commands = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands
+    cpu_s = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return cpu_s, commands, int(reads["total_reads_processed"])
 
 
 def measured(run: Callable[[], Outcome], worker_pids: list[int], watch: redis.Redis) -> Outcome:
@@ -203,16 +209,17 @@ def measured(run: Callable[[], Outcome], worker_pids: list[int], watch: redis.Re
     A remote run's client CPU is the one its subprocess reported (already in ``run()``'s
     outcome); this process's own CPU counts only for a run in this process.
     """
-    redis0, commands0 = redis_counters(watch)
+    redis0, commands0, reads0 = redis_counters(watch)
     worker0 = sum(tree_cpu(pid) for pid in worker_pids)
     client0 = self_cpu()
     out = run()
     if not out.cpu_client_s:
         out.cpu_client_s = self_cpu() - client0
     out.cpu_worker_s = sum(tree_cpu(pid) for pid in worker_pids) - worker0
-    redis1, commands1 = redis_counters(watch)
+    redis1, commands1, reads1 = redis_counters(watch)
     out.cpu_redis_s = redis1 - redis0
     out.redis_commands = commands1 - commands0 - 1  # the second snapshot's CPU INFO
+    out.redis_reads = reads1 - reads0 - 3  # the second snapshot's three INFO
     return out
 
 
@@ -254,10 +261,14 @@ class Running:
 
 
 @contextlib.contextmanager
-def toolq_sync(procs: Procs, url: str, log: Path, pool: str, concurrency: int) -> Iterator[Running]:
+def toolq_sync(
+    procs: Procs, url: str, log: Path, pool: str, concurrency: int, processes: int = 1
+) -> Iterator[Running]:
     from bench.peers.toolq_side import ToolqWorker
 
-    with ToolqWorker(procs, url, pool=pool, concurrency=concurrency, log=log) as side:
+    with ToolqWorker(
+        procs, url, pool=pool, concurrency=concurrency, log=log, processes=processes
+    ) as side:
         client = side.client
 
         def turn(n: int) -> None:
@@ -269,17 +280,18 @@ def toolq_sync(procs: Procs, url: str, log: Path, pool: str, concurrency: int) -
                 if result.status.value != "succeeded":
                     raise RuntimeError(f"noop did not succeed: {result.status}")
 
-        yield Running(side.proc.pid, turn)
+        pids = [proc.pid for proc in side.procs_started]
+        yield Running(pids[0], turn, worker_pids=pids)
 
 
 @contextlib.contextmanager
 def toolq_async(
-    procs: Procs, url: str, log: Path, pool: str, concurrency: int
+    procs: Procs, url: str, log: Path, pool: str, concurrency: int, processes: int = 1
 ) -> Iterator[Running]:
     from bench.peers.apps import registry
     from toolq import AsyncClient
 
-    with toolq_sync(procs, url, log, pool, concurrency) as running:
+    with toolq_sync(procs, url, log, pool, concurrency, processes) as running:
         holder: dict[str, Any] = {}
 
         async def turn(n: int) -> None:
@@ -301,7 +313,7 @@ def toolq_async(
                     raise RuntimeError(f"noop did not succeed: {result.status}")
 
         try:
-            yield Running(running.worker_pid, turn)
+            yield Running(running.worker_pid, turn, worker_pids=running.worker_pids)
         finally:
             if "client" in holder:
                 holder["client"].sync.close()
@@ -495,6 +507,14 @@ def configs(cores: int) -> list[Config]:
             lambda p, u, lg: toolq_sync(p, u, lg, "threads", 8),
         ),
         Config(
+            "toolq-threads-x",
+            f"toolq {cores} x threads -c 8 (a worker per core)",
+            "tuned",
+            False,
+            "threads",
+            lambda p, u, lg: toolq_sync(p, u, lg, "threads", 8, cores),
+        ),
+        Config(
             "taskiq-default",
             "taskiq -w 2, wait_result poll 0.2 s (defaults)",
             "default",
@@ -541,6 +561,14 @@ def configs(cores: int) -> list[Config]:
             False,
             "asyncio",
             lambda p, u, lg: toolq_async(p, u, lg, "threads", 8),
+        ),
+        Config(
+            "toolq-async-threads-x",
+            f"toolq AsyncClient, {cores} x threads -c 8 (a worker per core)",
+            "tuned",
+            False,
+            "asyncio",
+            lambda p, u, lg: toolq_async(p, u, lg, "threads", 8, cores),
         ),
     ]
     return out
@@ -616,16 +644,17 @@ def table(
                 best[k] = max(best.get(k, 0.0), out.calls_per_s)
     head = (
         "| system | clients | conversations | calls/s | turn p50 ms | turn p99 ms "
-        "| x best peer | CPU µs/call client | worker | Redis | Redis cmds/call | errors |"
+        "| x best peer | CPU µs/call client | worker | Redis | Redis cmds/call "
+        "| Redis reads/call | errors |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for config in chosen:
         for count in counts[config.kind]:
             out = merged[config.key].get(count)
             if not isinstance(out, Outcome):
                 lines.append(
                     f"| {config.label} | {config.kind} | {count} | {out or 'not run'} "
-                    "| | | | | | | | |"
+                    "| | | | | | | | | |"
                 )
                 continue
             s = out.summary()
@@ -637,7 +666,8 @@ def table(
                 f"| {config.label} | {config.kind} | {count} | {fmt(out.calls_per_s)} "
                 f"| {fmt(s['turn_p50_ms'], 1)} | {fmt(s['turn_p99_ms'], 1)} | {ratio} "
                 f"| {fmt(cpu['client'])} | {fmt(cpu['worker'])} | {fmt(cpu['redis'])} "
-                f"| {fmt(s['redis_commands_per_call'], 1)} | {errors} |"
+                f"| {fmt(s['redis_commands_per_call'], 1)} "
+                f"| {fmt(s['redis_reads_per_call'], 1)} | {errors} |"
             )
     return "\n".join(lines)
 

@@ -17,15 +17,16 @@ from typing import Any
 from bench.peers.apps import registry
 from bench.procs import READY_TIMEOUT, Procs, worker_env
 from toolq import Client, Settings
-from toolq.cli.check import missing_queues
+from toolq.cli.check import live_workers, missing_queues
 from toolq.models import CallStatus, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
 
 APP = "bench.peers.apps:registry"
 
 
-def toolq_argv(pool: str, concurrency: int, app: str = APP) -> list[str]:
-    """``toolq worker`` serving ``app`` on the SAFE queue."""
+def toolq_argv(pool: str, concurrency: int, app: str = APP, hostname: str = "") -> list[str]:
+    """``toolq worker`` serving ``app`` on the SAFE queue (Celery node ``hostname``, if given)."""
+    named = ["--hostname", hostname] if hostname else []
     return [
         sys.executable,
         "-m",
@@ -41,6 +42,7 @@ def toolq_argv(pool: str, concurrency: int, app: str = APP) -> list[str]:
         str(concurrency),
         "--loglevel",
         "warning",
+        *named,
     ]
 
 
@@ -63,13 +65,17 @@ class ToolqWorker:
         tenant: str = DEFAULT_TENANT,
         app: str = APP,
         env: dict[str, str] | None = None,
+        processes: int = 1,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
         # ``wrap``: a command prefix for the worker, e.g. ``["taskset", "-c", "1"]``.
         # ``app``: another module serving ``bench.peers.apps:registry`` (e.g. with probes), and
         # ``env`` what it reads.
-        self.argv = [*(wrap or []), *toolq_argv(pool, concurrency, app)]
+        # ``processes``: that many ``toolq worker``s of ``pool -c concurrency`` each, named apart
+        # (one per core is how a threads pool uses every core, as dramatiq's ``-p``).
+        names = [f"w{i}@%h" for i in range(processes)] if processes > 1 else [""]
+        self.argvs = [[*(wrap or []), *toolq_argv(pool, concurrency, app, n)] for n in names]
         self.env = env or {}
         self.log = log
         # ``tenants``: TOOLQ_TENANTS of the worker and the client; ``tenant``: the batches'.
@@ -78,6 +84,8 @@ class ToolqWorker:
         self.settings = Settings(redis_url=redis_url, tenants=tenants or {})
         self.client = Client(registry, self.settings)
         self.proc: Any = None
+        """The first worker process (``procs``: all of them)."""
+        self.procs_started: list[Any] = []
         self.last_run_id = ""
         """The run of the last ``batch`` (to look at its keys afterwards)."""
 
@@ -85,7 +93,8 @@ class ToolqWorker:
         env = {**worker_env(self.redis_url), **self.env}
         if self.tenants is not None:
             env["TOOLQ_TENANTS"] = json.dumps(self.tenants)
-        self.proc = self.procs.start(self.argv, env, self.log)
+        self.procs_started = [self.procs.start(argv, env, self.log) for argv in self.argvs]
+        self.proc = self.procs_started[0]
         try:
             self._wait_ready()
         except BaseException:
@@ -101,15 +110,19 @@ class ToolqWorker:
     def close(self) -> None:
         """Release the client's connections and stop the worker."""
         self.client.close()
-        if self.proc is not None:
-            self.procs.stop(self.proc)
-            self.proc = None
+        for proc in self.procs_started:
+            self.procs.stop(proc)
+        self.procs_started = []
+        self.proc = None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
-        while missing_queues(self.settings, [RiskLevel.SAFE]):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"toolq worker exited with {self.proc.returncode}")
+        while missing_queues(self.settings, [RiskLevel.SAFE]) or len(
+            live_workers(self.settings)
+        ) < len(self.procs_started):
+            for proc in self.procs_started:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"toolq worker exited with {proc.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError("toolq worker not ready in time")
             time.sleep(0.1)
