@@ -262,12 +262,24 @@ class Running:
 
 @contextlib.contextmanager
 def toolq_sync(
-    procs: Procs, url: str, log: Path, pool: str, concurrency: int, processes: int = 1
+    procs: Procs,
+    url: str,
+    log: Path,
+    pool: str,
+    concurrency: int,
+    processes: int = 1,
+    prefetch: int = 0,
 ) -> Iterator[Running]:
     from bench.peers.toolq_side import ToolqWorker
 
     with ToolqWorker(
-        procs, url, pool=pool, concurrency=concurrency, log=log, processes=processes
+        procs,
+        url,
+        pool=pool,
+        concurrency=concurrency,
+        log=log,
+        processes=processes,
+        prefetch=prefetch,
     ) as side:
         client = side.client
 

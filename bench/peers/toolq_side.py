@@ -24,9 +24,13 @@ from toolq.quotas import DEFAULT_TENANT
 APP = "bench.peers.apps:registry"
 
 
-def toolq_argv(pool: str, concurrency: int, app: str = APP, hostname: str = "") -> list[str]:
-    """``toolq worker`` serving ``app`` on the SAFE queue (Celery node ``hostname``, if given)."""
+def toolq_argv(
+    pool: str, concurrency: int, app: str = APP, hostname: str = "", prefetch: int = 0
+) -> list[str]:
+    """``toolq worker`` serving ``app`` on the SAFE queue (Celery node ``hostname``, if given;
+    ``prefetch``: its ``--prefetch`` multiplier, 0 for toolq's default)."""
     named = ["--hostname", hostname] if hostname else []
+    named += ["--prefetch", str(prefetch)] if prefetch else []
     return [
         sys.executable,
         "-m",
@@ -66,6 +70,7 @@ class ToolqWorker:
         app: str = APP,
         env: dict[str, str] | None = None,
         processes: int = 1,
+        prefetch: int = 0,
     ) -> None:
         self.procs = procs
         self.redis_url = redis_url
@@ -75,7 +80,9 @@ class ToolqWorker:
         # ``processes``: that many ``toolq worker``s of ``pool -c concurrency`` each, named apart
         # (one per core is how a threads pool uses every core, as dramatiq's ``-p``).
         names = [f"w{i}@%h" for i in range(processes)] if processes > 1 else [""]
-        self.argvs = [[*(wrap or []), *toolq_argv(pool, concurrency, app, n)] for n in names]
+        self.argvs = [
+            [*(wrap or []), *toolq_argv(pool, concurrency, app, n, prefetch)] for n in names
+        ]
         self.env = env or {}
         self.log = log
         # ``tenants``: TOOLQ_TENANTS of the worker and the client; ``tenant``: the batches'.
