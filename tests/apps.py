@@ -182,6 +182,21 @@ async def countdown(n: int) -> AsyncIterator[object]:
 
 
 @registry.tool()
+async def loop_lateness(seconds: float, flag: str) -> float:
+    """Sleeps ``seconds`` in 20 ms steps on the worker's event loop, creating ``flag`` once
+    started; the longest any step overslept (seconds): how long the loop was held up."""
+    open(flag, "w").close()
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+    end = loop.time() + seconds
+    while loop.time() < end:
+        before = loop.time()
+        await asyncio.sleep(0.02)
+        worst = max(worst, loop.time() - before - 0.02)
+    return worst
+
+
+@registry.tool()
 def shell_sleep(seconds: int, ctx: ToolContext) -> str:
     """Runs `sleep` in a child process group (killed on cancel)."""
     proc = ctx.popen(["sh", "-c", f"sleep {int(seconds)} & sleep {int(seconds)}; wait"])

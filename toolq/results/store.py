@@ -434,19 +434,29 @@ class CallStore:
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
     ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
-        outcome = self.scripts.direct(
-            scripts.PROGRESS(
-                keys=self.keys,
-                call_id=envelope.call_id,
-                run_id=envelope.run_id,
-                token=token,
-                etype=etype.value,
-                data=dumps(data),
-                maxlen=self._maxlen,
-                now=repr(time.time()),
-            )
+        return self.scripts.direct(self._progress(envelope, token, etype, data)) == "ok"
+
+    def progress_many(
+        self, events: Sequence[tuple[CallEnvelope, str, EventType, dict[str, Any]]]
+    ) -> list[bool]:
+        """``progress`` of several events (of any calls), in order, in one round trip."""
+        invocations = [self._progress(*event) for event in events]
+        outcomes, _ = self.scripts.direct_many(invocations, ())
+        return [outcome == "ok" for outcome in outcomes]
+
+    def _progress(
+        self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
+    ) -> Invocation[scripts.ProgressOutcome]:
+        return scripts.PROGRESS(
+            keys=self.keys,
+            call_id=envelope.call_id,
+            run_id=envelope.run_id,
+            token=token,
+            etype=etype.value,
+            data=dumps(data),
+            maxlen=self._maxlen,
+            now=repr(time.time()),
         )
-        return outcome == "ok"
 
     def finish(self, envelope: CallEnvelope, token: str, result: CallResult) -> bool:
         """Write the final state and its event; False if this runner lost the call.

@@ -71,6 +71,7 @@ from toolq.settings import Settings
 from toolq.signing import verifier_for
 from toolq.telemetry import CallSpan, call_span
 from toolq.workers.commit import Finished, GroupCommit, Starting
+from toolq.workers.news import News, NewsWriter
 from toolq.workers.readmit import Readmit
 from toolq.workers.records import Decision, Gate, Kind, Records
 from toolq.workers.siblings import EventLoop
@@ -215,6 +216,12 @@ class WorkerRuntime:
         self.records = Records(self.redis, self.store.keys)
         self.commits = GroupCommit(self.store, CANCELLED_BEFORE_START)
         """Every START and FINISH of the process: its slots' together when they coincide."""
+        self.news = NewsWriter(
+            lambda batch: self.store.progress_many(
+                [(n.envelope, n.token, n.etype, n.data) for n in batch]
+            )
+        )
+        """The ``async def`` calls' progress and retrying events, written off the loop."""
 
     def close(self) -> None:
         """Stop the lease keeper and close the Redis client (a worker process just exits)."""
@@ -225,6 +232,7 @@ class WorkerRuntime:
         self.readmit.stop()
         self.readmit.join(5)
         self.event_loop.close()
+        self.news.stop()
         self.redis.close()
 
     def release_thread(self) -> None:
@@ -405,14 +413,15 @@ class WorkerRuntime:
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's call, on an event loop: its result, never an error.
 
-        Its approval check (gated calls: one read) and progress events reach Redis from
-        the loop's thread, briefly holding up the other coroutines.
+        Its approval check (gated calls: one read) reaches Redis from the loop's thread,
+        briefly holding up the other coroutines; its progress and retrying events go through
+        the process's ``NewsWriter``, which the loop does not wait for.
         """
         try:
             with call_span(env, execution) as span:
                 if span.recording:
                     self._trace_approval(env, span)
-                body = self._body(env, token, execution, span)
+                body = self._body(env, token, execution, span, on_loop=True)
                 if isinstance(body, CallResult):
                     result = body
                 else:
@@ -441,11 +450,14 @@ class WorkerRuntime:
         (``GroupCommit``). On a failure each part is repeated on its own with the same
         tokens (both answer a repeat as they answered the first): ``_finish``, ``_start``.
         ``ack``: a delivery tag whose ``unacked`` entry goes in the FINISHes' round trip
-        (with no START: the message's last calls), behind them.
+        (with no START: the message's last calls), behind them. A call's news queued on
+        the event loop is written first (``NewsWriter.flush``): no event follows its end.
         """
         held: list[bool] = []
         started: list[Started] = []
         try:
+            if ended:
+                self.news.flush(env.call_id for env, _, _ in ended)
             if ended and starts:
                 try:
                     held, started = self.commits.commit(ended, starts)
@@ -539,13 +551,21 @@ class WorkerRuntime:
         return result
 
     def _body(
-        self, env: CallEnvelope, token: str, execution: int, span: CallSpan
+        self,
+        env: CallEnvelope,
+        token: str,
+        execution: int,
+        span: CallSpan,
+        *,
+        on_loop: bool = False,
     ) -> tuple[Coroutine[Any, Any, CallResult], ToolContext] | CallResult:
         """The executor's run of a started call and its context, or the call's failed result.
 
         A call fails here, its handler never run, when its secrets do not open or its
-        approval does not verify.
+        approval does not verify. ``on_loop``: it runs on the process's event loop, where
+        its news is queued for the ``NewsWriter`` rather than written while the loop waits.
         """
+        news = self._queue_news if on_loop else self._news
         call_id = env.call_id
         try:
             # Decrypted here, in memory, just before the handler: never written back.
@@ -577,7 +597,7 @@ class WorkerRuntime:
 
         def progress(data: Any) -> None:
             running = CallStatus.RUNNING.value
-            self._news(env, token, EventType.PROGRESS, {"status": running, "data": data})
+            news(env, token, EventType.PROGRESS, {"status": running, "data": data})
 
         def retrying(attempt: int, delay: float, exc: BaseException) -> None:
             data = {
@@ -586,11 +606,17 @@ class WorkerRuntime:
                 "delay": round(delay, 3),
                 "error": error_message(exc),
             }
-            self._news(env, token, EventType.RETRYING, data)
+            news(env, token, EventType.RETRYING, data)
             span.retry(attempt, delay, error_message(exc))
 
         ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
         return self.executor.execute(env.name, arguments, ctx, on_retry=retrying), ctx
+
+    def _queue_news(
+        self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
+    ) -> None:
+        """``_news`` for a call on the event loop: queued for the ``NewsWriter``."""
+        self.news.put(News(env, token, etype, data))
 
     def _news(self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]) -> None:
         """Append a running call's news (progress, retrying), or drop it when Redis cannot.

@@ -1,0 +1,144 @@
+"""``NewsWriter``: the progress and retrying events of ``async def`` calls, off the event loop.
+
+A worker process runs its ``async def`` calls on one event loop. Were an async generator's
+every yield (a ``call.progress`` event) written from the loop, each would hold up every other
+coroutine for a round trip, and for as long as Redis takes to answer: a Redis that hangs or
+restarts would stop them all. Their news goes through this writer instead: a thread of the
+process that sends what the calls queued, in one round trip for everything queued (in the
+order it was queued: a call's events keep their order), while the loop goes on.
+
+A call's final state is written only after its news (``flush`` before its ``FINISH``), so
+its stream never shows progress after its end. News is not state: what Redis refuses (full,
+read-only) or cannot take within the client's retries (``RETRY_SECONDS``) is dropped and
+logged, never the call; so is news queued past ``MAX_QUEUED`` while the writer cannot keep
+up (the loop is never made to wait for Redis).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from toolq.models import CallEnvelope, EventType
+from toolq.redis_failures import refusal
+
+log = logging.getLogger("toolq.worker")
+
+MAX_QUEUED = 10_000
+"""News queued and not yet written past which new news is dropped (logged)."""
+
+
+@dataclass(frozen=True)
+class News:
+    """One non-final event of a running call."""
+
+    envelope: CallEnvelope
+    token: str
+    etype: EventType
+    data: dict[str, Any]
+
+
+Write = Callable[[Sequence[News]], object]
+"""Appends news in one round trip, in order (``CallStore.progress_many``)."""
+
+
+class NewsWriter:
+    """Writes the queued news of a process's calls from a thread of its own, in order."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+        self._changed = threading.Condition()
+        self._queue: deque[tuple[int, News]] = deque()
+        self._queued = 0
+        """Sequence number of the last news queued."""
+        self._done = 0
+        """Every news numbered up to this one is written (or dropped)."""
+        self._last: dict[str, int] = {}
+        """The number of each call's last news queued and not yet flushed."""
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._stopping = False
+
+    def put(self, news: News) -> None:
+        """Queue ``news`` for the writer; returns at once."""
+        with self._changed:
+            if self._stopping or self._queued - self._done >= MAX_QUEUED:
+                log.warning(
+                    "%s event of call %s dropped: %d events not yet written",
+                    news.etype.value,
+                    news.envelope.call_id,
+                    self._queued - self._done,
+                )
+                return
+            self._queued += 1
+            self._queue.append((self._queued, news))
+            self._last[news.envelope.call_id] = self._queued
+            self._running()
+            self._changed.notify_all()
+
+    def flush(self, call_ids: Iterable[str]) -> None:
+        """Return once the news queued so far of ``call_ids`` is written (or dropped)."""
+        with self._changed:
+            wanted = max((self._last.pop(c, 0) for c in call_ids), default=0)
+            while self._done < wanted and self._thread is not None and self._thread.is_alive():
+                self._changed.wait(1.0)
+
+    def stop(self) -> None:
+        """Write what is queued, then end the thread."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(30)
+
+    def _running(self) -> None:
+        """Start the thread in this process (a forked child starts its own); lock held."""
+        if self._thread is None or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="toolq-news", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue and not self._stopping:
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            self._send([news for _, news in batch])
+            with self._changed:
+                self._done = batch[-1][0]
+                if len(self._last) > MAX_QUEUED:  # calls whose slot never flushed them
+                    self._last = {c: n for c, n in self._last.items() if n > self._done}
+                self._changed.notify_all()
+
+    def _send(self, batch: Sequence[News]) -> None:
+        """Write ``batch``, or drop (logged) what Redis cannot take; never raises."""
+        try:
+            self._write(batch)
+            return
+        except redis.ResponseError as exc:
+            if len(batch) > 1 and refusal(exc) is None:  # one script's error: each alone
+                for news in batch:
+                    self._send([news])
+                return
+            reason: Exception = exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            reason = exc
+        except Exception as exc:  # a bug: logged with its traceback, the calls go on
+            log.exception("%d event(s) not written", len(batch))
+            reason = exc
+        for news in batch:
+            log.warning(
+                "%s event of call %s dropped: %s", news.etype.value, news.envelope.call_id, reason
+            )
