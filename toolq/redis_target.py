@@ -18,6 +18,9 @@ from redis.retry import Retry
 from toolq.errors import ConfigurationError
 from toolq.settings import Settings, sentinel_addresses
 
+SOCKET_TIMEOUT: float = Settings.model_fields["redis_socket_timeout"].default
+"""``Settings.redis_socket_timeout`` by default (a target made from a bare URL)."""
+
 SENTINEL_TIMEOUT = 1.0
 """Seconds one Sentinel may take to answer; a dead one is skipped for the next."""
 
@@ -27,12 +30,14 @@ class RedisTarget:
     """Where toolq's Redis is: ``url`` alone, or the Sentinel master ``master``.
 
     With Sentinels, ``url`` still gives the username, password and database of the master.
+    ``socket_timeout`` bounds each wait for the master's answer (``redis_socket_timeout``).
     """
 
     url: str
     sentinels: tuple[tuple[str, int], ...] = ()
     master: str | None = None
     sentinel_password: str | None = None
+    socket_timeout: float = SOCKET_TIMEOUT
 
     @classmethod
     def of(cls, where: Settings | RedisTarget | str) -> RedisTarget:
@@ -48,13 +53,14 @@ class RedisTarget:
                 "(Settings.for_cell(n), toolq worker --shard N)"
             )
         if not where.sentinels:
-            return cls(where.redis_url)
+            return cls(where.redis_url, socket_timeout=where.redis_socket_timeout)
         password = where.sentinel_password
         return cls(
             where.redis_url,
             tuple(sentinel_addresses(where.sentinels)),
             where.sentinel_master,
             password.get_secret_value() if password else None,
+            where.redis_socket_timeout,
         )
 
     @classmethod
@@ -121,14 +127,27 @@ class RedisTarget:
             f"sentinel://{auth}{_netloc_host(host)}:{port}/{db}" for host, port in self.sentinels
         )
 
-    def broker_transport_options(self) -> dict[str, Any]:
-        """Options of kombu's ``SentinelChannel``: the service name, how to reach the Sentinels.
+    def socket_kwargs(self) -> dict[str, Any]:
+        """The master's connections: how long to wait for its answer, or to connect."""
+        return {
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+        }
 
-        Kombu takes the master's password and database from the broker URL.
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Options of kombu's Redis transport: socket timeouts, and the Sentinels' own.
+
+        With Sentinels: the service name and how to reach them (``SentinelChannel``).
+        Kombu leaves its connections without a socket timeout: a publish, an
+        acknowledgement or the record of a taken message would wait forever on a Redis
+        that hangs. Its ``BRPOP`` is read only once its socket is readable, so the timeout
+        does not cut it (kombu's ``health_check_interval`` drops an overdue one). Kombu
+        takes the master's password and database from the broker URL.
         """
+        options = self.socket_kwargs()
         if not self.is_sentinel:
-            return {}
-        return {"master_name": self.master, "sentinel_kwargs": self.sentinel_kwargs()}
+            return options
+        return {**options, "master_name": self.master, "sentinel_kwargs": self.sentinel_kwargs()}
 
 
 def _netloc_host(host: str) -> str:

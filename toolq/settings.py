@@ -43,6 +43,11 @@ WEBHOOK_DEFAULT_EVENTS = (
     EventType.FAILED,
 )
 
+LONGEST_BLOCK_SECONDS = 2.0
+"""Longest ``BLOCK`` of the blocking reads toolq sends (``XREAD``, ``XREADGROUP``): the socket
+timeout (``redis_socket_timeout``) stays at least a second above it, so a read Redis ends
+when its block runs out is never cut by the client's timeout."""
+
 UNNOTIFIED_EVENTS = frozenset({EventType.PREVIEWED, EventType.UNDONE, EventType.UNDO_FAILED})
 """Events written outside the state-change scripts, which alone feed the webhook outbox."""
 
@@ -196,6 +201,14 @@ class Settings(BaseSettings):
     finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
     replica_ack_timeout_ms: int = Field(1000, gt=0)
     """How long one such write waits for its replicas before it is reported as failed."""
+    redis_socket_timeout: float = Field(5.0, ge=LONGEST_BLOCK_SECONDS + 1)
+    """Seconds toolq waits for Redis to answer a command (or accept a connection) before it
+    counts the connection as lost, as after a restart: the command is retried on a new
+    connection for about 17 s and then fails, as when Redis is down. A Redis that hangs
+    (stopped, a paused VM, a network path dropped after a failover) thus fails a command
+    within about 17 s plus twice this, instead of blocking it. The Celery broker connections
+    use it too. At least 3 (toolq's blocking reads wait up to 2 s for news), and with
+    ``min_replicas_ack`` a second above ``replica_ack_timeout_ms``."""
     client_max_connections: int = Field(16, ge=2)
     """Redis connections a ``Client`` (and the API's) opens at most for its commands; a
     thread finding them all busy waits for one (up to 30 s). Every thread waiting for
@@ -406,6 +419,18 @@ class Settings(BaseSettings):
     def _sentinel_master(self) -> Settings:
         if self.sentinels and not self.sentinel_master:
             raise ValueError("TOOLQ_SENTINELS needs TOOLQ_SENTINEL_MASTER (the service name)")
+        return self
+
+    @model_validator(mode="after")
+    def _socket_timeout_above_waits(self) -> Settings:
+        # A WAIT for replicas blocks its connection up to its own timeout: a socket timeout
+        # below it would cut every slow one, and the write would be retried as if Redis hung.
+        wait = self.replica_ack_timeout_ms / 1000
+        if self.min_replicas_ack and self.redis_socket_timeout < wait + 1:
+            raise ValueError(
+                f"TOOLQ_REDIS_SOCKET_TIMEOUT ({self.redis_socket_timeout:g} s) must be at least "
+                f"a second above TOOLQ_REPLICA_ACK_TIMEOUT_MS ({wait:g} s)"
+            )
         return self
 
     @field_validator("shards")

@@ -50,7 +50,10 @@ def test_without_sentinels_nothing_changes() -> None:
     target = RedisTarget.of(settings)
     assert not target.is_sentinel
     assert target.broker_url() == "redis://localhost:7777/0"
-    assert target.broker_transport_options() == {}
+    assert target.broker_transport_options() == {
+        "socket_timeout": 5.0,
+        "socket_connect_timeout": 5.0,
+    }
 
 
 @pytest.mark.parametrize(

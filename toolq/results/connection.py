@@ -5,16 +5,24 @@ found through Redis Sentinel (``TOOLQ_SENTINELS``), which the clients follow to 
 master after a failover (redis-py's ``Sentinel.master_for``: each new connection asks the
 Sentinels where the master is, and a write answered ``READONLY`` by a demoted master drops
 the connection, so the retry below reconnects to the promoted one).
+
+A Redis that does not answer at all (stopped, a paused VM, a network path dropped after a
+failover) is a lost connection too: each wait for an answer ends after the target's socket
+timeout (``redis_socket_timeout``), and the retries stop once ``RETRY_SECONDS`` have passed,
+so a command fails within about ``RETRY_SECONDS`` plus two socket timeouts, never later.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
@@ -44,6 +52,56 @@ def _backoff() -> ExponentialBackoff:
 
 RETRY_SECONDS = sum(_backoff().compute(failures) for failures in range(1, RETRIES + 1))
 """The pauses between a command's attempts: a Redis away longer fails the command."""
+
+T = TypeVar("T")
+
+
+class WindowRetry(Retry):
+    """redis-py's ``Retry`` that also stops once ``RETRY_SECONDS`` have passed since the call.
+
+    A Redis that refuses connections fails each attempt at once, and ``RETRIES`` attempts
+    take ``RETRY_SECONDS``; one that hangs fails each only after the socket timeout, and
+    ``RETRIES`` of them would take twenty timeouts. Counting the time too makes the two
+    alike: a command is retried for about ``RETRY_SECONDS`` whatever the failure.
+    """
+
+    def call_with_retry(
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        """``do`` with retries, ``fail`` after each failure; the last error once out of time."""
+        deadline = time.monotonic() + RETRY_SECONDS
+
+        def failed(error: Exception, failures: int) -> None:
+            fail(error, failures) if with_failure_count else fail(error)
+            if time.monotonic() > deadline:
+                raise error
+
+        return super().call_with_retry(do, failed, is_retryable, with_failure_count=True)
+
+
+class AsyncWindowRetry(AsyncRetry):
+    """``WindowRetry`` for asyncio clients."""
+
+    async def call_with_retry(
+        self,
+        do: Callable[[], Awaitable[T]],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        """``do`` with retries, ``fail`` after each failure; the last error once out of time."""
+        deadline = time.monotonic() + RETRY_SECONDS
+
+        async def failed(error: Exception, failures: int) -> None:
+            await (fail(error, failures) if with_failure_count else fail(error))
+            if time.monotonic() > deadline:
+                raise error
+
+        return await super().call_with_retry(do, failed, is_retryable, with_failure_count=True)
 
 
 class FollowingConnection(redis.sentinel.SentinelManagedConnection):
@@ -156,9 +214,10 @@ def redis_client(
     """
     target = RedisTarget.of(where)
     options: dict[str, Any] = {
-        "retry": Retry(_backoff(), RETRIES),
+        "retry": WindowRetry(_backoff(), RETRIES),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "health_check_interval": 30,
+        **target.socket_kwargs(),
     }
     if target.is_sentinel:
         assert target.master is not None
@@ -192,10 +251,8 @@ def async_redis_client(
     where: Settings | RedisTarget | str, max_connections: int
 ) -> redis.asyncio.Redis:
     """An asyncio client over at most ``max_connections``; callers wait for a free one."""
-    from redis.asyncio.retry import Retry as AsyncRetry
-
     target = RedisTarget.of(where)
-    retry = AsyncRetry(_backoff(), RETRIES)
+    retry = AsyncWindowRetry(_backoff(), RETRIES)
     retry_on_error = [redis.ConnectionError, redis.TimeoutError]
     if target.is_sentinel:
         assert target.master is not None
@@ -208,6 +265,7 @@ def async_redis_client(
             health_check_interval=30,
             retry=retry,
             retry_on_error=retry_on_error,
+            **target.socket_kwargs(),
         )
         return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
@@ -215,13 +273,15 @@ def async_redis_client(
         max_connections=max_connections,
         timeout=30,
         health_check_interval=30,
+        # The pool's connections run the retries (a client given a pool passes it none).
+        retry=retry,
+        retry_on_error=retry_on_error,
+        **target.socket_kwargs(),
     )
     return redis.asyncio.Redis(connection_pool=pool, retry=retry, retry_on_error=retry_on_error)
 
 
 def _async_sentinel(target: RedisTarget, timeout: float) -> redis.asyncio.sentinel.Sentinel:
-    from redis.asyncio.retry import Retry as AsyncRetry
-
     return redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels),
         sentinel_kwargs={**target.sentinel_kwargs(timeout), "retry": AsyncRetry(NoBackoff(), 0)},
@@ -248,8 +308,6 @@ def probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.R
 
 def async_probe_client(where: Settings | RedisTarget | str, timeout: float) -> redis.asyncio.Redis:
     """The asyncio ``probe_client``."""
-    from redis.asyncio.retry import Retry as AsyncRetry
-
     target = RedisTarget.of(where)
     options: dict[str, Any] = {
         "socket_connect_timeout": timeout,

@@ -22,12 +22,13 @@ from toolq.models import FINAL_STATUSES, Event, EventType
 from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
 from toolq.results.waits import SharedWaits, Waiter
+from toolq.settings import LONGEST_BLOCK_SECONDS
 
 POLL_SECONDS = 1.0
 """Longest single ``XREAD BLOCK`` of the API's hub, so a run nobody follows is dropped."""
-BLOCK_SECONDS = 2.0
-"""Longest single ``XREAD BLOCK`` of a reader, so its deadline is checked now and then; well
-under redis-py's default 5 s socket timeout, which a longer block would hit (a
+BLOCK_SECONDS = LONGEST_BLOCK_SECONDS
+"""Longest single ``XREAD BLOCK`` of a reader, so its deadline is checked now and then; under
+the socket timeout (``redis_socket_timeout``), which a longer block would hit (a
 ``TimeoutError``, retried by the client without looking at the reader's deadline)."""
 BATCH = 1000
 

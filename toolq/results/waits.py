@@ -41,13 +41,16 @@ from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, EventType
 from toolq.redis_wire import packed
 from toolq.results.connection import as_text
+from toolq.settings import LONGEST_BLOCK_SECONDS
 
 WAKE_TTL_SECONDS = 60
 """Lifetime of a reader's wake stream after its last wake-up."""
 IDLE_SECONDS = 30.0
 """How long an idle reader thread (nobody waiting) stays before it exits."""
-BLOCK_MS = 2000
-"""Longest single ``XREAD BLOCK`` of the reader (below redis-py's 5 s socket timeout)."""
+BLOCK_MS = int(LONGEST_BLOCK_SECONDS * 1000)
+"""Longest single ``XREAD BLOCK`` of the reader (a second or more below the socket timeout,
+``redis_socket_timeout``: a Redis that hangs ends the read with a ``TimeoutError``, which is
+retried as a lost connection, and a read Redis ends on time never does)."""
 BATCH = 1000
 PAUSE_PER_STREAM_SECONDS = 5e-6
 """After a read that returned events, the reader waits this long per followed run (at most
