@@ -207,3 +207,29 @@ def wait_until(predicate: Any, timeout: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_outlives_a_hang_longer_than_the_retries(
+    server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """Its commands time out as a lost connection's do: the worker stays up (its
+    maintenance pauses and resumes) and runs the calls dispatched once Redis answers."""
+    log = tmp_path / "worker.log"
+    workers = Workers(settings_on(server, lease_seconds=90.0))
+    try:
+        timeout = str(SOCKET_TIMEOUT)
+        proc = workers.start(concurrency=2, log=log, TOOLQ_REDIS_SOCKET_TIMEOUT=timeout)
+        with Client(registry, workers.settings) as client:
+            [before] = client.dispatch(echo("before")).wait(timeout=30)
+            assert before.status is CallStatus.SUCCEEDED
+            with hung(server):
+                time.sleep(BOUND)
+            [after] = client.dispatch(echo("after")).wait(timeout=30)
+            assert after.status is CallStatus.SUCCEEDED, after.error
+            assert proc.poll() is None
+        text = log.read_text()
+        assert "maintenance paused" in text, text[-4000:]
+        assert "Traceback" not in text and "CRITICAL" not in text, text[-4000:]
+    finally:
+        workers.stop_all()
