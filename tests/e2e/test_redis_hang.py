@@ -33,7 +33,8 @@ SOCKET_TIMEOUT = 3.0
 """The shortest ``redis_socket_timeout`` allowed, so the tests wait the least."""
 BOUND = RETRY_SECONDS + 2 * SOCKET_TIMEOUT + 3.0
 """Longest a command may take on a Redis that never answers: the retry window, the attempt
-running when it closes and the first one, and a margin for a loaded machine."""
+under way when it closes (one socket timeout, at most a second of backoff before it), and
+as much again as a margin for a loaded machine."""
 
 
 @pytest.fixture
