@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from kombu.transport import redis as kombu_redis
 from pydantic import ValidationError
 
 from toolq.broker.app import celery_app
@@ -22,6 +23,7 @@ def test_every_blocking_read_blocks_shorter_than_the_smallest_socket_timeout() -
         "API event hub": events.POLL_SECONDS,
         "webhook deliverer": deliverer.IDLE_WAIT,
         "history archiver": inspect.signature(ArchiverThread).parameters["block_ms"].default / 1000,
+        "Celery consumer (kombu's BRPOP)": kombu_redis.Transport.brpop_timeout,
     }
     assert max(blocks.values()) <= LONGEST_BLOCK_SECONDS, blocks
     with pytest.raises(ValidationError, match="redis_socket_timeout"):
