@@ -5,7 +5,8 @@
                           [--sections roundtrip,io,async,scaling,breakdown,profile,cells,fairshare]
                           [--systems celery,dramatiq,arq,toolq] [--scaling 1,2,4]
                           [--dramatiq-tuned-threads 16] [--arq-poll-delay 0.002]
-                          [--async-processes 2] [--async-threads 50] [--tiny]
+                          [--async-processes 2] [--async-threads 50] [--breakdown-calls 20]
+                          [--breakdown-idle 10] [--fairshare-calls N] [--tiny]
                           [--json PATH] [--logs DIR]
 
 Every system runs alone (one at a time) on the same private ``redis-server`` (Redis 7 when
@@ -343,7 +344,7 @@ def speed(args: argparse.Namespace) -> int:
                     run.procs,
                     args.redis_url,
                     logs,
-                    200 if args.tiny else args.batch,
+                    args.fairshare_calls,
                     1 if args.tiny else 5,
                     args.batch_timeout,
                 ),
@@ -437,17 +438,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--async-processes", type=int, default=2)
     p.add_argument("--async-threads", type=int, default=SLOTS)
     p.add_argument("--breakdown-batch", type=int, help="calls in the MONITORed batch (200)")
+    p.add_argument("--breakdown-calls", type=int, help="MONITORed single calls (default 20)")
+    p.add_argument("--breakdown-idle", type=float, help="seconds the idle worker is MONITORed (10)")
+    p.add_argument("--fairshare-calls", type=int, help="calls in each fair-share batch (default "
+                   "--batch)")  # fmt: skip
     p.add_argument("--profile-seconds", type=float, default=8.0)
     p.add_argument("--batch-timeout", type=float, default=300.0)
     p.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke run")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--logs", metavar="DIR")
     args = p.parse_args(argv)
+    # A smoke run checks that each section runs and prints its figures, not their size: every
+    # size (and the idle MONITOR's wait) is as small as still gives each table a row.
     sizes = {"calls": (300, 10), "batch": (2000, 50), "io_calls": (1000, 40), "repeat": (3, 1),
-             "breakdown_batch": (200, 10)}  # fmt: skip
+             "breakdown_batch": (200, 10), "breakdown_calls": (20, 5),
+             "breakdown_idle": (10.0, 2.0), "fairshare_calls": (None, 50)}  # fmt: skip
     for key, (full, tiny) in sizes.items():
         if getattr(args, key) is None:
             setattr(args, key, tiny if args.tiny else full)
+    if args.fairshare_calls is None:
+        args.fairshare_calls = args.batch
     return args
 
 

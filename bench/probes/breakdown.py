@@ -1,12 +1,13 @@
 """Where a toolq call's Redis commands go: ``MONITOR`` while calls run, attributed per phase.
 
 One ``toolq worker`` (prefork, one process per core) is warmed up; then ``MONITOR`` records
-(1) 20 single calls, each ``dispatch`` then ``wait``, (2) one batch of ``--breakdown-batch``
-calls, (3) the idle worker for ``IDLE_S`` seconds. Every command is attributed by the TCP port
-of its connection to a process (this client, the worker's main process — Celery's consumer and
-toolq's maintenance thread — or a pool process), the client's to ``dispatch`` or ``wait`` by
-when ``dispatch`` returned, and the commands a Lua script issues (MONITOR's ``lua`` lines,
-which follow their ``EVALSHA``) to that script, named from the scripts toolq ships.
+(1) ``--breakdown-calls`` single calls (20), each ``dispatch`` then ``wait``, (2) one batch of
+``--breakdown-batch`` calls (200), (3) the idle worker for ``--breakdown-idle`` seconds (10).
+Every command is attributed by the TCP port of its connection to a process (this client, the
+worker's main process — Celery's consumer and toolq's maintenance thread — or a pool process),
+the client's to ``dispatch`` or ``wait`` by when ``dispatch`` returned, and the commands a Lua
+script issues (MONITOR's ``lua`` lines, which follow their ``EVALSHA``) to that script, named
+from the scripts toolq ships.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import redis
 
 from bench.probes.memory import shape
 
-IDLE_S = 10.0
-SINGLE_CALLS = 20
 SENTINEL = "bench-breakdown-stop"
 UNWATCHED = ("toolq.api", "toolq.integrations")
 """Packages neither process under MONITOR (the worker, the bench's own client) runs, and
@@ -206,11 +205,11 @@ def breakdown(run: Any) -> dict[str, Any]:
 
         marks: list[tuple[float, float]] = []
         with Capture(a.redis_url) as cap:
-            for _ in range(SINGLE_CALLS):
+            for _ in range(a.breakdown_calls):
                 marks.append(calls(1))
         roles = port_roles(pid)
         single = _split(cap.lines, marks, roles, scripts)
-        out["single"] = {"calls": SINGLE_CALLS, "rows": _table(single, SINGLE_CALLS)}
+        out["single"] = {"calls": a.breakdown_calls, "rows": _table(single, a.breakdown_calls)}
         with Capture(a.redis_url) as cap:
             _, mark = calls(a.breakdown_batch)
         roles.update(port_roles(pid))
@@ -219,10 +218,10 @@ def breakdown(run: Any) -> dict[str, Any]:
             "rows": _table(attribute(cap.lines, roles, scripts, mark), a.breakdown_batch),
         }
         with Capture(a.redis_url) as cap:
-            time.sleep(IDLE_S)
+            time.sleep(a.breakdown_idle)
         roles.update(port_roles(pid))
         idle = attribute(cap.lines, roles, scripts, 0.0)
-        out["idle"] = {"seconds": IDLE_S, "rows": _table(idle, IDLE_S)}
+        out["idle"] = {"seconds": a.breakdown_idle, "rows": _table(idle, a.breakdown_idle)}
     return out
 
 
