@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -137,10 +136,25 @@ def test_a_port_in_use_is_refused_before_anything_starts(settings, r):
         assert not live_workers(settings)  # no worker was started
 
 
-def test_version_help_and_metavars():
+def help_screen(capsys, monkeypatch, *command: str) -> str:
+    """``toolq <command> -h`` through the console script's entry point, in this process: a
+    help screen is the same code on either side of a process boundary, and each ``toolq``
+    process costs about a second of CPU to start."""
+    from toolq.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["toolq", *command, "-h"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None), (command, capsys.readouterr().err)
+    return capsys.readouterr().out
+
+
+def test_version_help_and_metavars(capsys, monkeypatch):
     url = "redis://127.0.0.1:1/0"
     version = toolq("--version", redis_url=url)
     assert version.returncode == 0 and version.stdout.startswith("toolq ")
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TOOLQ_REDIS_URL", url)
     commands: list[tuple[str, ...]] = [
         (),
         ("worker",),
@@ -155,17 +169,14 @@ def test_version_help_and_metavars():
         ("approvals", "approve"),
         ("approvals", "list"),
     ]
-    with ThreadPoolExecutor(4) as pool:  # independent processes: a few side by side
-        done_all = pool.map(lambda c: toolq(*c, "-h", redis_url=url), commands)
-        helps = dict(zip(commands, done_all, strict=True))
-    for command, done in helps.items():
-        assert done.returncode == 0, (command, done.stderr)
-        assert "Usage: toolq" in done.stdout
+    helps = {command: help_screen(capsys, monkeypatch, *command) for command in commands}
+    for command, shown in helps.items():
+        assert "Usage: toolq" in shown, (command, shown)
         for placeholder in ("<str>", "<bool>", "<int>", "<float>"):
-            assert placeholder not in done.stdout, (command, done.stdout)
-        assert "--loglevel" not in done.stdout  # the old spelling is a hidden alias
-    assert "--log-level" in helps[("worker",)].stdout
-    assert "MODULE:ATTR" in helps[("tools",)].stdout
+            assert placeholder not in shown, (command, shown)
+        assert "--loglevel" not in shown  # the old spelling is a hidden alias
+    assert "--log-level" in helps[("worker",)]
+    assert "MODULE:ATTR" in helps[("tools",)]
 
 
 def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, workers):
