@@ -201,7 +201,7 @@ class Settings(BaseSettings):
     finishes a call before it is acknowledged; 0 acknowledges on the master's word alone."""
     replica_ack_timeout_ms: int = Field(1000, gt=0)
     """How long one such write waits for its replicas before it is reported as failed."""
-    redis_socket_timeout: float = Field(5.0, ge=LONGEST_BLOCK_SECONDS + 1)
+    redis_socket_timeout: float = Field(5.0, ge=LONGEST_BLOCK_SECONDS + 1, allow_inf_nan=False)
     """Seconds toolq waits for Redis to answer a command (or accept a connection) before it
     counts the connection as lost, as after a restart: the command is retried on a new
     connection for about 17 s and then fails, as when Redis is down. A Redis that hangs

@@ -30,6 +30,12 @@ def test_every_blocking_read_blocks_shorter_than_the_smallest_socket_timeout() -
         Settings(redis_socket_timeout=LONGEST_BLOCK_SECONDS + 0.5)
 
 
+def test_a_socket_timeout_of_infinity_is_refused_not_failed_on_every_connect() -> None:
+    # A socket cannot take it (OverflowError): every connection to Redis would fail.
+    with pytest.raises(ValidationError, match="redis_socket_timeout"):
+        Settings(redis_socket_timeout=float("inf"))
+
+
 def test_a_socket_timeout_below_the_wait_for_replicas_is_refused() -> None:
     with pytest.raises(ValidationError, match="TOOLQ_REPLICA_ACK_TIMEOUT_MS"):
         Settings(min_replicas_ack=1, replica_ack_timeout_ms=5000, redis_socket_timeout=5.0)
