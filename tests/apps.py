@@ -182,6 +182,16 @@ async def countdown(n: int) -> AsyncIterator[object]:
 
 
 @registry.tool()
+async def tally(n: int, ctx: ToolContext) -> int:
+    """Reports one dict ``n`` times (``ctx.progress``), counting up in it between reports."""
+    state = {"count": 0}
+    for i in range(n):
+        state["count"] = i
+        ctx.progress(state)
+    return n
+
+
+@registry.tool()
 async def loop_lateness(seconds: float, flag: str) -> float:
     """Sleeps ``seconds`` in 20 ms steps on the worker's event loop, creating ``flag`` once
     started; the longest any step overslept (seconds): how long the loop was held up."""
@@ -242,8 +252,13 @@ def _undo_edit(undo_data: dict[str, object]) -> None:
             f.write(str(undo_data["before"]))
 
 
-@registry.tool(risk=RiskLevel.MODERATE, requires_approval=True, preview=_preview_edit,
-               undo=_undo_edit, approval_metadata={"warning": "overwrites the file"})
+@registry.tool(
+    risk=RiskLevel.MODERATE,
+    requires_approval=True,
+    preview=_preview_edit,
+    undo=_undo_edit,
+    approval_metadata={"warning": "overwrites the file"},
+)
 def edit_file(path: str, content: str) -> ToolOutput:
     """Replace a file's content (approval shows the diff; undo restores it)."""
     before = _read(path)
@@ -358,6 +373,4 @@ def _undo_deploy(undo_data: dict[str, object]) -> None:
 def deploy(service: str, replicas: int, ctx: ToolContext) -> ToolOutput:
     """Pretend to deploy (records the execution; its undo records itself in test:undo:deploy)."""
     record(ctx, f"deploy {service} {replicas}")
-    return ToolOutput.ok(
-        f"deployed {service} x{replicas}", undo_metadata={"call_id": ctx.call_id}
-    )
+    return ToolOutput.ok(f"deployed {service} x{replicas}", undo_metadata={"call_id": ctx.call_id})

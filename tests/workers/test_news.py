@@ -12,17 +12,22 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import Workers, make_settings
-from toolq import CallStatus, Client
+from tests.apps import registry
+from tests.conftest import InProcess, Workers, make_settings
+from toolq import CallStatus, Client, Settings
 from toolq.cli.stack import EmbeddedRedis
 from toolq.models import CallEnvelope, EventType
+from toolq.results.connection import redis_client
+from toolq.results.store import CallStore
 from toolq.workers import news as news_module
 from toolq.workers.news import News, NewsWriter
+
+CANCELLED = {"error": "cancelled before it started", "error_type": "cancelled"}
 
 
 def news(call_id: str, n: int) -> News:
     envelope = CallEnvelope(call_id=call_id, run_id="r", tool_call_id=call_id, name="t")
-    return News(envelope, "token", EventType.PROGRESS, {"n": n})
+    return News(envelope, "token", EventType.PROGRESS, json.dumps({"n": n}))
 
 
 def test_news_is_written_in_the_order_it_was_queued_and_flush_waits_for_a_calls_news() -> None:
@@ -31,7 +36,7 @@ def test_news_is_written_in_the_order_it_was_queued_and_flush_waits_for_a_calls_
 
     def write(batch: Sequence[News]) -> None:
         gate.wait(5)
-        written.extend((item.envelope.call_id, item.data["n"]) for item in batch)
+        written.extend((item.envelope.call_id, json.loads(item.data)["n"]) for item in batch)
 
     writer = NewsWriter(write)
     for n in range(50):
@@ -49,20 +54,54 @@ def test_news_is_written_in_the_order_it_was_queued_and_flush_waits_for_a_calls_
     writer.stop()
 
 
-def test_a_failed_write_drops_only_the_news_at_fault() -> None:
-    written: list[int] = []
+def test_a_script_error_in_a_round_trip_writes_the_other_news_once(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """The round trip runs every event's script: one that errs (its call's record broken)
+    fails only its own, and the others are in the stream once, in order, not sent again."""
+    client = Client(registry, settings)
+    store = CallStore(redis_client(settings.redis_url), settings)
+    gate = threading.Event()
 
     def write(batch: Sequence[News]) -> None:
-        if any(item.data["n"] == 3 for item in batch):  # a script's error fails its round trip
-            raise redis.ResponseError("ERR user_script:1: a bug")
-        written.extend(item.data["n"] for item in batch)
+        gate.wait(5)  # the first round trip is held: the next one carries all the others
+        store.progress_many([(n.envelope, n.token, n.etype, n.data) for n in batch])
 
     writer = NewsWriter(write)
-    for n in range(6):
-        writer.put(news("a", n))
-    writer.flush(["a"])
-    assert written == [0, 1, 2, 4, 5]
-    writer.stop()
+    try:
+        batch = client.dispatch(
+            [{"id": i, "name": "echo", "arguments": {"text": i}} for i in ("a", "b")]
+        )
+        a, b = (store.start(c, "tok", CANCELLED, batch.run_id).envelope for c in batch.call_ids)
+        assert a is not None and b is not None
+        r.delete(store.keys.call(b.call_id))
+        r.set(store.keys.call(b.call_id), "not a hash")  # b's PROGRESS errs (WRONGTYPE)
+        for envelope, n in [(a, 0), (a, 1), (b, 1), (a, 2)]:
+            writer.put(News(envelope, "tok", EventType.PROGRESS, json.dumps({"n": n})))
+        gate.set()
+        writer.flush([a.call_id, b.call_id])
+        written = [
+            (fields[b"call_id"].decode(), json.loads(fields[b"data"])["n"])
+            for _, fields in r.xrange(store.keys.run_stream(batch.run_id))
+            if fields[b"type"] == b"call.progress"
+        ]
+        assert written == [(a.call_id, 0), (a.call_id, 1), (a.call_id, 2)]
+    finally:
+        writer.stop()
+        client.close()
+
+
+def test_an_async_handlers_progress_holds_what_it_reported_then(
+    inproc: InProcess, client: Client
+) -> None:
+    """A handler that reports a dict and changes it right after: each event holds the dict as
+    it was when reported, though the writer sends it later."""
+    inproc.start()
+    batch = client.dispatch([{"id": "t", "name": "tally", "arguments": {"n": 50}}])
+    [result] = batch.wait(timeout=30)
+    assert result.status == CallStatus.SUCCEEDED, result
+    reported = [e.data["data"] for e in client.events(batch.run_id) if e.type == EventType.PROGRESS]
+    assert reported == [{"count": i} for i in range(50)]
 
 
 def test_news_past_the_queue_bound_is_dropped_not_waited_for(
@@ -74,7 +113,7 @@ def test_news_past_the_queue_bound_is_dropped_not_waited_for(
 
     def write(batch: Sequence[News]) -> None:
         release.wait(5)
-        written.extend(item.data["n"] for item in batch)
+        written.extend(json.loads(item.data)["n"] for item in batch)
 
     writer = NewsWriter(write)
     started = time.monotonic()
@@ -106,8 +145,6 @@ def test_a_redis_that_hangs_holds_up_no_coroutine_through_another_calls_progress
     """An async generator streams progress while Redis is stopped (SIGSTOP): the worker's
     event loop goes on (another call's sleeps stay on time), and once Redis is back every
     progress event is in the stream, in order, before the call's end."""
-    from tests.apps import registry
-
     flag = tmp_path / "ticking"
     workers = Workers(make_settings(redis_url=paused_redis.url, lease_seconds=30.0))
     client = Client(registry, workers.settings)

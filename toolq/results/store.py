@@ -434,18 +434,21 @@ class CallStore:
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
     ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
-        return self.scripts.direct(self._progress(envelope, token, etype, data)) == "ok"
+        return self.scripts.direct(self._progress(envelope, token, etype, dumps(data))) == "ok"
 
     def progress_many(
-        self, events: Sequence[tuple[CallEnvelope, str, EventType, dict[str, Any]]]
+        self, events: Sequence[tuple[CallEnvelope, str, EventType, str]]
     ) -> list[bool]:
-        """``progress`` of several events (of any calls), in order, in one round trip."""
+        """``progress`` of several events (of any calls), in order, in one round trip.
+
+        Each event's data comes as JSON (``dumps``), encoded when the call reported it.
+        """
         invocations = [self._progress(*event) for event in events]
         outcomes, _ = self.scripts.direct_many(invocations, ())
         return [outcome == "ok" for outcome in outcomes]
 
     def _progress(
-        self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
+        self, envelope: CallEnvelope, token: str, etype: EventType, data: str
     ) -> Invocation[scripts.ProgressOutcome]:
         return scripts.PROGRESS(
             keys=self.keys,
@@ -453,7 +456,7 @@ class CallStore:
             run_id=envelope.run_id,
             token=token,
             etype=etype.value,
-            data=dumps(data),
+            data=data,
             maxlen=self._maxlen,
             now=repr(time.time()),
         )

@@ -22,7 +22,6 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -42,7 +41,8 @@ class News:
     envelope: CallEnvelope
     token: str
     etype: EventType
-    data: dict[str, Any]
+    data: str
+    """As JSON, encoded when queued: what the call reported then, whatever it changes after."""
 
 
 Write = Callable[[Sequence[News]], object]
@@ -128,9 +128,16 @@ class NewsWriter:
             self._write(batch)
             return
         except redis.ResponseError as exc:
-            if len(batch) > 1 and refusal(exc) is None:  # one script's error: each alone
-                for news in batch:
-                    self._send([news])
+            if len(batch) > 1 and refusal(exc) is None:
+                # Every event's script ran in the round trip: only the erring ones wrote
+                # nothing, and sending the others again would append them twice.
+                calls = sorted({news.envelope.call_id for news in batch})
+                log.warning(
+                    "of %d events sent together (calls %s), one or more not written: %s",
+                    len(batch),
+                    ", ".join(calls),
+                    exc,
+                )
                 return
             reason: Exception = exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:

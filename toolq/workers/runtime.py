@@ -616,7 +616,7 @@ class WorkerRuntime:
         self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
     ) -> None:
         """``_news`` for a call on the event loop: queued for the ``NewsWriter``."""
-        self.news.put(News(env, token, etype, data))
+        self.news.put(News(env, token, etype, dumps(data)))
 
     def _news(self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]) -> None:
         """Append a running call's news (progress, retrying), or drop it when Redis cannot.
