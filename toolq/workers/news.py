@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -65,17 +66,21 @@ class NewsWriter:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._stopping = False
+        self._dropped = 0
+        """News refused by ``put`` since the last line logged about it."""
+        self._dropped_logged = 0.0
 
     def put(self, news: News) -> None:
         """Queue ``news`` for the writer; returns at once."""
         with self._changed:
+            if self._pid != os.getpid():  # a new process: nothing of another's is its own
+                self._queue.clear()
+                self._last.clear()
+                self._done = self._queued
+                self._thread = None
+                self._pid = os.getpid()
             if self._stopping or self._queued - self._done >= MAX_QUEUED:
-                log.warning(
-                    "%s event of call %s dropped: %d events not yet written",
-                    news.etype.value,
-                    news.envelope.call_id,
-                    self._queued - self._done,
-                )
+                self._refused(news)
                 return
             self._queued += 1
             self._queue.append((self._queued, news))
@@ -99,10 +104,25 @@ class NewsWriter:
         if thread is not None and thread is not threading.current_thread():
             thread.join(30)
 
+    def _refused(self, news: News) -> None:
+        """Count news ``put`` cannot queue, logged at most once a second; lock held."""
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._dropped_logged < 1.0:
+            return
+        why = "the worker is stopping" if self._stopping else f"{MAX_QUEUED} not yet written"
+        log.warning(
+            "%d event(s) dropped, the last a %s event of call %s: %s",
+            self._dropped,
+            news.etype.value,
+            news.envelope.call_id,
+            why,
+        )
+        self._dropped, self._dropped_logged = 0, now
+
     def _running(self) -> None:
-        """Start the thread in this process (a forked child starts its own); lock held."""
-        if self._thread is None or self._pid != os.getpid():
-            self._pid = os.getpid()
+        """Start the writer thread if this process has none running; lock held."""
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="toolq-news", daemon=True)
             self._thread.start()
 
@@ -145,7 +165,11 @@ class NewsWriter:
         except Exception as exc:  # a bug: logged with its traceback, the calls go on
             log.exception("%d event(s) not written", len(batch))
             reason = exc
-        for news in batch:
+        if len(batch) == 1:
+            news = batch[0]
             log.warning(
                 "%s event of call %s dropped: %s", news.etype.value, news.envelope.call_id, reason
             )
+            return
+        calls = sorted({news.envelope.call_id for news in batch})
+        log.warning("%d events of calls %s dropped: %s", len(batch), ", ".join(calls), reason)
