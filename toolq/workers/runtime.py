@@ -413,9 +413,10 @@ class WorkerRuntime:
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's call, on an event loop: its result, never an error.
 
-        Its approval check (gated calls: one read) reaches Redis from the loop's thread,
-        briefly holding up the other coroutines; its progress and retrying events go through
-        the process's ``NewsWriter``, which the loop does not wait for.
+        Its approval check (gated calls: one read, and the audit entry of a refusal) reaches
+        Redis from the loop's thread, briefly holding up the other coroutines; its progress
+        and retrying events go through the process's ``NewsWriter``, which the loop does not
+        wait for.
         """
         try:
             with call_span(env, execution) as span:
