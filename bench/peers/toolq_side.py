@@ -90,18 +90,20 @@ class ToolqWorker:
         self.tenant = tenant
         self.settings = Settings(redis_url=redis_url, tenants=tenants or {})
         self.client = Client(registry, self.settings)
-        self.proc: Any = None
-        """The first worker process (``procs``: all of them)."""
         self.procs_started: list[Any] = []
         self.last_run_id = ""
         """The run of the last ``batch`` (to look at its keys afterwards)."""
+
+    @property
+    def proc(self) -> Any:
+        """The first worker process (``procs_started``: all of them), ``None`` once stopped."""
+        return self.procs_started[0] if self.procs_started else None
 
     def __enter__(self) -> ToolqWorker:
         env = {**worker_env(self.redis_url), **self.env}
         if self.tenants is not None:
             env["TOOLQ_TENANTS"] = json.dumps(self.tenants)
         self.procs_started = [self.procs.start(argv, env, self.log) for argv in self.argvs]
-        self.proc = self.procs_started[0]
         try:
             self._wait_ready()
         except BaseException:
@@ -120,7 +122,6 @@ class ToolqWorker:
         for proc in self.procs_started:
             self.procs.stop(proc)
         self.procs_started = []
-        self.proc = None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT

@@ -434,7 +434,7 @@ class CallStore:
         self, envelope: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
     ) -> bool:
         """Append a non-final event of a running call (progress, retrying)."""
-        return self.scripts.direct(self._progress(envelope, token, etype, dumps(data))) == "ok"
+        return self.progress_many([(envelope, token, etype, dumps(data))])[0]
 
     def progress_many(
         self, events: Sequence[tuple[CallEnvelope, str, EventType, str]]
