@@ -133,3 +133,59 @@ def test_a_request_whose_thread_is_interrupted_is_taken_back(alarm: None) -> Non
         assert not t.is_alive()
     assert after == [2]
     assert [n for batch in committer.batches for n in batch] == [0, 2]
+
+
+@dataclass
+class _Sociable(_Recorder):
+    """A committer whose sender waits up to ``linger`` seconds for ``enough`` requests."""
+
+    linger: float = 0.0
+    enough: int = 1
+
+    def _company(self) -> float:
+        return self.linger
+
+    def _enough(self, queued: list[_Request]) -> bool:
+        return len(queued) >= self.enough
+
+
+def test_a_sender_waiting_for_company_carries_those_who_come_and_stops_at_enough() -> None:
+    """The wait would last a minute: the test's own time limit fails it unless ``enough``
+    requests joining end it."""
+    committer = _Sociable(linger=60.0, enough=4)
+    committer.go.set()
+    answers: dict[int, int | None] = {}
+
+    def join(n: int) -> None:
+        answers[n] = committer._join(_Request(n)).answer
+
+    first = threading.Thread(target=join, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not committer._lingering:
+        assert time.monotonic() < deadline, "the sender never waited for company"
+        time.sleep(0.001)
+    others = [threading.Thread(target=join, args=(n,)) for n in (1, 2, 3)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join(20)
+        assert not t.is_alive()
+    assert answers == {n: n for n in range(4)}
+    assert sorted(committer.batches[0]) == [0, 1, 2, 3]
+    assert committer.lingered == 1
+
+
+def test_a_sender_whose_company_never_comes_sends_alone_when_its_wait_ends() -> None:
+    committer = _Sociable(linger=0.05, enough=2)
+    committer.go.set()
+    assert committer._join(_Request(7)).answer == 7
+    assert committer.batches == [[7]]
+    assert committer.lingered == 1
+
+
+def test_a_sender_with_enough_queued_already_does_not_wait() -> None:
+    committer = _Sociable(linger=60.0, enough=1)
+    committer.go.set()
+    assert committer._join(_Request(1)).answer == 1
+    assert committer.lingered == 0

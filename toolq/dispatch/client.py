@@ -257,7 +257,13 @@ class Client:
         self.policy = self.backend.policy
         self.owners = self.backend.owners
         self.dispatcher = Dispatcher(
-            registry, self.store, self.publisher, self.settings, self.policy, owners=self.owners
+            registry,
+            self.store,
+            self.publisher,
+            self.settings,
+            self.policy,
+            owners=self.owners,
+            pace=self.log.waits.pace,
         )
         self.undos = self.backend.undos
         self.approval_store: ApprovalStore = self.backend.approvals

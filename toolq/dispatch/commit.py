@@ -5,7 +5,14 @@ whose calls are planned while another dispatch's CREATE pipeline is in flight wa
 to come back, then goes with every other dispatch queued meanwhile in the next pipeline,
 as a database's group commit does (``toolq.results.group_commit``; the worker's FINISHes
 go the same way).
-The first dispatch to arrive sends at once: nothing waits for a timer or for company.
+
+The first dispatch to arrive sends at once, unless other conversations of this process are
+waiting for their calls' results (their next turns will dispatch soon) and dispatches
+arrive faster than it would wait (``Company``): it then waits for them up to
+``dispatch_linger`` and at most ``Company.SHARE`` of a typical wait, so its round trip
+carries several conversations' calls and a worker gets one message for all of them
+instead of one per dispatch (each message costs a worker more CPU than a call). A client
+dispatching one conversation at a time, or one batch, never waits.
 
 The pipeline's queued calls share messages by the dispatcher's own rules, whichever
 dispatch they come from (a batch message carries each call's run), so a worker gets one
@@ -18,6 +25,8 @@ idempotency key, so a dispatch sent again is answered from what was written, nev
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +37,7 @@ from toolq.results.store import CallStore, MessageGroup, NewCall
 if TYPE_CHECKING:
     from toolq.models import RiskLevel
     from toolq.results.runner import Invocation
+    from toolq.results.waits import Pace
 
 Messages = Callable[[list[NewCall]], tuple[list[NewCall], list[MessageGroup]]]
 """``Dispatcher._messages``: the calls with their lone messages set, and the shared ones."""
@@ -46,6 +56,50 @@ class _Request(Request):
         return self.created
 
 
+class Company:
+    """How long a dispatch waits for the dispatches of other conversations of its process.
+
+    Conversations waiting for their calls now (``Pace``) dispatch their next turns soon: a
+    dispatch waits for them when they arrive, on average, sooner than it would wait. It
+    waits at most ``most`` seconds (``dispatch_linger``) and at most ``SHARE`` of a typical
+    wait, so a turn is never held back by more than that share of its own time; a process
+    with nobody else waiting, or whose dispatches come further apart, sends at once.
+    """
+
+    SHARE = 0.05
+    """Most of a typical wait (``Pace.typical``) a dispatch waits for company."""
+    WEIGHT = 0.2
+    """Weight of the newest gap in ``gap`` (an exponential moving average)."""
+
+    def __init__(self, pace: Pace | None, most: float, share: float = SHARE) -> None:
+        self.pace = pace
+        self.most = most
+        self.share = share
+        self._lock = threading.Lock()
+        self._last = 0.0
+        self.gap = float("inf")
+        """Seconds between two dispatches of this process, recently, on average."""
+
+    def arrived(self) -> None:
+        """A dispatch arrived (any thread's)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._last:
+                gap = min(now - self._last, 1.0)
+                self.gap = (
+                    gap if self.gap == float("inf") else self.gap + self.WEIGHT * (gap - self.gap)
+                )
+            self._last = now
+
+    def linger(self) -> float:
+        """Seconds the next round trip waits for more dispatches (0: none)."""
+        pace = self.pace
+        if pace is None or self.most <= 0 or pace.waiting < 1:
+            return 0.0
+        linger = min(self.most, self.share * pace.typical)
+        return linger if self.gap < linger else 0.0
+
+
 class CreateCommit(GroupCommitter[_Request]):
     """Creates the calls of one process's dispatches, several dispatches' per round trip."""
 
@@ -54,11 +108,19 @@ class CreateCommit(GroupCommitter[_Request]):
         store: CallStore,
         messages: Messages,
         admit: Callable[[RiskLevel], Invocation[Any]] | None = None,
+        *,
+        company: Company | None = None,
+        full: int = 16,
     ) -> None:
         super().__init__()
         self.store = store
         self.messages = messages
         self.admit = admit
+        self.company = company
+        """When a round trip waits for other conversations' dispatches (none: never)."""
+        self.full = full
+        """Calls that make a round trip worth sending without waiting for more
+        (``calls_per_message``: a message's worth)."""
 
     def create(self, calls: Sequence[NewCall]) -> Created:
         """``CallStore.create_many`` of one dispatch's calls, in the next round trip.
@@ -68,7 +130,15 @@ class CreateCommit(GroupCommitter[_Request]):
         """
         if not calls:
             return [], []
+        if self.company is not None:
+            self.company.arrived()
         return self._join(_Request(calls)).answer()
+
+    def _company(self) -> float:
+        return self.company.linger() if self.company is not None else 0.0
+
+    def _enough(self, queued: list[_Request]) -> bool:
+        return sum(len(request.calls) for request in queued) >= self.full
 
     def _round_trip(self, batch: list[_Request]) -> None:
         """One pipeline for every call of ``batch``, its replies split back by request."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolq.approvals.policy import RunRules
 from toolq.dispatch.archived import archived_claims, merge
-from toolq.dispatch.commit import CreateCommit
+from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
 from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from toolq.approvals.policy import ApprovalPolicy
     from toolq.broker import Publisher
     from toolq.registry.registry import ToolRegistry
+    from toolq.results.waits import Pace
     from toolq.settings import Settings
 
 
@@ -125,6 +126,7 @@ class Dispatcher:
         policy: ApprovalPolicy,
         *,
         owners: RunOwners | None = None,
+        pace: Pace | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -144,7 +146,13 @@ class Dispatcher:
             Charge(),
         )
         """What each call goes through, in order (``toolq.dispatch.stages``)."""
-        self.creates = CreateCommit(store, self._messages, self.admission.invocation)
+        self.creates = CreateCommit(
+            store,
+            self._messages,
+            self.admission.invocation,
+            company=Company(pace, settings.dispatch_linger),
+            full=settings.calls_per_message,
+        )
         """Creates this dispatch's calls with other threads' (``toolq.dispatch.commit``)."""
 
     def dispatch(self, payload: Any, submission: Submission) -> Dispatched:

@@ -2,9 +2,11 @@
 
 The first thread to arrive sends at once, its own request and whatever else is queued
 (nothing, when it is alone); requests that arrive while a round trip is in flight wait for
-it to come back and go together in the next one, as a database's group commit does. No
-request waits for a timer or for company, only for the round trip already in flight. Each
-thread returns once its own request is answered.
+it to come back and go together in the next one, as a database's group commit does. Each
+thread returns once its own request is answered. A committer may have its sender wait a
+little for company first (``_company``), as a database's commit delay does, when more
+requests are sure to come soon; by default none waits for a timer or for company, only
+for the round trip already in flight.
 
 A round trip's error is every request's when Redis refused it as a whole (full, read-only,
 disk, replicas) or did not answer; a script's error (a refusal of one request's keys, a bug)
@@ -44,6 +46,9 @@ class GroupCommitter(Generic[R]):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        """Notified when a request joins a sender waiting for company that has ``_enough``."""
+        self._lingering = False
         self._queue: list[R] = []
         self._sending = False
         self._next: R | None = None
@@ -52,6 +57,8 @@ class GroupCommitter(Generic[R]):
         """Round trips sent (each carrying one or more threads' requests)."""
         self.requests = 0
         """Threads' requests answered."""
+        self.lingered = 0
+        """Round trips whose sender waited for company (``_company``) first."""
 
     def _join(self, request: R) -> R:
         """``request``, answered: in this thread's round trip or in another's.
@@ -66,6 +73,8 @@ class GroupCommitter(Generic[R]):
             if self._sending:
                 request.gate = threading.Lock()
                 request.gate.acquire()
+                if self._lingering and self._enough(self._queue):
+                    self._arrived.notify()
             else:
                 self._sending = True
         if request.gate is not None:
@@ -76,7 +85,15 @@ class GroupCommitter(Generic[R]):
                 raise
             if request.done:
                 return request
+        linger = self._company()
         with self._lock:
+            if linger > 0 and not self._enough(self._queue):
+                self._lingering = True
+                self.lingered += 1
+                try:
+                    self._arrived.wait(linger)
+                finally:
+                    self._lingering = False
             batch, self._queue = self._queue, []
             self.requests += len(batch)
         try:
@@ -106,6 +123,18 @@ class GroupCommitter(Generic[R]):
             self._sending = following is not None
         if following is not None and following.gate is not None:
             following.gate.release()
+
+    def _company(self) -> float:
+        """Seconds the next sender waits for more requests before it sends (0: none).
+
+        Asked once per round trip, before the sender takes the queue; it stops waiting as
+        soon as the queue has ``_enough``.
+        """
+        return 0.0
+
+    def _enough(self, queued: list[R]) -> bool:
+        """Whether ``queued`` is worth a round trip without waiting for more (lock held)."""
+        return True
 
     def _send(self, batch: list[R]) -> None:
         """One round trip for ``batch``: each request's replies, or its ``error``."""

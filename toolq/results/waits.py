@@ -125,12 +125,63 @@ def _xread(conn: Any, streams: dict[str, str]) -> list[tuple[Any, Any]]:
     return [(stream, entries) for stream, entries in reply or []]
 
 
+class Pace:
+    """How many waits are on now, and how long a wait typically lasts.
+
+    What a client's ``CreateCommit`` reads to decide whether a dispatch waits for the
+    dispatches of other conversations to share its round trip (``toolq.dispatch.commit``):
+    conversations waiting now will dispatch their next turn soon.
+    """
+
+    LONGEST_SECONDS = 1.0
+    """A wait counts at most this long in ``typical``: a call parked for a human for hours
+    would otherwise stand for every wait of the process."""
+    WEIGHT = 0.1
+    """Weight of the newest wait in ``typical`` (an exponential moving average)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting = 0
+        """Waits on now."""
+        self.typical = 0.0
+        """Seconds a wait lasted, recently, on average (0 before the first ended)."""
+
+    def begin(self) -> float:
+        """A wait starts: when (``time.monotonic()``)."""
+        with self._lock:
+            self.waiting += 1
+        return time.monotonic()
+
+    def end(self, began: float, *, ended: bool) -> None:
+        """The wait that ``began`` is over: ``ended`` (its calls final), or given up."""
+        took = min(time.monotonic() - began, self.LONGEST_SECONDS)
+        with self._lock:
+            self.waiting -= 1
+            if ended:
+                self.typical += self.WEIGHT * (took - self.typical)
+
+
 class Waiter:
     """One thread's wait for some calls of one run to turn final."""
 
-    __slots__ = ("_gate", "error", "finished", "inbox", "pending", "run_id", "seen")
+    __slots__ = (
+        "_began",
+        "_gate",
+        "_pace",
+        "error",
+        "finished",
+        "inbox",
+        "pending",
+        "run_id",
+        "seen",
+    )
 
-    def __init__(self, run_id: str, pending: set[str], *, inbox: bool = False) -> None:
+    def __init__(
+        self, run_id: str, pending: set[str], *, inbox: bool = False, pace: Pace | None = None
+    ) -> None:
+        self._pace = pace
+        """Told when the wait begins and ends (``SharedWaits.pace``), if anyone asks."""
+        self._began = pace.begin() if pace is not None else 0.0
         self.run_id = run_id
         self.pending = pending
         self.inbox = inbox
@@ -151,6 +202,13 @@ class Waiter:
         if not self.finished:
             self.finished = True
             self._gate.release()
+            self._end(ended=True)
+
+    def _end(self, *, ended: bool) -> None:
+        """Tell the pace, once, that the wait is over (``ended``) or given up."""
+        pace, self._pace = self._pace, None
+        if pace is not None:
+            pace.end(self._began, ended=ended)
 
     def block(self, timeout: float | None) -> bool:
         """Sleep until ``_finish`` (``True``) or ``timeout`` runs out (``False``)."""
@@ -197,6 +255,8 @@ class SharedWaits:
         """Whether a wait went through the inbox: a client names it in calls only after one."""
         self._runs: dict[str, _Run] = {}
         self._by_stream: dict[str, str] = {}
+        self.pace = Pace()
+        """The waits of this process's threads: how many now, and how long they last."""
         self._thread: threading.Thread | None = None
         self._reading = False
         self._woken = False
@@ -209,7 +269,7 @@ class SharedWaits:
 
         Events after ``last`` reach the waiter; the caller then blocks in ``wait``.
         """
-        waiter = Waiter(run_id, set(pending))
+        waiter = Waiter(run_id, set(pending), pace=self.pace if pending else None)
         if not waiter.pending:
             waiter._finish()
             return waiter
@@ -267,7 +327,7 @@ class SharedWaits:
                 return waiter
             if usable:
                 self._closed = False
-                waiter = Waiter(run_id, set(pending), inbox=True)
+                waiter = Waiter(run_id, set(pending), inbox=True, pace=self.pace)
                 for call_id in pending:
                     data = self._orphans.pop(call_id, None)
                     if data is not None:
@@ -290,6 +350,7 @@ class SharedWaits:
             with self._lock:
                 if not waiter.finished:
                     self._drop(waiter)
+                    waiter._end(ended=False)
                     return False
         if waiter.error is not None:
             raise waiter.error
@@ -299,6 +360,7 @@ class SharedWaits:
         """Stop waiting (a wait given up)."""
         with self._lock:
             self._drop(waiter)
+            waiter._end(ended=False)
 
     def _drop(self, waiter: Waiter) -> None:
         if waiter.inbox:
