@@ -8,6 +8,8 @@ often dispatches arrive. A conversation alone never waits.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -52,12 +54,28 @@ def test_company_is_waited_for_only_while_others_wait_and_arrive_sooner() -> Non
     assert _company(_pace(31, 0.1), gap=0.003, most=0.0).linger() == 0.0
 
 
-def test_arrivals_set_the_gap() -> None:
+def test_only_other_threads_arrivals_set_the_gap() -> None:
+    """A thread dispatching again and again, while another only waits, is no company for
+    itself: it never waits for anyone."""
     company = Company(_pace(1, 0.1), 0.005)
+    for _ in range(5):
+        company.arrived()
     assert company.gap == float("inf")
-    company.arrived()
+    assert company.linger() == 0.0
+    other = threading.Thread(target=company.arrived)
+    other.start()
+    other.join()
     company.arrived()
     assert company.gap < 0.5
+
+
+def test_a_wait_nobody_joined_pauses_the_waiting() -> None:
+    company = _company(_pace(31, 0.1), gap=0.003)
+    company.gathered(0)
+    assert [company.linger() for _ in range(Company.PAUSE_AFTER_ALONE)] == [0.0] * 8
+    assert company.linger() == 0.005
+    company.gathered(3)
+    assert company.linger() == 0.005
 
 
 def _poll(check: Any, what: str) -> None:
@@ -92,6 +110,60 @@ def test_waits_tell_the_pace_how_many_wait_and_how_long(
             late.wait(timeout=0.05)
         assert pace.waiting == 0
         assert pace.typical == typical
+
+
+@pytest.mark.e2e
+def test_an_interrupted_wait_is_given_up(
+    r: redis.Redis, settings: Settings, workers: Workers
+) -> None:
+    """Interrupted (a signal, Ctrl-C), a wait leaves the reader and the count of waits."""
+    workers.start("safe", concurrency=2)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with Client(registry, settings) as client:
+            batch = client.dispatch([{"id": "a", "name": "slow", "arguments": {"seconds": 2}}])
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(KeyboardInterrupt):
+                batch.wait(timeout=30)
+            waits = client.log.waits
+            assert waits.pace.waiting == 0
+            assert waits.waiting == 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.e2e
+def test_a_forked_child_counts_its_own_waits(
+    r: redis.Redis, settings: Settings, workers: Workers
+) -> None:
+    """A child forked while the parent waits starts with no wait counted, and its dispatches
+    read the waits it makes itself."""
+    workers.start("safe", concurrency=2)
+    with Client(registry, settings) as client:
+        batch = client.dispatch([{"id": "a", "name": "slow", "arguments": {"seconds": 1}}])
+        waiting = threading.Thread(target=batch.wait, kwargs={"timeout": 30})
+        waiting.start()
+        _poll(lambda: client.log.waits.pace.waiting == 1, "the wait was never counted")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                child = client.dispatch([{"id": "b", "name": "noop", "arguments": {}}])
+                results = child.wait(timeout=30)  # resets the waits: a new reader
+                pace = client.log.waits.pace
+                same = client.dispatcher.creates.company.pace is pace  # type: ignore[union-attr]
+                ok = results[0].status is CallStatus.SUCCEEDED and same and pace.waiting == 0
+                code = 0 if ok else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        waiting.join(30)
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.mark.e2e

@@ -8,6 +8,7 @@ and the client's committers are tested against Redis in ``tests/workers`` and
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -137,12 +138,18 @@ def test_a_request_whose_thread_is_interrupted_is_taken_back(alarm: None) -> Non
 
 @dataclass
 class _Sociable(_Recorder):
-    """A committer whose sender waits up to ``linger`` seconds for ``enough`` requests."""
+    """A committer whose sender waits up to ``linger`` seconds for ``enough`` requests
+    (the first ``waits`` senders: any, when None)."""
 
     linger: float = 0.0
     enough: int = 1
+    waits: int | None = None
 
     def _company(self) -> float:
+        if self.waits is not None:
+            if self.waits <= 0:
+                return 0.0
+            self.waits -= 1
         return self.linger
 
     def _enough(self, queued: list[_Request]) -> bool:
@@ -189,3 +196,54 @@ def test_a_sender_with_enough_queued_already_does_not_wait() -> None:
     committer.go.set()
     assert committer._join(_Request(1)).answer == 1
     assert committer.lingered == 0
+
+
+def test_a_sender_interrupted_while_waiting_for_company_passes_on_its_turn(alarm: None) -> None:
+    """The request queued behind it is sent (by its own thread); the interrupted one is not."""
+    committer = _Sociable(linger=60.0, enough=99, waits=1)
+    committer.go.set()
+    after: list[int | None] = []
+
+    def join_after() -> None:
+        deadline = time.monotonic() + 10
+        while not committer._lingering:
+            assert time.monotonic() < deadline, "the sender never waited for company"
+            time.sleep(0.001)
+        after.append(committer._join(_Request(2)).answer)
+
+    later = threading.Thread(target=join_after)
+    later.start()
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    with pytest.raises(_Interrupted):
+        committer._join(_Request(1))  # this (the main) thread sends, waiting for company
+    later.join(10)
+    assert not later.is_alive()
+    assert after == [2]
+    assert committer.batches == [[2]]
+    assert not committer._sending and not committer._queue
+
+
+def test_a_forked_child_starts_with_nothing_in_flight() -> None:
+    """A round trip in flight in the parent (its sender waiting for ``go``) is not the
+    child's: the child's first request is sent at once instead of queueing behind it."""
+    committer = _Recorder()
+    first = threading.Thread(target=committer._join, args=(_Request(0),))
+    first.start()
+    _in_flight = time.monotonic() + 10
+    while not committer._sending:
+        assert time.monotonic() < _in_flight
+        time.sleep(0.001)
+    pid = os.fork()
+    if pid == 0:  # the child: no thread of the parent runs here
+        code = 1
+        try:
+            committer.batches.append([])  # not the first round trip: no wait for ``go``
+            code = 0 if committer._join(_Request(5)).answer == 5 else 2
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        committer.go.set()
+        first.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -6,12 +6,14 @@ to come back, then goes with every other dispatch queued meanwhile in the next p
 as a database's group commit does (``toolq.results.group_commit``; the worker's FINISHes
 go the same way).
 
-The first dispatch to arrive sends at once, unless other conversations of this process are
-waiting for their calls' results (their next turns will dispatch soon) and dispatches
-arrive faster than it would wait (``Company``): it then waits for them up to
-``dispatch_linger`` and at most ``Company.SHARE`` of a typical wait, so its round trip
-carries several conversations' calls and a worker gets one message for all of them
-instead of one per dispatch (each message costs a worker more CPU than a call). A client
+The dispatch that sends (the first to arrive, or the first queued behind a round trip in
+flight) sends at once, unless other conversations of this process are waiting for their
+calls' results (their next turns will dispatch soon) and other threads' dispatches arrive
+sooner than it would wait (``Company``): it then waits for them up to ``dispatch_linger``
+and at most ``Company.SHARE`` of a typical wait, or until ``calls_per_message`` calls are
+queued, so its round trip carries several conversations' calls and a worker gets one
+message for all of them instead of one per dispatch (each message costs a worker more CPU
+than a call). A wait nobody joined stops the waiting for the next few dispatches. A client
 dispatching one conversation at a time, or one batch, never waits.
 
 The pipeline's queued calls share messages by the dispatcher's own rules, whichever
@@ -60,16 +62,21 @@ class Company:
     """How long a dispatch waits for the dispatches of other conversations of its process.
 
     Conversations waiting for their calls now (``Pace``) dispatch their next turns soon: a
-    dispatch waits for them when they arrive, on average, sooner than it would wait. It
-    waits at most ``most`` seconds (``dispatch_linger``) and at most ``SHARE`` of a typical
-    wait, so a turn is never held back by more than that share of its own time; a process
-    with nobody else waiting, or whose dispatches come further apart, sends at once.
+    dispatch waits for them when other threads' dispatches arrive, on average, sooner than
+    it would wait. It waits at most ``most`` seconds (``dispatch_linger``) and at most
+    ``share`` of a typical wait, so a turn is never held back by more than that share of
+    its own time; a process with nobody else waiting, or whose dispatches come further
+    apart, sends at once, and a wait that nobody joined stops the waiting for the next
+    ``PAUSE_AFTER_ALONE`` dispatches.
     """
 
     SHARE = 0.05
-    """Most of a typical wait (``Pace.typical``) a dispatch waits for company."""
+    """Most of a typical wait (``Pace.typical``) a dispatch waits for company (0.1 and 0.2
+    did worse on 32 conversations: docs/benchmarks/2026-11-26-dispatch-company.md)."""
     WEIGHT = 0.2
     """Weight of the newest gap in ``gap`` (an exponential moving average)."""
+    PAUSE_AFTER_ALONE = 8
+    """Dispatches sent at once after a wait that nobody joined, before waiting again."""
 
     def __init__(self, pace: Pace | None, most: float, share: float = SHARE) -> None:
         self.pace = pace
@@ -77,24 +84,39 @@ class Company:
         self.share = share
         self._lock = threading.Lock()
         self._last = 0.0
+        self._last_thread = 0
+        self._paused = 0
         self.gap = float("inf")
-        """Seconds between two dispatches of this process, recently, on average."""
+        """Seconds between two dispatches of different threads of this process, recently,
+        on average: a thread's own dispatches, one after the other, are no company for it."""
 
     def arrived(self) -> None:
-        """A dispatch arrived (any thread's)."""
-        now = time.monotonic()
+        """A dispatch arrived (on this thread)."""
+        now, thread = time.monotonic(), threading.get_ident()
         with self._lock:
-            if self._last:
+            if self._last and thread != self._last_thread:
                 gap = min(now - self._last, 1.0)
                 self.gap = (
                     gap if self.gap == float("inf") else self.gap + self.WEIGHT * (gap - self.gap)
                 )
-            self._last = now
+            self._last, self._last_thread = now, thread
+
+    def gathered(self, joined: int) -> None:
+        """A wait for company ended with ``joined`` more dispatches queued.
+
+        None joined: the next ``PAUSE_AFTER_ALONE`` dispatches go at once (whoever waits is
+        not coming).
+        """
+        if joined == 0:
+            self._paused = self.PAUSE_AFTER_ALONE
 
     def linger(self) -> float:
         """Seconds the next round trip waits for more dispatches (0: none)."""
         pace = self.pace
         if pace is None or self.most <= 0 or pace.waiting < 1:
+            return 0.0
+        if self._paused:
+            self._paused -= 1
             return 0.0
         linger = min(self.most, self.share * pace.typical)
         return linger if self.gap < linger else 0.0
@@ -119,8 +141,7 @@ class CreateCommit(GroupCommitter[_Request]):
         self.company = company
         """When a round trip waits for other conversations' dispatches (none: never)."""
         self.full = full
-        """Calls that make a round trip worth sending without waiting for more
-        (``calls_per_message``: a message's worth)."""
+        """Calls queued (of any risk) that end a wait for company (``calls_per_message``)."""
 
     def create(self, calls: Sequence[NewCall]) -> Created:
         """``CallStore.create_many`` of one dispatch's calls, in the next round trip.
@@ -139,6 +160,10 @@ class CreateCommit(GroupCommitter[_Request]):
 
     def _enough(self, queued: list[_Request]) -> bool:
         return sum(len(request.calls) for request in queued) >= self.full
+
+    def _gathered(self, joined: int) -> None:
+        if self.company is not None:
+            self.company.gathered(joined)
 
     def _round_trip(self, batch: list[_Request]) -> None:
         """One pipeline for every call of ``batch``, its replies split back by request."""

@@ -19,6 +19,7 @@ The worker's ``START``s and ``FINISH``es (``toolq.workers.commit``) and a client
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Generic, TypeVar
 
@@ -45,6 +46,20 @@ class GroupCommitter(Generic[R]):
     """Sends requests of several threads in one round trip (``_send``) at a time."""
 
     def __init__(self) -> None:
+        self._fresh()
+        self.round_trips = 0
+        """Round trips sent (each carrying one or more threads' requests)."""
+        self.requests = 0
+        """Threads' requests answered."""
+        self.lingered = 0
+        """Round trips whose sender waited for company (``_company``) first."""
+
+    def _fresh(self) -> None:
+        """Nothing queued or in flight: at start, and in a child forked meanwhile.
+
+        The parent's threads, their requests and its round trip in flight are not the child's.
+        """
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         """Notified when a request joins a sender waiting for company that has ``_enough``."""
@@ -53,12 +68,6 @@ class GroupCommitter(Generic[R]):
         self._sending = False
         self._next: R | None = None
         """The request whose thread was woken to send next."""
-        self.round_trips = 0
-        """Round trips sent (each carrying one or more threads' requests)."""
-        self.requests = 0
-        """Threads' requests answered."""
-        self.lingered = 0
-        """Round trips whose sender waited for company (``_company``) first."""
 
     def _join(self, request: R) -> R:
         """``request``, answered: in this thread's round trip or in another's.
@@ -68,6 +77,8 @@ class GroupCommitter(Generic[R]):
         thread of the first request queued behind them, which sends next: no thread wakes
         to find its request still waiting.
         """
+        if self._pid != os.getpid():
+            self._fresh()
         with self._lock:
             self._queue.append(request)
             if self._sending:
@@ -88,12 +99,7 @@ class GroupCommitter(Generic[R]):
         linger = self._company()
         with self._lock:
             if linger > 0 and not self._enough(self._queue):
-                self._lingering = True
-                self.lingered += 1
-                try:
-                    self._arrived.wait(linger)
-                finally:
-                    self._lingering = False
+                self._linger(request, linger)
             batch, self._queue = self._queue, []
             self.requests += len(batch)
         try:
@@ -111,18 +117,44 @@ class GroupCommitter(Generic[R]):
                 following.gate.release()
         return request
 
+    def _linger(self, request: R, seconds: float) -> None:
+        """The sender of ``request`` waits for company up to ``seconds`` (the lock is held).
+
+        Interrupted, it takes its request back and passes on its turn to send, as a
+        request interrupted in the queue does: the requests behind it are never stranded.
+        """
+        before = len(self._queue)
+        self._lingering = True
+        self.lingered += 1
+        try:
+            self._arrived.wait(seconds)
+        except BaseException:
+            self._next = request
+            following = self._withdraw(request)
+            if following is not None and following.gate is not None:
+                following.gate.release()
+            raise
+        finally:
+            self._lingering = False
+        self._gathered(len(self._queue) - before)
+
     def _leave(self, request: R) -> None:
         """Take back a request whose thread stopped waiting; pass on its turn to send."""
         with self._lock:
-            if request.done or request not in self._queue:
-                return
-            self._queue.remove(request)
-            if self._next is not request:
-                return
-            following = self._next = self._queue[0] if self._queue else None
-            self._sending = following is not None
+            following = self._withdraw(request)
         if following is not None and following.gate is not None:
             following.gate.release()
+
+    def _withdraw(self, request: R) -> R | None:
+        """``request`` out of the queue; the next to send if it had the turn (lock held)."""
+        if request.done or request not in self._queue:
+            return None
+        self._queue.remove(request)
+        if self._next is not request:
+            return None
+        following = self._next = self._queue[0] if self._queue else None
+        self._sending = following is not None
+        return following
 
     def _company(self) -> float:
         """Seconds the next sender waits for more requests before it sends (0: none).
@@ -135,6 +167,9 @@ class GroupCommitter(Generic[R]):
     def _enough(self, queued: list[R]) -> bool:
         """Whether ``queued`` is worth a round trip without waiting for more (lock held)."""
         return True
+
+    def _gathered(self, joined: int) -> None:
+        """How many requests joined while the sender waited for company (lock held)."""
 
     def _send(self, batch: list[R]) -> None:
         """One round trip for ``batch``: each request's replies, or its ``error``."""

@@ -140,11 +140,15 @@ class Pace:
     """Weight of the newest wait in ``typical`` (an exponential moving average)."""
 
     def __init__(self) -> None:
+        self.typical = 0.0
+        """Seconds a wait lasted, recently, on average (0 before the first ended)."""
+        self.restart()
+
+    def restart(self) -> None:
+        """No wait on (at start, and in a forked child: the parent's waits are not its own)."""
         self._lock = threading.Lock()
         self.waiting = 0
         """Waits on now."""
-        self.typical = 0.0
-        """Seconds a wait lasted, recently, on average (0 before the first ended)."""
 
     def begin(self) -> float:
         """A wait starts: when (``time.monotonic()``)."""
@@ -176,12 +180,10 @@ class Waiter:
         "seen",
     )
 
-    def __init__(
-        self, run_id: str, pending: set[str], *, inbox: bool = False, pace: Pace | None = None
-    ) -> None:
-        self._pace = pace
-        """Told when the wait begins and ends (``SharedWaits.pace``), if anyone asks."""
-        self._began = pace.begin() if pace is not None else 0.0
+    def __init__(self, run_id: str, pending: set[str], *, inbox: bool = False) -> None:
+        self._pace: Pace | None = None
+        """Told when the wait ends (``_begin``: ``SharedWaits.pace``)."""
+        self._began = 0.0
         self.run_id = run_id
         self.pending = pending
         self.inbox = inbox
@@ -203,6 +205,13 @@ class Waiter:
             self.finished = True
             self._gate.release()
             self._end(ended=True)
+
+    def _begin(self, pace: Pace) -> None:
+        """The wait counts in ``pace`` from now until ``_end``.
+
+        Called with the reader's lock held, so the reader cannot have finished it yet.
+        """
+        self._pace, self._began = pace, pace.begin()
 
     def _end(self, *, ended: bool) -> None:
         """Tell the pace, once, that the wait is over (``ended``) or given up."""
@@ -233,6 +242,9 @@ class SharedWaits:
         self.keys = keys
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self.pace = Pace()
+        """The waits of this process's threads: how many now, and how long they last (the
+        same object for the client's life, a forked child's restarted)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -255,8 +267,7 @@ class SharedWaits:
         """Whether a wait went through the inbox: a client names it in calls only after one."""
         self._runs: dict[str, _Run] = {}
         self._by_stream: dict[str, str] = {}
-        self.pace = Pace()
-        """The waits of this process's threads: how many now, and how long they last."""
+        self.pace.restart()
         self._thread: threading.Thread | None = None
         self._reading = False
         self._woken = False
@@ -269,7 +280,7 @@ class SharedWaits:
 
         Events after ``last`` reach the waiter; the caller then blocks in ``wait``.
         """
-        waiter = Waiter(run_id, set(pending), pace=self.pace if pending else None)
+        waiter = Waiter(run_id, set(pending))
         if not waiter.pending:
             waiter._finish()
             return waiter
@@ -290,6 +301,7 @@ class SharedWaits:
                 backlog_to = run.cursor
             run.waiters.add(waiter)
             self._start_reader()
+            waiter._begin(self.pace)
         try:
             if wake:
                 pipe = self.redis.pipeline(transaction=False)
@@ -327,7 +339,8 @@ class SharedWaits:
                 return waiter
             if usable:
                 self._closed = False
-                waiter = Waiter(run_id, set(pending), inbox=True, pace=self.pace)
+                waiter = Waiter(run_id, set(pending), inbox=True)
+                waiter._begin(self.pace)
                 for call_id in pending:
                     data = self._orphans.pop(call_id, None)
                     if data is not None:
@@ -346,7 +359,12 @@ class SharedWaits:
 
         Raises the reader's error when it failed meanwhile.
         """
-        if not waiter.block(timeout):
+        try:
+            done = waiter.block(timeout)
+        except BaseException:  # interrupted: the wait is given up, not left registered
+            self.leave(waiter)
+            raise
+        if not done:
             with self._lock:
                 if not waiter.finished:
                     self._drop(waiter)
@@ -532,6 +550,7 @@ class SharedWaits:
             self._calls.clear()
         for waiter in waiters:
             waiter.error = exc
+            waiter._end(ended=False)  # no measure of how long a wait lasts
             waiter._finish()
 
     def close(self, timeout: float = 3.0) -> None:
