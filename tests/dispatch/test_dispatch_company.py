@@ -78,6 +78,21 @@ def test_a_wait_nobody_joined_pauses_the_waiting() -> None:
     assert company.linger() == 0.005
 
 
+def test_a_forked_child_does_not_count_the_parent_s_waits() -> None:
+    """Before any wait of its own, a child's dispatches see none of the parent's waits."""
+    pace = Pace()
+    pace.begin()  # a thread of the parent waits at the fork
+    pace.typical = 0.5
+    company = _company(pace, gap=0.001)
+    assert company.linger() == 0.005
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if pace.waiting == 0 and company.linger() == 0.0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pace.waiting == 1
+
+
 def _poll(check: Any, what: str) -> None:
     deadline = time.monotonic() + 30
     while not check():

@@ -146,21 +146,39 @@ class Pace:
 
     def restart(self) -> None:
         """No wait on (at start, and in a forked child: the parent's waits are not its own)."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
-        self.waiting = 0
-        """Waits on now."""
+        self._waiting = 0
+
+    def _here(self) -> None:
+        """Restart in a child forked since (its first look, before any wait of its own)."""
+        if self._pid != os.getpid():
+            self.restart()
+
+    @property
+    def waiting(self) -> int:
+        """Waits on now, in this process."""
+        self._here()
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: int) -> None:
+        self._here()
+        self._waiting = value
 
     def begin(self) -> float:
         """A wait starts: when (``time.monotonic()``)."""
+        self._here()
         with self._lock:
-            self.waiting += 1
+            self._waiting += 1
         return time.monotonic()
 
     def end(self, began: float, *, ended: bool) -> None:
         """The wait that ``began`` is over: ``ended`` (its calls final), or given up."""
         took = min(time.monotonic() - began, self.LONGEST_SECONDS)
+        self._here()
         with self._lock:
-            self.waiting -= 1
+            self._waiting = max(0, self._waiting - 1)  # a wait of the parent's: not counted
             if ended:
                 self.typical += self.WEIGHT * (took - self.typical)
 
