@@ -49,8 +49,19 @@ def server() -> Iterator[EmbeddedRedis]:
 
 @contextmanager
 def hung(server: EmbeddedRedis) -> Iterator[None]:
-    """``server`` stopped (by the PID of the process this test started) until the block ends."""
+    """``server`` stopped (by the PID of the process this test started) until the block ends.
+
+    A ``PING`` first: Redis writes the replies of one turn of its loop together, and a busy
+    machine can pause it between two of them, say after a client saw a call's final event
+    but before the worker got its ``FINISH`` reply, which the stop would then hold back. The
+    ``PING``'s answer comes from a later turn, once every reply of the earlier ones is out.
+    """
     assert server.process is not None
+    pinger = redis.Redis.from_url(server.url)
+    try:
+        pinger.ping()
+    finally:
+        pinger.close()
     server.process.send_signal(signal.SIGSTOP)
     try:
         yield
