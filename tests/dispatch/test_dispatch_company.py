@@ -29,7 +29,9 @@ pytestmark = pytest.mark.timeout(120)
 
 def _pace(waiting: int, typical: float) -> Pace:
     pace = Pace()
-    pace.waiting, pace.typical = waiting, typical
+    for _ in range(waiting):
+        pace.begin()
+    pace.typical = typical
     return pace
 
 

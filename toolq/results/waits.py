@@ -161,11 +161,6 @@ class Pace:
         self._here()
         return self._waiting
 
-    @waiting.setter
-    def waiting(self, value: int) -> None:
-        self._here()
-        self._waiting = value
-
     def begin(self) -> float:
         """A wait starts: when (``time.monotonic()``)."""
         self._here()
@@ -262,7 +257,7 @@ class SharedWaits:
         self._idle = threading.Condition(self._lock)
         self.pace = Pace()
         """The waits of this process's threads: how many now, and how long they last (the
-        same object for the client's life, a forked child's restarted)."""
+        same object for the client's life; it notices a fork itself)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -285,7 +280,6 @@ class SharedWaits:
         """Whether a wait went through the inbox: a client names it in calls only after one."""
         self._runs: dict[str, _Run] = {}
         self._by_stream: dict[str, str] = {}
-        self.pace.restart()
         self._thread: threading.Thread | None = None
         self._reading = False
         self._woken = False
@@ -385,8 +379,7 @@ class SharedWaits:
         if not done:
             with self._lock:
                 if not waiter.finished:
-                    self._drop(waiter)
-                    waiter._end(ended=False)
+                    self._give_up(waiter)
                     return False
         if waiter.error is not None:
             raise waiter.error
@@ -395,8 +388,12 @@ class SharedWaits:
     def leave(self, waiter: Waiter) -> None:
         """Stop waiting (a wait given up)."""
         with self._lock:
-            self._drop(waiter)
-            waiter._end(ended=False)
+            self._give_up(waiter)
+
+    def _give_up(self, waiter: Waiter) -> None:
+        """``waiter`` out of the reader's reach and of the pace's count (the lock is held)."""
+        self._drop(waiter)
+        waiter._end(ended=False)
 
     def _drop(self, waiter: Waiter) -> None:
         if waiter.inbox:
