@@ -73,7 +73,7 @@ class Company:
     SHARE = 0.05
     """Most of a typical wait (``Pace.typical``) a dispatch waits for company: what a turn
     may lose at most (0.1 and 0.2 gave the prefork worker about 1.1x more on 32
-    conversations and the threads workers nothing: docs/benchmarks/2026-11-26-dispatch-company.md)."""
+    conversations and the threads workers nothing: docs/benchmarks, the company report)."""
     WEIGHT = 0.2
     """Weight of the newest gap in ``gap`` (an exponential moving average)."""
     PAUSE_AFTER_ALONE = 8
