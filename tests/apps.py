@@ -207,6 +207,15 @@ async def loop_lateness(seconds: float, flag: str) -> float:
 
 
 @registry.tool()
+def hold_until(started: str, go: str) -> str:
+    """Creates the file ``started``, then waits (blocking, not cancellable) until ``go`` exists."""
+    open(started, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.02)
+    return "went"
+
+
+@registry.tool()
 def shell_sleep(seconds: int, ctx: ToolContext) -> str:
     """Runs `sleep` in a child process group (killed on cancel)."""
     proc = ctx.popen(["sh", "-c", f"sleep {int(seconds)} & sleep {int(seconds)}; wait"])

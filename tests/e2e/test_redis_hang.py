@@ -245,3 +245,40 @@ def test_a_worker_outlives_a_hang_longer_than_the_retries(
         assert "Traceback" not in text and "CRITICAL" not in text, text[-4000:]
     finally:
         workers.stop_all()
+
+
+@pytest.mark.timeout(120)
+def test_a_finish_caught_by_a_hang_longer_than_the_retries_is_retried_within_the_lease(
+    server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """Redis stops while a call's ``FINISH`` is on its way, for longer than a command's
+    retries: the worker goes on repeating it within the call's lease, and once Redis
+    answers the call is final after its one execution, with no error in the worker's log
+    (a ``FINISH`` that timed out may have been done; its repeat is answered alike)."""
+    log = tmp_path / "worker.log"
+    started, go = tmp_path / "started", tmp_path / "go"
+    workers = Workers(settings_on(server, lease_seconds=90.0))
+    try:
+        proc = workers.start(
+            concurrency=2, log=log, loglevel="info", TOOLQ_REDIS_SOCKET_TIMEOUT=str(SOCKET_TIMEOUT)
+        )
+        with Client(registry, workers.settings) as client:
+            call = {"id": "c-held", "name": "hold_until"}
+            call["arguments"] = {"started": str(started), "go": str(go)}
+            handle = client.dispatch([call])
+            deadline = time.monotonic() + 30
+            while not started.exists():
+                assert time.monotonic() < deadline, "the call never started"
+                time.sleep(0.02)
+            with hung(server):
+                go.touch()  # the handler returns: its FINISH meets the stopped Redis
+                time.sleep(BOUND)
+            [held] = handle.wait(timeout=30)
+            assert held.status is CallStatus.SUCCEEDED, held.error
+            assert (held.output, held.attempts) == ("went", 1)
+            assert proc.poll() is None
+        text = log.read_text()
+        assert "retrying a write" in text, text[-4000:]
+        assert "Traceback" not in text and "CRITICAL" not in text, text[-4000:]
+    finally:
+        workers.stop_all()

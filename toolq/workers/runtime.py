@@ -462,7 +462,12 @@ class WorkerRuntime:
             if ended and starts:
                 try:
                     held, started = self.commits.commit(ended, starts)
-                except (redis.ConnectionError, redis.ResponseError, ReplicationError) as exc:
+                except (
+                    redis.ConnectionError,
+                    redis.TimeoutError,
+                    redis.ResponseError,
+                    ReplicationError,
+                ) as exc:
                     log.info("retrying finishes and starts apart: %s", exc)
                     held, started = self._finish(ended), self._start(starts)
             elif ended:
@@ -682,9 +687,9 @@ class WorkerRuntime:
     ) -> T:
         """``write()``, retried for ``share`` of a lease while Redis or its replicas fail it.
 
-        Redis may be restarting or failing over; after a lease the call (or its undo)
-        belongs to recovery. Every write retried here answers a repeat with the same
-        token as it answered the first.
+        Redis may be restarting, failing over or hung (a command that timed out may have
+        been done); after a lease the call (or its undo) belongs to recovery. Every write
+        retried here answers a repeat with the same token as it answered the first.
 
         A Redis that refuses writes (full, read-only: ``refusal``) wrote nothing: the write
         is retried, with a growing pause, until Redis takes it, however long that is. The
@@ -697,7 +702,7 @@ class WorkerRuntime:
         while True:
             try:
                 done = write()
-            except (redis.ConnectionError, ReplicationError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, ReplicationError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.info("retrying a write: %s", exc)
