@@ -291,8 +291,8 @@ class Settings(BaseSettings):
     dispatch_linger: float = Field(0.005, ge=0, le=1)
     """Most seconds a client's dispatch waits for the dispatches of its other conversations
     (threads waiting for their calls) to share one round trip and one worker message; at
-    most 5% of a typical wait, and only when dispatches arrive sooner than that (0: never;
-    docs: operations/sizing.md)."""
+    most a quarter of a typical wait, and only when dispatches arrive sooner than that (0:
+    never; docs: operations/sizing.md)."""
     async_concurrency: int = Field(100, ge=1)
     """Most ``async def`` calls one worker runs at once on its event loops (``toolq worker
     --async-concurrency``); a prefork worker shares it out between its processes, at least

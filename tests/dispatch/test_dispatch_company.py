@@ -49,8 +49,8 @@ def test_company_is_waited_for_only_while_others_wait_and_arrive_sooner() -> Non
     assert _company(None, gap=0.003).linger() == 0.0
     # Dispatches further apart than the wait would last: nobody would come.
     assert _company(_pace(3, 0.1), gap=0.02).linger() == 0.0
-    # Fast turns: at most 5% of a typical wait (10 ms turns: half a millisecond).
-    assert _company(_pace(7, 0.01), gap=0.0002).linger() == pytest.approx(0.0005)
+    # Fast turns: at most a quarter of a typical wait (8 ms turns: 2 ms).
+    assert _company(_pace(7, 0.008), gap=0.0002).linger() == pytest.approx(0.002)
     # No wait has ended yet, or the setting is off.
     assert _company(_pace(5, 0.0), gap=0.0001).linger() == 0.0
     assert _company(_pace(31, 0.1), gap=0.003, most=0.0).linger() == 0.0

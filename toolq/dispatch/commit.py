@@ -70,10 +70,11 @@ class Company:
     ``PAUSE_AFTER_ALONE`` dispatches.
     """
 
-    SHARE = 0.05
+    SHARE = 0.25
     """Most of a typical wait (``Pace.typical``) a dispatch waits for company: what a turn
-    may lose at most (0.1 and 0.2 gave the prefork worker about 1.1x more on 32
-    conversations and the threads workers nothing: docs/benchmarks, the company report)."""
+    may lose at most. Against 0.05 on 32 and 8 conversations: the prefork worker's calls/s
+    about 1.25x, its turn p50 and p99 lower; the threads workers, 4, 256 and 1,000 asyncio
+    conversations within noise (docs/benchmarks, the company's share)."""
     WEIGHT = 0.2
     """Weight of the newest gap in ``gap`` (an exponential moving average)."""
     PAUSE_AFTER_ALONE = 8
