@@ -36,6 +36,11 @@ def naps(n: int, name: str = "nap", seconds: float = 0.2) -> list[dict[str, obje
             for i in range(n)]  # fmt: skip
 
 
+def short_naps(n: int, prefix: str, seconds: float, name: str = "nap") -> list[dict[str, object]]:
+    return [{"id": f"{prefix}{i}", "name": name, "arguments": {"seconds": seconds}}
+            for i in range(n)]  # fmt: skip
+
+
 def all_succeed(client: Client, calls: list[dict[str, object]], timeout: float = 60) -> None:
     results = client.dispatch(calls).wait(timeout=timeout)
     assert [x.status for x in results] == [CallStatus.SUCCEEDED] * len(calls)
@@ -48,6 +53,39 @@ def test_concurrency_bounds_the_synchronous_calls_of_shared_messages(
     workers.start("safe", pool=pool, concurrency=concurrency, **APP)
     all_succeed(slots_client, naps(8 * concurrency))  # in messages of 16 calls
     assert most_at_once(r, "sync") == concurrency
+
+
+def test_a_message_s_short_calls_run_at_once_on_a_threads_worker_s_idle_threads(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    """A turn's calls, shorter than a give-back's wait, in one message: while the worker's
+    other threads run nothing, a share goes to each of them after a few milliseconds
+    instead of waiting behind the first call."""
+    workers.start("safe", pool="threads", concurrency=4, **APP)
+    for turn in range(3):  # 45 ms each: one after the other, none would ever be given back
+        all_succeed(slots_client, short_naps(4, f"t{turn}-", 0.045))
+    assert most_at_once(r, "sync") >= 3
+
+
+def test_a_message_s_short_calls_spread_over_a_prefork_worker_s_idle_process(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    workers.start("safe", pool="prefork", concurrency=2, **APP)
+    for turn in range(3):  # 30 ms each, in one message
+        all_succeed(slots_client, short_naps(2, f"b{turn}-", 0.03, "burn"))
+    pids = [int(p) for p in r.lrange(PIDS, 0, -1)]
+    assert len(pids) == 6 and len(set(pids)) == 2
+
+
+def test_short_calls_handed_to_idle_threads_never_exceed_the_concurrency(
+    r: redis.Redis, slots_client: Client, workers: Workers
+) -> None:
+    """Three dispatches of 4 short calls at once on a threads worker of 4 slots."""
+    workers.start("safe", pool="threads", concurrency=4, **APP)
+    batches = [slots_client.dispatch(short_naps(4, f"m{i}-", 0.1)) for i in range(3)]
+    for batch in batches:
+        assert [x.status for x in batch.wait(timeout=60)] == [CallStatus.SUCCEEDED] * 4
+    assert most_at_once(r, "sync") == 4
 
 
 @pytest.mark.parametrize(("pool", "concurrency"), [("threads", 2), ("prefork", 2)])

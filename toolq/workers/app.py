@@ -30,7 +30,7 @@ from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
 from toolq.workers.heartbeat import count_received
 from toolq.workers.pool import patch_result_handler
-from toolq.workers.slots import Route
+from toolq.workers.slots import ProcessSiblings, Route, Siblings
 
 
 class _PerProcess:
@@ -47,6 +47,8 @@ class _PerProcess:
         """Whether the process that runs a task removes its message's entry (``AcksHere``)."""
         self.parent_acks = False
         """Whether a parent acknowledges the messages (prefork): a task tells it ``carried``."""
+        self.siblings: Siblings | None = None
+        """The worker's slots, which run a message now (``SlotsOfTheWorker``)."""
         self._runtime: Any = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -80,7 +82,10 @@ class _PerProcess:
                     from toolq.workers.runtime import WorkerRuntime
 
                     self._runtime = WorkerRuntime(
-                        self.settings, self.registry, async_slots=self.async_slots
+                        self.settings,
+                        self.registry,
+                        async_slots=self.async_slots,
+                        siblings=self.siblings,
                     )
                     self._pid = os.getpid()
         return self._runtime
@@ -144,6 +149,23 @@ class AcksHere(bootsteps.Step):
         runtimes = worker.app.toolq_runtimes
         runtimes.acks_here = pool_name(worker.pool) in ("threads", "solo", "prefork")
         runtimes.parent_acks = pool_name(worker.pool) == "prefork"
+
+
+class SlotsOfTheWorker(bootsteps.Step):
+    """Gives the runtimes the worker's slots, so a busy one hands waiting calls to idle ones.
+
+    A prefork worker's processes share flags in memory, made here before the pool forks
+    them; a threads worker's threads share a count. A solo worker has one slot: none.
+    """
+
+    requires = ("celery.worker.components:Pool",)
+
+    def create(self, worker: Any) -> None:
+        """Set the app's per-process runtimes' ``siblings`` from the pool."""
+        runtimes, pool = worker.app.toolq_runtimes, pool_name(worker.pool)
+        if worker.concurrency > 1 and pool in ("prefork", "threads"):
+            make = ProcessSiblings if pool == "prefork" else Siblings
+            runtimes.siblings = make(worker.concurrency)
 
 
 class ResultPipesOnce(bootsteps.Step):
@@ -263,6 +285,7 @@ def create_celery(
         holder.get().undo(call_id)
 
     app.steps["worker"].add(AcksHere)
+    app.steps["worker"].add(SlotsOfTheWorker)
     app.steps["worker"].add(ResultPipesOnce)
     app.steps["worker"].add(MaintenanceStep)
     # The heartbeat counts calls, not messages: a batch message carries several.

@@ -75,7 +75,14 @@ from toolq.workers.news import News, NewsWriter
 from toolq.workers.readmit import Readmit
 from toolq.workers.records import Decision, Gate, Kind, Records
 from toolq.workers.siblings import EventLoop
-from toolq.workers.slots import AsyncSlots, Pending, Route, Spiller
+from toolq.workers.slots import (
+    AsyncSlots,
+    Pending,
+    ProcessSiblings,
+    Route,
+    Siblings,
+    Spiller,
+)
 
 log = logging.getLogger("toolq.worker")
 T = TypeVar("T")
@@ -173,11 +180,14 @@ class WorkerRuntime:
         *,
         backend: Backend | None = None,
         async_slots: int | None = None,
+        siblings: Siblings | None = None,
     ) -> None:
         """Run ``registry``'s calls over ``backend``, or a new ``Backend(settings, registry)``.
 
         ``async_slots``: the ``async def`` calls this process may run at once (default
         ``Settings.async_concurrency``; a prefork worker's processes share it out).
+        ``siblings``: the worker's slots, for a busy one to hand waiting calls to idle ones
+        soon (``Spiller``).
         """
         backend = backend or Backend(settings, registry)
         self.settings = settings
@@ -211,7 +221,10 @@ class WorkerRuntime:
         """How many ``async def`` calls this process runs at once."""
         self._async_tools = {tool.name for tool in registry.list() if runs_async(tool)}
         self._all_async = len(self._async_tools) == len(registry.list())
-        self.spiller = Spiller(self.give_back)
+        self.siblings = siblings
+        if isinstance(siblings, ProcessSiblings):
+            siblings.leave()  # a process replacing a killed one clears its flag
+        self.spiller = Spiller(self.give_back, siblings.idle if siblings is not None else None)
         self.spiller.start()
         self.records = Records(self.redis, self.store.keys)
         self.commits = GroupCommit(self.store, CANCELLED_BEFORE_START)
@@ -284,6 +297,8 @@ class WorkerRuntime:
         if kinds is None:
             kinds = self._kinds([call_id for call_id, _ in calls])
         pending = Pending(calls, route, kinds)
+        if self.siblings is not None:
+            self.siblings.enter()
         if route is not None and len(calls) > 1:
             self.spiller.watch(pending)
         on_loop: dict[Future[CallResult], tuple[CallEnvelope, str]] = {}
@@ -329,9 +344,13 @@ class WorkerRuntime:
                     futures = self.event_loop.submit_many(coros)
                     for future, (env, token, _) in zip(futures, ready, strict=True):
                         on_loop[future] = (env, token)
+                if sync:  # the calls behind wait from now, not from before the START
+                    pending.busy()
                 for env, token, attempt in sync:  # one, unless a message's kinds were wrong
                     ended.append((env, token, self._run_sync(env, token, attempt)))
         finally:
+            if self.siblings is not None:
+                self.siblings.leave()
             pending.close()
             self._unwatch(ended)  # only if this thread broke: their leases lapse
             if on_loop:  # only if this thread broke: let them end on their own
@@ -392,23 +411,35 @@ class WorkerRuntime:
             for call_id, kind in zip(call_ids, kinds, strict=True)
         }
 
-    def give_back(self, pending: Pending) -> None:
-        """Send the calls ``pending`` still holds out again, in one message (``Spiller``)."""
-        calls = pending.take_all()
+    def give_back(self, pending: Pending, most: int | None = None, parts: int = 1) -> None:
+        """Send the calls ``pending`` still holds out again (``Spiller``).
+
+        ``most``: only that many, the last ones (``None``: all), in ``parts`` messages of
+        about as many calls each (one for each idle slot of the worker).
+        """
+        calls = pending.take_all() if most is None else pending.take_last(most)
         if not calls or pending.route is None:
-            pending.put_back(calls)
+            pending.put_back(calls, last=most is not None)
             return
-        marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in calls]
-        queue, message = self.publisher.batch_message(
-            marked, pending.route.risk, pending.route.timeout
-        )
-        try:
-            given = self.store.give_back(queue, message, [call_id for call_id, _ in calls])
-        except redis.RedisError as exc:
-            log.info("could not give back %d call(s), running them here: %s", len(calls), exc)
-            pending.put_back(calls)
-            return
-        log.debug("gave back %d call(s) of a busy slot", given)
+        parts = max(1, min(parts, len(calls)))
+        size, extra = divmod(len(calls), parts)
+        chunks, at = [], 0
+        for i in range(parts):
+            chunks.append(calls[at : at + size + (1 if i < extra else 0)])
+            at += len(chunks[-1])
+        for i, chunk in enumerate(chunks):
+            marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in chunk]
+            queue, message = self.publisher.batch_message(
+                marked, pending.route.risk, pending.route.timeout
+            )
+            try:
+                given = self.store.give_back(queue, message, [call_id for call_id, _ in chunk])
+            except redis.RedisError as exc:
+                left = [call for rest in chunks[i:] for call in rest]
+                log.info("could not give back %d call(s), running them here: %s", len(left), exc)
+                pending.put_back(left, last=most is not None)
+                return
+            log.debug("gave back %d call(s) of a busy slot", given)
 
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's call, on an event loop: its result, never an error.

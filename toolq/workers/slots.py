@@ -10,8 +10,12 @@ A batch message's calls wait in its ``Pending`` until its slot can start them. A
 whose current call has run ``GIVE_BACK_AFTER`` seconds, or that has held the message
 ``HOLD_AT_MOST``, gives the calls it has not started back (``Spiller``): they go out again
 in one new message, which any free slot of the fleet takes, so no slot idles for long
-while a call waits behind a busy one. A message of short calls stays with its slot, its
-calls one after the other, each with two round trips and no new message.
+while a call waits behind a busy one. While other slots of the same worker run no message
+(``Siblings``: a prefork worker's processes, a threads worker's threads), a share of the
+waiting calls goes back already once the current call has run ``GIVE_BACK_SOON``, a
+message for each idle slot, so a turn's calls of a few milliseconds or more run side by
+side. A message of shorter calls stays with its slot, its calls one after the other, each
+with two round trips and no new message.
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
+import multiprocessing
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from celery.utils.log import current_process_index
 
 from toolq.models import RiskLevel
 
@@ -31,6 +39,9 @@ log = logging.getLogger("toolq.worker")
 
 GIVE_BACK_AFTER = 0.05
 """Seconds a slot's current call may run before the message's calls waiting behind it go back."""
+GIVE_BACK_SOON = 0.005
+"""The same, while other slots of the worker run no message (``Siblings``): a share of the
+calls waiting goes back for them; quicker calls stay."""
 HOLD_AT_MOST = 0.25
 """Seconds a slot keeps a batch message's calls it has not started, however short its calls."""
 DEFAULT_ASYNC_CONCURRENCY = 100
@@ -70,9 +81,13 @@ class Pending:
         """The slot starts its next call: the calls behind it wait from now."""
         self.busy_since = time.monotonic()
 
-    def give_back_at(self) -> float:
-        """When its calls not started go back (``time.monotonic()``), as things stand."""
-        return min(self.busy_since + GIVE_BACK_AFTER, self.taken_at + HOLD_AT_MOST)
+    def give_back_at(self, soon: bool = False) -> float:
+        """When its calls not started go back (``time.monotonic()``), as things stand.
+
+        ``soon``: for idle slots of the worker (``GIVE_BACK_SOON``).
+        """
+        after = GIVE_BACK_SOON if soon else GIVE_BACK_AFTER
+        return min(self.busy_since + after, self.taken_at + HOLD_AT_MOST)
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -103,6 +118,14 @@ class Pending:
                     taken.append(call)
         return taken
 
+    def take_last(self, most: int) -> list[Call]:
+        """Up to ``most`` of the last calls, taken out (none once the slot is done with it)."""
+        with self._lock:
+            if self.closed or most <= 0:
+                return []
+            taken = [self._calls.pop() for _ in range(min(most, len(self._calls)))]
+            return taken[::-1]
+
     def take_all(self) -> list[Call]:
         """Every call left, taken out (none once the slot is done with the message)."""
         with self._lock:
@@ -112,10 +135,16 @@ class Pending:
             self._calls.clear()
             return taken
 
-    def put_back(self, calls: Sequence[Call]) -> None:
-        """Calls a give-back could not send, for the slot to run after all."""
+    def put_back(self, calls: Sequence[Call], last: bool = False) -> None:
+        """Calls a give-back could not send, for the slot to run after all.
+
+        Where they were taken from: in front, or ``last``.
+        """
         with self._lock:
-            self._calls.extendleft(reversed(calls))
+            if last:
+                self._calls.extend(calls)
+            else:
+                self._calls.extendleft(reversed(calls))
 
     def close(self) -> None:
         """The slot is done: what is left (nothing, normally) stays with it."""
@@ -165,12 +194,81 @@ class AsyncSlots:
                 self._changed.wait(timeout)
 
 
+class Siblings:
+    """The other slots of a worker: how many run no message now (``idle``).
+
+    A slot that runs a message holds one while it does (``enter``, ``leave``). The
+    ``Spiller`` hands a share of a busy slot's waiting calls to idle ones soon.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        """A slot of the worker starts running a message."""
+        with self._lock:
+            self._running += 1
+
+    def leave(self) -> None:
+        """A slot of the worker is done with its message."""
+        with self._lock:
+            self._running -= 1
+
+    def idle(self) -> int:
+        """How many slots of the worker run no message now."""
+        return max(0, self.size - self._running)
+
+
+class ProcessSiblings(Siblings):
+    """The processes of a prefork worker, each one slot: flags in shared memory.
+
+    Made in the worker's main process before its pool forks (``toolq.workers.app``); each
+    process sets its flag, found by its pool index, while it runs a message. A process that
+    replaces a dead one has its index and clears the flag the dead one left set.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self._flags = multiprocessing.RawArray("b", size)
+
+    def enter(self) -> None:
+        """Set the calling process's flag: it runs a message."""
+        self._mark(1)
+
+    def leave(self) -> None:
+        """Clear the calling process's flag: done with its message (or replacing a dead one)."""
+        self._mark(0)
+
+    def _mark(self, flag: int) -> None:
+        index = current_process_index(base=0)
+        if index is not None and 0 <= index < self.size:
+            self._flags[index] = flag
+
+    def idle(self) -> int:
+        """How many processes of the worker run no message now."""
+        return self.size - int(sum(self._flags))
+
+
 class Spiller(threading.Thread):
     """Gives back the calls a busy slot has not started (``Pending.give_back_at``)."""
 
-    def __init__(self, give_back: Callable[[Pending], None]) -> None:
+    def __init__(
+        self,
+        give_back: Callable[[Pending, int | None, int], None],
+        idle_siblings: Callable[[], int] | None = None,
+    ) -> None:
+        """Give back what busy slots hold, with ``give_back(pending, most, parts)``.
+
+        ``give_back`` sends ``most`` of the calls (``None``: all) out again, in ``parts``
+        messages. ``idle_siblings``: how many other slots of the worker run no message now
+        (``Siblings.idle``): while some do not, a share of the waiting calls goes back after
+        ``GIVE_BACK_SOON`` already, a message for each of them.
+        """
         super().__init__(name="toolq-give-back", daemon=True)
         self.give_back = give_back
+        self.idle_siblings = idle_siblings
         self._due: list[tuple[float, int, Pending]] = []
         self._seq = itertools.count()
         self._changed = threading.Condition()
@@ -179,10 +277,11 @@ class Spiller(threading.Thread):
     def watch(self, pending: Pending) -> None:
         """Give back what ``pending`` still holds when its slot has been busy too long."""
         with self._changed:
-            # A new message's first look is never before one already due.
-            idle = not self._due
-            heapq.heappush(self._due, (pending.give_back_at(), next(self._seq), pending))
-            if idle:
+            first = pending.give_back_at(soon=self.idle_siblings is not None)
+            # The thread sleeps until the earliest look: wake it only to look sooner.
+            sooner = not self._due or first < self._due[0][0]
+            heapq.heappush(self._due, (first, next(self._seq), pending))
+            if sooner:
                 self._changed.notify()
 
     def stop(self) -> None:
@@ -208,11 +307,20 @@ class Spiller(threading.Thread):
                 _, _, pending = heapq.heappop(self._due)
                 if pending.closed or not len(pending):
                     continue
-                again = pending.give_back_at()
-                if again > time.monotonic():  # its slot started another call meanwhile
-                    heapq.heappush(self._due, (again, next(self._seq), pending))
-                    continue
+                now = time.monotonic()
+                most: int | None = None
+                parts = 1
+                idle = self.idle_siblings() if self.idle_siblings is not None else 0
+                if pending.give_back_at() > now:  # not due for every slot of the fleet yet
+                    again = pending.give_back_at(soon=idle > 0)
+                    if again > now:  # its slot started another call meanwhile
+                        heapq.heappush(self._due, (again, next(self._seq), pending))
+                        continue
+                    # the idle slots' share, a message each, and a look again for the rest
+                    most = math.ceil(len(pending) * idle / (idle + 1))
+                    parts = min(idle, most)
+                    heapq.heappush(self._due, (pending.give_back_at(), next(self._seq), pending))
             try:
-                self.give_back(pending)
+                self.give_back(pending, most, parts)
             except Exception:  # the slot runs them after all
                 log.exception("giving back calls failed")
