@@ -1,12 +1,13 @@
 """One log line per real event on a worker: no tracebacks for a broker reconnect.
 
-When Redis restarts, calls that finish while the consumer reconnects cannot be acknowledged
-on the closed channel; kombu logs each as ``CRITICAL Couldn't ack`` with a traceback,
-although nothing is wrong: the call's outcome is in Redis, and its message, left in
-kombu's ``unacked`` hash, is skipped if it is ever delivered again (the call is no longer
-``queued``). Celery also warns on every reconnect about a default it will change in 6.0
-(``worker_cancel_long_running_tasks_on_connection_loss``); toolq keeps running calls
-through a reconnect on purpose (they hold a lease in Redis), so the warning says nothing.
+When Redis restarts (or hangs past the socket timeout), calls that finish while the
+consumer reconnects cannot be acknowledged on the closed channel; kombu logs each as
+``CRITICAL Couldn't ack`` with a traceback, although nothing is wrong: the call's outcome
+is in Redis, and its message, left in kombu's ``unacked`` hash, is skipped if it is ever
+delivered again (the call is no longer ``queued``). Celery also warns on every reconnect
+about a default it will change in 6.0 (``worker_cancel_long_running_tasks_on_connection_loss``);
+toolq keeps running calls through a reconnect on purpose (they hold a lease in Redis), so
+the warning says nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class AckAfterReconnect(logging.Filter):
             return True
         args = record.args if isinstance(record.args, tuple) else (record.args,)
         error = args[-1] if args else None
-        if not isinstance(error, (redis.ConnectionError, ConnectionError, OperationalError)):
+        lost = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OperationalError)
+        if not isinstance(error, lost):
             return True
         record.msg = (
             "message %s not acknowledged: the broker connection was lost (%s); its call's "
