@@ -475,6 +475,24 @@ def test_give_back_pushes_one_message_for_the_calls_still_queued(r: redis.Redis,
     assert nothing == 0 and r.llen(QUEUE) == 1
 
 
+def test_an_early_give_back_goes_only_onto_an_empty_queue(r: redis.Redis, lua: Scripts):
+    """A share for the worker's idle slots would wait behind the queue's messages: not sent."""
+    create(lua, "c1", message=None)
+
+    def give() -> int:
+        return lua.run(
+            scripts.GIVE_BACK(
+                keys=KEYS, queue=QUEUE, message=MESSAGE, call_ids=["c1"], now=now(),
+                unless_waiting=True,
+            )
+        )  # fmt: skip
+
+    r.lpush(QUEUE, "another message")
+    assert give() == -1 and r.llen(QUEUE) == 1 and "push_seq" not in record(r)
+    r.delete(QUEUE)
+    assert give() == 1 and r.lrange(QUEUE, 0, -1) == [MESSAGE.encode()]
+
+
 # -- what the hot path asks of Redis ------------------------------------------------------------
 
 

@@ -7,9 +7,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
+from tests.conftest import InProcess
+from tests.slots_app import registry
+from toolq import CallStatus, Client
 from toolq.models import RiskLevel
-from toolq.workers.slots import GIVE_BACK_SOON, Pending, Route, Spiller
+from toolq.results.store import CallStore
+from toolq.settings import Settings
+from toolq.workers.slots import GIVE_BACK_SOON, Pending, Route, Siblings, Spiller
 
 ROUTE = Route(RiskLevel.SAFE, None)
 
@@ -22,8 +28,9 @@ class Given:
         self.came = threading.Event()
 
     def __call__(self, pending: Pending, most: int | None, parts: int) -> None:
-        taken = pending.take_all() if most is None else pending.take_last(most)
+        taken = pending.take_to_give(most)
         self.calls.append((pending, len(taken), parts))
+        pending.settle([])
         self.came.set()
 
 
@@ -68,7 +75,7 @@ def test_with_idle_slots_a_share_goes_back_soon_a_message_each(given: Given) -> 
         assert given.came.wait(10)
         [(_, count, parts)] = given.calls
         assert (count, parts, len(pending)) == (4, 2, 2)
-        assert [c for c, _ in pending.take_all()] == ["c0", "c1"]  # the first ones stay
+        assert [c for c, _ in pending.take_to_give()] == ["c0", "c1"]  # the first ones stay
     finally:
         spiller.stop()
 
@@ -83,3 +90,44 @@ def test_without_idle_slots_nothing_goes_back_soon(given: Given) -> None:
         assert given.calls[0][1:] == (3, 1)
     finally:
         spiller.stop()
+
+
+def test_a_slot_waits_for_a_give_back_in_flight_and_runs_what_comes_back() -> None:
+    """The slot found its message empty while the give-back thread held the calls: it
+    waits, and a give-back that failed hands them back for the slot to run."""
+    pending = _pending(3)
+    assert [c for c, _ in pending.take_to_give(2)] == ["c1", "c2"]
+    assert pending.giving()
+    came_back: list[bool] = []
+    slot = threading.Thread(target=lambda: came_back.append(pending.wait_given()))
+    slot.start()
+    slot.join(0.2)
+    assert slot.is_alive()  # still waiting: the calls may come back
+    pending.settle([("c1", "run"), ("c2", "run")], last=True)  # the push failed
+    slot.join(5)
+    assert came_back == [True] and not pending.giving()
+    assert [c for c, _ in pending.take_to_give()] == ["c0", "c1", "c2"]  # order kept
+
+
+def test_a_give_back_failing_after_the_slot_ran_its_other_calls_leaves_it_the_call(
+    settings: Settings, inproc: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls in one message on a worker with idle slots: the give-back thread takes the
+    second while the first runs, and its push fails only after the first has ended. The
+    slot waits for it instead of taking the message for done, and runs the call itself
+    (it used to stay queued until the sweeper re-sent it, seconds later)."""
+    worker = inproc.worker("safe", app="tests.slots_app:registry")
+    worker.app.toolq_runtimes.siblings = Siblings(4)  # as a threads worker of 4 has
+
+    def failing(*_: object, **__: object) -> int:  # a Redis error a round trip late
+        time.sleep(0.1)
+        raise redis.ConnectionError("injected: connection reset")
+
+    monkeypatch.setattr(CallStore, "give_back", failing)
+    calls = [{"id": "a", "name": "nap", "arguments": {"seconds": 0.03}},
+             {"id": "b", "name": "nap", "arguments": {"seconds": 0.001}}]  # fmt: skip
+    with Client(registry, settings) as client:
+        batch = client.dispatch(calls)
+        worker.drain(timeout=10)
+        statuses = [client.result(c).status for c in batch.call_ids]
+    assert statuses == [CallStatus.SUCCEEDED, CallStatus.SUCCEEDED]

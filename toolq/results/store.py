@@ -387,11 +387,14 @@ class CallStore:
 
     # -- worker side -------------------------------------------------------------------------
 
-    def give_back(self, queue: str, message: str, call_ids: Sequence[str]) -> int:
+    def give_back(
+        self, queue: str, message: str, call_ids: Sequence[str], unless_waiting: bool = False
+    ) -> int:
         """Push ``message`` for the calls among ``call_ids`` still queued; how many.
 
         A busy worker's calls it has not started (``give_back.lua``): the push is recorded
-        on each as at creation, so a lost message is sent again.
+        on each as at creation, so a lost message is sent again. ``unless_waiting``: push
+        nothing while ``queue`` holds a message (-1).
         """
         return self.scripts.run(
             scripts.GIVE_BACK(
@@ -400,6 +403,7 @@ class CallStore:
                 message=message,
                 call_ids=call_ids,
                 now=repr(time.time()),
+                unless_waiting=unless_waiting,
             )
         )
 

@@ -284,6 +284,11 @@ def create_celery(
     def undo(call_id: str) -> None:
         holder.get().undo(call_id)
 
+    def clear_flag(**_: Any) -> None:  # a process replacing a killed one: its flag is free
+        if isinstance(holder.siblings, ProcessSiblings):
+            holder.siblings.leave()
+
+    signals.worker_process_init.connect(clear_flag, weak=False)
     app.steps["worker"].add(AcksHere)
     app.steps["worker"].add(SlotsOfTheWorker)
     app.steps["worker"].add(ResultPipesOnce)

@@ -312,12 +312,12 @@ class WorkerRuntime:
                         ended += self._ended(on_loop, ASYNC_POLL_SECONDS)
                     elif len(pending):  # async calls waiting for the loop's slots to free
                         self.async_slots.wait(ASYNC_POLL_SECONDS)
-                    else:
+                    elif not pending.wait_given():  # none came back from a give-back
                         break
                     continue
                 if starts:
                     pending.busy()
-                last = not starts and not on_loop and not len(pending)
+                last = not starts and not on_loop and not len(pending) and not pending.giving()
                 try:
                     started = self._commit(
                         ended, [(c, r, t) for c, r, t, _ in starts], ack if last else None
@@ -414,32 +414,41 @@ class WorkerRuntime:
     def give_back(self, pending: Pending, most: int | None = None, parts: int = 1) -> None:
         """Send the calls ``pending`` still holds out again (``Spiller``).
 
-        ``most``: only that many, the last ones (``None``: all), in ``parts`` messages of
-        about as many calls each (one for each idle slot of the worker).
+        ``most``: only that many, the last ones, in ``parts`` messages of about as many calls
+        each, one for each idle slot of the worker, and only onto an empty queue (behind
+        waiting messages they would wait longer than on their slot); ``None``: all of them,
+        in one message. Calls not sent go back to the slot (``Pending.settle``).
         """
-        calls = pending.take_all() if most is None else pending.take_last(most)
-        if not calls or pending.route is None:
-            pending.put_back(calls, last=most is not None)
+        calls = pending.take_to_give(most)
+        if not calls:
             return
-        parts = max(1, min(parts, len(calls)))
-        size, extra = divmod(len(calls), parts)
-        chunks, at = [], 0
-        for i in range(parts):
-            chunks.append(calls[at : at + size + (1 if i < extra else 0)])
-            at += len(chunks[-1])
-        for i, chunk in enumerate(chunks):
-            marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in chunk]
-            queue, message = self.publisher.batch_message(
-                marked, pending.route.risk, pending.route.timeout
-            )
-            try:
-                given = self.store.give_back(queue, message, [call_id for call_id, _ in chunk])
-            except redis.RedisError as exc:
-                left = [call for rest in chunks[i:] for call in rest]
-                log.info("could not give back %d call(s), running them here: %s", len(left), exc)
-                pending.put_back(left, last=most is not None)
+        back: list[tuple[str, str]] = calls
+        try:
+            if pending.route is None:
                 return
-            log.debug("gave back %d call(s) of a busy slot", given)
+            parts = max(1, min(parts, len(calls)))
+            size, extra = divmod(len(calls), parts)
+            chunks, at = [], 0
+            for i in range(parts):
+                chunks.append(calls[at : at + size + (1 if i < extra else 0)])
+                at += len(chunks[-1])
+            for i, chunk in enumerate(chunks):
+                marked = [(c, r, "async" if pending.kinds.get(c) else "sync") for c, r in chunk]
+                queue, message = self.publisher.batch_message(
+                    marked, pending.route.risk, pending.route.timeout
+                )
+                ids = [call_id for call_id, _ in chunk]
+                try:
+                    given = self.store.give_back(queue, message, ids, most is not None)
+                except redis.RedisError as exc:
+                    log.info("could not give back %d call(s), running them here: %s", len(ids), exc)
+                    return
+                if given < 0:  # the queue holds messages: the slot keeps them
+                    return
+                back = [call for rest in chunks[i + 1 :] for call in rest]
+                log.debug("gave back %d call(s) of a busy slot", given)
+        finally:
+            pending.settle(back, last=most is not None)
 
     async def _run_async(self, env: CallEnvelope, token: str, execution: int) -> CallResult:
         """A batch's call, on an event loop: its result, never an error.

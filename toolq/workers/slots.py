@@ -13,9 +13,11 @@ in one new message, which any free slot of the fleet takes, so no slot idles for
 while a call waits behind a busy one. While other slots of the same worker run no message
 (``Siblings``: a prefork worker's processes, a threads worker's threads), a share of the
 waiting calls goes back already once the current call has run ``GIVE_BACK_SOON``, a
-message for each idle slot, so a turn's calls of a few milliseconds or more run side by
-side. A message of shorter calls stays with its slot, its calls one after the other, each
-with two round trips and no new message.
+message for each idle slot, if the queue holds no message (behind others the calls would
+wait longer than on their slot), so a turn's calls of a few milliseconds or more run side
+by side. A message of shorter calls stays with its slot, its calls one after the other,
+each with two round trips and no new message. A slot takes its message for done only once
+no give-back of its calls is in flight: one that fails hands them back to it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Pending:
         """Which calls are ``async def`` ones (the message given back says so too)."""
         self._calls: deque[Call] = deque(calls)
         self._lock = threading.Lock()
+        self._giving = 0
+        self._given = threading.Condition(self._lock)
         self.closed = False
         """Its slot is done with the message: nothing is given back any more."""
         self.taken_at = time.monotonic()
@@ -118,33 +122,46 @@ class Pending:
                     taken.append(call)
         return taken
 
-    def take_last(self, most: int) -> list[Call]:
-        """Up to ``most`` of the last calls, taken out (none once the slot is done with it)."""
-        with self._lock:
-            if self.closed or most <= 0:
-                return []
-            taken = [self._calls.pop() for _ in range(min(most, len(self._calls)))]
-            return taken[::-1]
+    def take_to_give(self, most: int | None = None) -> list[Call]:
+        """Calls taken out to be given back: all, or the last ``most`` (none once closed).
 
-    def take_all(self) -> list[Call]:
-        """Every call left, taken out (none once the slot is done with the message)."""
+        Until ``settle``, the slot does not take the message for done (``wait_given``): a
+        give-back that fails hands its calls back to a slot still there to run them, and
+        the message is acknowledged only after the new one is pushed.
+        """
         with self._lock:
             if self.closed:
                 return []
-            taken = list(self._calls)
-            self._calls.clear()
+            count = len(self._calls) if most is None else max(0, min(most, len(self._calls)))
+            taken = [self._calls.pop() for _ in range(count)][::-1]
+            if taken:
+                self._giving += 1
             return taken
 
-    def put_back(self, calls: Sequence[Call], last: bool = False) -> None:
-        """Calls a give-back could not send, for the slot to run after all.
+    def settle(self, back: Sequence[Call], last: bool = False) -> None:
+        """A give-back is over; ``back`` (the calls it did not send) return to the slot.
 
-        Where they were taken from: in front, or ``last``.
+        They go where they were taken from: in front, or ``last``.
         """
         with self._lock:
             if last:
-                self._calls.extend(calls)
+                self._calls.extend(back)
             else:
-                self._calls.extendleft(reversed(calls))
+                self._calls.extendleft(reversed(back))
+            self._giving -= 1
+            self._given.notify_all()
+
+    def giving(self) -> bool:
+        """Whether a give-back of its calls is in flight."""
+        with self._lock:
+            return self._giving > 0
+
+    def wait_given(self) -> bool:
+        """Wait for the give-backs in flight to settle; whether calls came back to run."""
+        with self._lock:
+            while self._giving:
+                self._given.wait()
+            return bool(self._calls)
 
     def close(self) -> None:
         """The slot is done: what is left (nothing, normally) stays with it."""

@@ -571,18 +571,25 @@ class GiveBack(Script[int]):
     includes = ("push",)
 
     def __call__(
-        self, *, keys: Keys, queue: str, message: str, call_ids: Sequence[str], now: str
+        self,
+        *,
+        keys: Keys,
+        queue: str,
+        message: str,
+        call_ids: Sequence[str],
+        now: str,
+        unless_waiting: bool = False,
     ) -> Invocation[int]:
         """An invocation: KEYS and ARGV as the header of ``give_back.lua`` lists them."""
         return self.invoke(
             keys={**push_keys(keys, queue), "queued": keys.queued},
-            argv={"message": message, "now": now},
+            argv={"message": message, "now": now, "unless_waiting": "1" if unless_waiting else ""},
             extra_keys=[keys.call(c) for c in call_ids],
             extra_argv=call_ids,
         )
 
     def parse(self, reply: Any) -> int:
-        """How many calls were given back."""
+        """How many calls were given back; -1: none, the queue holds a message (unless_waiting)."""
         return int(reply)
 
 
