@@ -126,6 +126,39 @@ def test_news_past_the_queue_bound_is_dropped_not_waited_for(
     writer.stop()
 
 
+def test_news_past_the_bytes_bound_is_dropped_and_round_trips_stay_small(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool streaming large progress faster than Redis takes it: what is queued past the
+    byte bound is dropped, and each round trip carries about ``BATCH_BYTES``, not all."""
+    monkeypatch.setattr(news_module, "MAX_QUEUED_BYTES", 10_000)
+    monkeypatch.setattr(news_module, "BATCH_BYTES", 3_000)
+    release = threading.Event()
+    sizes: list[int] = []
+    written: list[int] = []
+
+    def write(batch: Sequence[News]) -> None:
+        release.wait(5)
+        sizes.append(sum(len(item.data) for item in batch))
+        written.extend(json.loads(item.data)["n"] for item in batch)
+
+    def big(n: int) -> News:
+        return News(news("a", n).envelope, "token", EventType.PROGRESS,
+                    json.dumps({"n": n, "pad": "x" * 990}))  # fmt: skip
+
+    writer = NewsWriter(write)
+    for n in range(40):  # 40 KB queued while the writer is held: most dropped
+        writer.put(big(n))
+    release.set()
+    writer.flush(["a"])
+    assert 9 <= len(written) <= 12 and written == sorted(written)
+    assert len(sizes) > 1 and max(sizes) <= 3_000 + 1_010
+    writer.put(big(99))  # room again once written
+    writer.flush(["a"])
+    assert written[-1] == 99
+    writer.stop()
+
+
 @pytest.fixture
 def paused_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(directory=str(tmp_path))

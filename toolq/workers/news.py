@@ -10,8 +10,11 @@ order it was queued: a call's events keep their order), while the loop goes on.
 A call's final state is written only after its news (``flush`` before its ``FINISH``), so
 its stream never shows progress after its end. News is not state: what Redis refuses (full,
 read-only) or cannot take within the client's retries (``RETRY_SECONDS``) is dropped and
-logged, never the call; so is news queued past ``MAX_QUEUED`` while the writer cannot keep
-up (the loop is never made to wait for Redis).
+logged, never the call; so is news queued past ``MAX_QUEUED`` events or ``MAX_QUEUED_BYTES``
+of data while the writer cannot keep up (the loop is never made to wait for Redis, and a
+tool that streams faster than Redis takes it cannot grow the worker's memory without bound).
+A round trip carries at most ``BATCH_MAX`` events and about ``BATCH_BYTES`` of data; the rest
+goes in the next.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ log = logging.getLogger("toolq.worker")
 
 MAX_QUEUED = 10_000
 """News queued and not yet written past which new news is dropped (logged)."""
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
+"""Data of the news queued and not yet written past which new news is dropped (logged)."""
+BATCH_MAX = 1_000
+"""Most events one round trip writes."""
+BATCH_BYTES = 4 * 1024 * 1024
+"""Data one round trip writes, about: it takes events until it is over this."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class NewsWriter:
         self._queue: deque[tuple[int, News]] = deque()
         self._queued = 0
         """Sequence number of the last news queued."""
+        self._bytes = 0
+        """Data of the news queued and not taken by the writer yet."""
         self._done = 0
         """Every news numbered up to this one is written (or dropped)."""
         self._last: dict[str, int] = {}
@@ -75,14 +86,20 @@ class NewsWriter:
         with self._changed:
             if self._pid != os.getpid():  # a new process: nothing of another's is its own
                 self._queue.clear()
+                self._bytes = 0
                 self._last.clear()
                 self._done = self._queued
                 self._thread = None
                 self._pid = os.getpid()
-            if self._stopping or self._queued - self._done >= MAX_QUEUED:
+            if (
+                self._stopping
+                or self._queued - self._done >= MAX_QUEUED
+                or self._bytes + len(news.data) > MAX_QUEUED_BYTES
+            ):
                 self._refused(news)
                 return
             self._queued += 1
+            self._bytes += len(news.data)
             self._queue.append((self._queued, news))
             self._last[news.envelope.call_id] = self._queued
             self._running()
@@ -110,7 +127,11 @@ class NewsWriter:
         now = time.monotonic()
         if now - self._dropped_logged < 1.0:
             return
-        why = "the worker is stopping" if self._stopping else f"{MAX_QUEUED} not yet written"
+        why = (
+            "the worker is stopping"
+            if self._stopping
+            else f"{MAX_QUEUED} events or {MAX_QUEUED_BYTES} bytes not yet written"
+        )
         log.warning(
             "%d event(s) dropped, the last a %s event of call %s: %s",
             self._dropped,
@@ -133,8 +154,12 @@ class NewsWriter:
                     self._changed.wait()
                 if not self._queue:
                     return
-                batch = list(self._queue)
-                self._queue.clear()
+                batch: list[tuple[int, News]] = []
+                size = 0
+                while self._queue and len(batch) < BATCH_MAX and size <= BATCH_BYTES:
+                    batch.append(self._queue.popleft())
+                    size += len(batch[-1][1].data)
+                self._bytes -= size
             self._send([news for _, news in batch])
             with self._changed:
                 self._done = batch[-1][0]
