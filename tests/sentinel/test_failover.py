@@ -78,14 +78,16 @@ def test_workers_follow_the_master_through_a_failover(
         group.node_at(old).kill()
         in_flight = len(executions(str(log)))
         new = group.wait_failover(old)
-        deadline = time.monotonic() + 10
-        while True:  # the Sentinel names the new master once it has taken the role
+        deadline = time.monotonic() + 20
+        while True:  # the Sentinels name the new master once it has taken the role (on a
+            # loaded machine one of them may still name the old one for a while)
             try:
-                assert master_address(settings) == ("127.0.0.1", new)
-                break
+                if master_address(settings) == ("127.0.0.1", new):
+                    break
             except redis.sentinel.MasterNotFoundError:
-                assert time.monotonic() < deadline, "no master found after the failover"
-                time.sleep(0.1)
+                pass
+            assert time.monotonic() < deadline, "the Sentinels did not name the new master"
+            time.sleep(0.1)
         group.rejoin(group.node_at(old), new)
         # Until the rejoined node has synced, a dispatch is refused as not acknowledged by
         # both replicas; repeating it with the same ids is safe, as the error says.

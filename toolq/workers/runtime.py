@@ -315,9 +315,12 @@ class WorkerRuntime:
                     elif not pending.wait_given():  # none came back from a give-back
                         break
                     continue
+                if not starts and not on_loop and not len(pending) and pending.giving():
+                    pending.wait_given()  # what comes back starts with these FINISHes; else
+                    continue  # they are the message's last, and its ack goes with them
                 if starts:
                     pending.busy()
-                last = not starts and not on_loop and not len(pending) and not pending.giving()
+                last = not starts and not on_loop and not len(pending)
                 try:
                     started = self._commit(
                         ended, [(c, r, t) for c, r, t, _ in starts], ack if last else None
