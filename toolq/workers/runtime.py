@@ -78,7 +78,6 @@ from toolq.workers.siblings import EventLoop
 from toolq.workers.slots import (
     AsyncSlots,
     Pending,
-    ProcessSiblings,
     Route,
     Siblings,
     Spiller,
@@ -222,8 +221,6 @@ class WorkerRuntime:
         self._async_tools = {tool.name for tool in registry.list() if runs_async(tool)}
         self._all_async = len(self._async_tools) == len(registry.list())
         self.siblings = siblings
-        if isinstance(siblings, ProcessSiblings):
-            siblings.leave()  # a process replacing a killed one clears its flag
         self.spiller = Spiller(self.give_back, siblings.idle if siblings is not None else None)
         self.spiller.start()
         self.records = Records(self.redis, self.store.keys)
@@ -307,17 +304,19 @@ class WorkerRuntime:
             while True:
                 starts = self._next(pending, kinds)
                 ended += self._ended(on_loop, 0)
+                if not starts and not on_loop and not len(pending) and pending.giving():
+                    # What a give-back in flight hands back starts with these FINISHes; else
+                    # they are the message's last, and its ack goes with them.
+                    pending.wait_given()
+                    continue
                 if not starts and not ended:
                     if on_loop:
                         ended += self._ended(on_loop, ASYNC_POLL_SECONDS)
                     elif len(pending):  # async calls waiting for the loop's slots to free
                         self.async_slots.wait(ASYNC_POLL_SECONDS)
-                    elif not pending.wait_given():  # none came back from a give-back
+                    else:
                         break
                     continue
-                if not starts and not on_loop and not len(pending) and pending.giving():
-                    pending.wait_given()  # what comes back starts with these FINISHes; else
-                    continue  # they are the message's last, and its ack goes with them
                 if starts:
                     pending.busy()
                 last = not starts and not on_loop and not len(pending)
