@@ -228,3 +228,40 @@ def test_waiting_conversations_gather_their_turns_into_shared_round_trips(
         assert creates.requests == conversations * turns
         assert creates.lingered > 0
         assert creates.round_trips < creates.requests
+
+
+@pytest.mark.e2e
+def test_a_child_forked_while_the_parent_s_reader_holds_its_lock_still_waits(
+    r: redis.Redis, settings: Settings, workers: Workers
+) -> None:
+    """The parent's reader thread takes the waits' lock on each read; a fork at that moment
+    leaves the child a copy of the lock held by a thread it does not have. The child's own
+    wait must not take that copy (it hung for ever, found beside a second copy of the suite)."""
+    workers.start("safe", concurrency=2)
+    with Client(registry, settings) as client:
+        client.dispatch([{"id": "a", "name": "noop", "arguments": {}}]).wait(timeout=30)
+        waits = client.log.waits
+        held, release = threading.Event(), threading.Event()
+
+        def reader_at_the_fork() -> None:
+            with waits._lock:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=reader_at_the_fork)
+        holder.start()
+        assert held.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(30)  # a hang ends the child (killed by SIGALRM), not the suite
+                child = client.dispatch([{"id": "b", "name": "noop", "arguments": {}}])
+                results = child.wait(timeout=20)
+                code = 0 if results[0].status is CallStatus.SUCCEEDED else 2
+            finally:
+                os._exit(code)
+        release.set()
+        holder.join(30)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0

@@ -19,13 +19,13 @@ The worker's ``START``s and ``FINISH``es (``toolq.workers.commit``) and a client
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Generic, TypeVar
 
 import redis
 
 from toolq.redis_failures import refusal
+from toolq.results.forks import fresh_in_children
 
 
 class Request:
@@ -46,7 +46,8 @@ class GroupCommitter(Generic[R]):
     """Sends requests of several threads in one round trip (``_send``) at a time."""
 
     def __init__(self) -> None:
-        self._fresh()
+        self.after_fork()
+        fresh_in_children(self)
         self.round_trips = 0
         """Round trips sent (each carrying one or more threads' requests)."""
         self.requests = 0
@@ -54,12 +55,11 @@ class GroupCommitter(Generic[R]):
         self.lingered = 0
         """Round trips whose sender waited for company (``_company``) first."""
 
-    def _fresh(self) -> None:
+    def after_fork(self) -> None:
         """Nothing queued or in flight: at start, and in a child forked meanwhile.
 
         The parent's threads, their requests and its round trip in flight are not the child's.
         """
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         """Notified when a request joins a sender waiting for company that has ``_enough``."""
@@ -77,8 +77,6 @@ class GroupCommitter(Generic[R]):
         thread of the first request queued behind them, which sends next: no thread wakes
         to find its request still waiting.
         """
-        if self._pid != os.getpid():
-            self._fresh()
         with self._lock:
             self._queue.append(request)
             if self._sending:

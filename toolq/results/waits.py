@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 import uuid
@@ -41,6 +40,7 @@ from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, EventType
 from toolq.redis_wire import packed
 from toolq.results.connection import as_text
+from toolq.results.forks import fresh_in_children
 from toolq.settings import LONGEST_BLOCK_SECONDS
 
 WAKE_TTL_SECONDS = 60
@@ -142,28 +142,21 @@ class Pace:
     def __init__(self) -> None:
         self.typical = 0.0
         """Seconds a wait lasted, recently, on average (0 before the first ended)."""
-        self.restart()
+        self.after_fork()
+        fresh_in_children(self)
 
-    def restart(self) -> None:
+    def after_fork(self) -> None:
         """No wait on (at start, and in a forked child: the parent's waits are not its own)."""
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._waiting = 0
-
-    def _here(self) -> None:
-        """Restart in a child forked since (its first look, before any wait of its own)."""
-        if self._pid != os.getpid():
-            self.restart()
 
     @property
     def waiting(self) -> int:
         """Waits on now, in this process."""
-        self._here()
         return self._waiting
 
     def begin(self) -> float:
         """A wait starts: when (``time.monotonic()``)."""
-        self._here()
         with self._lock:
             self._waiting += 1
         return time.monotonic()
@@ -171,7 +164,6 @@ class Pace:
     def end(self, began: float, *, ended: bool) -> None:
         """The wait that ``began`` is over: ``ended`` (its calls final), or given up."""
         took = min(time.monotonic() - began, self.LONGEST_SECONDS)
-        self._here()
         with self._lock:
             self._waiting = max(0, self._waiting - 1)  # a wait of the parent's: not counted
             if ended:
@@ -253,15 +245,20 @@ class SharedWaits:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
         self.keys = keys
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self.pace = Pace()
         """The waits of this process's threads: how many now, and how long they last (the
-        same object for the client's life; it notices a fork itself)."""
-        self._reset()
+        same object for the client's life; it starts afresh in a forked child itself)."""
+        self.after_fork()
+        fresh_in_children(self)
 
-    def _reset(self) -> None:
-        self._pid = os.getpid()
+    def after_fork(self) -> None:
+        """A new reader: at start, and in a forked child.
+
+        The reader thread, its waiters and its lock (perhaps held at the fork) stayed in the
+        parent.
+        """
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         reader_id = uuid.uuid4().hex
         self.wake_key = self.keys.wait_wake(reader_id)
         self._wake_cursor = "0-0"
@@ -299,8 +296,6 @@ class SharedWaits:
         stream = self.keys.run_stream(run_id)
         backlog_to: str | None = None
         with self._lock:
-            if self._pid != os.getpid():  # forked: the reader thread stayed in the parent
-                self._reset()
             self._closed = False  # a closed client used again reconnects, as redis-py does
             run = self._runs.get(run_id)
             wake = False
@@ -339,8 +334,6 @@ class SharedWaits:
         through the run's stream instead (``join``).
         """
         with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
             self.inbox_used = True
             after_ms = _id_key(after)[0]
             recent = after_ms > (time.time() - INBOX_KEEP_SECONDS / 2) * 1000
@@ -575,7 +568,7 @@ class SharedWaits:
             self._closed = True
             reading = self._reading
             self._idle.notify()
-        if thread is None or self._pid != os.getpid():
+        if thread is None:
             return
         if reading:
             try:
