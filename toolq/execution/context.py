@@ -48,7 +48,10 @@ class ToolContext:
         """The tenant the call is run for (None outside a worker: the default tenant)."""
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._progress_sink = progress_sink
-        self._cancelled = threading.Event()
+        self._cancelled = False
+        self._woken: threading.Event | None = None
+        """Made only when a handler sleeps on the context (``wait_cancelled``): most never do,
+        and an event costs a condition and its lock for every call."""
         self._on_cancel: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._groups: set[int] = set()
@@ -56,7 +59,7 @@ class ToolContext:
     @property
     def cancelled(self) -> bool:
         """True once the call has been cancelled or has timed out."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def check_cancelled(self) -> None:
         """Raise ``CallCancelledError`` if the call was cancelled."""
@@ -65,7 +68,13 @@ class ToolContext:
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; True if cancelled."""
-        return self._cancelled.wait(timeout)
+        with self._lock:
+            if self._woken is None:
+                self._woken = threading.Event()
+                if self._cancelled:
+                    self._woken.set()
+            woken = self._woken
+        return woken.wait(timeout)
 
     def progress(self, data: Any) -> None:
         """Report progress; it becomes a ``call.progress`` event in order."""
@@ -99,9 +108,13 @@ class ToolContext:
 
     def cancel(self) -> None:
         """Mark the call cancelled, kill its process groups and run cancel callbacks."""
-        if self._cancelled.is_set():
-            return
-        self._cancelled.set()
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            woken = self._woken
+        if woken is not None:
+            woken.set()
         self.kill_processes()
         with self._lock:
             callbacks = list(self._on_cancel)

@@ -13,6 +13,7 @@ import inspect
 import random
 import threading
 import time
+import weakref
 from asyncio import events as asyncio_events
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -355,10 +356,21 @@ class _Rest:
                 return stop.value
 
 
+_ASYNC: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+"""``runs_async`` by handler function: ``inspect`` unwraps and looks at flags each time."""
+
+
 def runs_async(tool: Tool) -> bool:
     """Whether ``tool``'s handler is ``async def`` (a coroutine or an async generator)."""
     func = tool.execute
-    return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+    key = getattr(func, "__func__", func)  # a method's function: the same for every instance
+    try:
+        return _ASYNC[key]
+    except (KeyError, TypeError):  # not seen yet, or not weakly referable (then not kept)
+        is_async = inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+    with contextlib.suppress(TypeError):
+        _ASYNC[key] = is_async
+    return is_async
 
 
 _is_async = runs_async

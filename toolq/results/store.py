@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ from toolq.settings import Settings
 
 DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 """Upper bounds of the execution-time histogram's buckets (``toolq_call_duration_ms``)."""
+_BUCKET_NAMES = (*(str(b) for b in DURATION_BUCKETS_MS), "+Inf")
 
 
 def duration_bucket(duration_ms: float | None) -> tuple[str, int]:
@@ -48,8 +50,8 @@ def duration_bucket(duration_ms: float | None) -> tuple[str, int]:
     """
     if duration_ms is None:
         return "", 0
-    bound = next((b for b in DURATION_BUCKETS_MS if duration_ms <= b), None)
-    return (str(bound) if bound is not None else "+Inf"), int(duration_ms * 1000)
+    i = bisect.bisect_left(DURATION_BUCKETS_MS, duration_ms)
+    return _BUCKET_NAMES[i], int(duration_ms * 1000)
 
 
 RECENT_CALLS = 10_000

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -99,6 +101,32 @@ REFUSED_FIRST_PAUSE = 0.2
 REFUSED_LONGEST_PAUSE = 5.0
 """Seconds between attempts of a write Redis refuses (full, read-only): doubling from the
 first up to the longest (and never past a third of a lease: the leases are renewed then)."""
+
+
+class _LeaseTokens:
+    """Lease tokens unique to this process: a random prefix and a count.
+
+    A token tells one execution of a call from another (a stale runner's ``FINISH`` is
+    refused); it is no secret (the call's record shows it to any Redis client), only unique.
+    One ``os.urandom`` per process (and per forked child, which gets a prefix of its own)
+    instead of one per call.
+    """
+
+    def __init__(self) -> None:
+        self.renew()
+        os.register_at_fork(after_in_child=self.renew)
+
+    def renew(self) -> None:
+        """A new prefix and count (at start, and in a forked child)."""
+        self._prefix = secrets.token_hex(12)
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count):08x}"
+
+
+lease_token = _LeaseTokens()
+"""A new lease token (``START`` writes it in the record and the lease)."""
 
 
 class LeaseKeeper(threading.Thread):
@@ -369,7 +397,7 @@ class WorkerRuntime:
         starts: list[tuple[str, str, str, bool]] = []
         sync = pending.take(lambda call: not kinds.get(call[0], False))
         if sync is not None:
-            starts.append((*sync, secrets.token_hex(16), False))
+            starts.append((*sync, lease_token(), False))
         if not kinds or not len(pending):
             return starts
 
@@ -380,7 +408,7 @@ class WorkerRuntime:
         if got:
             calls = pending.take_many(is_async, got)
             self.async_slots.release(got - len(calls))
-            starts += [(*call, secrets.token_hex(16), True) for call in calls]
+            starts += [(*call, lease_token(), True) for call in calls]
         return starts
 
     def _ended(
