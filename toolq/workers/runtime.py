@@ -13,6 +13,7 @@ soon goes back to the queue (``toolq.workers.slots``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
@@ -22,7 +23,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, TypeVar
 
@@ -810,8 +811,27 @@ class WorkerRuntime:
             return self._loop().run_until_complete(asyncio.wait_for(_awaited(value), HOOK_TIMEOUT))
         return value
 
+    @contextlib.contextmanager
+    def _occupied(self) -> Iterator[None]:
+        """Count the slot busy while it runs a preview or an undo, as while it runs a message.
+
+        A busy slot is no idle one to hand a message's waiting calls to (``Siblings``).
+        """
+        if self.siblings is None:
+            yield
+            return
+        self.siblings.enter()
+        try:
+            yield
+        finally:
+            self.siblings.leave()
+
     def preview(self, call_id: str) -> None:
         """Compute a parked call's preview (and diff) before approvers look at it."""
+        with self._occupied():
+            self._preview(call_id)
+
+    def _preview(self, call_id: str) -> None:
         envelope = self.store.envelope(call_id)
         tool = self.registry.require(envelope.name)
         ctx = context_of(envelope)
@@ -844,6 +864,10 @@ class WorkerRuntime:
         The undo lease is taken first (requested → undoing): any other delivery of the same
         undo (a re-sent copy, a duplicate, a forged message) finds it taken and does nothing.
         """
+        with self._occupied():
+            self._undo(call_id)
+
+    def _undo(self, call_id: str) -> None:
         token = uuid.uuid4().hex
         outcome, state = self._within_lease(lambda: self.undos.start(call_id, token))
         if outcome != "ok":
