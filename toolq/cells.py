@@ -31,6 +31,7 @@ from toolq.approvals.models import ApprovalRequest, AuditEntry
 from toolq.approvals.store import ApprovalStore
 from toolq.backend import Backend
 from toolq.errors import CallNotFoundError, CellUnavailableError
+from toolq.forks import fresh_in_children
 from toolq.registry.registry import ToolRegistry
 from toolq.results.connection import RedisTarget, probe_client
 from toolq.results.paging import Cursor, Page
@@ -133,6 +134,14 @@ class Cells:
         """The cells new runs go to (every cell but those ``draining``)."""
         self._runs: OrderedDict[str, int] = OrderedDict()
         self._calls: OrderedDict[str, int] = OrderedDict()
+        self.after_fork()
+        fresh_in_children(self)
+
+    def after_fork(self) -> None:
+        """A lock of its own: at start, and in a forked child.
+
+        A thread of the parent may hold the parent's.
+        """
         self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[Cell]:

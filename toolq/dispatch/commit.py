@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from toolq.forks import fresh_in_children
 from toolq.results.group_commit import GroupCommitter, Request
 from toolq.results.store import CallStore, MessageGroup, NewCall
 
@@ -84,13 +85,21 @@ class Company:
         self.pace = pace
         self.most = most
         self.share = share
+        self.gap = float("inf")
+        """Seconds between two dispatches of different threads of this process, recently,
+        on average: a thread's own dispatches, one after the other, are no company for it."""
+        self.after_fork()
+        fresh_in_children(self)
+
+    def after_fork(self) -> None:
+        """No dispatch seen: at start, and in a forked child.
+
+        The parent's threads stayed in the parent, one perhaps holding the lock.
+        """
         self._lock = threading.Lock()
         self._last = 0.0
         self._last_thread = 0
         self._paused = 0
-        self.gap = float("inf")
-        """Seconds between two dispatches of different threads of this process, recently,
-        on average: a thread's own dispatches, one after the other, are no company for it."""
 
     def arrived(self) -> None:
         """A dispatch arrived (on this thread)."""

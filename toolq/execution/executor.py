@@ -367,7 +367,7 @@ def runs_async(tool: Tool) -> bool:
     try:
         return _ASYNC[key]
     except (KeyError, TypeError):  # not seen yet, or not weakly referable (then not kept)
-        is_async = inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+        is_async = inspect.iscoroutinefunction(key) or inspect.isasyncgenfunction(key)
     with contextlib.suppress(TypeError):
         _ASYNC[key] = is_async
     return is_async

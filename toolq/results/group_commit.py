@@ -24,8 +24,8 @@ from typing import Generic, TypeVar
 
 import redis
 
+from toolq.forks import fresh_in_children
 from toolq.redis_failures import refusal
-from toolq.results.forks import fresh_in_children
 
 
 class Request:

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from toolq.errors import NotRunOwnerError
+from toolq.forks import fresh_in_children
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
 from toolq.quotas import DEFAULT_TENANT
@@ -112,6 +113,14 @@ class RunOwners:
         """The history store: the owner of a run that left Redis is its archived calls'."""
         self._unarchived: OrderedDict[str, float] = OrderedDict()
         """Runs the history store held no call of, by when it was asked (monotonic)."""
+        self.after_fork()
+        fresh_in_children(self)
+
+    def after_fork(self) -> None:
+        """A lock of its own: at start, and in a forked child.
+
+        A thread of the parent may hold the parent's.
+        """
         self._unarchived_lock = threading.Lock()
 
     def get(self, run_id: str) -> RunOwner | None:

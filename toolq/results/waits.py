@@ -36,11 +36,11 @@ from typing import Any
 
 import redis
 
+from toolq.forks import fresh_in_children
 from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, EventType
 from toolq.redis_wire import packed
 from toolq.results.connection import as_text
-from toolq.results.forks import fresh_in_children
 from toolq.settings import LONGEST_BLOCK_SECONDS
 
 WAKE_TTL_SECONDS = 60

@@ -20,7 +20,6 @@ goes in the next.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 
 import redis
 
+from toolq.forks import fresh_in_children
 from toolq.models import CallEnvelope, EventType
 from toolq.redis_failures import refusal
 
@@ -75,22 +75,27 @@ class NewsWriter:
         self._last: dict[str, int] = {}
         """The number of each call's last news queued and not yet flushed."""
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self._stopping = False
         self._dropped = 0
         """News refused by ``put`` since the last line logged about it."""
         self._dropped_logged = 0.0
+        fresh_in_children(self)
+
+    def after_fork(self) -> None:
+        """Start afresh in a forked child: nothing of the parent's news is its own.
+
+        Its writer thread stayed in the parent, perhaps holding the condition.
+        """
+        self._changed = threading.Condition()
+        self._queue.clear()
+        self._bytes = 0
+        self._last.clear()
+        self._done = self._queued
+        self._thread = None
 
     def put(self, news: News) -> None:
         """Queue ``news`` for the writer; returns at once."""
         with self._changed:
-            if self._pid != os.getpid():  # a new process: nothing of another's is its own
-                self._queue.clear()
-                self._bytes = 0
-                self._last.clear()
-                self._done = self._queued
-                self._thread = None
-                self._pid = os.getpid()
             if (
                 self._stopping
                 or self._queued - self._done >= MAX_QUEUED

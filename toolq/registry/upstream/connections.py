@@ -78,6 +78,14 @@ class SessionLoop:
         return self.submit(coro).result(timeout)
 
 
+def _fresh_lock() -> None:
+    """A forked child's own lock: a thread of the parent may hold the parent's."""
+    SessionLoop._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock)
+
+
 class Connections:
     """The sessions of one toolset in this process, by credential scope."""
 
