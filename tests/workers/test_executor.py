@@ -698,3 +698,21 @@ def test_after_hooks_see_the_cancellation(registry: ToolRegistry) -> None:
     threading.Timer(0.05, ctx.cancel).start()
     assert registry.invoke("sleeper", context=ctx).status is CallStatus.CANCELLED
     assert seen == ["CallCancelledError"]
+
+
+def test_a_cancel_callback_registered_while_the_cancel_runs_is_called_once() -> None:
+    """``on_cancel`` racing ``cancel`` (registered while it kills the call's processes):
+    the callback runs once, by one or the other, never by both."""
+    calls: list[str] = []
+
+    class Racing(ToolContext):
+        def kill_processes(self) -> None:
+            self.on_cancel(lambda: calls.append("late"))  # another thread's, in the window
+            super().kill_processes()
+
+    ctx = Racing(call_id="c")
+    ctx.on_cancel(lambda: calls.append("early"))
+    ctx.cancel()
+    ctx.cancel()
+    assert sorted(calls) == ["early", "late"]
+    assert ctx.wait_cancelled(0) and ctx.cancelled

@@ -93,9 +93,11 @@ class ToolContext:
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` (from another thread) when the call is cancelled."""
-        with self._lock:
-            self._on_cancel.append(callback)
-        if self.cancelled:
+        with self._lock:  # exactly once: by ``cancel`` later, or here if it went first
+            now = self._cancelled
+            if not now:
+                self._on_cancel.append(callback)
+        if now:
             callback()
 
     def kill_processes(self) -> None:
@@ -113,10 +115,9 @@ class ToolContext:
                 return
             self._cancelled = True
             woken = self._woken
+            callbacks = list(self._on_cancel)
         if woken is not None:
             woken.set()
         self.kill_processes()
-        with self._lock:
-            callbacks = list(self._on_cancel)
         for callback in callbacks:
             callback()
