@@ -12,7 +12,8 @@ waits for them, then the next turn starts on the conversation's schedule (the of
 then a new conversation (a new run) begins.
 
 Every 10 s one line: Redis ``used_memory``, calls done, the archive lag (``lag_seconds``:
-age of the oldest final call not yet in SQL), the archive stream's length. The lag is also
+age of the oldest final call not yet in SQL), the archive stream's length, and the resident
+memory of the worker processes (with their pool children) and of the load processes. The lag is also
 sampled every second for its percentiles. At the end, after a final drain of the archive
 stream: ``used_memory`` at 2 minutes vs at the end (target at most 1.2x), lag p50/p99
 (target p99 at most 5 s), and the history store against the ids the load dispatched:
@@ -112,6 +113,25 @@ def run_load(
         thread.join()
     Path(out).write_text("\n".join(ids))
     client.close()
+
+
+def tree_rss(pid: int) -> int:
+    """Resident memory (bytes) of ``pid`` and its descendants (0 once it is gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += next(
+                int(line.split()[1]) * 1024
+                for line in status.splitlines()
+                if line.startswith("VmRSS:")
+            )
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
 
 
 def start_store(kind: str, folder: Path) -> tuple[str, Any]:
@@ -277,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{'t_s':>6} {'used_memory':>12} {'calls_done':>10} {'calls/s':>8} "
-            f"{'lag_s':>6} {'backlog':>8} {'errors':>6}",
+            f"{'lag_s':>6} {'backlog':>8} {'errors':>6} {'workers_MiB':>11} {'load_MiB':>8}",
             flush=True,
         )
         lags: list[float] = []
@@ -292,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             if now >= next_sample:
                 next_sample += SAMPLE_EVERY
                 mem = int(conn.info("memory")["used_memory"])
+                workers_rss = sum(tree_rss(w.pid) for w in workers)
+                load_rss = sum(tree_rss(p.pid) for p in loads if p.pid is not None)
                 backlog, _ = archive_backlog(conn, keys)
                 calls = int(done.value)
                 rate = (calls - last_done) / (now - last_t)
@@ -303,13 +325,16 @@ def main(argv: list[str] | None = None) -> int:
                         "done": calls,
                         "lag": lags[-1],
                         "backlog": backlog,
+                        "workers_rss": workers_rss,
+                        "load_rss": load_rss,
                     }
                 )
                 if now - start >= BASELINE_AT and "kinds_2min" not in kept:
                     kept["kinds_2min"] = key_kinds(conn)
                 print(
                     f"{now - start:6.0f} {mem:12,d} {calls:10,d} {rate:8.1f} "
-                    f"{lags[-1]:6.2f} {backlog:8,d} {int(errors.value):6d}",
+                    f"{lags[-1]:6.2f} {backlog:8,d} {int(errors.value):6d} "
+                    f"{workers_rss / 2**20:11.1f} {load_rss / 2**20:8.1f}",
                     flush=True,
                 )
         kinds_end = key_kinds(conn)
@@ -359,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         result["memory_ratio"] = ratio
         h = counts
+        if base and samples:
+            print(
+                f"processes' resident memory at {base['t']:.0f}s -> end: workers "
+                f"{base['workers_rss'] / 2**20:.1f} -> {samples[-1]['workers_rss'] / 2**20:.1f} "
+                f"MiB, load {base['load_rss'] / 2**20:.1f} -> "
+                f"{samples[-1]['load_rss'] / 2**20:.1f} MiB"
+            )
         print(
             f"calls done: {result['calls_done']:,} ({result['achieved_rate']:.1f}/s over the "
             f"load, offered {a.rate:g}/s), errors: {result['errors']}"
