@@ -446,14 +446,18 @@ class Client:
 
         A final state is read from the master as soon as a worker wrote it, which may be
         before any replica has it; a failover then would take it back. So a wait ends only
-        when a fence (``ReplicaAcks.confirmed``) says the replicas hold what was read. When
-        it does not (the master went away), the records are read again from whichever
-        master there is now, and the calls not final there are waited for again, until
-        ``deadline`` (``time.monotonic()``; None: no end).
+        when the states are read again with a fence on the same connection
+        (``CallStore.confirmed_results``) and the replicas acknowledge it. When they do not
+        (the master went away), the calls not final on whichever master there is now are
+        waited for again, until ``deadline`` (``time.monotonic()``; None: no end).
         """
         acks = self.store.acks
         while acks.enabled:
-            if acks.confirmed(self.redis) and all(r.status.is_final for r in results):
+            try:  # the states and the fence from one master (``confirmed_results``)
+                results, confirmed = self.store.confirmed_results(ids)
+            except (redis.ConnectionError, redis.TimeoutError):  # a failover under way
+                confirmed = False
+            if confirmed and all(r.status.is_final for r in results):
                 break
             if deadline is not None and time.monotonic() > deadline:
                 pending = [r.call_id for r in results if not r.status.is_final] or ids
@@ -463,12 +467,10 @@ class Client:
                     pending=sorted(pending),
                 )
             time.sleep(0.1)
-            results = self.store.results(ids)
-            pending = [r.call_id for r in results if not r.status.is_final]
+            pending = [r.call_id for r in self.store.results(ids) if not r.status.is_final]
             if pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 self.log.wait_final(run_id, pending, left)
-                results = self.store.results(ids)
         return results
 
     def result(self, call_id: str) -> CallResult:

@@ -4,15 +4,14 @@ With ``TOOLQ_MIN_REPLICAS_ACK`` ≥ 1, the pipeline (or connection) that runs su
 also sends ``SET <mark>`` and ``WAIT n timeout``; fewer than ``n`` replicas in time is a
 ``ReplicationError``. ``WAIT`` does not undo the write on the master: the caller is told it
 was not acknowledged, and repeating it with the same ids is safe (every such write is an
-idempotent claim or a compare-and-set). Readers fence the other way (``confirmed``): a
-final state they read is reported only once the replicas hold it.
+idempotent claim or a compare-and-set). Readers fence the other way
+(``CallStore.confirmed_results``: the records, the mark and ``WAIT`` in one pipeline on one
+connection): a final state they read is reported only once the replicas hold it.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import redis
 
 from toolq.errors import ReplicationError
 from toolq.keys import Keys
@@ -37,25 +36,6 @@ class ReplicaAcks:
         if not self.enabled:
             return []
         return [("SET", self.mark, "1"), ("WAIT", self.replicas, self.timeout_ms)]
-
-    def confirmed(self, client: redis.Redis) -> bool:
-        """Whether every write the master holds now has reached the replicas (a fence).
-
-        Replication is one ordered stream, so when replicas acknowledge this connection's
-        own mark they hold every write the master accepted before it (a worker's final
-        state a reader just saw, say). False when they do not in time or the master does
-        not answer (a failover under way): a state read before may then be lost.
-        """
-        if not self.enabled:
-            return True
-        try:
-            pipe = client.pipeline(transaction=False)
-            pipe.set(self.mark, "1")
-            pipe.wait(self.replicas, self.timeout_ms)
-            _, acked = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
-            return False
-        return int(acked) >= self.replicas
 
     def check(self, acked: Any, what: str) -> None:
         """Raise ``ReplicationError`` unless ``acked`` (``WAIT``'s reply) is enough."""

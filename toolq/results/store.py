@@ -688,8 +688,14 @@ class CallStore:
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hgetall(self.keys.call(call_id))
+        return self._decoded(call_ids, pipe.execute())
+
+    def _decoded(
+        self, call_ids: Sequence[str], replies: Sequence[Any]
+    ) -> list[dict[str, str] | None]:
+        """``HGETALL`` replies of ``call_ids``' records as text; the gone ones from history."""
         out: list[dict[str, str] | None] = []
-        for raw in pipe.execute():
+        for raw in replies:
             out.append({as_text(a): as_text(b) for a, b in raw.items()} if raw else None)
         gone = [c for c, record in zip(call_ids, out, strict=True) if record is None]
         if gone and (found := self._cold(gone)):
@@ -725,6 +731,31 @@ class CallStore:
                 raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
             out.append(record_to_result(record))
         return out
+
+    def confirmed_results(self, call_ids: Sequence[str]) -> tuple[list[CallResult], bool]:
+        """Current results of many calls, and whether the replicas hold them.
+
+        The records and a fence (``ReplicaAcks``: a mark and ``WAIT``) go in one pipeline on
+        one connection, so the fence is the read's: replication is one ordered stream, and
+        replicas that acknowledge the mark hold every state read before it. A fence sent on
+        its own could reach another master than the read did (a client's commands are
+        retried on the new master through a failover) and vouch for states that master
+        never had. Without ``min_replicas_ack``: the results, confirmed.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in call_ids:
+            pipe.hgetall(self.keys.call(call_id))
+        fence = self.acks.commands()
+        for command in fence:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        replies = pipe.execute()
+        records = self._decoded(call_ids, replies[: len(call_ids)])
+        out = []
+        for call_id, record in zip(call_ids, records, strict=True):
+            if record is None:
+                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+            out.append(record_to_result(record))
+        return out, not fence or int(replies[-1]) >= self.acks.replicas
 
     def result(self, call_id: str) -> CallResult:
         """Current result of one call."""
