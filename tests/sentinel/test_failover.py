@@ -110,8 +110,12 @@ def test_workers_follow_the_master_through_a_failover(
             assert time.monotonic() < deadline, states
             time.sleep(0.2)
         results = [
-            *client.wait([c for c in before.call_ids if states[c].is_final], run_id="before"),
-            *client.wait([c for c in after.call_ids if states[c].is_final], run_id="after"),
+            *client.wait(
+                [c for c in before.call_ids if states[c].is_final], run_id="before", timeout=60
+            ),
+            *client.wait(
+                [c for c in after.call_ids if states[c].is_final], run_id="after", timeout=60
+            ),
         ]
         unknown = {c for c, s in states.items() if s is CallStatus.UNKNOWN}
         assert {r.status for r in results} <= FINAL
@@ -385,8 +389,11 @@ def test_a_state_the_dead_master_never_replicated_is_not_reported(
 
         thread = threading.Thread(target=wait)
         thread.start()
-        time.sleep(1.0)  # it read succeeded, and its fence waits for the cut-off replica
-        master.kill()
+        blocked = group.direct(master)
+        while not any(c.get("cmd") == "wait" for c in blocked.client_list()):
+            assert time.monotonic() < deadline, "the wait never fenced"  # it read succeeded
+            time.sleep(0.01)
+        master.kill()  # while the fence waits for the cut-off replica
         group.direct(replica).config_set("masterauth", group.password)
         new = group.wait_failover(old)
         group.rejoin(master, new)

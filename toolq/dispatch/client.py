@@ -467,7 +467,10 @@ class Client:
                     pending=sorted(pending),
                 )
             time.sleep(0.1)
-            pending = [r.call_id for r in self.store.results(ids) if not r.status.is_final]
+            try:
+                pending = [r.call_id for r in self.store.results(ids) if not r.status.is_final]
+            except (redis.ConnectionError, redis.TimeoutError):  # still no master: again
+                continue
             if pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 self.log.wait_final(run_id, pending, left)
