@@ -725,12 +725,7 @@ class CallStore:
 
     def results(self, call_ids: Sequence[str]) -> list[CallResult]:
         """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
-        out = []
-        for call_id, record in zip(call_ids, self.records(call_ids), strict=True):
-            if record is None:
-                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-            out.append(record_to_result(record))
-        return out
+        return _results_of(call_ids, self.records(call_ids))
 
     def confirmed_results(self, call_ids: Sequence[str]) -> tuple[list[CallResult], bool]:
         """Current results of many calls, and whether the replicas hold them.
@@ -749,13 +744,8 @@ class CallStore:
         for command in fence:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         replies = pipe.execute()
-        records = self._decoded(call_ids, replies[: len(call_ids)])
-        out = []
-        for call_id, record in zip(call_ids, records, strict=True):
-            if record is None:
-                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-            out.append(record_to_result(record))
-        return out, not fence or int(replies[-1]) >= self.acks.replicas
+        results = _results_of(call_ids, self._decoded(call_ids, replies[: len(call_ids)]))
+        return results, not fence or int(replies[-1]) >= self.acks.replicas
 
     def result(self, call_id: str) -> CallResult:
         """Current result of one call."""
@@ -858,3 +848,15 @@ def _spans(count: int, groups: Sequence[MessageGroup]) -> list[tuple[range, list
         position = last + 1
     spans.extend((range(i, i + 1), []) for i in range(position, count))
     return spans
+
+
+def _results_of(
+    call_ids: Sequence[str], records: Sequence[dict[str, str] | None]
+) -> list[CallResult]:
+    """The results of ``call_ids``' records; ``CallNotFoundError`` for one that has none."""
+    out = []
+    for call_id, record in zip(call_ids, records, strict=True):
+        if record is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        out.append(record_to_result(record))
+    return out

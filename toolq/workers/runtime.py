@@ -18,7 +18,6 @@ import inspect
 import itertools
 import json
 import logging
-import os
 import secrets
 import threading
 import time
@@ -52,6 +51,7 @@ from toolq.execution.executor import (
     run_inline,
     runs_async,
 )
+from toolq.forks import fresh_in_children
 from toolq.models import (
     AuditOutcome,
     CallEnvelope,
@@ -114,10 +114,10 @@ class _LeaseTokens:
     """
 
     def __init__(self) -> None:
-        self.renew()
-        os.register_at_fork(after_in_child=self.renew)
+        self.after_fork()
+        fresh_in_children(self)
 
-    def renew(self) -> None:
+    def after_fork(self) -> None:
         """A new prefix and count (at start, and in a forked child)."""
         self._prefix = secrets.token_hex(12)
         self._count = itertools.count()
