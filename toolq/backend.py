@@ -68,6 +68,7 @@ class Backend:
         """Runs' event streams."""
         log = EventLog(self.redis, self.keys)
         log.cold = self.history
+        log.acks = self.store.acks
         return log
 
     @cached_property

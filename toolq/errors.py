@@ -393,6 +393,8 @@ class ReplicationError(ToolqError):
 
     The master may hold it; retrying with the same ids is safe (idempotency keys and
     compare-and-set): a dispatch returns the same calls, a decision finds the call decided.
+    Also raised by a read that found a final state the replicas do not hold yet (a failover
+    could take it back): it is not reported; reading again shortly is safe.
     """
 
     code = "not_replicated"

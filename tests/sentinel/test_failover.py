@@ -13,17 +13,25 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from bench.chaos.sentinel import SentinelGroup
-from tests.conftest import Workers, make_settings
+from tests.conftest import Workers, make_settings, serve
 from tests.sentinel.app import executions, registry
 from toolq import CallStatus, Client, Settings
+from toolq.api.app import create_app
 from toolq.cli.check import live_workers
 from toolq.errors import NotAwaitingApprovalError, ReplicationError, WaitTimeoutError
 from toolq.keys import Keys
-from toolq.results.connection import async_redis_client, master_address, redis_client
+from toolq.models import EventType
+from toolq.redis_target import RedisTarget
+from toolq.results.connection import as_text, async_redis_client, master_address, redis_client
+from toolq.results.hub import EventHub
+from toolq.settings import ApiToken
+from toolq.webhooks.outbox import Claimed
+from toolq.webhooks.provenance import Provenance, Unconfirmed
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +61,7 @@ def test_workers_follow_the_master_through_a_failover(
     """
     group = make_group(replicas=2)
     # One message per call, so that 8 slots leave some of the 24 calls queued at the kill.
-    settings = sentinel_settings(
-        group, min_replicas_ack=2, lease_seconds=5.0, calls_per_message=1
-    )
+    settings = sentinel_settings(group, min_replicas_ack=2, lease_seconds=5.0, calls_per_message=1)
     log = tmp_path / "executions"
     env = {
         **group.env(),
@@ -407,4 +413,109 @@ def test_a_state_the_dead_master_never_replicated_is_not_reported(
     finally:
         dispatcher.close()
         waiter.close()
+        workers.stop_all()
+
+
+def test_reads_report_no_final_state_the_replicas_do_not_hold(
+    make_group: Callable[..., SentinelGroup], tmp_path: Path
+) -> None:
+    """Every way a client reads a call's outcome is fenced, not only a wait.
+
+    The worker's FINISH reaches the master alone (its replica cut off): a read of the
+    record refuses to report it (``ReplicationError``; ``503 not_replicated`` through the
+    API), a listing of the run's events stops before the final event, a follower, the API's
+    event hub and a webhook delivery hold it back; once the replica has it again, each
+    reports it. Before, all of these reported ``succeeded`` at once: a state a failover
+    right then would have taken back.
+    """
+    group = make_group(replicas=1)
+    settings = sentinel_settings(group, min_replicas_ack=1, replica_ack_timeout_ms=300)
+    env = {
+        **group.env(),
+        "TOOLQ_APP": "tests.sentinel.app:registry",
+        "TOOLQ_MIN_REPLICAS_ACK": "0",  # this worker's FINISH waits for no replica
+        "TOOLQ_TEST_EXEC_LOG": str(tmp_path / "executions"),
+    }
+    workers = Workers(settings)
+    client = Client(registry, settings)
+    tokens = {"view-t": ApiToken(principal="watcher", roles=["viewer"])}
+    api = serve(create_app(settings, registry, tokens=tokens))
+    url = next(api)
+    try:
+        workers.start("safe", concurrency=2, log=tmp_path / "workers.log", **env)
+        master, replica = group.node_at(group.master_port()), group.replicas[0]
+        batch = client.dispatch(charges("x", 1, 1.0), run_id="fenced")
+        call_id, key = batch.call_ids[0], Keys().call(batch.call_ids[0])
+        deadline = time.monotonic() + 30
+        while group.direct(replica).hget(key, "status") != b"running":
+            assert time.monotonic() < deadline, "the call never ran"
+            time.sleep(0.02)
+        group.direct(replica).config_set("masterauth", "not-the-password")
+        group.direct(master).client_kill_filter(_type="replica")
+        while group.direct(master).hget(key, "status") != b"succeeded":
+            assert time.monotonic() < deadline, "the call never finished"
+            time.sleep(0.02)
+        assert group.direct(replica).hget(key, "status") == b"running"
+
+        with pytest.raises(ReplicationError, match="not reported"):
+            client.result(call_id)
+        with pytest.raises(ReplicationError):
+            client.results("fenced")
+        with pytest.raises(ReplicationError):
+            client.store.statuses([call_id])
+        reply = httpx.get(f"{url}/v1/calls/{call_id}", headers={"Authorization": "Bearer view-t"})
+        assert reply.status_code == 503, reply.text
+        assert reply.json()["error"]["code"] == "not_replicated"
+        listed = [e.type for e in client.events("fenced")]
+        assert EventType.STARTED in listed and EventType.SUCCEEDED not in listed
+        final_id = next(
+            as_text(i)
+            for i, f in group.direct(master).xrange(Keys().run_stream("fenced"))
+            if f[b"type"] == b"call.succeeded"
+        )
+        claimed = Claimed("d", "h", 1, "fenced", final_id, "call.succeeded", call_id)
+        provenance = Provenance(client.redis, Keys(), None, client.store.acks)
+        with pytest.raises(Unconfirmed):
+            provenance.notice(claimed, {"call.succeeded"})
+        followed: list[EventType] = []
+        follower = threading.Thread(
+            target=lambda: followed.extend(
+                e.type
+                for e in batch.events(timeout=30)  # follows until the call is final
+            )
+        )
+        follower.start()
+
+        async def through_the_hub() -> list[EventType]:
+            hub = EventHub(RedisTarget.of(settings), Keys(), 10)
+            hub.acks = client.store.acks
+            try:
+                listener, backlog = await hub.join("fenced", None)
+                seen = [e.type for e in backlog]
+                assert EventType.STARTED in seen and EventType.SUCCEEDED not in seen
+                await asyncio.sleep(1.5)  # the hub reads on, and holds the final event back
+                while not listener.queue.empty():
+                    seen.append(listener.queue.get_nowait().type)
+                assert EventType.SUCCEEDED not in seen
+                assert not followed or EventType.SUCCEEDED not in followed
+                await asyncio.to_thread(
+                    group.direct(replica).config_set, "masterauth", group.password
+                )
+                while EventType.SUCCEEDED not in seen:
+                    seen.append((await asyncio.wait_for(listener.queue.get(), 20)).type)
+                return seen
+            finally:
+                await hub.close()
+
+        assert asyncio.run(through_the_hub()).count(EventType.SUCCEEDED) == 1
+        follower.join(30)
+        assert followed.count(EventType.SUCCEEDED) == 1
+        assert client.result(call_id).status is CallStatus.SUCCEEDED
+        assert EventType.SUCCEEDED in [e.type for e in client.events("fenced")]
+        assert provenance.notice(claimed, {"call.succeeded"}).type == "call.succeeded"
+        reply = httpx.get(f"{url}/v1/calls/{call_id}", headers={"Authorization": "Bearer view-t"})
+        assert reply.json()["status"] == "succeeded"
+    finally:
+        api.close()
+        client.close()
         workers.stop_all()

@@ -37,6 +37,7 @@ class CellParts:
         self.tickets = [TicketStore(c.redis, c.keys, settings.event_ticket_seconds) for c in cells]
         for hub, cell in zip(self.hubs, cells, strict=True):
             hub.cold = cell.backend.history
+            hub.acks = cell.store.acks
 
     def _index(self, run_id: str) -> int:
         held = self.client.cell_for_run(run_id)

@@ -55,7 +55,7 @@ from toolq.api.errors import error_body
 from toolq.api.mcp_tasks import McpTasks
 from toolq.dispatch.client import Client
 from toolq.dispatch.providers import to_messages
-from toolq.errors import ToolqError, WaitTimeoutError
+from toolq.errors import ReplicationError, ToolqError, WaitTimeoutError
 from toolq.models import CallResult, CallStatus, ProviderFormat
 from toolq.quotas import DEFAULT_TENANT
 
@@ -136,8 +136,8 @@ class McpBridge:
                 return {"content": [{"type": "text", "text": text}], "isError": True}
             call_id = batch.call_ids[0]
         if parked is not None:
-            current = self.client.result(call_id)
-            if current.status is CallStatus.AWAITING_APPROVAL:
+            current = self._current(call_id)
+            if current is not None and current.status is CallStatus.AWAITING_APPROVAL:
                 with self._lock:
                     self._parked.pop(key, None)  # the task follows it from now on
                 return parked(current)
@@ -153,22 +153,33 @@ class McpBridge:
         """Wait for the final result, or give up on a parked call after ``approval_wait``."""
         start = time.monotonic()
         while True:
-            result = self.client.result(call_id)
-            if result.is_final:
+            result = self._current(call_id)
+            if result is not None and result.is_final:
                 return result
             elapsed = time.monotonic() - start
-            if result.status is CallStatus.AWAITING_APPROVAL:
+            if result is not None and result.status is CallStatus.AWAITING_APPROVAL:
                 timeout: float | None = self.options.approval_wait - elapsed
             elif self.options.call_timeout is not None:
                 timeout = self.options.call_timeout - elapsed
             else:
                 timeout = None
-            if timeout is not None and timeout <= 0:
-                return result
-            try:
+            if timeout is not None and timeout <= 0:  # (unconfirmed still: ReplicationError)
+                return result if result is not None else self.client.result(call_id)
+            try:  # (a final state not confirmed yet: the wait confirms it)
                 return self.client.wait([call_id], timeout=timeout, run_id=run_id)[0]
             except WaitTimeoutError:
                 continue
+
+    def _current(self, call_id: str) -> CallResult | None:
+        """The call's state now (None: final on the master, not confirmed by the replicas).
+
+        With ``TOOLQ_MIN_REPLICAS_ACK`` a read does not report a final state the replicas
+        do not hold yet (``ReplicationError``); the wait that follows confirms it.
+        """
+        try:
+            return self.client.result(call_id)
+        except ReplicationError:
+            return None
 
 
 def render(result: CallResult) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from pydantic import Field
 
 from toolq.api.auth import Principal
 from toolq.dispatch.client import Client
-from toolq.errors import CallNotFoundError, NotRunOwnerError
+from toolq.errors import CallNotFoundError, NotRunOwnerError, ReplicationError
 from toolq.models import CallResult, CallStatus
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -115,7 +115,10 @@ class McpTasks:
     def get(self, task_id: str, caller: Principal | None) -> dict[str, Any]:
         """The task's state now (``GetTaskResult``)."""
         self._check(task_id, caller, "read")
-        result = self.client.result(task_id)
+        try:
+            result = self.client.result(task_id)
+        except ReplicationError:  # final on the master alone: not complete until confirmed
+            result = None
         created, updated = self._times(task_id)
         task: dict[str, Any] = {
             "resultType": "complete",
@@ -125,6 +128,9 @@ class McpTasks:
             "ttlMs": int(self.settings.result_ttl * 1000),
             "pollIntervalMs": POLL_MS,
         }
+        if result is None:
+            confirming = f"call {task_id} finished; waiting for the replicas to confirm it"
+            return {**task, "status": TaskStatus.WORKING.value, "statusMessage": confirming}
         if result.status is CallStatus.CANCELLED:
             return {
                 **task,

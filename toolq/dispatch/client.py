@@ -35,6 +35,7 @@ from toolq.errors import (
     CallCancelledError,
     CallNotFoundError,
     ConfigurationError,
+    ReplicationError,
     UndoError,
     WaitTimeoutError,
 )
@@ -140,7 +141,10 @@ class Batch:
         # Final events that carry the whole outcome save reading the records back.
         missing = [c for c in self.call_ids if not seen.get(c, {}).get("complete")]
         fetched = (
-            dict(zip(missing, self._client.store.results(missing), strict=True)) if missing else {}
+            # unconfirmed: the wait confirms them (``Client._confirmed``)
+            dict(zip(missing, self._client.store.results(missing, confirm=False), strict=True))
+            if missing
+            else {}
         )
         return [
             fetched.get(ref.call_id) or self._from_event(ref, seen[ref.call_id])
@@ -180,9 +184,11 @@ class Batch:
             yield from self._client.events(self.run_id, after=after)
             return
         pending = set(self.call_ids)
-        for status, call_id in zip(
-            self._client.store.statuses(self.call_ids), self.call_ids, strict=True
-        ):
+        try:
+            statuses = self._client.store.statuses(self.call_ids)
+        except ReplicationError:  # a call final on the master alone: followed until confirmed
+            statuses = [None] * len(self.call_ids)
+        for status, call_id in zip(statuses, self.call_ids, strict=True):
             if status is not None and status.is_final:
                 pending.discard(call_id)
 
@@ -437,7 +443,7 @@ class Client:
             raise CallNotFoundError(f"unknown call id {ids[0]!r}", call_id=ids[0])
         deadline = None if timeout is None else time.monotonic() + timeout
         self.log.wait_final(run, ids, timeout)
-        return self._confirmed(run, ids, self.store.results(ids), deadline)
+        return self._confirmed(run, ids, self.store.results(ids, confirm=False), deadline)
 
     def _confirmed(
         self, run_id: str, ids: list[str], results: list[CallResult], deadline: float | None
@@ -468,7 +474,8 @@ class Client:
                 )
             time.sleep(0.1)
             try:
-                pending = [r.call_id for r in self.store.results(ids) if not r.status.is_final]
+                current = self.store.results(ids, confirm=False)
+                pending = [r.call_id for r in current if not r.status.is_final]
             except (redis.ConnectionError, redis.TimeoutError):  # still no master: again
                 continue
             if pending:

@@ -21,6 +21,7 @@ from toolq.keys import Keys
 from toolq.models import FINAL_STATUSES, Event, EventType
 from toolq.results.cold import ColdStore
 from toolq.results.connection import as_text
+from toolq.results.replication import ReplicaAcks
 from toolq.results.waits import SharedWaits, Waiter
 from toolq.settings import LONGEST_BLOCK_SECONDS
 
@@ -31,6 +32,8 @@ BLOCK_SECONDS = LONGEST_BLOCK_SECONDS
 the socket timeout (``redis_socket_timeout``), which a longer block would hit (a
 ``TimeoutError``, retried by the client without looking at the reader's deadline)."""
 BATCH = 1000
+CONFIRM_RETRY_SECONDS = 0.1
+"""Pause before a follower reads again a final event the replicas did not confirm."""
 
 _FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
 
@@ -64,6 +67,20 @@ def parse_entry(run_id: str, entry_id: Any, fields: dict[Any, Any]) -> Event:
     )
 
 
+def vouched(events: list[Event], held: bool) -> tuple[list[Event], bool]:
+    """The events of a fenced read that may be reported, and whether any was held back.
+
+    All of them when the replicas hold what was read (``ReplicaAcks.held``); else those
+    before the first final event, which a failover could take back: the reader reads from
+    there again, and reports it once confirmed.
+    """
+    if not held:
+        for i, event in enumerate(events):
+            if event.type.is_final:
+                return events[:i], True
+    return events, False
+
+
 class EventLog:
     """Reads event streams of runs."""
 
@@ -74,6 +91,23 @@ class EventLog:
         """The waits of this process on this Redis: one reader thread and connection for all."""
         self.cold: ColdStore | None = None
         """The history store a run's events are read from once its stream left Redis."""
+        self.acks: ReplicaAcks | None = None
+        """With ``TOOLQ_MIN_REPLICAS_ACK``: every read carries a fence, and a final event the
+        replicas do not hold is not reported until they do (``vouched``)."""
+
+    def _fenced(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, bool]:
+        """The client's ``method(*args, **kwargs)``, and whether the replicas hold its read.
+
+        With ``min_replicas_ack`` the read and a fence (``ReplicaAcks``) go in one pipeline;
+        without, it is sent alone (and held).
+        """
+        if self.acks is None or not self.acks.enabled:
+            return getattr(self.redis, method)(*args, **kwargs), True
+        pipe = self.redis.pipeline(transaction=False)
+        getattr(pipe, method)(*args, **kwargs)
+        self.acks.fence(pipe)
+        replies = pipe.execute()
+        return replies[0], self.acks.held(replies)
 
     def read(self, run_id: str, after: str | None = None, count: int | None = None) -> list[Event]:
         """Events of a run strictly after ``after`` (all of them when ``None``), in order.
@@ -92,9 +126,10 @@ class EventLog:
             limit = BATCH if count is None else min(BATCH, count - len(out))
             if limit <= 0:
                 return out
-            entries: Any = self.redis.xrange(stream, min=start, max="+", count=limit)
-            out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
-            if len(entries) < limit:
+            entries, held = self._fenced("xrange", stream, min=start, max="+", count=limit)
+            shown, cut = vouched([parse_entry(run_id, eid, f) for eid, f in entries], held)
+            out.extend(shown)
+            if cut or len(entries) < limit:
                 return out
             start = f"({as_text(entries[-1][0])}"
 
@@ -125,16 +160,18 @@ class EventLog:
             if remaining is not None and remaining <= 0:
                 return
             block = BLOCK_SECONDS if remaining is None else min(BLOCK_SECONDS, remaining)
-            reply: Any = self.redis.xread(
-                {stream: last or "0-0"}, count=BATCH, block=max(1, int(block * 1000))
+            reply, held = self._fenced(
+                "xread", {stream: last or "0-0"}, count=BATCH, block=max(1, int(block * 1000))
             )
             for _, entries in reply or []:
-                for entry_id, fields in entries:
-                    event = parse_entry(run_id, entry_id, fields)
+                shown, cut = vouched([parse_entry(run_id, i, f) for i, f in entries], held)
+                for event in shown:
                     last = event.id
                     yield event
                     if stop is not None and stop(event):
                         return
+                if cut:  # read again from before the final event, once confirmed
+                    time.sleep(CONFIRM_RETRY_SECONDS)
 
     def wait_final(
         self,

@@ -28,7 +28,16 @@ from toolq.keys import Keys
 from toolq.models import Event
 from toolq.results.cold import ColdStore
 from toolq.results.connection import RedisTarget, as_text, async_redis_client
-from toolq.results.events import BATCH, POLL_SECONDS, check_stream_id, parse_entry
+from toolq.results.events import (
+    BATCH,
+    CONFIRM_RETRY_SECONDS,
+    POLL_SECONDS,
+    check_stream_id,
+    parse_entry,
+    stream_id_key,
+    vouched,
+)
+from toolq.results.replication import ReplicaAcks
 
 log = logging.getLogger("toolq.hub")
 
@@ -85,6 +94,9 @@ class EventHub:
         self._count = 0
         self.cold: ColdStore | None = None
         """The history store: a run whose stream left Redis is read from it."""
+        self.acks: ReplicaAcks | None = None
+        """With ``TOOLQ_MIN_REPLICAS_ACK``: reads carry a fence, and a final event the
+        replicas do not hold is handed out only once they do (``vouched``)."""
         self._running = False
         self._task: asyncio.Task[None] | None = None
         self._joined = asyncio.Event()
@@ -129,12 +141,25 @@ class EventHub:
             self._running = True
             self._task = asyncio.get_running_loop().create_task(self._loop())
         try:
-            if run.cursor is None:
-                newest: Any = await self.redis.xrevrange(self.keys.run_stream(run_id), count=1)
-                if run.cursor is None:  # another joiner may have set it meanwhile
+            fixed = run.cursor is not None
+            if not fixed:
+                newest, held = await self._fenced(
+                    "xrevrange", self.keys.run_stream(run_id), count=1
+                )
+                if held and run.cursor is None:  # another joiner may have set it meanwhile
                     run.cursor = as_text(newest[0][0]) if newest else "0-0"
                     self._joined.set()
+                    fixed = True
             backlog = await self.read(run_id, after)
+            if not fixed:
+                # The newest event may be a final one the replicas do not hold: the hub
+                # reads on from the end of this backlog (cut before such an event), or from
+                # an earlier cursor another joiner set the same way (re-sent events are
+                # skipped by id).
+                mine = backlog[-1].id if backlog else (after or "0-0")
+                if run.cursor is None or stream_id_key(mine) < stream_id_key(run.cursor):
+                    run.cursor = mine
+                self._joined.set()
         except BaseException:
             self.leave(listener)
             raise
@@ -161,11 +186,26 @@ class EventHub:
             archived = await asyncio.to_thread(cold.events, run_id, after)
             return [parse_entry(run_id, event_id, fields) for event_id, fields in archived]
         while True:
-            entries: Any = await self.redis.xrange(stream, min=start, max="+", count=BATCH)
-            out.extend(parse_entry(run_id, eid, fields) for eid, fields in entries)
-            if len(entries) < BATCH:
+            entries, held = await self._fenced("xrange", stream, min=start, max="+", count=BATCH)
+            shown, cut = vouched([parse_entry(run_id, eid, f) for eid, f in entries], held)
+            out.extend(shown)
+            if cut or len(entries) < BATCH:
                 return out
             start = f"({as_text(entries[-1][0])}"
+
+    async def _fenced(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, bool]:
+        """The client's ``method(*args, **kwargs)``, and whether the replicas hold its read.
+
+        With ``min_replicas_ack`` the read and a fence (``ReplicaAcks``) go in one pipeline
+        (``EventLog._fenced``); without, it is sent alone (and held).
+        """
+        if self.acks is None or not self.acks.enabled:
+            return await getattr(self.redis, method)(*args, **kwargs), True
+        pipe = self.redis.pipeline(transaction=False)
+        getattr(pipe, method)(*args, **kwargs)
+        self.acks.fence(pipe)
+        replies = await pipe.execute()
+        return replies[0], self.acks.held(replies)
 
     async def _loop(self) -> None:
         try:
@@ -203,11 +243,7 @@ class EventHub:
                 await asyncio.wait_for(self._joined.wait(), POLL_SECONDS)
             return
         read = asyncio.ensure_future(
-            self.redis.xread(
-                streams,  # type: ignore[arg-type]
-                count=BATCH,
-                block=int(POLL_SECONDS * 1000),
-            )
+            self._fenced("xread", streams, count=BATCH, block=int(POLL_SECONDS * 1000))
         )
         joined = asyncio.ensure_future(self._joined.wait())
         try:
@@ -224,20 +260,24 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await read
             return
-        reply: Any = read.result()
+        reply, held = read.result()
         for raw_stream, entries in reply or []:
             stream = as_text(raw_stream)
             run_id = self._by_stream.get(stream)
             run = self._runs.get(run_id) if run_id is not None else None
             if run is None or not entries or run.cursor != streams.get(stream):
                 continue
-            events = [parse_entry(run_id or "", eid, fields) for eid, fields in entries]
+            # a final event not confirmed yet: the next read starts before it
+            events, _ = vouched([parse_entry(run_id or "", i, f) for i, f in entries], held)
+            if not events:
+                continue
             run.cursor = events[-1].id
             for listener in list(run.listeners):
                 for event in events:
                     listener.offer(event)
         if reply:
-            await asyncio.sleep(len(streams) * PAUSE_PER_STREAM_SECONDS)
+            pause = len(streams) * PAUSE_PER_STREAM_SECONDS
+            await asyncio.sleep(pause if held else max(pause, CONFIRM_RETRY_SECONDS))
 
     async def close(self) -> None:
         """Stop the reader and close the connections."""

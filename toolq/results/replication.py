@@ -11,6 +11,7 @@ connection): a final state they read is reported only once the replicas hold it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from toolq.errors import ReplicationError
@@ -36,6 +37,30 @@ class ReplicaAcks:
         if not self.enabled:
             return []
         return [("SET", self.mark, "1"), ("WAIT", self.replicas, self.timeout_ms)]
+
+    def fence(self, pipe: Any) -> bool:
+        """Append the mark and ``WAIT`` to ``pipe``, after the reads they vouch for.
+
+        ``held`` then tells from the pipeline's replies whether the replicas hold what it
+        read. False (nothing appended) when ``min_replicas_ack`` is 0.
+        """
+        for command in self.commands():
+            pipe.execute_command(*command)
+        return self.enabled
+
+    def held(self, replies: Sequence[Any]) -> bool:
+        """Whether the replicas acknowledged a fenced pipeline (its last reply, ``WAIT``'s)."""
+        return not self.enabled or int(replies[-1]) >= self.replicas
+
+    def unconfirmed(self, what: str, replies: Sequence[Any]) -> ReplicationError:
+        """The error of a fenced read (``replies``) whose final state was not confirmed."""
+        return ReplicationError(
+            f"{what} is final on the master, but {int(replies[-1])} of {self.replicas} "
+            f"replicas hold it after {self.timeout_ms} ms (TOOLQ_MIN_REPLICAS_ACK): not "
+            "reported, as a failover could take it back; read again shortly",
+            replicas=int(replies[-1]),
+            required=self.replicas,
+        )
 
     def check(self, acked: Any, what: str) -> None:
         """Raise ``ReplicationError`` unless ``acked`` (``WAIT``'s reply) is enough."""

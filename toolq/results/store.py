@@ -21,6 +21,7 @@ from toolq.errors import (
 from toolq.keys import Keys
 from toolq.models import (
     FINAL_EVENT_OF,
+    FINAL_STATUSES,
     CallEnvelope,
     CallResult,
     CallStatus,
@@ -59,6 +60,8 @@ RECENT_CALLS = 10_000
 OUTPUT_IN_EVENT_LIMIT = 4096
 """Outputs up to this many bytes of JSON ride along in the final event; larger ones don't."""
 
+
+_FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 """The encoder ``dumps`` uses, built once: ``json.dumps`` given options builds one a call."""
@@ -680,15 +683,38 @@ class CallStore:
             as_text(tenant) if tenant else DEFAULT_TENANT,
         )
 
-    def records(self, call_ids: Sequence[str]) -> list[dict[str, str] | None]:
+    def records(
+        self, call_ids: Sequence[str], *, confirm: bool = True
+    ) -> list[dict[str, str] | None]:
         """Raw records of many calls in one round trip (``None`` for unknown ids).
 
-        A call no longer in Redis is read from the history store, if there is one.
+        A call no longer in Redis is read from the history store, if there is one. With
+        ``min_replicas_ack`` (and ``confirm``) the read carries a fence (``ReplicaAcks``),
+        and a final state the replicas do not hold is not reported: ``ReplicationError``.
+        """
+        records, held, replies = self._fenced_records(call_ids, confirm)
+        if not held and (final := next((r for r in records if _is_final(r)), None)):
+            raise self.acks.unconfirmed(f"call {final.get('call_id', '?')}'s state", replies)
+        return records
+
+    def _fenced_records(
+        self, call_ids: Sequence[str], fence: bool
+    ) -> tuple[list[dict[str, str] | None], bool, list[Any]]:
+        """The records, whether the replicas hold them (True unfenced), and the replies.
+
+        The records and the fence go in one pipeline on one connection, so the fence is the
+        read's: replication is one ordered stream, and replicas that acknowledge the mark
+        hold every state read before it. A fence sent on its own could reach another master
+        than the read did (a client's commands are retried on the new master through a
+        failover) and vouch for states that master never had.
         """
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hgetall(self.keys.call(call_id))
-        return self._decoded(call_ids, pipe.execute())
+        fenced = fence and self.acks.fence(pipe)
+        replies = pipe.execute()
+        records = self._decoded(call_ids, replies[: len(call_ids)])
+        return records, not fenced or self.acks.held(replies), replies
 
     def _decoded(
         self, call_ids: Sequence[str], replies: Sequence[Any]
@@ -710,11 +736,20 @@ class CallStore:
         return self.cold.records(call_ids) if self.cold is not None and call_ids else {}
 
     def statuses(self, call_ids: Sequence[str]) -> list[CallStatus | None]:
-        """Current states of many calls in one round trip (archived ones from history)."""
+        """Current states of many calls in one round trip (archived ones from history).
+
+        Fenced as ``records`` is: a final state the replicas do not hold is not reported.
+        """
         pipe = self.redis.pipeline(transaction=False)
         for call_id in call_ids:
             pipe.hget(self.keys.call(call_id), "status")
-        found = [as_text(s) if s is not None else None for s in pipe.execute()]
+        fenced = self.acks.fence(pipe)
+        replies = pipe.execute()
+        found = [as_text(s) if s is not None else None for s in replies[: len(call_ids)]]
+        if fenced and not self.acks.held(replies):
+            for call_id, status in zip(call_ids, found, strict=True):
+                if status in _FINAL_VALUES:
+                    raise self.acks.unconfirmed(f"call {call_id}'s state", replies)
         gone = [c for c, s in zip(call_ids, found, strict=True) if s is None]
         if gone and (archived := self._cold(gone)):
             found = [
@@ -723,29 +758,20 @@ class CallStore:
             ]
         return [CallStatus(s) if s is not None else None for s in found]
 
-    def results(self, call_ids: Sequence[str]) -> list[CallResult]:
-        """Current results of many calls; raises ``CallNotFoundError`` for unknown ids."""
-        return _results_of(call_ids, self.records(call_ids))
+    def results(self, call_ids: Sequence[str], *, confirm: bool = True) -> list[CallResult]:
+        """Current results of many calls; raises ``CallNotFoundError`` for unknown ids.
+
+        Fenced as ``records`` is, unless not ``confirm`` (a wait that confirms them later).
+        """
+        return _results_of(call_ids, self.records(call_ids, confirm=confirm))
 
     def confirmed_results(self, call_ids: Sequence[str]) -> tuple[list[CallResult], bool]:
         """Current results of many calls, and whether the replicas hold them.
 
-        The records and a fence (``ReplicaAcks``: a mark and ``WAIT``) go in one pipeline on
-        one connection, so the fence is the read's: replication is one ordered stream, and
-        replicas that acknowledge the mark hold every state read before it. A fence sent on
-        its own could reach another master than the read did (a client's commands are
-        retried on the new master through a failover) and vouch for states that master
-        never had. Without ``min_replicas_ack``: the results, confirmed.
+        A fenced read, as ``records``; without ``min_replicas_ack``: confirmed.
         """
-        pipe = self.redis.pipeline(transaction=False)
-        for call_id in call_ids:
-            pipe.hgetall(self.keys.call(call_id))
-        fence = self.acks.commands()
-        for command in fence:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        replies = pipe.execute()
-        results = _results_of(call_ids, self._decoded(call_ids, replies[: len(call_ids)]))
-        return results, not fence or int(replies[-1]) >= self.acks.replicas
+        records, held, _ = self._fenced_records(call_ids, True)
+        return _results_of(call_ids, records), held
 
     def result(self, call_id: str) -> CallResult:
         """Current result of one call."""
@@ -860,3 +886,8 @@ def _results_of(
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         out.append(record_to_result(record))
     return out
+
+
+def _is_final(record: dict[str, str] | None) -> bool:
+    """Whether a raw record (or ``None``: unknown) is in a final state."""
+    return record is not None and record.get("status") in _FINAL_VALUES

@@ -19,12 +19,13 @@ import httpx
 import redis
 
 from toolq.keys import Keys
+from toolq.results.replication import ReplicaAcks
 from toolq.settings import Settings, Webhook
 from toolq.signing import verifier_for
 from toolq.webhooks import payload
-from toolq.webhooks.outbox import Endpoint, Outbox
+from toolq.webhooks.outbox import Claimed, Endpoint, Outbox
 from toolq.webhooks.payload import Notice
-from toolq.webhooks.provenance import Provenance, Unverified
+from toolq.webhooks.provenance import Provenance, Unconfirmed, Unverified
 from toolq.webhooks.signing import SIGNATURE_HEADER, sign
 from toolq.webhooks.sink import Failure, Sink
 
@@ -55,7 +56,9 @@ class WebhookDeliverer(threading.Thread):
         self.hooks = {hook.id: hook for hook in settings.webhooks}
         self.sinks = {sink.id: sink for sink in sinks}
         self.outbox = Outbox(redis_client, keys, consumer)
-        self.provenance = Provenance(redis_client, keys, verifier_for(settings))
+        self.provenance = Provenance(
+            redis_client, keys, verifier_for(settings), ReplicaAcks(settings, keys)
+        )
         self.http = httpx.Client(timeout=settings.webhook_timeout, follow_redirects=False)
         self._stopping = threading.Event()
 
@@ -120,6 +123,9 @@ class WebhookDeliverer(threading.Thread):
             log.warning("delivery %s to endpoint %s refused: %s", delivery_id, hook.id, exc)
             self.outbox.give_up(claimed, f"unverified: {exc}")
             return
+        except Unconfirmed as exc:  # an attempt that failed: tried again after its backoff
+            self._failed(claimed, hook.id, Failure(f"unconfirmed: {exc}"))
+            return
         if isinstance(hook, Webhook):
             error = self.post(hook, notice)
             failure = None if error is None else Failure(error)
@@ -127,11 +133,17 @@ class WebhookDeliverer(threading.Thread):
             failure = hook.deliver(claimed, notice, self.outbox)
         if failure is None:
             self.outbox.delivered(delivery_id)
-        elif claimed.attempts >= self.settings.webhook_max_attempts:
+        else:
+            self._failed(claimed, hook.id, failure)
+
+    def _failed(self, claimed: Claimed, hook_id: str, failure: Failure) -> None:
+        """A failed attempt: given up after ``webhook_max_attempts``, else tried again."""
+        delivery_id = claimed.delivery_id
+        if claimed.attempts >= self.settings.webhook_max_attempts:
             log.error(
                 "delivery %s to endpoint %s given up after %d attempts: %s",
                 delivery_id,
-                hook.id,
+                hook_id,
                 claimed.attempts,
                 failure.error,
             )
@@ -141,7 +153,7 @@ class WebhookDeliverer(threading.Thread):
             log.warning(
                 "delivery %s to endpoint %s failed (attempt %d): %s; retrying in %.1f s",
                 delivery_id,
-                hook.id,
+                hook_id,
                 claimed.attempts,
                 failure.error,
                 delay,

@@ -25,6 +25,7 @@ import redis
 from toolq.keys import Keys
 from toolq.models import CallEnvelope, EventType, RiskLevel
 from toolq.results.connection import as_text
+from toolq.results.replication import ReplicaAcks
 from toolq.signing import Verifier, call_facts
 from toolq.webhooks.outbox import Claimed
 from toolq.webhooks.payload import Notice
@@ -39,24 +40,52 @@ class Unverified(Exception):
     """A delivery that cannot be vouched for; not sent (its message says why)."""
 
 
+_FINAL_TYPES = frozenset(t.value for t in EventType if t.is_final)
+
+
+class Unconfirmed(Exception):
+    """A final event the replicas do not hold yet (``TOOLQ_MIN_REPLICAS_ACK``).
+
+    A failover could take it back, so it is not sent now; the delivery is attempted again.
+    """
+
+
 class Provenance:
     """Builds a delivery's ``Notice`` from the run's stream and the call's signed record."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, verifier: Verifier | None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        verifier: Verifier | None,
+        acks: ReplicaAcks | None = None,
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.verifier = verifier
+        self.acks = acks
+        """With ``TOOLQ_MIN_REPLICAS_ACK``: the event and the record are read with a fence,
+        and a final event the replicas do not hold is not sent (``Unconfirmed``)."""
 
     def notice(self, claimed: Claimed, wanted: set[str]) -> Notice:
         """The claimed delivery's event as it may go out, if of a ``wanted`` type."""
         run_id, event_id = claimed.run_id, claimed.event_id
-        found: Any = self.redis.xrange(self.keys.run_stream(run_id), event_id, event_id, count=1)
+        # The event read with the fence, if any: the script that wrote it wrote the call's
+        # state first, so replicas that hold the event hold that state.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrange(self.keys.run_stream(run_id), event_id, event_id, count=1)
+        fenced = self.acks is not None and self.acks.fence(pipe)
+        replies = pipe.execute()
+        found = replies[0]
         if not found:
             raise Unverified(f"event {event_id} is not in the stream of run {run_id!r}")
         event = {as_text(k): as_text(v) for k, v in found[0][1].items()}
         etype, call_id = event.get("type", ""), event.get("call_id", "")
         if etype not in wanted:
             raise Unverified(f"event {event_id} is a {etype!r}, which the endpoint does not take")
+        unconfirmed = fenced and self.acks is not None and not self.acks.held(replies)
+        if unconfirmed and etype in _FINAL_TYPES:
+            raise Unconfirmed(f"the replicas do not hold event {event_id} ({etype}) yet")
         fields = ("run_id", "name", "risk", "approval", "approvers", "envelope")
         raw: Any = self.redis.hmget(self.keys.call(call_id), fields)
         record = {name: as_text(value) for name, value in zip(fields, raw, strict=True) if value}
