@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 from pydantic.dataclasses import dataclass
 
-from toolq.errors import ToolDeniedError, ToolqError, ToolTimeoutError, WaitTimeoutError
+from toolq.errors import (
+    ReplicationError,
+    ToolDeniedError,
+    ToolqError,
+    ToolTimeoutError,
+    WaitTimeoutError,
+)
 from toolq.models import CallResult, CallStatus
 
 if TYPE_CHECKING:
@@ -329,8 +335,24 @@ class ToolChain:
         try:
             return batch.wait(remaining)[0]
         except WaitTimeoutError:
-            waiting = self.client.result(batch.call_ids[0]).status
-            stopped = self.client.cancel(batch.call_ids[0], principal=principal)
+            call_id = batch.call_ids[0]
+            try:
+                waiting = self.client.result(call_id).status
+                stopped = self.client.cancel(call_id, principal=principal)
+            except ReplicationError:  # it ended, but the replicas have not confirmed how
+                note = (
+                    f"no confirmed result within the chain's {timeout:g}s timeout: the call "
+                    "ended, but the replicas had not confirmed its outcome"
+                )
+                return CallResult(
+                    call_id=call_id,
+                    tool_call_id=tool_call_id,
+                    name=step.tool_name,
+                    status=CallStatus.UNKNOWN,
+                    error=note,
+                    error_type=ToolTimeoutError.code,
+                    run_id=run_id,
+                )
             if stopped.ok:  # it finished while we gave up on it
                 return stopped
             note = f"no result within the chain's {timeout:g}s timeout (the call was {waiting})"

@@ -3,14 +3,17 @@
     python -m bench.chaos.failover --workers 2 --clients 3 --kills 3 --out /tmp/failover
 
 Starts a master, one replica and a Sentinel (``bench/chaos/sentinel.py``), ``--workers``
-``toolq worker`` processes and ``--clients`` dispatch loops, all through ``TOOLQ_SENTINELS``
-with ``TOOLQ_MIN_REPLICAS_ACK=1``. ``--kills`` times: SIGKILL the current master, wait for
-the promotion, start the old node again (Sentinel turns it into a replica of the new master)
-and wait until it is in sync. A client retries a refused dispatch with the same ids until it
-is acknowledged. The handler (not idempotent) appends each execution to a file. At the end
-every acknowledged call must be on the final master and final; prints one JSON report:
-``lost`` (acknowledged, not there), ``unfinished``, ``duplicates`` (a handler ran twice),
-``phantoms`` (ran, but no record), all expected 0. Exit status 1 otherwise.
+``toolq worker`` processes and ``--clients`` agent loops (dispatch 1-3 calls, wait for
+them), all through ``TOOLQ_SENTINELS`` with ``TOOLQ_MIN_REPLICAS_ACK=1``. ``--kills``
+times: SIGKILL the current master, wait for the promotion, start the old node again
+(Sentinel turns it into a replica of the new master) and wait until it is in sync. A
+client retries a refused dispatch with the same ids until it is acknowledged. The handler
+(not idempotent) appends each execution to a file. At the end every acknowledged call must
+be on the final master and final; prints one JSON report: ``lost`` (acknowledged, not
+there), ``unfinished``, ``duplicates`` (a handler ran twice), ``phantoms`` (ran, but no
+record), ``taken_back`` (a final state a client saw, from its waits or from a reader
+polling the newest calls' records and every run's events through the failovers, that the
+final master does not have), all expected 0. Exit status 1 otherwise.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import redis
 
 from bench.chaos.sentinel import SentinelGroup
 from toolq import CallStatus, Client, Settings, ToolContext, ToolRegistry
-from toolq.errors import ReplicationError
+from toolq.errors import ReplicationError, WaitTimeoutError
 from toolq.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,12 +56,22 @@ def pay(amount: int, ctx: ToolContext) -> int:
 
 
 def _client_loop(
-    n: int, client: Client, stop: threading.Event, acked: list[str], refusals: Counter[str]
+    n: int,
+    client: Client,
+    stop: threading.Event,
+    acked: list[str],
+    seen: dict[str, str],
+    refusals: Counter[str],
 ) -> None:
+    """An agent's turns: dispatch 1-3 calls, wait for them (what the wait reports is seen),
+    next turn."""
     i = 0
     while not stop.is_set():
         i += 1
-        payload = [{"id": f"c{n}-{i}", "name": "pay", "arguments": {"amount": i}}]
+        payload = [
+            {"id": f"c{n}-{i}-{k}", "name": "pay", "arguments": {"amount": i}}
+            for k in range(1 + i % 3)
+        ]
         while not stop.is_set():
             try:
                 batch = client.dispatch(payload, run_id=f"client{n}")
@@ -67,7 +80,43 @@ def _client_loop(
                 time.sleep(0.2)
                 continue  # the same ids again: safe to retry
             acked.extend(batch.call_ids)
+            try:
+                for result in batch.wait(timeout=30):
+                    seen.setdefault(result.call_id, result.status.value)
+            except (WaitTimeoutError, ReplicationError, redis.RedisError) as exc:
+                refusals[f"wait {type(exc).__name__}"] += 1
             break
+
+
+def _reader_loop(
+    client: Client,
+    stop: threading.Event,
+    acked: list[str],
+    runs: list[str],
+    seen: dict[str, str],
+    refusals: Counter[str],
+) -> None:
+    """Read outcomes as a client would, all through the failovers: the newest acknowledged
+    calls' records, and each run's events; every final state seen, by call id."""
+    after: dict[str, str | None] = dict.fromkeys(runs)
+    while not stop.is_set():
+        for call_id in acked[-20:]:
+            try:
+                result = client.result(call_id)
+            except (ReplicationError, redis.RedisError) as exc:
+                refusals[f"read {type(exc).__name__}"] += 1
+                continue
+            if result.status.value in FINAL:
+                seen.setdefault(call_id, result.status.value)
+        for run_id in runs:
+            try:
+                for event in client.events(run_id, after[run_id]):
+                    after[run_id] = event.id
+                    if event.type.is_final:
+                        seen.setdefault(event.call_id, event.data.get("status", "?"))
+            except (ReplicationError, redis.RedisError) as exc:
+                refusals[f"events {type(exc).__name__}"] += 1
+        time.sleep(0.05)
 
 
 def run(out: Path, workers: int, clients: int, kills: int, every: float) -> dict[str, object]:
@@ -95,10 +144,15 @@ def run(out: Path, workers: int, clients: int, kills: int, every: float) -> dict
     refusals: Counter[str] = Counter()
     failovers: list[float] = []
     client = Client(registry, settings)
+    seen: dict[str, str] = {}
     threads = [
-        threading.Thread(target=_client_loop, args=(n, client, stop, acked, refusals))
+        threading.Thread(target=_client_loop, args=(n, client, stop, acked, seen, refusals))
         for n in range(clients)
     ]
+    runs = [f"client{n}" for n in range(clients)]
+    threads.append(
+        threading.Thread(target=_reader_loop, args=(client, stop, acked, runs, seen, refusals))
+    )
     try:
         with open(out / "workers.log", "ab") as wlog:
             for _ in range(workers):
@@ -106,7 +160,11 @@ def run(out: Path, workers: int, clients: int, kills: int, every: float) -> dict
                 argv += ["--pool", "threads", "--concurrency", "4", "--loglevel", "warning"]
                 procs.append(
                     subprocess.Popen(
-                        argv, env=env, cwd=ROOT, stdout=wlog, stderr=subprocess.STDOUT,
+                        argv,
+                        env=env,
+                        cwd=ROOT,
+                        stdout=wlog,
+                        stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
                 )
@@ -146,6 +204,13 @@ def run(out: Path, workers: int, clients: int, kills: int, every: float) -> dict
             "unfinished": len(pending),
             "duplicates": sum(1 for n in ran.values() if n > 1),
             "phantoms": sum(1 for c in ran if not master.exists(keys.call(c))),
+            "final_states_read": len(seen),
+            # a final state a reader saw that the final master does not have
+            "taken_back": sum(
+                1
+                for c, status in seen.items()
+                if (master.hget(keys.call(c), "status") or b"missing").decode() != status
+            ),
             "workers_alive": sum(1 for p in procs if p.poll() is None),
         }
         return report
@@ -175,7 +240,7 @@ def main() -> int:
     args = parser.parse_args()
     report = run(args.out, args.workers, args.clients, args.kills, args.every)
     print(json.dumps(report, indent=2))
-    bad = [k for k in ("lost", "unfinished", "duplicates", "phantoms") if report[k]]
+    bad = [k for k in ("lost", "unfinished", "duplicates", "phantoms", "taken_back") if report[k]]
     return 1 if bad or report["workers_alive"] != args.workers else 0
 
 

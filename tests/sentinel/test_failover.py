@@ -25,9 +25,10 @@ from toolq.api.app import create_app
 from toolq.cli.check import live_workers
 from toolq.errors import NotAwaitingApprovalError, ReplicationError, WaitTimeoutError
 from toolq.keys import Keys
-from toolq.models import EventType
+from toolq.models import Event, EventType
 from toolq.redis_target import RedisTarget
 from toolq.results.connection import as_text, async_redis_client, master_address, redis_client
+from toolq.results.events import stream_id_key
 from toolq.results.hub import EventHub
 from toolq.settings import ApiToken
 from toolq.webhooks.outbox import Claimed
@@ -421,12 +422,15 @@ def test_reads_report_no_final_state_the_replicas_do_not_hold(
 ) -> None:
     """Every way a client reads a call's outcome is fenced, not only a wait.
 
-    The worker's FINISH reaches the master alone (its replica cut off): a read of the
-    record refuses to report it (``ReplicationError``; ``503 not_replicated`` through the
-    API), a listing of the run's events stops before the final event, a follower, the API's
-    event hub and a webhook delivery hold it back; once the replica has it again, each
-    reports it. Before, all of these reported ``succeeded`` at once: a state a failover
-    right then would have taken back.
+    A first call ends while the replica is there; a second one's FINISH reaches the master
+    alone (its replica cut off). Then a read of the second's record refuses to report it
+    (``ReplicationError``; ``503 not_replicated`` through the API), a listing of the run's
+    events stops before a final event, a follower, the API's event hub (a listener there
+    from before the cut, and one that joins after it, whose backlog the failed fence cuts
+    before the first call's final event, which the hub was past) and a webhook delivery
+    hold it back; once the replica has it again, each reports every event, once. Before,
+    all of these reported ``succeeded`` at once: a state a failover right then would have
+    taken back.
     """
     group = make_group(replicas=1)
     settings = sentinel_settings(group, min_replicas_ack=1, replica_ack_timeout_ms=300)
@@ -441,12 +445,15 @@ def test_reads_report_no_final_state_the_replicas_do_not_hold(
     tokens = {"view-t": ApiToken(principal="watcher", roles=["viewer"])}
     api = serve(create_app(settings, registry, tokens=tokens))
     url = next(api)
-    try:
-        workers.start("safe", concurrency=2, log=tmp_path / "workers.log", **env)
-        master, replica = group.node_at(group.master_port()), group.replicas[0]
-        batch = client.dispatch(charges("x", 1, 1.0), run_id="fenced")
-        call_id, key = batch.call_ids[0], Keys().call(batch.call_ids[0])
-        deadline = time.monotonic() + 30
+    viewer = {"Authorization": "Bearer view-t"}
+    master, replica = group.node_at(group.master_port()), group.replicas[0]
+    stream = Keys().run_stream("fenced")
+
+    def finals(events: list[Event]) -> list[str]:
+        return [e.call_id for e in events if e.type is EventType.SUCCEEDED]
+
+    def cut_off_while_it_finishes(call_id: str) -> None:
+        key, deadline = Keys().call(call_id), time.monotonic() + 30
         while group.direct(replica).hget(key, "status") != b"running":
             assert time.monotonic() < deadline, "the call never ran"
             time.sleep(0.02)
@@ -457,64 +464,87 @@ def test_reads_report_no_final_state_the_replicas_do_not_hold(
             time.sleep(0.02)
         assert group.direct(replica).hget(key, "status") == b"running"
 
-        with pytest.raises(ReplicationError, match="not reported"):
-            client.result(call_id)
-        with pytest.raises(ReplicationError):
-            client.results("fenced")
-        with pytest.raises(ReplicationError):
-            client.store.statuses([call_id])
-        reply = httpx.get(f"{url}/v1/calls/{call_id}", headers={"Authorization": "Bearer view-t"})
-        assert reply.status_code == 503, reply.text
-        assert reply.json()["error"]["code"] == "not_replicated"
-        listed = [e.type for e in client.events("fenced")]
-        assert EventType.STARTED in listed and EventType.SUCCEEDED not in listed
-        final_id = next(
-            as_text(i)
-            for i, f in group.direct(master).xrange(Keys().run_stream("fenced"))
-            if f[b"type"] == b"call.succeeded"
-        )
-        claimed = Claimed("d", "h", 1, "fenced", final_id, "call.succeeded", call_id)
-        provenance = Provenance(client.redis, Keys(), None, client.store.acks)
-        with pytest.raises(Unconfirmed):
-            provenance.notice(claimed, {"call.succeeded"})
-        followed: list[EventType] = []
-        follower = threading.Thread(
-            target=lambda: followed.extend(
-                e.type
-                for e in batch.events(timeout=30)  # follows until the call is final
-            )
-        )
-        follower.start()
+    try:
+        workers.start("safe", concurrency=2, log=tmp_path / "workers.log", **env)
+        first = client.dispatch(charges("a", 1, 0.0), run_id="fenced")
+        assert first.wait(timeout=30)[0].status is CallStatus.SUCCEEDED  # confirmed
+        batch = client.dispatch(charges("x", 1, 1.0), run_id="fenced")
+        early, call_id = first.call_ids[0], batch.call_ids[0]
+        followed: list[Event] = []
 
-        async def through_the_hub() -> list[EventType]:
+        async def through_the_hub() -> tuple[list[Event], list[Event]]:
             hub = EventHub(RedisTarget.of(settings), Keys(), 10)
             hub.acks = client.store.acks
             try:
-                listener, backlog = await hub.join("fenced", None)
-                seen = [e.type for e in backlog]
-                assert EventType.STARTED in seen and EventType.SUCCEEDED not in seen
+                before, seen = await hub.join("fenced", None)  # past the first final event
+                assert finals(seen) == [early]
+                await asyncio.to_thread(cut_off_while_it_finishes, call_id)
+                await asyncio.to_thread(reads_hold_it_back)
+                after, backlog = await hub.join("fenced", None)
+                assert finals(backlog) == []  # the failed fence cuts at the first final
                 await asyncio.sleep(1.5)  # the hub reads on, and holds the final event back
-                while not listener.queue.empty():
-                    seen.append(listener.queue.get_nowait().type)
-                assert EventType.SUCCEEDED not in seen
-                assert not followed or EventType.SUCCEEDED not in followed
+                got = {before: seen, after: backlog}
+                for listener, out in got.items():
+                    while not listener.queue.empty():
+                        out.append(listener.queue.get_nowait())
+                    assert call_id not in finals(out)
+                assert call_id not in finals(followed)
                 await asyncio.to_thread(
                     group.direct(replica).config_set, "masterauth", group.password
                 )
-                while EventType.SUCCEEDED not in seen:
-                    seen.append((await asyncio.wait_for(listener.queue.get(), 20)).type)
-                return seen
+                for listener, out in got.items():
+                    while call_id not in finals(out):
+                        out.append(await asyncio.wait_for(listener.queue.get(), 20))
+                return seen, backlog
             finally:
                 await hub.close()
 
-        assert asyncio.run(through_the_hub()).count(EventType.SUCCEEDED) == 1
-        follower.join(30)
-        assert followed.count(EventType.SUCCEEDED) == 1
+        def reads_hold_it_back() -> None:
+            with pytest.raises(ReplicationError, match="not reported"):
+                client.result(call_id)
+            with pytest.raises(ReplicationError):
+                client.results("fenced")
+            with pytest.raises(ReplicationError):
+                client.store.statuses([call_id])
+            reply = httpx.get(f"{url}/v1/calls/{call_id}", headers=viewer)
+            assert reply.status_code == 503, reply.text
+            assert reply.json()["error"]["code"] == "not_replicated"
+            assert reply.headers["retry-after"] == "1"
+            assert finals(list(client.events("fenced"))) == []  # cut at the first final
+            threading.Thread(target=lambda: followed.extend(batch.events(timeout=30))).start()
+
+        seen, backlog = asyncio.run(through_the_hub())
+        # Every event, in order, once its repeats are dropped as the SSE route drops them
+        # (the hub read again from where the second backlog was cut, so the first listener
+        # got the first call's final event twice; the second got it after all).
+        for events in (seen, backlog):
+            shown: dict[str, Event] = {}
+            for event in events:
+                shown.setdefault(event.id, event)
+            assert finals(sorted(shown.values(), key=lambda e: stream_id_key(e.id))) == [
+                early,
+                call_id,
+            ]
+        deadline = time.monotonic() + 30
+        while call_id not in finals(followed):
+            assert time.monotonic() < deadline, "the follower never saw the final event"
+            time.sleep(0.05)
         assert client.result(call_id).status is CallStatus.SUCCEEDED
-        assert EventType.SUCCEEDED in [e.type for e in client.events("fenced")]
-        assert provenance.notice(claimed, {"call.succeeded"}).type == "call.succeeded"
-        reply = httpx.get(f"{url}/v1/calls/{call_id}", headers={"Authorization": "Bearer view-t"})
+        assert finals(list(client.events("fenced"))) == [early, call_id]
+        reply = httpx.get(f"{url}/v1/calls/{call_id}", headers=viewer)
         assert reply.json()["status"] == "succeeded"
+        final_id = next(
+            as_text(i)
+            for i, f in group.direct(master).xrange(stream)
+            if f[b"type"] == b"call.succeeded" and f[b"call_id"] == call_id.encode()
+        )
+        claimed = Claimed("d", "h", 1, "fenced", final_id, "call.succeeded", call_id)
+        provenance = Provenance(client.redis, Keys(), None, client.store.acks)
+        assert provenance.notice(claimed, {"call.succeeded"}).type == "call.succeeded"
+        group.direct(replica).config_set("masterauth", "not-the-password")
+        group.direct(master).client_kill_filter(_type="replica")
+        with pytest.raises(Unconfirmed):  # the replica away: a delivery is put off
+            provenance.notice(claimed, {"call.succeeded"})
     finally:
         api.close()
         client.close()

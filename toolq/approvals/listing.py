@@ -59,7 +59,7 @@ def approvals_page(
 
     def keep(chunk: Sequence[tuple[str, str]]) -> list[ApprovalRequest | None]:
         ids = [member for member, _ in chunk]
-        records = store.records(ids)
+        records = store.records(ids, confirm=False)  # parked calls: not outcomes
         # A call that left awaiting_approval never comes back to it: an entry left behind
         # (by a process of an older version, or a backfill racing a decision) is dropped.
         stale = [c for c, r in zip(ids, records, strict=True) if not r or r["status"] != AWAITING]
@@ -88,10 +88,10 @@ def _of_run(
 ) -> Page[ApprovalRequest]:
     """A run's parked calls, from its own call list (bounded by the run, not the fleet)."""
     ids = store.run_call_ids(run_id)
-    statuses = store.statuses(ids)
+    statuses = store.statuses(ids, confirm=False)
     parked = [c for c, s in zip(ids, statuses, strict=True) if s is CallStatus.AWAITING_APPROVAL]
     found: list[tuple[tuple[float, str], ApprovalRequest]] = []
-    for record in store.records(parked):
+    for record in store.records(parked, confirm=False):
         request = matches(record)
         if request is None:
             continue

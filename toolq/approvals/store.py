@@ -248,7 +248,7 @@ class ApprovalStore:
         ids = [as_text(c) for c in raw]
         level = RiskLevel.parse(risk) if risk is not None else None
         out = []
-        for record in self.store.records(ids):
+        for record in self.store.records(ids, confirm=False):
             if record is None or record["status"] != CallStatus.AWAITING_APPROVAL.value:
                 continue
             if run_id is not None and record["run_id"] != run_id:
@@ -292,8 +292,12 @@ class ApprovalStore:
         )
 
     def get(self, call_id: str) -> ApprovalRequest:
-        """A call as approvers see it (any state)."""
-        [record] = self.store.records([call_id])
+        """A call as approvers see it (any state).
+
+        Read unfenced: ``TOOLQ_MIN_REPLICAS_ACK`` fences the reads of outcomes, not this
+        view of the request.
+        """
+        [record] = self.store.records([call_id], confirm=False)
         if record is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         return self._request(record)
@@ -679,7 +683,7 @@ class ApprovalStore:
         """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
         raw: Any = self.redis.zrange(self.keys.unknown, 0, -1)
         out = []
-        for record in self.store.records([as_text(c) for c in raw]):
+        for record in self.store.records([as_text(c) for c in raw], confirm=False):
             if record is None or record["status"] != CallStatus.UNKNOWN.value:
                 continue
             if run_id is not None and record["run_id"] != run_id:
@@ -690,7 +694,8 @@ class ApprovalStore:
     # -- internals ---------------------------------------------------------------------------
 
     def _read(self, call_id: str) -> Parked:
-        [record] = self.store.records([call_id])
+        # unfenced: DECIDE's compare-and-set settles what the call is
+        [record] = self.store.records([call_id], confirm=False)
         if record is None:
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         return Parked(record, self.authority)

@@ -48,7 +48,7 @@ def resolve_in(client: Client, given: str) -> str:
         try:
             found.add(resolve_call_id(cell.redis, cell.keys, given))
         except CallNotFoundError as exc:
-            if cell.store.records([given])[0] is not None:
+            if cell.store.records([given], confirm=False)[0] is not None:
                 return given  # archived: in the history store, no longer in Redis
             unknown = exc
     if not found and unknown is not None and not down:

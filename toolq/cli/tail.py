@@ -37,7 +37,9 @@ class ToolNames:
             self.names[event.call_id] = name
         if event.call_id not in self.names:
             try:
-                self.names[event.call_id] = self.client.result(event.call_id).name
+                cell = self.client.cell_for_call(event.call_id)  # (its name: unfenced)
+                [call] = cell.store.results([event.call_id], confirm=False)
+                self.names[event.call_id] = call.name
             except ToolqError:
                 self.names[event.call_id] = "?"  # the record expired before its events
         return self.names[event.call_id]

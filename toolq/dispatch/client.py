@@ -579,7 +579,9 @@ class Client:
         )
         if not ok and current == CallStatus.RUNNING.value:
             self.redis.set(self.keys.cancel(call_id), "1", ex=self.settings.result_ttl)
-        return self.store.result(call_id)
+        # The state this cancel made is read as is (a cancel is not waited for); any other
+        # is an outcome, fenced (``CallStore.records``).
+        return self.store.results([call_id], confirm=not ok)[0]
 
     def resolve_unknown(
         self,

@@ -259,7 +259,7 @@ class Dispatcher:
             if new.parking is not None and new.parking.preview:
                 to_preview.append(new)
         if duplicate_ids:
-            statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids])
+            statuses = self.store.statuses([refs[i].call_id for i in duplicate_ids], confirm=False)
             for i, status in zip(duplicate_ids, statuses, strict=True):
                 ref = refs[i]
                 refs[i] = CallRef(

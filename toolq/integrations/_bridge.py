@@ -34,6 +34,7 @@ from toolq.errors import (
     CallIdConflictError,
     ConfigurationError,
     NotAuthorizedError,
+    ReplicationError,
     SecretsError,
     ToolqError,
     WaitTimeoutError,
@@ -148,8 +149,8 @@ class Bridge:
         ref = batch.calls[0]
         if ref.duplicate:
             self._check_same(ref.call_id, tool_call_id, name, arguments)
-        if ref.status.is_final:
-            return self.client.result(ref.call_id)
+        if ref.status.is_final:  # (read by the wait: confirmed by the replicas, if any)
+            return self.client.wait([ref.call_id], run_id=self.run_id)[0]
         return CallResult(
             call_id=ref.call_id,
             tool_call_id=ref.tool_call_id,
@@ -164,7 +165,7 @@ class Bridge:
         Raises ``CallIdConflictError`` when the id names a call of another tool or with
         other arguments.
         """
-        for result in self.client.results(self.run_id):
+        for result in self.calls():
             if result.tool_call_id == tool_call_id:
                 self._check_same(result.call_id, tool_call_id, name, arguments)
                 return result
@@ -189,9 +190,25 @@ class Bridge:
         """A call as approvers see it (secrets masked)."""
         return self.client.approvals.get(call_id)
 
+    def calls(self) -> list[CallResult]:
+        """The run's calls as they are now, to find one by its provider id.
+
+        Read unfenced: which calls there are, not their outcomes (a final one is reported
+        through ``status`` or ``wait``, which ``TOOLQ_MIN_REPLICAS_ACK`` confirms).
+        """
+        cell = self.client.cell_for_run(self.run_id)
+        return cell.store.results(cell.store.run_call_ids(self.run_id), confirm=False)
+
     def status(self, call_id: str) -> CallResult:
-        """The call's current state (and outcome, once final)."""
-        return self.client.result(call_id)
+        """The call's current state (and outcome, once final and confirmed).
+
+        A call final on the master that the replicas have not confirmed yet
+        (``TOOLQ_MIN_REPLICAS_ACK``) is waited for until they do.
+        """
+        try:
+            return self.client.result(call_id)
+        except ReplicationError:
+            return self.wait(call_id)
 
     def wait(self, call_id: str, stop: threading.Event | None = None) -> CallResult:
         """Block until the call is final (or ``stop`` is set: its current state).
@@ -251,9 +268,11 @@ class Bridge:
         """The framework said no: cancel the call unless it is final already; its state now.
 
         Not a denial (no approver decided): the call ends ``cancelled``. A call an approver
-        approved that is running is cancelled cooperatively; a finished one stays as it is.
+        approved that is running is cancelled cooperatively; a finished one stays as it is
+        (its state is returned as the master has it, confirmed by the replicas or not).
         """
-        current = self.client.result(call_id)
+        # unfenced: a call final on the master is not cancelled, confirmed or not
+        [current] = self.client.cell_for_call(call_id).store.results([call_id], confirm=False)
         return current if current.status.is_final else self.cancel(call_id)
 
     def events(self, after: str | None = None) -> Iterator[Event]:

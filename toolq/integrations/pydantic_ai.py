@@ -182,7 +182,7 @@ class ToolqToolset(AbstractToolset[Any]):
             return
 
         def withdraw() -> None:
-            for result in bridge.client.results(bridge.run_id):
+            for result in bridge.calls():
                 if denied.get(result.tool_call_id) == result.name:
                     bridge.withdraw(result.call_id)
 

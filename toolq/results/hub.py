@@ -141,24 +141,16 @@ class EventHub:
             self._running = True
             self._task = asyncio.get_running_loop().create_task(self._loop())
         try:
-            fixed = run.cursor is not None
-            if not fixed:
+            if run.cursor is None:
                 newest, held = await self._fenced(
                     "xrevrange", self.keys.run_stream(run_id), count=1
                 )
                 if held and run.cursor is None:  # another joiner may have set it meanwhile
                     run.cursor = as_text(newest[0][0]) if newest else "0-0"
                     self._joined.set()
-                    fixed = True
             backlog = await self.read(run_id, after)
-            if not fixed:
-                # The newest event may be a final one the replicas do not hold: the hub
-                # reads on from the end of this backlog (cut before such an event), or from
-                # an earlier cursor another joiner set the same way (re-sent events are
-                # skipped by id).
-                mine = backlog[-1].id if backlog else (after or "0-0")
-                if run.cursor is None or stream_id_key(mine) < stream_id_key(run.cursor):
-                    run.cursor = mine
+            if run.cursor is None:  # the newest event was not confirmed: on from the backlog
+                run.cursor = backlog[-1].id if backlog else (after or "0-0")
                 self._joined.set()
         except BaseException:
             self.leave(listener)
@@ -177,7 +169,12 @@ class EventHub:
             self._by_stream.pop(self.keys.run_stream(listener.run_id), None)
 
     async def read(self, run_id: str, after: str | None) -> list[Event]:
-        """Events of a run strictly after ``after``, from the stream (or the history store)."""
+        """Events of a run strictly after ``after``, from the stream (or the history store).
+
+        A read cut before a final event the replicas do not hold (``vouched``) moves the
+        hub's cursor of the run back to where it ends, if the hub was past it: the hub reads
+        that event again, and hands it out once confirmed (re-sent events are skipped by id).
+        """
         start = f"({after}" if after else "-"
         stream = self.keys.run_stream(run_id)
         out: list[Event] = []
@@ -185,13 +182,25 @@ class EventHub:
         if cold is not None and not await self.redis.exists(stream):
             archived = await asyncio.to_thread(cold.events, run_id, after)
             return [parse_entry(run_id, event_id, fields) for event_id, fields in archived]
+        position = after or "0-0"
         while True:
             entries, held = await self._fenced("xrange", stream, min=start, max="+", count=BATCH)
             shown, cut = vouched([parse_entry(run_id, eid, f) for eid, f in entries], held)
             out.extend(shown)
-            if cut or len(entries) < BATCH:
+            position = shown[-1].id if shown else position
+            if cut:
+                self._back_to(run_id, position)
+                return out
+            if len(entries) < BATCH:
                 return out
             start = f"({as_text(entries[-1][0])}"
+
+    def _back_to(self, run_id: str, position: str) -> None:
+        """Move the hub's cursor of ``run_id`` back to ``position`` if it is past it."""
+        run = self._runs.get(run_id)
+        cursor = run.cursor if run is not None else None
+        if run is not None and cursor is not None:
+            run.cursor = min(cursor, position, key=stream_id_key)
 
     async def _fenced(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, bool]:
         """The client's ``method(*args, **kwargs)``, and whether the replicas hold its read.

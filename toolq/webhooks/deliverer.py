@@ -34,6 +34,9 @@ log = logging.getLogger("toolq.webhooks")
 IDLE_WAIT = 1.0
 """Longest the thread waits for new outbox entries before it looks at due deliveries."""
 DUE_BATCH = 20
+UNCONFIRMED_WAIT = 1.0
+"""Seconds before a delivery of a final event the replicas did not confirm is tried again
+(``TOOLQ_MIN_REPLICAS_ACK``; such a put-off does not count as an attempt)."""
 
 
 class WebhookDeliverer(threading.Thread):
@@ -123,8 +126,9 @@ class WebhookDeliverer(threading.Thread):
             log.warning("delivery %s to endpoint %s refused: %s", delivery_id, hook.id, exc)
             self.outbox.give_up(claimed, f"unverified: {exc}")
             return
-        except Unconfirmed as exc:  # an attempt that failed: tried again after its backoff
-            self._failed(claimed, hook.id, Failure(f"unconfirmed: {exc}"))
+        except Unconfirmed as exc:  # not sent: tried again shortly, the attempt not counted
+            log.info("delivery %s to endpoint %s put off: %s", delivery_id, hook.id, exc)
+            self.outbox.postpone(delivery_id, time.time() + UNCONFIRMED_WAIT, f"{exc}")
             return
         if isinstance(hook, Webhook):
             error = self.post(hook, notice)

@@ -201,6 +201,17 @@ class Outbox:
         pipe.zadd(self.keys.webhook_due, {delivery_id: at}, xx=True)
         pipe.execute()
 
+    def postpone(self, delivery_id: str, at: float, why: str) -> None:
+        """Put a claimed delivery off until ``at`` without counting the attempt.
+
+        The endpoint was not tried: its event is not confirmed by the replicas yet.
+        """
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hincrby(self.keys.webhook_delivery(delivery_id), "attempts", -1)
+        pipe.hset(self.keys.webhook_delivery(delivery_id), "last_error", why)
+        pipe.zadd(self.keys.webhook_due, {delivery_id: at}, xx=True)
+        pipe.execute()
+
     def give_up(self, claimed: Claimed, error: str) -> None:
         """Drop a delivery out of attempts, keeping a summary in the dead-letter list."""
         summary = json.dumps(
