@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import make_settings
 from toolq.dispatch.commit import Company
 from toolq.models import CallEnvelope, EventType
 from toolq.registry.upstream.connections import SessionLoop
@@ -102,3 +103,31 @@ def test_the_news_writer() -> None:
 
 def test_the_upstream_session_loop() -> None:
     assert forked_while_held(SessionLoop._lock, lambda: SessionLoop.current()) == 0
+
+
+def test_the_cells_router() -> None:
+    from toolq.cells import Cells
+    from toolq.registry.registry import ToolRegistry
+
+    # (nothing connects: the cells' clients are made, not used)
+    shards = ["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"]
+    cells = Cells(make_settings(shards=shards), ToolRegistry())
+    cells._remember(cells._runs, "parent", 1)
+
+    def in_the_child() -> bool:
+        cells._remember(cells._runs, "child", 0)
+        child = cells._recalled(cells._runs, "child")
+        return child is cells.cells[0] and cells._recalled(cells._runs, "parent") is cells.cells[1]
+
+    assert forked_while_held(cells._lock, in_the_child) == 0
+
+
+def test_the_run_owners() -> None:
+    from toolq.keys import Keys
+    from toolq.results.connection import redis_client
+    from toolq.results.owners import RunOwners
+
+    settings = make_settings()
+    owners = RunOwners(redis_client("redis://127.0.0.1:1/0"), Keys(), settings)
+    owners.cold = object()  # type: ignore[assignment]  # (only asked whether it is there)
+    assert forked_while_held(owners._unarchived_lock, lambda: not owners.unarchived("r")) == 0
