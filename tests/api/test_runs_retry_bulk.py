@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -122,13 +123,20 @@ def test_retry_of_a_failed_call_runs_again_and_a_succeeded_one_is_refused(api, c
     assert refused.status_code == 409 and "succeeded" in refused.json()["error"]["message"]
 
 
+def shown(client, run_id: str) -> dict:
+    """The body of a bulk approval of what the run's listing shows now."""
+    listed = client.approvals.pending(run_id=run_id)
+    return {"calls": [{"call_id": r.call_id, "digest": r.digest} for r in listed]}
+
+
 def test_bulk_approve_decides_what_the_caller_may_and_leaves_the_rest(api, client):
     dangerous = park(client, 3, run_id="r-bulk")
     moderate = park(client, 2, run_id="r-bulk", tool="edit_file")
     elsewhere = park(client, 1, run_id="r-other")
     url = f"{api}/v1/runs/r-bulk/approvals/approve"
+    body = shown(client, "r-bulk")
     # bob approves MODERATE calls only: the DANGEROUS ones stay parked, listed as refused
-    got = httpx.post(url, headers=h("bob-t"))
+    got = httpx.post(url, headers=h("bob-t"), json=body)
     assert got.status_code == 200, got.text
     body = got.json()
     assert sorted(c["call_id"] for c in body["approved"]) == sorted(moderate)
@@ -136,15 +144,16 @@ def test_bulk_approve_decides_what_the_caller_may_and_leaves_the_rest(api, clien
     assert sorted(r["call_id"] for r in body["refused"]) == sorted(dangerous)
     assert {r["code"] for r in body["refused"]} == {"forbidden"}
     # the submitter may not approve its own calls, even as an approver: nothing approved
-    own = httpx.post(url, headers=h("self-t"))
+    body = shown(client, "r-bulk")
+    own = httpx.post(url, headers=h("self-t"), json=body)
     assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
     assert "own" in own.json()["error"]["message"] or "self" in own.json()["error"]["message"]
     # no approver role at all; another tenant's caller
-    assert httpx.post(url, headers=h("view-t")).status_code == 403
-    assert httpx.post(url, headers=h("acme-view-t")).status_code == 403
+    assert httpx.post(url, headers=h("view-t"), json=body).status_code == 403
+    assert httpx.post(url, headers=h("acme-view-t"), json=body).status_code == 403
     assert {r.call_id for r in client.approvals.pending(run_id="r-bulk")} == set(dangerous)
     # alice approves the rest, with the same signed decisions as one by one
-    done = httpx.post(url, headers=h("alice-t")).json()
+    done = httpx.post(url, headers=h("alice-t"), json=body).json()
     assert sorted(c["call_id"] for c in done["approved"]) == sorted(dangerous)
     assert done["refused"] == []
     for call_id in dangerous:
@@ -153,7 +162,46 @@ def test_bulk_approve_decides_what_the_caller_may_and_leaves_the_rest(api, clien
     audit = [e for e in client.approvals.audit(1000) if e.call_id in dangerous]
     # the refusals of the submitter's own calls were audited as a single refusal is
     assert {e.outcome for e in audit} == {"approved", "refused:self_approval"}
-    # the other run's call was not touched; an empty run answers with nothing to do
+    # the other run's call was not touched; calls no longer parked are refused as such
     assert client.approvals.get(elsewhere[0]).status.value == "awaiting_approval"
-    empty = httpx.post(url, headers=h("alice-t")).json()
-    assert empty == {"run_id": "r-bulk", "approved": [], "refused": []}
+    again = httpx.post(url, headers=h("alice-t"), json=body).json()
+    assert again["approved"] == []
+    assert {r["code"] for r in again["refused"]} == {"not_awaiting_approval"}
+
+
+def test_bulk_approve_approves_only_what_the_approver_was_shown(api, client, r):
+    """A call parked after the listing the approver reviewed stays parked, and one whose
+    arguments a Redis writer changed since is refused: the bulk approval signs nothing the
+    approver did not see (before, it approved whatever the run held when it arrived)."""
+    [seen, changed] = park(client, 2, run_id="r-shown")
+    body = shown(client, "r-shown")
+    [late] = park(client, 1, run_id="r-shown")  # the agent adds a call after the listing
+    key = f"toolq:call:{changed}"
+    envelope = json.loads(r.hget(key, "envelope"))
+    envelope["arguments"] = {"target": "/production"}
+    r.hset(key, "envelope", json.dumps(envelope))  # a Redis writer rewrites the arguments
+    url = f"{api}/v1/runs/r-shown/approvals/approve"
+    got = httpx.post(url, headers=h("alice-t"), json=body)
+    assert got.status_code == 200, got.text
+    assert [c["call_id"] for c in got.json()["approved"]] == [seen]
+    assert got.json()["refused"] == [
+        {"call_id": changed, "code": "digest_mismatch", "message": ANY_TEXT}
+    ]
+    pending = {p.call_id for p in client.approvals.pending(run_id="r-shown")}
+    assert pending == {changed, late}
+    # a body that lists nothing, or none at all, is refused: the approver names what they saw
+    for bad in (None, {}, {"calls": []}, {"calls": [{"call_id": late}]}):
+        refused = httpx.post(url, headers=h("alice-t"), json=bad)
+        assert refused.status_code in (400, 422), (bad, refused.text)
+        assert "calls" in refused.text
+    assert {p.call_id for p in client.approvals.pending(run_id="r-shown")} == {changed, late}
+
+
+class _AnyText(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    __hash__ = str.__hash__
+
+
+ANY_TEXT = _AnyText()

@@ -175,10 +175,19 @@ def test_runs_list_bulk_approve_and_retry(api, inproc, page):
     expect(bulk).to_contain_text("3 awaiting approval", timeout=SLOW)
     expect(page.locator('[data-testid=run-row][data-run-id="run-fail"]')).to_be_visible()
 
-    # one click approves the run's parked calls (the admin is not their submitter)
-    page.once("dialog", lambda dialog: dialog.accept())
+    # one click approves the run's parked calls (the admin is not their submitter), once
+    # the approver has seen each with its arguments: those are what the request names
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
     bulk.get_by_test_id("approve-run").click()
     expect(bulk).to_contain_text("3 succeeded", timeout=SLOW)
+    assert "Approve these 3 call(s) of run run-bulk?" in asked[0]
+    assert all(f'wipe {{"target":"t{i}"}}' in asked[0] for i in range(3)), asked
     expect(bulk.get_by_test_id("approve-run")).to_have_count(0)
     for call_id in parked:
         assert httpx.get(f"{api}/v1/calls/{call_id}", headers=h("agent-t")).json()["status"] == (

@@ -332,10 +332,18 @@ async function retryCall(id, name) {
 const retryButton = c => runsSupported && RETRYABLE.has(c.status) ? el("button", { type: "button",
   class: "retry", title: "Dispatch this call again as a new call", "data-testid": "retry",
   onclick: () => retryCall(c.call_id, c.name) }, "Retry") : null;
-async function approveRun(runId, parked) {
-  if (!confirm(`Approve ${parked ? parked + " parked call(s)" : "every parked call"} of run ${runId}?`)) return;
+// Approve what the approver is shown: the run's parked calls are listed with their
+// arguments, and only those go in the request, each with the digest of the arguments shown
+// (a call parked after the listing, or changed since, is not approved).
+async function approveRun(runId) {
   try {
-    const result = await api(`v1/runs/${encodeURIComponent(runId)}/approvals/approve`, {});
+    const listed = await api(`v1/approvals${query({ run_id: runId, limit: "1000" })}`);
+    if (!listed.length) { toast(`Run ${runId}: nothing awaits a decision`); runsAt = 0; refresh(); return; }
+    const lines = listed.map(r => `• ${r.name} ${JSON.stringify(r.arguments)} (${shortId(r.call_id)})`);
+    const shown = lines.length > 20 ? [...lines.slice(0, 20), `… and ${lines.length - 20} more`] : lines;
+    if (!confirm(`Approve these ${listed.length} call(s) of run ${runId}?\n\n${shown.join("\n")}`)) return;
+    const calls = listed.map(r => ({ call_id: r.call_id, digest: r.digest }));
+    const result = await api(`v1/runs/${encodeURIComponent(runId)}/approvals/approve`, { calls });
     toast(`Run ${runId}: ${result.approved.length} approved`
       + (result.refused.length ? `, ${result.refused.length} refused (${result.refused[0].code})` : ""),
       result.refused.length > 0);
@@ -709,7 +717,7 @@ async function loadRuns() {
           title: "states are counted over the run's newest calls only" },
           ` of the newest ${r.counted}`) : null),
       el("td", {}, parked ? el("button", { type: "button", class: "approve", "data-testid": "approve-run",
-        onclick: () => approveRun(r.run_id, r.counted < r.calls ? 0 : parked) },
+        onclick: () => approveRun(r.run_id) },
         `Approve ${parked}${r.counted < r.calls ? "+" : ""}`) : null));
   }));
 }
@@ -769,7 +777,7 @@ function closeRun(keepRoute) {
   if (!keepRoute && location.hash.startsWith("#run=")) history.replaceState(null, "", location.pathname + location.search);
 }
 $("#run-close").addEventListener("click", () => closeRun());
-$("#run-approve-all").addEventListener("click", () => { if (run) approveRun(run.id, 0); });
+$("#run-approve-all").addEventListener("click", () => { if (run) approveRun(run.id); });
 
 async function refreshRunCalls() {
   const current = run;

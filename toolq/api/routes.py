@@ -21,7 +21,7 @@ from toolq.api.deciding import may_decide
 from toolq.api.limits import decision_body_schema, parse_body, parse_decision
 from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
 from toolq.approvals.authority import decided_risk
-from toolq.approvals.models import ApprovalRequest, Approve, Deny
+from toolq.approvals.models import ApprovalRequest, Approve, ApproveRun, Deny
 from toolq.dispatch.client import Client
 from toolq.dispatch.submission import Submission
 from toolq.errors import (
@@ -190,19 +190,34 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         result = client.retry(call_id, principal=caller.name, admin=caller.has("admin"))
         return _call_json(result)
 
-    @router.post("/runs/{run_id}/approvals/approve")
-    def approve_run(run_id: str, caller: Caller) -> dict[str, Any]:
-        """Approve every call of the run awaiting a decision that the caller may approve.
+    @router.post("/runs/{run_id}/approvals/approve", openapi_extra=decision_body_schema(ApproveRun))
+    async def approve_run(run_id: str, caller: Caller, request: Request) -> dict[str, Any]:
+        """Approve the listed calls of the run, each as its arguments were shown.
 
-        Each call is approved as by ``POST /v1/approvals/{call_id}/approve`` (signed,
-        audited, counted toward its quorum); calls of a risk the caller is no approver of,
-        and the caller's own calls, stay parked and are listed under ``refused``. 403 when
-        the run has parked calls and the caller may approve none of them.
+        The body lists the calls the approver reviewed (``GET /v1/approvals?run_id=``),
+        each with its ``digest``: ``{"calls": [{"call_id": ..., "digest": ...}]}``. Each is
+        approved as by ``POST /v1/approvals/{call_id}/approve`` with that digest (signed,
+        audited, counted toward its quorum); a call parked in the run after that listing
+        stays parked, and one whose arguments changed since is refused
+        (``digest_mismatch``). Calls of a risk the caller is no approver of, and the
+        caller's own calls, stay parked too; every refusal is listed under ``refused``.
+        403 when the caller may approve none of the listed calls.
         """
+        await run_in_threadpool(_may_decide_run, run_id, caller)  # 401/403/404 first
+        body = parse_decision(await request.body(), client.settings, ApproveRun)
+        if body is None:
+            raise PayloadError(
+                'list the calls you reviewed, each with its digest: {"calls": [{"call_id": '
+                '..., "digest": ...}]} (GET /v1/approvals?run_id= lists them)'
+            )
+        return await run_in_threadpool(_approve_run, run_id, caller, body)
+
+    def _may_decide_run(run_id: str, caller: Principal) -> None:
         if not any(caller.has(f"approver:{level.value}") for level in RiskLevel):
             raise ForbiddenError(f"{caller.name!r} is no approver (needs an approver:<risk> role)")
         run_of_tenant(run_id, caller, "decide calls of")
 
+    def _approve_run(run_id: str, caller: Principal, body: ApproveRun) -> dict[str, Any]:
         def may(request: ApprovalRequest) -> ToolqError | None:
             try:
                 caller.require_approver(decided_risk(client.registry, request.name))
@@ -210,16 +225,18 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
                 return exc
             return None
 
-        outcomes = client.approvals.approve_run(run_id, caller.name, may=may)
+        shown = {c.call_id: c.digest for c in body.calls}
+        outcomes = client.approvals.approve_run(run_id, caller.name, shown, may=may)
         approved = [_call_json(o) for o in outcomes.values() if isinstance(o, CallResult)]
         refused = [
             {"call_id": call_id, "code": o.code, "message": o.message}
             for call_id, o in outcomes.items()
             if isinstance(o, ToolqError)
         ]
-        if refused and not approved:
+        kept_out = (ForbiddenError, NotAuthorizedError)
+        if refused and not approved and all(isinstance(o, kept_out) for o in outcomes.values()):
             raise NotAuthorizedError(
-                f"{caller.name!r} may approve none of the {len(refused)} parked call(s) of run "
+                f"{caller.name!r} may approve none of the {len(refused)} listed call(s) of run "
                 f"{run_id}: {refused[0]['message']}",
                 run_id=run_id,
                 by=caller.name,

@@ -52,6 +52,24 @@ class Approve(BaseModel):
     """Also approve this tool for the rest of the run."""
 
 
+class ShownCall(BaseModel):
+    """A parked call as the approver reviewed it: its id and its arguments' digest."""
+
+    call_id: str = Field(min_length=1, max_length=200)
+    digest: str = Field(min_length=1, max_length=200)
+
+
+class ApproveRun(BaseModel):
+    """Approve the listed calls of a run, each as its arguments were shown.
+
+    The body of ``POST /v1/runs/{run_id}/approvals/approve``. Only the listed calls are
+    approved: one parked in the run after the listing the approver reviewed, or whose
+    arguments changed since (another digest), is not.
+    """
+
+    calls: list[ShownCall] = Field(min_length=1, max_length=1000)
+
+
 class Deny(BaseModel):
     """Deny a call with a reason the model will read.
 

@@ -446,16 +446,21 @@ class ApprovalStore:
         self,
         run_id: str,
         by: str,
+        shown: Mapping[str, str],
         *,
         may: Callable[[ApprovalRequest], ToolqError | None] | None = None,
     ) -> dict[str, CallResult | ToolqError]:
-        """Approve every call of a run awaiting a decision, each as ``approve`` would.
+        """Approve the calls of a run ``by`` reviewed, each as ``approve`` would.
 
-        ``may`` (the caller's own check, e.g. its approver roles) returns the error that
-        keeps ``by`` from a call, which is then left parked; the store's own refusals
-        (self-approval, a second approval by the same approver) are audited and returned
-        the same way. Each call gets its result (queued, or still parked short of a
-        quorum) or its error, oldest parked first.
+        ``shown`` maps each call the approver was shown to the digest of its arguments as
+        shown: only those are approved, each bound to its digest (a call whose arguments
+        changed since is refused, ``digest_mismatch``), and a call parked after the listing
+        stays parked. ``may`` (the caller's own check, e.g. its approver roles) returns the
+        error that keeps ``by`` from a call, which is then left parked; the store's own
+        refusals (self-approval, a second approval by the same approver) are audited and
+        returned the same way. Each listed call gets its result (queued, or still parked
+        short of a quorum) or its error, oldest parked first; one not parked in the run,
+        ``not_awaiting_approval``.
         """
         parked: list[ApprovalRequest] = []
         cursor: str | None = None
@@ -467,13 +472,23 @@ class ApprovalStore:
                 break
         outcomes: dict[str, CallResult | ToolqError] = {}
         for request in parked:
+            digest = shown.get(request.call_id)
+            if digest is None:  # not reviewed (parked after the listing, say): left parked
+                continue
             refusal = may(request) if may is not None else None
             if refusal is not None:
                 outcomes[request.call_id] = refusal
                 continue
             outcomes[request.call_id] = self._attempt(
-                run_id, request.call_id, lambda c: self.approve(c, by)
+                run_id, request.call_id, lambda c, d=digest: self.approve(c, by, digest=d)
             )
+        parked_ids = {r.call_id for r in parked}
+        for call_id in shown:
+            if call_id not in parked_ids:
+                outcomes[call_id] = NotAwaitingApprovalError(
+                    f"call {call_id} is not awaiting a decision in run {run_id}",
+                    call_id=call_id,
+                )
         return outcomes
 
     def _attempt(self, run_id: str, call_id: str, decide: Any) -> CallResult | ToolqError:

@@ -235,7 +235,7 @@ def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object)
 
 
 def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False) -> None:
-    """Approve every pending call of a run (``decide_run``): a line each, then a summary.
+    """Approve every pending call of a run (``approve_run``): a line each, then a summary.
 
     Each call is decided as a single ``approve`` decides it (policy, signature, quorum; a
     signed one only for a tool the registry knows); exit 1 when any is refused, or when the
@@ -250,9 +250,10 @@ def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False)
             for r in pending
             if not unsigned and client.registry.get(r.name) is None
         }
-        outcomes = client.approvals.decide_run(
-            run_id, by, approve=[r.call_id for r in pending if r.call_id not in unknown]
-        )
+        # each bound to its arguments as listed here: a call parked since, or changed
+        # since, is not approved
+        shown = {r.call_id: r.digest for r in pending if r.call_id not in unknown}
+        outcomes = client.approvals.approve_run(run_id, by, shown)
     except ToolqError as exc:
         raise fail(str(exc)) from None
     outcomes.update(unknown)
