@@ -28,16 +28,18 @@ from toolq.errors import ConfigurationError
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.settings import Settings
 
-Kind = Literal["decision", "approval", "rule", "audit", "resolution"]
+Kind = Literal["decision", "approval", "rule", "audit", "resolution", "undo"]
 """``decision``: the final approve/deny; ``approval``: one approver's part of a quorum;
 ``rule``: a sticky rule or run mode that loosens the gate; ``audit``: an audit entry;
-``resolution``: a person's outcome for a call of unknown outcome (``toolq.approvals.resolving``)."""
+``resolution``: a person's outcome for a call of unknown outcome (``toolq.approvals.resolving``);
+``undo``: a person's approval to run a gated call's undo handler (``toolq.approvals.undoing``)."""
 VERSIONS: dict[Kind, int] = {
     "decision": 2,
     "approval": 2,
     "rule": 1,
     "audit": 1,
     "resolution": 1,
+    "undo": 1,
 }
 """The payload layout each kind is signed and verified under. ``decision`` and ``approval``
 2 also bind the call's risk, submitter and tenant (``toolq.approvals.authority``); a version

@@ -11,9 +11,11 @@ from toolq.results import scripts
 from toolq.results.runner import Scripts
 
 
-def claim(lua: Scripts) -> str:
+def claim(lua: Scripts, approval: str = "") -> str:
     return lua.run(
-        scripts.UNDO_CLAIM(keys=KEYS, call_id="c1", queue=QUEUE, message=MESSAGE, now=now())
+        scripts.UNDO_CLAIM(
+            keys=KEYS, call_id="c1", queue=QUEUE, message=MESSAGE, now=now(), approval=approval
+        )
     )
 
 
@@ -71,10 +73,16 @@ def finished(lua: Scripts, r: redis.Redis, idempotent: bool = False) -> None:
 def test_undo_claim_outcomes(r: redis.Redis, lua: Scripts):
     assert claim(lua) == "missing"
     create(lua, message=None)
+    r.set(KEYS.undo("c1"), "{}")
+    assert claim(lua) == "not_succeeded"  # only a succeeded call's effect is undone
+    assert "undo_state" not in record(r)
+    r.hset(KEYS.call("c1"), "status", "succeeded")
+    r.delete(KEYS.undo("c1"))
     assert claim(lua) == "nothing"
     r.set(KEYS.undo("c1"), "{}")
-    assert claim(lua) == "ok"
+    assert claim(lua, approval='{"payload": {}}') == "ok"
     rec = record(r)
+    assert rec["undo_approval"] == '{"payload": {}}'  # kept for the worker to check
     assert (rec["undo_state"], rec["undo_push_seq"], rec["undo_push_tag"]) == (
         "requested",
         "1",

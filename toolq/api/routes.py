@@ -403,11 +403,15 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         call_of_tenant(call_id, caller, "undo calls of")
         admin = caller.has("admin")
         owners = client.cell_for_call(call_id).owners
+        approved_by = None
         if owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
             gate = client.undo_gate(call_id)
             if gate is not None:
                 caller.require_approver(gate)
-        event = client.undo(call_id, timeout=timeout, principal=caller.name, admin=admin)
+                approved_by = caller.name  # signed for the worker (toolq.approvals.undoing)
+        event = client.undo(
+            call_id, timeout=timeout, principal=caller.name, admin=admin, approved_by=approved_by
+        )
         return JSONResponse(event.model_dump(mode="json"))
 
     return router

@@ -24,6 +24,7 @@ from toolq.approvals.authority import decided_risk
 from toolq.approvals.policy import RunRules
 from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
+from toolq.approvals.undoing import sign_undo
 from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
@@ -607,13 +608,18 @@ class Client:
         *,
         principal: str | None = None,
         admin: bool = False,
+        approved_by: str | None = None,
     ) -> Event:
         """Run the call's undo handler on a worker of its risk level; the ``call.undone`` event.
 
-        Only the run's owner (or ``admin``) may (``NotRunOwnerError``). Undoing a gated tool
-        also needs the approver role of ``undo_gate``'s risk, which the caller checks (the
-        API does). Raises ``UndoError`` when there is nothing to undo, it was undone
-        already, or the handler failed (with its error).
+        Only the run's owner (or ``admin``) may (``NotRunOwnerError``), and only a call that
+        succeeded. Undoing a gated tool (``undo_gate``) also needs a person: ``approved_by``
+        names the approver who asked, whose approver role of that risk the caller checks
+        (the API does), and this process signs the approval with its
+        ``TOOLQ_APPROVAL_SIGNING_KEY`` (``toolq.approvals.undoing``); a worker with verify
+        keys runs a gated tool's undo handler only with it. Raises ``UndoError`` when there
+        is nothing to undo, it was undone already, or the handler failed or was not run
+        (with its error).
         """
         run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
         if run is None:
@@ -625,12 +631,18 @@ class Client:
         queue, message = self.publisher.undo_message(
             call_id, tool.risk if tool is not None else envelope.risk
         )
+        approval = ""
+        if approved_by is not None and self.undo_gate(call_id) is not None:
+            raw = self.redis.get(self.keys.undo(call_id))
+            if raw is not None:  # (none: UNDO_CLAIM answers that there is nothing to undo)
+                approval = sign_undo(self.approval_store, call_id, approved_by, raw)
         after = self.log.last_id(envelope.run_id)
-        outcome = self.undos.request(call_id, queue, message)
+        outcome = self.undos.request(call_id, queue, message, approval)
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         if outcome != "ok":
             reasons = {
+                "not_succeeded": "only a call that succeeded has an effect to undo",
                 "nothing": "it has nothing to undo",
                 "undone": "it was undone already",
                 "in_progress": "an undo is already in progress",

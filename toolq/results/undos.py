@@ -35,14 +35,23 @@ class UndoStore:
         self.settings = store.settings
         self.scripts = store.scripts
 
-    def request(self, call_id: str, queue: str, message: str) -> scripts.UndoClaimOutcome:
+    def request(
+        self, call_id: str, queue: str, message: str, approval: str = ""
+    ) -> scripts.UndoClaimOutcome:
         """Mark the undo requested and push its message: ``ok``, or why not.
 
-        ``missing``, ``nothing`` (no undo data), ``undone`` (already), ``in_progress``.
+        ``missing``, ``not_succeeded``, ``nothing`` (no undo data), ``undone`` (already),
+        ``in_progress``. ``approval``: the signed approval of the undo (``''``: none), kept
+        on the record for the worker (``toolq.approvals.undoing``).
         """
         return self.scripts.run(
             scripts.UNDO_CLAIM(
-                keys=self.keys, call_id=call_id, queue=queue, message=message, now=repr(time.time())
+                keys=self.keys,
+                call_id=call_id,
+                queue=queue,
+                message=message,
+                now=repr(time.time()),
+                approval=approval,
             )
         )
 

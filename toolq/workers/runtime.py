@@ -32,6 +32,7 @@ from toolq.approvals.guard import ApprovalGuard
 from toolq.approvals.policy import digest_arguments
 from toolq.approvals.resolving import rerun_refusal
 from toolq.approvals.store import approvals_of
+from toolq.approvals.undoing import undo_refusal
 from toolq.backend import Backend
 from toolq.broker import acks
 from toolq.diff import diff_json, diff_text
@@ -59,12 +60,14 @@ from toolq.models import (
     CallStatus,
     EventType,
     PreviewState,
+    RiskLevel,
     UndoState,
     jsonable,
 )
 from toolq.redis_failures import refusal
 from toolq.registry.registry import ToolRegistry
 from toolq.registry.schema import context_parameter
+from toolq.registry.tool import Tool
 from toolq.results.admission import Admission
 from toolq.results.audit_log import AuditLog
 from toolq.results.store import CallStore, Started, dumps
@@ -867,6 +870,23 @@ class WorkerRuntime:
         with self._occupied():
             self._undo(call_id)
 
+    def _undo_refusal(self, envelope: CallEnvelope, tool: Tool, raw: bytes | str) -> str | None:
+        """Why this gated call's undo handler must not run (None: it may, or is not gated).
+
+        Gated by the worker's own view, as a call is (``ApprovalGuard``): a DANGEROUS tool,
+        or one the default policy parks for these arguments. Such an undo runs only with a
+        person's signed approval over this call and this undo data (``undo_refusal``).
+        Without verify keys nothing is checked, as for calls.
+        """
+        if self.guard is None or self.verifier is None:
+            return None
+        arguments = self._plain_arguments(envelope)
+        if tool.risk is not RiskLevel.DANGEROUS and not self.guard.gated(envelope, arguments):
+            return None
+        approval = self.redis.hget(self.store.keys.call(envelope.call_id), "undo_approval")
+        digest = digest_arguments(envelope.arguments)
+        return undo_refusal(envelope, tool.risk, digest, raw, approval, self.verifier)
+
     def _undo(self, call_id: str) -> None:
         token = uuid.uuid4().hex
         outcome, state = self._within_lease(lambda: self.undos.start(call_id, token))
@@ -882,6 +902,9 @@ class WorkerRuntime:
             tool = self.registry.require(envelope.name)
             if not tool.has_undo:
                 raise UndoError(f"tool {tool.name!r} has no undo handler")
+            if (reason := self._undo_refusal(envelope, tool, raw)) is not None:
+                log.warning("undo of call %s refused: %s", call_id, reason)
+                raise UndoError(f"not run: {reason}")
             name = context_parameter(tool.undo)
             ctx = context_of(envelope)
             self._resolve(tool.undo(json.loads(raw), **({name: ctx} if name else {})))

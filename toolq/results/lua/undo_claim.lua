@@ -15,15 +15,21 @@
 --   1 call_id  the call's id
 --   2 now      (s)
 --   3 message  the undo message
--- Returns 'ok' | 'missing' | 'in_progress' | 'undone' | 'nothing' (no undo data).
+--   4 approval the signed approval of this undo ('' = none; toolq.approvals.undoing),
+--              kept on the record (undo_approval) for the worker to check
+-- Returns 'ok' | 'missing' | 'not_succeeded' (only a succeeded call's effect is undone) |
+--   'in_progress' | 'undone' | 'nothing' (no undo data).
 local call, undo, queue, pushes, undo_queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local call_id, now, message = ARGV[1], ARGV[2], ARGV[3]
+local call_id, now, message, approval = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if redis.call('EXISTS', call) == 0 then return 'missing' end
-local state = redis.call('HGET', call, 'undo_state')
+local f = redis.call('HMGET', call, 'status', 'undo_state')
+if not f[1] then return 'missing' end
+if f[1] ~= 'succeeded' then return 'not_succeeded' end
+local state = f[2]
 if state == 'requested' or state == 'undoing' then return 'in_progress' end
 if state == 'undone' then return 'undone' end
 if redis.call('EXISTS', undo) == 0 then return 'nothing' end
-redis.call('HSET', call, 'undo_state', 'requested', 'undo_requested_at', now, 'undo_token', '')
+redis.call('HSET', call, 'undo_state', 'requested', 'undo_requested_at', now, 'undo_token', '',
+           'undo_approval', approval)
 push_undo(queue, pushes, undo_queued, call, call_id, message, now)
 return 'ok'

@@ -9,7 +9,7 @@ from toolq.results.connection import as_text
 from toolq.results.runner import Invocation, Script, emit_keys, outcome, push_keys
 from toolq.results.scripts.calls import Resend
 
-UndoClaimOutcome = Literal["ok", "missing", "in_progress", "undone", "nothing"]
+UndoClaimOutcome = Literal["ok", "missing", "not_succeeded", "in_progress", "undone", "nothing"]
 
 
 class UndoClaim(Script[UndoClaimOutcome]):
@@ -20,7 +20,7 @@ class UndoClaim(Script[UndoClaimOutcome]):
     includes = ("push",)
 
     def __call__(
-        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str
+        self, *, keys: Keys, call_id: str, queue: str, message: str, now: str, approval: str
     ) -> Invocation[UndoClaimOutcome]:
         """An invocation: KEYS and ARGV as the header of ``undo_claim.lua`` lists them."""
         return self.invoke(
@@ -30,7 +30,7 @@ class UndoClaim(Script[UndoClaimOutcome]):
                 **push_keys(keys, queue),
                 "undo_queued": keys.undo_queued,
             },
-            argv={"call_id": call_id, "now": now, "message": message},
+            argv={"call_id": call_id, "now": now, "message": message, "approval": approval},
         )
 
 

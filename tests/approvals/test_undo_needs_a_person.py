@@ -1,0 +1,92 @@
+"""A gated tool's undo handler runs only with a person's signed approval of that undo.
+
+The undo handler is the tool's own code, run on undo data any Redis writer can rewrite. A
+worker with verify keys runs a gated tool's undo (DANGEROUS, or parked by the default
+policy) only with a signature over the call and the undo data it passes
+(``toolq.approvals.undoing``); and only a call that succeeded is undone. Each attack here
+ran the handler before (found by an attack test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.approvals.conftest import Pair, deciding_client, start_verifying
+from tests.approvals.test_worker_verification import call
+from tests.conftest import make_settings
+from toolq import CallStatus, Client
+from toolq.errors import UndoError
+
+pytestmark = pytest.mark.e2e
+
+
+def agent_client() -> Client:
+    """The agent: Redis credentials, no signing key."""
+    from tests.apps import registry
+
+    return Client(registry, make_settings())
+
+
+def test_a_forged_undo_of_a_call_never_approved_runs_nothing(pair: Pair, inproc, r, tmp_path):
+    """A Redis writer stores undo data for a parked (never approved) gated call and asks for
+    its undo: refused before any message (not succeeded); with the record's status forged
+    too, the worker refuses to run the handler (no signed approval of the undo)."""
+    start_verifying(inproc, pair.verify)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    forged = json.dumps({"path": str(victim), "before": "written by a Redis writer\n"})
+    with agent_client() as agent:
+        batch = agent.dispatch(
+            call("edit_file", "e1", path=str(tmp_path / "harmless.txt"), content="hi"),
+            principal="agent",
+            run_id="run-a",
+        )
+        call_id = batch.call_ids[0]
+        assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL
+        r.set(f"toolq:undo:{call_id}", forged)
+        with pytest.raises(UndoError, match="only a call that succeeded"):
+            agent.undo(call_id, timeout=30, principal="agent")
+        r.hset(f"toolq:call:{call_id}", "status", "succeeded")  # the status forged as well
+        with pytest.raises(UndoError, match=r"signed approval|signature"):
+            agent.undo(call_id, timeout=30, principal="agent", approved_by="agent")
+    assert victim.read_text() == "original\n"
+
+
+def test_an_agent_cannot_undo_an_approved_dangerous_call_alone(pair: Pair, inproc, r):
+    """A DANGEROUS call an approver let run is undone only when an approver asks: the
+    agent's own undo (no signing key) is refused by the worker, an approver's is run, and
+    undo data rewritten after the approver asked is refused."""
+    start_verifying(inproc, pair.verify)
+    with agent_client() as agent, deciding_client(pair) as approver:
+        batch = agent.dispatch(
+            call("deploy", "d1", service="api", replicas=2), principal="agent", run_id="run-b"
+        )
+        call_id = batch.call_ids[0]
+        approver.approvals.approve(call_id, by="alice")
+        assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+        for by in (None, "agent"):  # no approval, then one the agent cannot sign
+            with pytest.raises(UndoError, match=r"signed approval|signature"):
+                agent.undo(call_id, timeout=30, principal="agent", approved_by=by)
+        assert r.lrange("test:undo:deploy", 0, -1) == []
+
+        # an approver's undo: signed over the undo data as it is; a Redis writer who
+        # rewrites it after the approver asked (here: between the signature and the
+        # request) has the undo refused
+        genuine = r.get(f"toolq:undo:{call_id}")
+        request = approver.undos.request
+
+        def rewritten_then_requested(*args, **kwargs):
+            r.set(f"toolq:undo:{call_id}", json.dumps({"call_id": "someone-else"}))
+            return request(*args, **kwargs)
+
+        approver.undos.request = rewritten_then_requested  # type: ignore[method-assign]
+        with pytest.raises(UndoError, match="undo data changed"):
+            approver.undo(call_id, timeout=30, principal="agent", admin=True, approved_by="bob")
+        approver.undos.request = request  # type: ignore[method-assign]
+        assert r.lrange("test:undo:deploy", 0, -1) == []
+        r.set(f"toolq:undo:{call_id}", genuine)
+        event = approver.undo(call_id, timeout=30, principal="agent", admin=True, approved_by="bob")
+        assert event.type.value == "call.undone"
+    assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]

@@ -1,0 +1,77 @@
+"""A person's signed approval of an undo: a gated tool's undo handler runs only with one.
+
+An undo handler is its tool's own code, run on the undo data the call's worker stored,
+which anyone who can write to Redis can rewrite. So for a gated tool (DANGEROUS, or one the
+default policy parks: ``Client.undo_gate``) a worker with verify keys runs it only with a
+signature by one of those keys (kind ``undo``) over this call's facts (``call_facts``: id,
+run, tool, the worker's own risk for it, argument digest, submitter, tenant), the digest of
+the undo data it is about to pass (``undo_digest``) and the approver who asked. A deciding
+process signs one (``sign_undo``) when an approver of the call's risk asks for the undo: the
+API for its caller (whose approver role the route checks), a process holding
+``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names. The signature binds the undo
+data as it was when the approver asked: data rewritten after that is refused; what the
+call's worker stored before it is what the approver undoes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from toolq.approvals.store import ApprovalStore
+from toolq.models import CallEnvelope, RiskLevel
+from toolq.results.store import dumps
+from toolq.signing import Verifier, call_facts
+
+
+def undo_digest(raw: bytes | str) -> str:
+    """The digest of a call's undo data, as stored (SHA-256, hex)."""
+    return hashlib.sha256(raw.encode() if isinstance(raw, str) else raw).hexdigest()
+
+
+def sign_undo(approvals: ApprovalStore, call_id: str, by: str, raw: bytes | str) -> str:
+    """The stored form of ``by``'s approval to undo ``call_id`` with the undo data ``raw``.
+
+    Signed with the process's signing key; without one, an unsigned payload of the same
+    fields, which a worker with verify keys refuses (as it refuses unsigned decisions).
+    """
+    parked = approvals._read(call_id)
+    fields: dict[str, Any] = {
+        **parked.facts,
+        "undo_digest": undo_digest(raw),
+        "by": by,
+        "ts": repr(time.time()),
+    }
+    if approvals.signer is None:
+        return dumps({"payload": {**fields, "kind": "undo"}})
+    return dumps(approvals.signer.sign("undo", **fields))
+
+
+def undo_refusal(
+    envelope: CallEnvelope,
+    risk: RiskLevel,
+    digest: str,
+    raw: bytes | str,
+    approval: Any,
+    verifier: Verifier,
+) -> str | None:
+    """Why a worker must not run the undo handler of this gated call, or None when it may.
+
+    ``risk``: the worker's own registry's for the tool; ``digest``: of the call's arguments
+    as stored; ``raw``: the undo data it would pass; ``approval``: the record's
+    ``undo_approval``.
+    """
+    if not approval:
+        return "the undo of a gated call carries no signed approval"
+    payload = verifier.payload(approval, "undo")
+    if payload is None:
+        return "the undo approval's signature is invalid or not made by a trusted key"
+    for fact, value in call_facts(envelope, risk, digest).items():
+        if payload.get(fact) != value:
+            return f"the undo approval does not match this call's {fact}"
+    if payload.get("undo_digest") != undo_digest(raw):
+        return "the undo data changed after the undo was approved"
+    if not isinstance(payload.get("by"), str) or not payload["by"]:
+        return "the undo approval names no approver"
+    return None
