@@ -18,11 +18,13 @@ def test_a_flushed_script_reruns_only_the_invocations_that_found_it_missing(
     replies = lua.pipelined(
         [
             create_invocation("c1"),
-            scripts.UNDO_CLAIM(keys=KEYS, call_id="c1", queue=QUEUE, message="m", now=now()),
+            scripts.UNDO_CLAIM(
+                keys=KEYS, call_id="c1", queue=QUEUE, message="m", now=now(), approval=""
+            ),
         ]
     )
     # CREATE ran once (a second run would answer 'dup'); UNDO_CLAIM ran after its load
-    assert [getattr(x, "outcome", x) for x in replies] == ["new", "nothing"]
+    assert [getattr(x, "outcome", x) for x in replies] == ["new", "not_succeeded"]
     assert r.llen(KEYS.run_calls("run1")) == 1
     assert r.script_exists(scripts.UNDO_CLAIM.sha) == [True]
 
