@@ -17,7 +17,7 @@ from tests.approvals.conftest import Pair, deciding_client, start_verifying
 from tests.approvals.test_worker_verification import call
 from tests.conftest import make_settings
 from toolq import CallStatus, Client
-from toolq.errors import UndoError
+from toolq.errors import NotAuthorizedError, UndoError
 
 pytestmark = pytest.mark.e2e
 
@@ -49,8 +49,8 @@ def test_a_forged_undo_of_a_call_never_approved_runs_nothing(pair: Pair, inproc,
         with pytest.raises(UndoError, match="only a call that succeeded"):
             agent.undo(call_id, timeout=30, principal="agent")
         r.hset(f"toolq:call:{call_id}", "status", "succeeded")  # the status forged as well
-        with pytest.raises(UndoError, match=r"signed approval|signature"):
-            agent.undo(call_id, timeout=30, principal="agent", approved_by="agent")
+        with pytest.raises(UndoError, match=r"signed approval"):
+            agent.undo(call_id, timeout=30, principal="agent")
     assert victim.read_text() == "original\n"
 
 
@@ -66,9 +66,11 @@ def test_an_agent_cannot_undo_an_approved_dangerous_call_alone(pair: Pair, inpro
         call_id = batch.call_ids[0]
         approver.approvals.approve(call_id, by="alice")
         assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
-        for by in (None, "agent"):  # no approval, then one the agent cannot sign
-            with pytest.raises(UndoError, match=r"signed approval|signature"):
-                agent.undo(call_id, timeout=30, principal="agent", approved_by=by)
+        with pytest.raises(UndoError, match=r"signed approval"):  # the agent's own undo
+            agent.undo(call_id, timeout=30, principal="agent")
+        for process in (agent, approver):  # never signed for the call's submitter
+            with pytest.raises(NotAuthorizedError, match="self"):
+                process.undo(call_id, timeout=30, principal="agent", approved_by="agent")
         assert r.lrange("test:undo:deploy", 0, -1) == []
 
         # an approver's undo: signed over the undo data as it is; a Redis writer who
@@ -86,6 +88,8 @@ def test_an_agent_cannot_undo_an_approved_dangerous_call_alone(pair: Pair, inpro
             approver.undo(call_id, timeout=30, principal="agent", admin=True, approved_by="bob")
         approver.undos.request = request  # type: ignore[method-assign]
         assert r.lrange("test:undo:deploy", 0, -1) == []
+        # an approval is for one undo: the failed one's is gone, not there to replay
+        assert r.hget(f"toolq:call:{call_id}", "undo_approval") is None
         r.set(f"toolq:undo:{call_id}", genuine)
         event = approver.undo(call_id, timeout=30, principal="agent", admin=True, approved_by="bob")
         assert event.type.value == "call.undone"

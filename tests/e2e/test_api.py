@@ -236,14 +236,17 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert target.read_text() == "new"
-    # edit_file is gated (it asks for approval): undoing it needs approver:moderate too.
+    # edit_file is gated (it asks for approval): its undo is an approver's decision, an
+    # approver of its risk who is not its submitter (as for the call itself)
     plain = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
     assert plain.status_code == 403 and plain.json()["error"]["code"] == "forbidden"
+    own = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
     assert target.read_text() == "new"
-    undone = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    undone = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("bob-t"), timeout=30)
     assert undone.status_code == 200 and undone.json()["type"] == "call.undone"
     assert target.read_text() == "old"
-    again = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    again = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("bob-t"), timeout=30)
     assert again.status_code == 409 and again.json()["error"]["code"] == "undo_failed"
 
 

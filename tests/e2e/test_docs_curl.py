@@ -154,7 +154,8 @@ def test_http_api_guide_curl_examples_work_as_written(stack):
     status, body = run("/v1/calls/CALL_ID/cancel", CALL_ID=calls["c1"])
     assert status == 200, body
     status, body = run("/v1/calls/CALL_ID/undo", CALL_ID=calls["c1"])
-    assert status == 409 and "nothing to undo" in body  # get_weather has no undo handler
+    # get_weather has no undo handler (and the cancel may have caught it before it ran)
+    assert status == 409 and ("nothing to undo" in body or "only a call that succeeded" in body)
     status, body = run("/metrics")
     assert status == 200 and "toolq_queue_depth" in body
     final = httpx.get(f"{stack}/v1/calls/{parked}", headers=token)

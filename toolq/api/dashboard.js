@@ -335,14 +335,18 @@ const retryButton = c => runsSupported && RETRYABLE.has(c.status) ? el("button",
 // Approve what the approver is shown: the run's parked calls are listed with their
 // arguments, and only those go in the request, each with the digest of the arguments shown
 // (a call parked after the listing, or changed since, is not approved).
+const BULK_SHOWN = 25;  // calls one bulk approval shows, and approves
 async function approveRun(runId) {
   try {
     const listed = await api(`v1/approvals${query({ run_id: runId, limit: "1000" })}`);
     if (!listed.length) { toast(`Run ${runId}: nothing awaits a decision`); runsAt = 0; refresh(); return; }
-    const lines = listed.map(r => `• ${r.name} ${JSON.stringify(r.arguments)} (${shortId(r.call_id)})`);
-    const shown = lines.length > 20 ? [...lines.slice(0, 20), `… and ${lines.length - 20} more`] : lines;
-    if (!confirm(`Approve these ${listed.length} call(s) of run ${runId}?\n\n${shown.join("\n")}`)) return;
-    const calls = listed.map(r => ({ call_id: r.call_id, digest: r.digest }));
+    // Only what the dialog shows is approved: the rest stays parked for another round.
+    const shown = listed.slice(0, BULK_SHOWN);
+    const lines = shown.map(r => `• ${r.name} ${JSON.stringify(r.arguments)} (${shortId(r.call_id)})`);
+    const rest = listed.length - shown.length;
+    const note = rest > 0 ? `\n\n(${rest} more stay parked: approve them in another round)` : "";
+    if (!confirm(`Approve these ${shown.length} call(s) of run ${runId}?\n\n${lines.join("\n")}${note}`)) return;
+    const calls = shown.map(r => ({ call_id: r.call_id, digest: r.digest }));
     const result = await api(`v1/runs/${encodeURIComponent(runId)}/approvals/approve`, { calls });
     toast(`Run ${runId}: ${result.approved.length} approved`
       + (result.refused.length ? `, ${result.refused.length} refused (${result.refused[0].code})` : ""),

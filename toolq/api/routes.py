@@ -397,21 +397,21 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
     def undo(call_id: str, caller: Caller, timeout: float = Query(30, gt=0, le=300)) -> Any:
         """Run the call's undo handler on a worker; the ``call.undone`` event.
 
-        Run owner only; undoing a gated tool also needs the approver role of its risk.
+        The undo of a gated tool is an approver's decision: an approver of the call's risk
+        (not its submitter) asks, and the API signs the approval for the worker. Any other
+        undo: the run's owner (or an admin).
         """
-        caller.require("submitter")
         call_of_tenant(call_id, caller, "undo calls of")
-        admin = caller.has("admin")
-        owners = client.cell_for_call(call_id).owners
-        approved_by = None
-        if owners.check_call(call_id, caller.name, admin=admin, action="undo calls of"):
-            gate = client.undo_gate(call_id)
-            if gate is not None:
-                caller.require_approver(gate)
-                approved_by = caller.name  # signed for the worker (toolq.approvals.undoing)
-        event = client.undo(
-            call_id, timeout=timeout, principal=caller.name, admin=admin, approved_by=approved_by
-        )
+        gate = client.undo_gate(call_id)
+        if gate is not None:
+            caller.require_approver(gate)
+            event = client.undo(
+                call_id, timeout=timeout, principal=caller.name, approved_by=caller.name
+            )
+        else:
+            caller.require("submitter")
+            admin = caller.has("admin")
+            event = client.undo(call_id, timeout=timeout, principal=caller.name, admin=admin)
         return JSONResponse(event.model_dump(mode="json"))
 
     return router

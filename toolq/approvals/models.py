@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolq.models import CallStatus, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
@@ -55,6 +55,8 @@ class Approve(BaseModel):
 class ShownCall(BaseModel):
     """A parked call as the approver reviewed it: its id and its arguments' digest."""
 
+    model_config = ConfigDict(extra="forbid")
+
     call_id: str = Field(min_length=1, max_length=200)
     digest: str = Field(min_length=1, max_length=200)
 
@@ -67,7 +69,17 @@ class ApproveRun(BaseModel):
     arguments changed since (another digest), is not.
     """
 
+    model_config = ConfigDict(extra="forbid")
+
     calls: list[ShownCall] = Field(min_length=1, max_length=1000)
+
+    @field_validator("calls")
+    @classmethod
+    def _once_each(cls, calls: list[ShownCall]) -> list[ShownCall]:
+        ids = [c.call_id for c in calls]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a call is listed twice")
+        return calls
 
 
 class Deny(BaseModel):

@@ -8,9 +8,13 @@ run, tool, the worker's own risk for it, argument digest, submitter, tenant), th
 the undo data it is about to pass (``undo_digest``) and the approver who asked. A deciding
 process signs one (``sign_undo``) when an approver of the call's risk asks for the undo: the
 API for its caller (whose approver role the route checks), a process holding
-``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names. The signature binds the undo
-data as it was when the approver asked: data rewritten after that is refused; what the
-call's worker stored before it is what the approver undoes.
+``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names; never for the call's
+submitter (as for a decision). One approver suffices, whatever the call's quorum. The
+signature binds the undo data as it was when the approver asked: data rewritten after that
+is refused. What it binds to is what Redis held then: an approver is not shown the undo
+data, so a Redis writer who rewrote it before the approver asked has it undone with that
+data. And like a call's own approval, it can be replayed on the same call by a Redis writer
+who sets the undo back to requested with the same undo data.
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ def undo_digest(raw: bytes | str) -> str:
 def sign_undo(approvals: ApprovalStore, call_id: str, by: str, raw: bytes | str) -> str:
     """The stored form of ``by``'s approval to undo ``call_id`` with the undo data ``raw``.
 
-    Signed with the process's signing key; without one, an unsigned payload of the same
-    fields, which a worker with verify keys refuses (as it refuses unsigned decisions).
+    ``by`` must be one who may decide the call (``NotAuthorizedError``, audited, as a
+    decision's refusal): not its submitter, and among ``TOOLQ_APPROVERS`` of its risk when
+    those are set. Signed with the process's signing key; without one, an unsigned payload
+    of the same fields, which a worker with verify keys refuses (as it refuses unsigned
+    decisions).
     """
     parked = approvals._read(call_id)
+    approvals._authorize(parked, by)
     fields: dict[str, Any] = {
         **parked.facts,
         "undo_digest": undo_digest(raw),

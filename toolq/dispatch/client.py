@@ -37,6 +37,7 @@ from toolq.errors import (
     CallNotFoundError,
     ConfigurationError,
     ReplicationError,
+    SecretsError,
     UndoError,
     WaitTimeoutError,
 )
@@ -56,6 +57,7 @@ from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary, run_summary, runs_page
 from toolq.results.waits import Waiter
+from toolq.secretbox import open_arguments
 from toolq.settings import Settings
 
 if TYPE_CHECKING:
@@ -612,18 +614,21 @@ class Client:
     ) -> Event:
         """Run the call's undo handler on a worker of its risk level; the ``call.undone`` event.
 
-        Only the run's owner (or ``admin``) may (``NotRunOwnerError``), and only a call that
-        succeeded. Undoing a gated tool (``undo_gate``) also needs a person: ``approved_by``
-        names the approver who asked, whose approver role of that risk the caller checks
-        (the API does), and this process signs the approval with its
+        Only a call that succeeded. The undo of a gated tool (``undo_gate``) is a person's
+        decision, as its call was: ``approved_by`` names the approver who asks (whose
+        approver role of that risk the caller checks, as the API does; never the call's
+        submitter), and this process signs the approval with its
         ``TOOLQ_APPROVAL_SIGNING_KEY`` (``toolq.approvals.undoing``); a worker with verify
-        keys runs a gated tool's undo handler only with it. Raises ``UndoError`` when there
-        is nothing to undo, it was undone already, or the handler failed or was not run
-        (with its error).
+        keys runs a gated tool's undo handler only with it. Any other undo is the run
+        owner's (or ``admin``'s: ``NotRunOwnerError``). Raises ``UndoError`` when there is
+        nothing to undo, it was undone already, or the handler failed or was not run (with
+        its error).
         """
-        run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
-        if run is None:
-            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        gate = self.undo_gate(call_id) if approved_by is not None else None
+        if gate is None:
+            run = self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
+            if run is None:
+                raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         envelope = self.store.envelope(call_id)
         # The message is pushed by the script that marks the undo requested, so a request
         # never exists without one (and the sweeper re-sends one that is lost).
@@ -632,7 +637,7 @@ class Client:
             call_id, tool.risk if tool is not None else envelope.risk
         )
         approval = ""
-        if approved_by is not None and self.undo_gate(call_id) is not None:
+        if approved_by is not None and gate is not None:
             raw = self.redis.get(self.keys.undo(call_id))
             if raw is not None:  # (none: UNDO_CLAIM answers that there is nothing to undo)
                 approval = sign_undo(self.approval_store, call_id, approved_by, raw)
@@ -675,9 +680,10 @@ class Client:
         tool = self.registry.get(envelope.name)
         if risk is RiskLevel.DANGEROUS or tool is None:
             return risk
-        try:
-            route = self.policy.route(tool, envelope.arguments, RunRules())
-        except ApprovalPredicateError:
+        try:  # on the plaintext, as the dispatcher's and the worker's gate see it
+            plain = open_arguments(self.approval_store.box, tool, call_id, envelope.arguments)
+            route = self.policy.route(tool, plain, RunRules())
+        except (ApprovalPredicateError, SecretsError):  # fail closed
             route = "park"
         return risk if route == "park" else None
 

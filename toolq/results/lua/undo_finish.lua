@@ -31,6 +31,8 @@ if f[2] ~= token then return {'stale'} end
 if f[1] == state then return {'ok', ''} end
 if f[1] ~= 'undoing' then return {'stale'} end
 redis.call('HSET', call, 'undo_state', state, 'undo_finished_at', now)
+-- Its approval was for this undo: another needs its own (toolq.approvals.undoing).
+redis.call('HDEL', call, 'undo_approval')
 if redis.call('GET', undo_lease) == token then redis.call('DEL', undo_lease) end
 redis.call('ZREM', undoing, call_id)
 if state == 'undone' then redis.call('DEL', undo) end

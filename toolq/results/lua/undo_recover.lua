@@ -39,6 +39,7 @@ if f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) and message 
   return 'requeue'
 end
 redis.call('HSET', call, 'undo_state', 'failed', 'undo_token', '', 'undo_finished_at', now)
+redis.call('HDEL', call, 'undo_approval')  -- (as UNDO_FINISH: it was for this undo)
 local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 emit('call.undo_failed', lost_data)
 return 'failed'
