@@ -51,6 +51,12 @@ def test_a_forged_undo_of_a_call_never_approved_runs_nothing(pair: Pair, inproc,
         r.hset(f"toolq:call:{call_id}", "status", "succeeded")  # the status forged as well
         with pytest.raises(UndoError, match=r"signed approval"):
             agent.undo(call_id, timeout=30, principal="agent")
+        # and when an approver, shown nothing of the undo data, asks for the undo: the
+        # call itself was never approved, so its effect is not undone
+        with deciding_client(pair) as approver:
+            r.hset(f"toolq:call:{call_id}", "undo_state", "failed")
+            with pytest.raises(UndoError, match="its call was not approved"):
+                approver.undo(call_id, timeout=30, approved_by="bob")
     assert victim.read_text() == "original\n"
 
 

@@ -28,6 +28,16 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class UndoGate:
+    """What a gated call's undo needs before its handler runs."""
+
+    approval: str | None
+    """The call's own signed approval (or rule): only an approved call's effect is undone."""
+    undo_approval: str | None
+    """A person's signed approval of this undo (``toolq.approvals.undoing``)."""
+
+
+@dataclass(frozen=True)
 class Decision:
     """Who was asked and who decided a parked call (the approval wait of its trace)."""
 

@@ -79,7 +79,7 @@ from toolq.telemetry import CallSpan, call_span
 from toolq.workers.commit import Finished, GroupCommit, Starting
 from toolq.workers.news import News, NewsWriter
 from toolq.workers.readmit import Readmit
-from toolq.workers.records import Decision, Gate, Kind, Records
+from toolq.workers.records import Decision, Gate, Kind, Records, UndoGate
 from toolq.workers.siblings import EventLoop
 from toolq.workers.slots import (
     AsyncSlots,
@@ -874,18 +874,22 @@ class WorkerRuntime:
         """Why this gated call's undo handler must not run (None: it may, or is not gated).
 
         Gated by the worker's own view, as a call is (``ApprovalGuard``): a DANGEROUS tool,
-        or one the default policy parks for these arguments. Such an undo runs only with a
-        person's signed approval over this call and this undo data (``undo_refusal``).
-        Without verify keys nothing is checked, as for calls.
+        or one the default policy parks for these arguments. Such an undo runs only for a
+        call whose own approval holds (a Redis writer's undo of a call nobody approved is
+        refused even when an approver asks), and with a person's signed approval over this
+        call and this undo data (``undo_refusal``). Without verify keys nothing is checked,
+        as for calls.
         """
         if self.guard is None or self.verifier is None:
             return None
         arguments = self._plain_arguments(envelope)
         if tool.risk is not RiskLevel.DANGEROUS and not self.guard.gated(envelope, arguments):
             return None
-        approval = self.redis.hget(self.store.keys.call(envelope.call_id), "undo_approval")
+        gate = self.records.read(envelope.call_id, UndoGate)
+        if (reason := self.guard.refusal(envelope, gate.approval, arguments)) is not None:
+            return f"its call was not approved: {reason}"
         digest = digest_arguments(envelope.arguments)
-        return undo_refusal(envelope, tool.risk, digest, raw, approval, self.verifier)
+        return undo_refusal(envelope, tool.risk, digest, raw, gate.undo_approval, self.verifier)
 
     def _undo(self, call_id: str) -> None:
         token = uuid.uuid4().hex
