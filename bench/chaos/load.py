@@ -261,13 +261,17 @@ def run_approver(cfg: LoadConfig, stop: EventType) -> None:
     rng = random.Random(f"{cfg.seed}-approver")
     history = History(cfg.out_dir, "approver")
     client = Client(registry, cfg.settings(approver=True))
+    # The racing flag is on the first cell's Redis (each cell's injector sets it on its own;
+    # a CellRouter has no Redis of its own: reading it there failed every poll with cells,
+    # and no call was ever decided).
+    flags = client.cell_clients[0].redis
     decided: set[str] = set()
     try:
         while not stop.is_set():
             try:
                 pending = client.approvals.pending()
                 unknown = client.approvals.unknown()
-                racing_until = float(client.redis.get(RACING_KEY) or 0)
+                racing_until = float(flags.get(RACING_KEY) or 0)
             except Exception as exc:  # Redis outage
                 history.append("poll", outcome="error", reason=error_reason(exc))
                 stop.wait(0.5)
