@@ -199,6 +199,36 @@ def test_bulk_approve_approves_only_what_the_approver_was_shown(api, client, r):
     assert {p.call_id for p in client.approvals.pending(run_id="r-shown")} == {changed, late}
 
 
+def test_a_call_whose_tool_a_redis_writer_renamed_is_not_approved_as_shown(api, client, r):
+    """The digest an approver reviews covers the tool as well as the arguments: a Redis
+    writer who renames a parked call's tool (same arguments, same risk) between the view and
+    the click gets a refusal, on the one-call route and in a bulk approval (before, the API
+    signed the renamed call: the digest covered the arguments only)."""
+    [one, other] = park(client, 2, run_id="r-renamed", tool="purge")
+    seen = {p.call_id: p.digest for p in client.approvals.pending(run_id="r-renamed")}
+    for call_id in (one, other):
+        key = f"toolq:call:{call_id}"
+        envelope = json.loads(r.hget(key, "envelope"))
+        envelope["name"] = "hurry"  # dangerous too, no arguments: the approver's roles cover it
+        r.hset(key, mapping={"envelope": json.dumps(envelope), "name": "hurry"})
+    single = httpx.post(
+        f"{api}/v1/approvals/{one}/approve", headers=h("alice-t"), json={"digest": seen[one]}
+    )
+    assert single.status_code == 409, single.text
+    assert single.json()["error"]["code"] == "digest_mismatch"
+    bulk = httpx.post(
+        f"{api}/v1/runs/r-renamed/approvals/approve",
+        headers=h("alice-t"),
+        json={"calls": [{"call_id": other, "digest": seen[other]}]},
+    )
+    assert bulk.status_code == 200, bulk.text
+    assert bulk.json()["approved"] == []
+    assert [c["code"] for c in bulk.json()["refused"]] == ["digest_mismatch"]
+    pending = client.approvals.pending(run_id="r-renamed")
+    assert {p.call_id for p in pending} == {one, other}
+    assert all(p.approvals == [] and p.digest != seen[p.call_id] for p in pending)
+
+
 class _AnyText(str):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, str) and bool(other)

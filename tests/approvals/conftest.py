@@ -12,7 +12,7 @@ import redis
 
 from tests.conftest import InProcess, make_settings
 from toolq import Client
-from toolq.approvals.policy import digest_arguments
+from toolq.approvals.policy import digest_call
 from toolq.models import RiskLevel
 from toolq.signing import generate_pair
 
@@ -66,7 +66,7 @@ def forge_queued(
     fields = {
         "status": "queued",
         "envelope": json.dumps(envelope),
-        "digest": digest_arguments(envelope["arguments"]),
+        "digest": digest_call(envelope["name"], envelope["arguments"]),
     }
     if approval is not None:
         fields["approval"] = approval

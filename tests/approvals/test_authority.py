@@ -28,7 +28,7 @@ from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPytho
 from tests.conftest import InProcess, make_settings, serve
 from toolq import CallStatus, Client, RiskLevel, ToolContext, ToolRegistry
 from toolq.api.app import create_app
-from toolq.approvals.policy import digest_arguments
+from toolq.approvals.policy import digest_call
 from toolq.errors import NotAuthorizedError
 from toolq.keys import Keys
 from toolq.settings import ApiToken
@@ -197,7 +197,8 @@ def test_a_decision_signed_over_a_lowered_risk_does_not_run(
     envelope = json.loads(r.hget(KEYS.call(forged), "envelope"))
     signed = Signer.from_text(pair.signing).sign(
         "decision", call_id=forged, run_id=envelope["run_id"], tool="wipe", risk="safe",
-        digest=digest_arguments(envelope["arguments"]), submitter="agent", tenant="default",
+        digest=digest_call(envelope["name"], envelope["arguments"]), submitter="agent",
+        tenant="default",
         decision="approve", approvers=["sam"], by="sam", ts=repr(time.time()),
     )
     forge_queued(r, approver, forged, approval=json.dumps(signed))
@@ -284,7 +285,7 @@ def test_a_decision_signed_before_the_upgrade_is_refused(
     # Version 1 bound neither the risk nor the submitter.
     payload = {
         "call_id": call_id, "run_id": envelope["run_id"], "tool": "wipe",
-        "digest": digest_arguments(envelope["arguments"]), "decision": "approve",
+        "digest": digest_call(envelope["name"], envelope["arguments"]), "decision": "approve",
         "approvers": ["alice"], "by": "alice", "ts": repr(time.time()), "v": 1,
         "kind": "decision",
     }

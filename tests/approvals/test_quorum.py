@@ -13,7 +13,7 @@ import pytest
 
 from tests.approvals.conftest import deciding_client, executions, start_verifying
 from toolq import CallStatus, EventType
-from toolq.approvals.policy import digest_arguments
+from toolq.approvals.policy import digest_call
 from toolq.errors import DigestMismatchError, NotAuthorizedError
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ def test_first_approver_edits_then_second_approves_the_edit(two, verifying, r):
     shown = two.approvals.get(call_id)
     assert shown.status is CallStatus.AWAITING_APPROVAL
     assert shown.arguments == {"target": "staging"} and shown.approvals == ["alice"]
-    assert shown.digest == digest_arguments({"target": "staging"}) != original
+    assert shown.digest == digest_call("wipe", {"target": "staging"}) != original
     with pytest.raises(DigestMismatchError):  # bob reviewed the original: not what would run
         two.approvals.approve(call_id, by="bob", digest=original)
     two.approvals.approve(call_id, by="bob", digest=shown.digest)

@@ -244,10 +244,10 @@ def test_a_forged_rerun_written_into_redis_does_not_run(stack: Stack, r, wait_fo
     if signed_by == "nobody":
         forged: object = {"payload": payload}
     else:
-        from toolq.approvals.policy import digest_arguments
+        from toolq.approvals.policy import digest_call
         from toolq.signing import Signer
 
-        payload["digest"] = digest_arguments(envelope["arguments"])
+        payload["digest"] = digest_call(envelope["name"], envelope["arguments"])
         forged = Signer.from_text(generate_pair()[0]).sign(
             "resolution", **{k: v for k, v in payload.items() if k not in ("v", "kind")}
         )

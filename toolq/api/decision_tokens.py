@@ -70,7 +70,8 @@ class DecisionGrant:
 
     call_id: str
     digest: str
-    """The digest of the call's arguments when the token was issued; a changed call is refused."""
+    """The call's digest (tool and arguments) when the token was issued; a changed call is
+    refused."""
     approver: str
     tenant: str | None
     expires_at: float

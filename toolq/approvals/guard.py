@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolq.approvals.policy import ApprovalMode, RunRules, digest_arguments, route
+from toolq.approvals.policy import ApprovalMode, RunRules, digest_call, route
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.registry import ToolRegistry
 from toolq.settings import Settings
@@ -51,7 +51,7 @@ class ApprovalGuard:
         """
         if not approval:
             return "the call carries no signed approval"
-        digest = digest_arguments(envelope.arguments)
+        digest = digest_call(envelope.name, envelope.arguments)
         decision = self.verifier.payload(approval, "decision")
         if decision is not None:
             return self._decision_refusal(envelope, digest, decision)

@@ -22,6 +22,7 @@ class ApprovalRequest(BaseModel):
     arguments: dict[str, Any]
     original_arguments: dict[str, Any] | None = None
     digest: str
+    """SHA-256 of the tool's name and the arguments as stored: what an approval binds."""
     submitter: str | None = None
     tenant: str = DEFAULT_TENANT
     created_at: float
@@ -47,13 +48,14 @@ class Approve(BaseModel):
     arguments (the tool's defaults fill in; a required parameter refuses it)."""
     note: str | None = None
     digest: str | None = None
-    """The digest of the arguments the approver reviewed; a changed call is refused."""
+    """The digest (of the tool's name and arguments) the approver reviewed; a changed call is
+    refused."""
     always: bool = False
     """Also approve this tool for the rest of the run."""
 
 
 class ShownCall(BaseModel):
-    """A parked call as the approver reviewed it: its id and its arguments' digest."""
+    """A parked call as the approver reviewed it: its id and digest (of its tool and arguments)."""
 
     model_config = ConfigDict(extra="forbid")
 

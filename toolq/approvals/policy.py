@@ -85,8 +85,24 @@ def loosening_signature(tool: Tool, rules: RunRules) -> dict[str, Any] | None:
 
 
 def digest_arguments(arguments: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of a call's arguments: what an approver approves."""
+    """SHA-256 of the canonical JSON of a call's arguments alone (to compare two of them)."""
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def digest_call(name: str, arguments: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a call's tool and arguments: what an approver approves.
+
+    The tool's name is in it: a call whose tool a Redis writer renames between the
+    approver's view and the click (same arguments) has another digest, and is refused as a
+    changed call is. Signed decisions carry this digest (``call_facts``).
+    """
+    canonical = json.dumps(
+        {"tool": name, "arguments": arguments},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

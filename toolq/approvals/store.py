@@ -22,7 +22,7 @@ from toolq.approvals.policy import (
     ApprovalMode,
     ApprovalPolicy,
     RunRules,
-    digest_arguments,
+    digest_call,
     rule_key,
 )
 from toolq.errors import (
@@ -120,15 +120,15 @@ class Parked:
     """A call record as a deciding process reads it, with what it computes itself.
 
     The stored ``digest`` field is never trusted: what is approved is the digest of the
-    stored arguments as they are (secret values included as stored). Nor are the stored
-    ``risk`` and approvals: ``facts`` carry the registry's risk, and ``approvals`` are the
-    ones whose signatures hold for those facts.
+    tool's name and the stored arguments as they are (secret values included as stored).
+    Nor are the stored ``risk`` and approvals: ``facts`` carry the registry's risk, and
+    ``approvals`` are the ones whose signatures hold for those facts.
     """
 
     def __init__(self, record: dict[str, str], authority: Authority) -> None:
         self.record = record
         self.envelope = CallEnvelope.model_validate_json(record["envelope"])
-        self.digest = digest_arguments(self.envelope.arguments)
+        self.digest = digest_call(self.envelope.name, self.envelope.arguments)
         self.facts = authority.facts(self.envelope, self.digest)
         self.risk = RiskLevel(self.facts["risk"])
         self.approvals = authority.verified(approvals_of(record), self.facts)
@@ -188,7 +188,7 @@ def to_request(
         status=CallStatus(record["status"]),
         arguments=mask_arguments(envelope.arguments, paths),
         original_arguments=mask_arguments(original, paths) if original is not None else None,
-        digest=digest_arguments(envelope.arguments),
+        digest=digest_call(envelope.name, envelope.arguments),
         submitter=envelope.principal,
         tenant=envelope.tenant,
         created_at=float(record.get("created_at") or envelope.created_at),
@@ -388,7 +388,7 @@ class ApprovalStore:
                 )
                 new_envelope = edited.model_dump_json()
                 # the digest of what is stored (secrets sealed), as workers compute it
-                new_digest = digest_arguments(stored)
+                new_digest = digest_call(parked.envelope.name, stored)
                 data["edited_arguments"] = tool.redact(stored)
             outcome = self._run_decide(
                 parked, "approve", by, data, None, new_envelope, new_digest or None
@@ -921,6 +921,6 @@ __all__ = [
     "ApprovalStore",
     "Parked",
     "audit_fields",
-    "digest_arguments",
+    "digest_call",
     "to_request",
 ]

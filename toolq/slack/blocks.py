@@ -3,7 +3,7 @@
 Every value a user or model chose (tool, run, principal, arguments, preview, diff, reason)
 is inert text: in ``mrkdwn`` escaped as Slack asks and inside code spans or blocks that it
 cannot close (``toolq.webhooks.payload``), or in ``plain_text``. Buttons carry the call id
-and the digest of the arguments the message shows: a decision on changed arguments is
+and the digest of the tool and arguments the message shows: a decision on a changed call is
 refused. A name is shown only in an ``Outcome``, from a notice whose signature vouched for
 it; the record's list of approvals so far (Redis data) is not (the approval page shows it,
 as verified by the API).

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import redis
 
 from toolq.approvals.guard import ApprovalGuard
-from toolq.approvals.policy import digest_arguments
+from toolq.approvals.policy import digest_call
 from toolq.approvals.resolving import rerun_refusal
 from toolq.approvals.store import approvals_of
 from toolq.approvals.undoing import undo_refusal
@@ -654,7 +654,7 @@ class WorkerRuntime:
             log.warning("call %s not run: %s", call_id, exc.message)
             return _failed(env, exc.message, exc.code)
         # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
-        # the signature covers the digest of the arguments as stored (secrets sealed).
+        # the signature covers the digest of the tool and arguments as stored (secrets sealed).
         gated = self.guard is not None and self.guard.gated(env, arguments)
         tool = self.registry.get(env.name)
         # Started before and lost: its outcome was unknown, and only a person's signed
@@ -668,7 +668,7 @@ class WorkerRuntime:
                 if reason is not None:
                     return self._refusal(env, reason)
             if rerun and tool is not None:
-                digest = digest_arguments(env.arguments)
+                digest = digest_call(env.name, env.arguments)
                 reason = rerun_refusal(
                     env, tool.risk, digest, execution, gate.resolution, self.verifier
                 )
@@ -728,7 +728,7 @@ class WorkerRuntime:
                 "tool": env.name,
                 "by": "worker",
                 "outcome": AuditOutcome.refused(exc.code),
-                "digest": digest_arguments(env.arguments),
+                "digest": digest_call(env.name, env.arguments),
                 "ts": repr(time.time()),
                 "system": "1",
                 "reason": reason,
@@ -888,7 +888,7 @@ class WorkerRuntime:
         gate = self.records.read(envelope.call_id, UndoGate)
         if (reason := self.guard.refusal(envelope, gate.approval, arguments)) is not None:
             return f"its call was not approved: {reason}"
-        digest = digest_arguments(envelope.arguments)
+        digest = digest_call(envelope.name, envelope.arguments)
         return undo_refusal(envelope, tool.risk, digest, raw, gate.undo_approval, self.verifier)
 
     def _undo(self, call_id: str) -> None:

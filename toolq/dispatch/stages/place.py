@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from toolq.approvals.policy import digest_arguments, loosening_signature
+from toolq.approvals.policy import digest_call, loosening_signature
 from toolq.errors import ApprovalDeniedError
 from toolq.models import CallStatus, EventType
 from toolq.results.store import NewCall, Parking, dumps
@@ -66,7 +66,7 @@ class Place:
         data.update(status=CallStatus.AWAITING_APPROVAL.value, deadline=deadline)
         metadata = tool.approval_metadata()
         parking = Parking(
-            digest=digest_arguments(plan.envelope.arguments),
+            digest=digest_call(plan.envelope.name, plan.envelope.arguments),
             approval_metadata=dumps(metadata) if metadata is not None else "",
             preview=tool.has_preview,
         )
