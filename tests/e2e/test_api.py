@@ -175,7 +175,7 @@ def test_sse_stream_and_resume_with_last_event_id(api, inproc):
     assert [f[1] for f in received] == ["call.queued", "call.started", "call.succeeded"]
 
 
-def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
+def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path, r):
     inproc.start()
     posted = post(
         f"{api}/v1/runs/run-p/calls",
@@ -237,16 +237,34 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path):
         time.sleep(0.1)
     assert target.read_text() == "new"
     # edit_file is gated (it asks for approval): its undo is an approver's decision, an
-    # approver of its risk who is not its submitter (as for the call itself)
-    plain = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-t"), timeout=30)
+    # approver of its risk who is not its submitter (as for the call itself), on the undo
+    # data they reviewed
+    url = f"{api}/v1/calls/{edit_id}/undo"
+    assert get(url, headers=h("agent-t")).status_code == 403
+    shown = get(url, headers=h("bob-t")).json()
+    assert shown["gated"] == "moderate" and shown["tool"] == "edit_file"
+    assert shown["undo_data"] == {"path": str(target), "before": "old"}
+    plain = post(url, headers=h("agent-t"), json={"undo_digest": shown["undo_digest"]})
     assert plain.status_code == 403 and plain.json()["error"]["code"] == "forbidden"
-    own = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("agent-mod-t"), timeout=30)
+    own = post(url, headers=h("agent-mod-t"), json={"undo_digest": shown["undo_digest"]})
     assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
-    assert target.read_text() == "new"
-    undone = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("bob-t"), timeout=30)
+    unseen = post(url, headers=h("bob-t"), timeout=30)  # an approver must review the data
+    assert unseen.status_code == 400 and "undo_digest" in unseen.json()["error"]["message"]
+    # A Redis writer rewrites the undo data after bob reviewed it (another file to
+    # overwrite): bob's undo is refused, nothing signed, nothing run
+    kept = r.get(f"toolq:undo:{edit_id}")
+    other = tmp_path / "other.txt"
+    r.set(f"toolq:undo:{edit_id}", json.dumps({"path": str(other), "before": "pwned"}))
+    swapped = post(url, headers=h("bob-t"), json={"undo_digest": shown["undo_digest"]})
+    assert swapped.status_code == 409, swapped.text
+    assert swapped.json()["error"]["code"] == "digest_mismatch"
+    assert not other.exists() and target.read_text() == "new"
+    assert get(url, headers=h("bob-t")).json()["undo_data"]["before"] == "pwned"
+    r.set(f"toolq:undo:{edit_id}", kept)
+    undone = post(url, headers=h("bob-t"), json={"undo_digest": shown["undo_digest"]})
     assert undone.status_code == 200 and undone.json()["type"] == "call.undone"
     assert target.read_text() == "old"
-    again = post(f"{api}/v1/calls/{edit_id}/undo", headers=h("bob-t"), timeout=30)
+    again = post(url, headers=h("bob-t"), json={"undo_digest": shown["undo_digest"]})
     assert again.status_code == 409 and again.json()["error"]["code"] == "undo_failed"
 
 

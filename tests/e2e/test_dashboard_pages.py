@@ -316,13 +316,20 @@ def test_workers_charts_search_pages_state_filter_and_undo(api, workers, page, t
     expect(page.locator("#call-panel [data-testid=diff] .add")).to_have_text(["+after"])
     undo = page.locator("#call-undo")
     expect(undo).to_be_visible()
-    page.once("dialog", lambda dialog: dialog.accept())
+    asked: list[str] = []  # the confirmation shows the undo data the handler will get
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
     undo.click()
     expect(page.locator("#call-timeline li[data-type='call.undone']")).to_have_count(
         1, timeout=SLOW
     )
     expect(undo).to_be_hidden()
     assert target.read_text() == "before\n"
+    assert '"before": "before\\n"' in asked[0] and str(target) in asked[0], asked
     screenshot(page, "dashboard-call.png")
 
 

@@ -263,7 +263,11 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
             assert results[count].status.value == "succeeded"
             assert results[edit].status.value == "succeeded" and target.read_text() == "new"
             assert results[hurry].status.value == "expired"  # the workers' sweeper
-            undone = httpx.post(f"{base}/v1/calls/{edit}/undo", headers=auth, timeout=30)
+            shown = httpx.get(f"{base}/v1/calls/{edit}/undo", headers=auth).json()
+            undone = httpx.post(
+                f"{base}/v1/calls/{edit}/undo", headers=auth, timeout=30,
+                json={"undo_digest": shown["undo_digest"]},
+            )
             assert undone.status_code == 200 and target.read_text() == "old"
             via_api = httpx.post(
                 f"{base}/v1/runs/acl2/calls", headers=auth,

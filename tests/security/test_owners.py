@@ -130,13 +130,15 @@ def test_intruder_cannot_dispatch_into_or_cancel_anothers_run_nor_undo_its_calls
     # one too: tests/approvals/test_undo_needs_a_person.py). Refused to the owner (no
     # approver role; with one, it is the call's submitter: no self-approval), the undo
     # handler never ran; an approver undoes it.
-    plain = post(api, f"/v1/calls/{d1}/undo", "owner-t")
+    shown = httpx.get(f"{api}/v1/calls/{d1}/undo", headers=h("alice-t")).json()
+    reviewed = {"undo_digest": shown["undo_digest"]}
+    plain = post(api, f"/v1/calls/{d1}/undo", "owner-t", json=reviewed)
     assert plain.status_code == 403 and plain.json()["error"]["code"] == "forbidden"
-    own = post(api, f"/v1/calls/{d1}/undo", "owner-dangerous-t")
+    own = post(api, f"/v1/calls/{d1}/undo", "owner-dangerous-t", json=reviewed)
     assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
     time.sleep(1.0)
     assert r.lrange("test:undo:deploy", 0, -1) == []
-    undone = post(api, f"/v1/calls/{d1}/undo", "alice-t")
+    undone = post(api, f"/v1/calls/{d1}/undo", "alice-t", json=reviewed)
     assert undone.status_code == 200 and undone.json()["type"] == "call.undone", undone.text
     assert r.lrange("test:undo:deploy", 0, -1) == [d1.encode()]
 

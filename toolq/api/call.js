@@ -85,11 +85,23 @@ async function refreshCall() {
   $("#call-retry").onclick = () => retryCall(current.id, result.name);
   $("#call-undo").onclick = () => undoCall(current, result.name);
 }
+// The undo handler runs on the undo data shown here and no other: its digest goes back with
+// the request (an approver's signed undo of a gated tool covers exactly that data).
 async function undoCall(current, name) {
-  if (!confirm(`Undo ${name} ${shortId(current.id)}?`)) return;
+  const url = `v1/calls/${encodeURIComponent(current.id)}/undo`;
+  let kept;
+  try {
+    kept = await api(url);
+  } catch (e) {
+    toast(`${e.code}: ${e.message}`, true);
+    return;
+  }
+  let shown = pretty(kept.undo_data);
+  if (shown.length > 2000) shown = shown.slice(0, 2000) + "\n… (" + shown.length + " characters in all)";
+  if (!confirm(`Undo ${name} ${shortId(current.id)}? Its undo handler runs with:\n\n${shown}`)) return;
   $("#call-undo").disabled = true;
   try {
-    const event = await api(`v1/calls/${encodeURIComponent(current.id)}/undo`, {});
+    const event = await api(url, { undo_digest: kept.undo_digest });
     toast(`Undo ${name} (${shortId(current.id)}) → ${event.type.replace("call.", "")}`);
   } catch (e) {
     toast(`${e.code}: ${e.message}`, true);

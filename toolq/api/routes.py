@@ -21,7 +21,14 @@ from toolq.api.deciding import may_decide
 from toolq.api.limits import decision_body_schema, parse_body, parse_decision
 from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
 from toolq.approvals.authority import decided_risk
-from toolq.approvals.models import ApprovalRequest, Approve, ApproveRun, Deny
+from toolq.approvals.models import (
+    ApprovalRequest,
+    Approve,
+    ApproveRun,
+    Deny,
+    UndoData,
+    UndoRequest,
+)
 from toolq.dispatch.client import Client
 from toolq.dispatch.submission import Submission
 from toolq.errors import (
@@ -393,25 +400,69 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         call_of_tenant(call_id, caller, "cancel calls of")
         return _call_json(client.cancel(call_id, principal=caller.name, admin=caller.has("admin")))
 
-    @router.post("/calls/{call_id}/undo")
-    def undo(call_id: str, caller: Caller, timeout: float = Query(30, gt=0, le=300)) -> Any:
-        """Run the call's undo handler on a worker; the ``call.undone`` event.
+    @router.get("/calls/{call_id}/undo")
+    def undo_data(call_id: str, caller: Caller) -> UndoData:
+        """What undoing the call would pass to its undo handler, and its ``undo_digest``.
 
-        The undo of a gated tool is an approver's decision: an approver of the call's risk
-        (not its submitter) asks, and the API signs the approval for the worker. Any other
-        undo: the run's owner (or an admin).
+        Asked by whoever may undo the call (as ``POST``): the undo data is what the call
+        overwrote, kept apart from its result.
         """
         call_of_tenant(call_id, caller, "undo calls of")
         gate = client.undo_gate(call_id)
         if gate is not None:
             caller.require_approver(gate)
-            event = client.undo(
-                call_id, timeout=timeout, principal=caller.name, approved_by=caller.name
-            )
+            return client.undo_data(call_id, approved_by=caller.name)
+        caller.require("submitter")
+        return client.undo_data(call_id, principal=caller.name, admin=caller.has("admin"))
+
+    @router.post("/calls/{call_id}/undo", openapi_extra=decision_body_schema(UndoRequest))
+    async def undo(
+        call_id: str, caller: Caller, request: Request, timeout: float = Query(30, gt=0, le=300)
+    ) -> Any:
+        """Run the call's undo handler on a worker; the ``call.undone`` event.
+
+        The undo of a gated tool is an approver's decision: an approver of the call's risk
+        (not its submitter) reviews its undo data (``GET``) and sends back its
+        ``undo_digest``; the API signs the approval for that data only (changed since:
+        409 ``digest_mismatch``). Any other undo: the run's owner (or an admin), the digest
+        optional.
+        """
+        gate = await run_in_threadpool(_may_undo, call_id, caller)  # 401/403/404 first
+        body = parse_decision(await request.body(), client.settings, UndoRequest)
+        shown = body.undo_digest if body is not None else None
+        return await run_in_threadpool(_undo, call_id, caller, gate, shown, timeout)
+
+    def _may_undo(call_id: str, caller: Principal) -> RiskLevel | None:
+        call_of_tenant(call_id, caller, "undo calls of")
+        gate = client.undo_gate(call_id)
+        if gate is not None:
+            caller.require_approver(gate)
         else:
             caller.require("submitter")
+        return gate
+
+    def _undo(
+        call_id: str, caller: Principal, gate: RiskLevel | None, shown: str | None, timeout: float
+    ) -> Any:
+        if gate is not None:
+            if shown is None:
+                raise PayloadError(
+                    f"the undo of call {call_id} is an approver's decision: review its undo "
+                    f"data (GET /v1/calls/{call_id}/undo) and send back its undo_digest: "
+                    '{"undo_digest": "..."}'
+                )
+            event = client.undo(
+                call_id,
+                timeout=timeout,
+                principal=caller.name,
+                approved_by=caller.name,
+                shown=shown,
+            )
+        else:
             admin = caller.has("admin")
-            event = client.undo(call_id, timeout=timeout, principal=caller.name, admin=admin)
+            event = client.undo(
+                call_id, timeout=timeout, principal=caller.name, admin=admin, shown=shown
+            )
         return JSONResponse(event.model_dump(mode="json"))
 
     return router

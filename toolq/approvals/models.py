@@ -54,6 +54,36 @@ class Approve(BaseModel):
     """Also approve this tool for the rest of the run."""
 
 
+class UndoData(BaseModel):
+    """What undoing a call would pass to its tool's undo handler, as an approver reviews it.
+
+    The answer of ``GET /v1/calls/{call_id}/undo`` (``Client.undo_data``). ``undo_digest``
+    goes back with the undo (``UndoRequest``): the approval of a gated undo is signed for
+    exactly this data, and data changed since is refused (``digest_mismatch``).
+    """
+
+    call_id: str
+    tool: str
+    gated: RiskLevel | None
+    """The risk whose approver role the undo needs (``Client.undo_gate``); None: not gated."""
+    undo_data: Any
+    undo_digest: str
+    """SHA-256 of the undo data as stored (``toolq.approvals.undoing.undo_digest``)."""
+
+
+class UndoRequest(BaseModel):
+    """The body of ``POST /v1/calls/{call_id}/undo``: the undo data the caller reviewed.
+
+    Required for the undo of a gated tool (an approver's decision, signed for that data);
+    optional otherwise (checked when given).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    undo_digest: str | None = Field(None, min_length=1, max_length=200)
+    """``undo_digest`` of ``GET /v1/calls/{call_id}/undo``."""
+
+
 class ShownCall(BaseModel):
     """A parked call as the approver reviewed it: its id and digest (of its tool and arguments)."""
 

@@ -10,11 +10,11 @@ process signs one (``sign_undo``) when an approver of the call's risk asks for t
 API for its caller (whose approver role the route checks), a process holding
 ``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names; never for the call's
 submitter (as for a decision). One approver suffices, whatever the call's quorum. The
-signature binds the undo data as it was when the approver asked: data rewritten after that
-is refused. What it binds to is what Redis held then: an approver is not shown the undo
-data, so a Redis writer who rewrote it before the approver asked has it undone with that
-data. And like a call's own approval, it can be replayed on the same call by a Redis writer
-who sets the undo back to requested with the same undo data.
+signature binds the undo data as the API read it, which must be the data the approver
+reviewed (``Client.undo_data``; the digest sent back as ``shown``, else
+``DigestMismatchError`` and nothing signed): data rewritten after that is refused. Like a
+call's own approval, it can be replayed on the same call by a Redis writer who sets the
+undo back to requested with the same undo data.
 """
 
 from __future__ import annotations

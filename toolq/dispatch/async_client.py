@@ -155,6 +155,7 @@ class AsyncClient:
     resolve_unknown = _in_thread(Client.resolve_unknown)
     undo = _in_thread(Client.undo)
     undo_gate = _in_thread(Client.undo_gate)
+    undo_data = _in_thread(Client.undo_data)
     close = _in_thread(Client.close)
 
     async def __aenter__(self) -> AsyncClient:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -21,10 +22,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from toolq.approvals.authority import decided_risk
+from toolq.approvals.models import UndoData
 from toolq.approvals.policy import RunRules
 from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
-from toolq.approvals.undoing import sign_undo
+from toolq.approvals.undoing import sign_undo, undo_digest
 from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
@@ -36,6 +38,7 @@ from toolq.errors import (
     CallCancelledError,
     CallNotFoundError,
     ConfigurationError,
+    DigestMismatchError,
     ReplicationError,
     SecretsError,
     UndoError,
@@ -611,6 +614,7 @@ class Client:
         principal: str | None = None,
         admin: bool = False,
         approved_by: str | None = None,
+        shown: str | None = None,
     ) -> Event:
         """Run the call's undo handler on a worker of its risk level; the ``call.undone`` event.
 
@@ -618,11 +622,13 @@ class Client:
         decision, as its call was: ``approved_by`` names the approver who asks (whose
         approver role of that risk the caller checks, as the API does; never the call's
         submitter), and this process signs the approval with its
-        ``TOOLQ_APPROVAL_SIGNING_KEY`` (``toolq.approvals.undoing``); a worker with verify
-        keys runs a gated tool's undo handler only with it. Any other undo is the run
-        owner's (or ``admin``'s: ``NotRunOwnerError``). Raises ``UndoError`` when there is
-        nothing to undo, it was undone already, or the handler failed or was not run (with
-        its error).
+        ``TOOLQ_APPROVAL_SIGNING_KEY`` (``toolq.approvals.undoing``) for the undo data
+        Redis holds now; a worker with verify keys runs a gated tool's undo handler only
+        with it, and only on that data. ``shown``: the ``undo_digest`` of the data the
+        approver reviewed (``undo_data``): other data now is refused
+        (``DigestMismatchError``), nothing signed. Any other undo is the run owner's (or
+        ``admin``'s: ``NotRunOwnerError``). Raises ``UndoError`` when there is nothing to
+        undo, it was undone already, or the handler failed or was not run (with its error).
         """
         gate = self.undo_gate(call_id) if approved_by is not None else None
         if gate is None:
@@ -637,10 +643,18 @@ class Client:
             call_id, tool.risk if tool is not None else envelope.risk
         )
         approval = ""
-        if approved_by is not None and gate is not None:
-            raw = self.redis.get(self.keys.undo(call_id))
-            if raw is not None:  # (none: UNDO_CLAIM answers that there is nothing to undo)
+        gated = approved_by is not None and gate is not None
+        raw = self.redis.get(self.keys.undo(call_id)) if gated or shown is not None else None
+        if raw is not None:  # (none: UNDO_CLAIM answers that there is nothing to undo)
+            if approved_by is not None and gate is not None:
                 approval = sign_undo(self.approval_store, call_id, approved_by, raw)
+            if shown is not None and undo_digest(raw) != shown:
+                raise DigestMismatchError(
+                    f"call {call_id}: its undo data changed since it was shown (digest "
+                    f"{undo_digest(raw)} is current); review it again",
+                    call_id=call_id,
+                    digest=undo_digest(raw),
+                )
         after = self.log.last_id(envelope.run_id)
         outcome = self.undos.request(call_id, queue, message, approval)
         if outcome == "missing":
@@ -667,6 +681,44 @@ class Client:
                     f"undo of call {call_id} failed: {event.data.get('error')}", call_id=call_id
                 )
         raise WaitTimeoutError(f"undo of call {call_id} not finished after {timeout}s")
+
+    def undo_data(
+        self,
+        call_id: str,
+        *,
+        principal: str | None = None,
+        admin: bool = False,
+        approved_by: str | None = None,
+    ) -> UndoData:
+        """What undoing the call would pass to its undo handler, and that data's digest.
+
+        What an approver reviews before a gated undo (``undo(..., shown=digest)``).
+        Asked as ``undo`` is: by ``approved_by`` for a gated tool (the caller checks their
+        approver role), else by the run's owner (or ``admin``: ``NotRunOwnerError``).
+        Raises ``UndoError`` when no undo data is kept.
+        """
+        gate = self.undo_gate(call_id) if approved_by is not None else None
+        if (
+            gate is None
+            and self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
+            is None
+        ):
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        envelope = self.store.envelope(call_id)
+        raw = self.redis.get(self.keys.undo(call_id))
+        if raw is None:
+            raise UndoError(f"cannot undo call {call_id}: it has nothing to undo", call_id=call_id)
+        try:
+            data = json.loads(raw)
+        except ValueError:  # not what a worker stores: shown as the text it is
+            data = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        return UndoData(
+            call_id=call_id,
+            tool=envelope.name,
+            gated=self.undo_gate(call_id),
+            undo_data=data,
+            undo_digest=undo_digest(raw),
+        )
 
     def undo_gate(self, call_id: str) -> RiskLevel | None:
         """The risk whose approver role undoing this call needs; ``None`` if it is not gated.

@@ -138,6 +138,7 @@ class CellRouter(CellRouting, Client):
     resolve_unknown = on_call(Client.resolve_unknown)
     undo = on_call(Client.undo)
     undo_gate = on_call(Client.undo_gate)
+    undo_data = on_call(Client.undo_data)
     results = on_run(Client.results)
     calls_page = on_run(Client.calls_page)
     run = on_run(Client.run)
