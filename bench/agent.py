@@ -511,6 +511,14 @@ def configs(cores: int) -> list[Config]:
             lambda p, u, lg: toolq_sync(p, u, lg, "prefork", cores),
         ),
         Config(
+            "toolq-prefork-8",
+            "toolq prefork -c 8",
+            "tuned",
+            False,
+            "threads",
+            lambda p, u, lg: toolq_sync(p, u, lg, "prefork", 8),
+        ),
+        Config(
             "toolq-threads",
             "toolq threads -c 8",
             "tuned",

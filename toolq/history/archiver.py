@@ -9,7 +9,11 @@ then acknowledged and deleted from the stream; the calls' Redis keys then get th
 (``COOL``). A writer killed mid-batch leaves its entries pending: another archiver claims
 them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batch again,
 which the upserts make a no-op for rows already there: nothing is lost, nothing is written
-twice.
+twice. With ``TOOLQ_MIN_REPLICAS_ACK``, what a batch read (records, events, audit entries)
+is written to SQL only once the replicas hold it (a fence after the reads:
+``ReplicaAcks``): a call final on a master that dies before its replicas have it is not
+archived with a state the failover takes back; its entries stay pending and are archived
+once confirmed (claimed again after ``history_claim_after``).
 
 Archivers run in every ``toolq worker`` when ``TOOLQ_HISTORY_URL`` is set (the consumer
 group spreads batches over them), or alone as ``toolq history archive``.
@@ -32,6 +36,7 @@ from toolq.history.store import Batch, HistoryStore
 from toolq.keys import HISTORY_GROUP, Keys
 from toolq.quotas import DEFAULT_TENANT
 from toolq.results.connection import as_text
+from toolq.results.replication import ReplicaAcks
 from toolq.results.runner import Scripts
 from toolq.results.scripts import COOL
 from toolq.settings import Settings
@@ -85,6 +90,7 @@ class Archiver:
         self.history = history
         self.consumer = consumer
         self.scripts = Scripts(client)
+        self.acks = ReplicaAcks(settings, keys)
 
     def take(self, block_ms: int | None) -> list[tuple[str, dict[str, str]]]:
         """Entries to archive: stale ones of dead archivers first, then new ones."""
@@ -141,6 +147,8 @@ class Archiver:
             tenants[record["run_id"]] = record.get("tenant") or DEFAULT_TENANT
         created = {r["call_id"]: r.get("created_at", "") for r in records}
         batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
+        if not self._confirmed(len(call_ids)):
+            return 0  # left pending: claimed again after history_claim_after
         self.history.write(batch)
         ids = [entry_id for entry_id, _ in entries]
         if by_run:
@@ -244,9 +252,28 @@ class Archiver:
         if entries:
             return self.archive(entries)
         audit = self._audit()
-        if audit:
+        if audit and self._confirmed(0):
             self.history.write(Batch(audit=audit))
         return 0
+
+    def _confirmed(self, calls: int) -> bool:
+        """Whether the replicas hold what was read so far (always, without replica acks).
+
+        ``SET`` of the mark and ``WAIT`` after the reads: the replicas acknowledging the
+        mark hold everything the master had applied before it, whatever connection read it.
+        """
+        if not self.acks.enabled:
+            return True
+        pipe = self.redis.pipeline(transaction=False)
+        self.acks.fence(pipe)
+        if self.acks.held(pipe.execute()):
+            return True
+        log.warning(
+            "%d call(s) and the audit not archived yet: the replicas do not hold them "
+            "(TOOLQ_MIN_REPLICAS_ACK)",
+            calls,
+        )
+        return False
 
     def prune_if_due(self) -> dict[str, int] | None:
         """Apply the retention settings, if no archiver did for ``PRUNE_EVERY`` seconds."""
