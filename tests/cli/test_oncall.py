@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.api.test_approval_pages import park
 from tests.cli.test_cli import toolq
 from tests.conftest import ROOT
 from toolq import CallStatus
@@ -121,8 +122,16 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     )
     transfer, wipe, _ = batch.call_ids
     env = {"TOOLQ_APPROVAL_SIGNING_KEY": signing, "TOOLQ_APPROVERS": '{"bob": ["moderate"]}'}
-    done = toolq(
+    # what bob reviewed: the listing's JSON, passed back (no terminal to confirm on here)
+    listed = toolq("approvals", "list", "--run-id", "bulk-run", "--json", settings=settings)
+    assert listed.returncode == 0, listed.stderr
+    blind = toolq(
         "approvals", "approve", "--run", "bulk-run", "--by", "bob", *APP, settings=settings, **env
+    )
+    assert blind.returncode == 2 and "--reviewed" in blind.stderr, blind.stderr
+    done = toolq(
+        "approvals", "approve", "--run", "bulk-run", "--by", "bob", "--reviewed", "-", *APP,
+        settings=settings, stdin=listed.stdout, **env,
     )
     assert done.returncode == 1, done.stderr  # one of them refused
     lines = done.stdout.splitlines()
@@ -136,7 +145,10 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     assert lines[-1] == "run bulk-run: 1 approved, 1 refused"
     assert client.wait([transfer], timeout=30)[0].output == "moved 500"
     assert client.result(wipe).status is CallStatus.AWAITING_APPROVAL
-    unknown = toolq("approvals", "approve", "--run", "no-such-run", *APP, settings=settings, **env)
+    unknown = toolq(
+        "approvals", "approve", "--run", "no-such-run", "--reviewed", "-", *APP,
+        settings=settings, stdin="[]", **env,
+    )
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert unknown.stderr.strip().splitlines() == [
         "error: unknown run 'no-such-run': it has no calls"
@@ -289,3 +301,65 @@ def test_on_a_terminal_tail_is_coloured_and_dispatch_shows_a_live_status(setting
     code, out, err = on_a_terminal("tail", "tty-run", settings=settings)
     assert code == 0, err
     assert "\x1b[" in out and "succeeded" in out  # rich colours on a terminal
+
+
+def test_approve_run_approves_the_calls_as_listed_not_as_renamed_since(settings, client, r):
+    """The approver lists the run (``purge``); a Redis writer renames the parked call's tool
+    to ``hurry`` (same arguments, same risk); the approval of the run as listed refuses it
+    (it was approved: the CLI bound each call to the digest it read at approve time)."""
+    [call_id] = park(client, 1, run_id="r-cli-rename", tool="purge")
+    signing, _ = generate_pair()
+    listed = toolq("approvals", "list", "--run-id", "r-cli-rename", "--json", settings=settings)
+    assert [c["name"] for c in json.loads(listed.stdout)] == ["purge"], listed.stderr
+    key = f"toolq:call:{call_id}"
+    envelope = json.loads(r.hget(key, "envelope"))
+    envelope["name"] = "hurry"
+    r.hset(key, mapping={"envelope": json.dumps(envelope), "name": "hurry"})
+    done = toolq(
+        "approvals", "approve", "--run", "r-cli-rename", "--by", "bob", "--reviewed", "-",
+        *APP, settings=settings, stdin=listed.stdout, TOOLQ_APPROVAL_SIGNING_KEY=signing,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"refused  {call_id}  purge: " in done.stdout and "changed" in done.stdout
+    assert client.result(call_id).status.value == "awaiting_approval"
+
+
+def test_approve_run_on_a_terminal_shows_the_calls_and_approves_those_confirmed(
+    settings, client
+):
+    """Without --reviewed, a person on a terminal is shown each pending call (tool and
+    arguments) and approves exactly those by confirming; answering no approves nothing."""
+    calls_ = park(client, 2, run_id="r-tty", tool="wipe")
+    signing, _ = generate_pair()
+    main, child = pty.openpty()
+    env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    env.update(COLUMNS="200", NO_COLOR="1", TOOLQ_APPROVAL_SIGNING_KEY=signing)
+
+    def run(answer: bytes) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "toolq", "approvals", "approve", "--run", "r-tty",
+             "--by", "bob", *APP],
+            stdin=child, stdout=child, stderr=child, env=env, cwd=ROOT,
+        )
+        seen = b""
+        while b"Approve these 2 call(s) of run r-tty?" not in seen:
+            ready, _, _ = select.select([main], [], [], 60)
+            assert ready, seen.decode(errors="replace")
+            seen += os.read(main, 65536)
+        os.write(main, answer)
+        code = proc.wait(60)
+        while select.select([main], [], [], 0.2)[0]:
+            seen += os.read(main, 65536)
+        return code, seen.decode(errors="replace")
+
+    try:
+        code, shown = run(b"n\n")
+        assert code == 1 and shown.count('"target": "/tmp/x"') == 2, shown
+        assert all(call_id in shown for call_id in calls_)
+        assert {p.call_id for p in client.approvals.pending(run_id="r-tty")} == set(calls_)
+        code, shown = run(b"y\n")
+        assert code == 0 and "run r-tty: 2 approved, 0 refused" in shown, shown
+        assert client.approvals.pending(run_id="r-tty") == []
+    finally:
+        os.close(main)
+        os.close(child)

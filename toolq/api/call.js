@@ -86,7 +86,9 @@ async function refreshCall() {
   $("#call-undo").onclick = () => undoCall(current, result.name);
 }
 // The undo handler runs on the undo data shown here and no other: its digest goes back with
-// the request (an approver's signed undo of a gated tool covers exactly that data).
+// the request (an approver's signed undo of a gated tool covers exactly that data). The data
+// is shown whole, as the API renders it (undo_text: what the handler gets), or not at all.
+const UNDO_SHOWN_CHARS = 4000;
 async function undoCall(current, name) {
   const url = `v1/calls/${encodeURIComponent(current.id)}/undo`;
   let kept;
@@ -96,8 +98,12 @@ async function undoCall(current, name) {
     toast(`${e.code}: ${e.message}`, true);
     return;
   }
-  let shown = pretty(kept.undo_data);
-  if (shown.length > 2000) shown = shown.slice(0, 2000) + "\n… (" + shown.length + " characters in all)";
+  const shown = kept.undo_text;
+  if (shown.length > UNDO_SHOWN_CHARS) {
+    toast(`The undo data of ${shortId(current.id)} is ${shown.length} characters, too long to review `
+      + `here: review it with GET /v1/calls/{id}/undo and undo with its undo_digest`, true);
+    return;
+  }
   if (!confirm(`Undo ${name} ${shortId(current.id)}? Its undo handler runs with:\n\n${shown}`)) return;
   $("#call-undo").disabled = true;
   try {

@@ -125,8 +125,8 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
             current = client.approvals.get(call_id)
             if current.digest != grant.digest:
                 raise DigestMismatchError(
-                    f"call {call_id}: the arguments changed since the token was issued; "
-                    "review the call again",
+                    f"call {call_id}: the call (its tool or arguments) changed since the "
+                    "token was issued; review the call again",
                     call_id=call_id,
                     digest=current.digest,
                 )

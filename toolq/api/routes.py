@@ -205,7 +205,7 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         each with its ``digest``: ``{"calls": [{"call_id": ..., "digest": ...}]}``. Each is
         approved as by ``POST /v1/approvals/{call_id}/approve`` with that digest (signed,
         audited, counted toward its quorum); a call parked in the run after that listing
-        stays parked, and one whose arguments changed since is refused
+        stays parked, and one whose tool or arguments changed since is refused
         (``digest_mismatch``). Calls of a risk the caller is no approver of, and the
         caller's own calls, stay parked too; every refusal is listed under ``refused``.
         403 when the caller may approve none of the listed calls.

@@ -115,8 +115,8 @@ class SlackInteractions:
             return _said(result)
         if request.digest != action.digest:
             raise DigestMismatchError(
-                f"call {action.call_id}: the arguments changed since the message was posted; "
-                "review the call again",
+                f"call {action.call_id}: the call (its tool or arguments) changed since the "
+                "message was posted; review the call again",
                 call_id=action.call_id,
                 digest=request.digest,
             )

@@ -67,6 +67,10 @@ class UndoData(BaseModel):
     gated: RiskLevel | None
     """The risk whose approver role the undo needs (``Client.undo_gate``); None: not gated."""
     undo_data: Any
+    """The undo data parsed (None when it is not strict JSON: see ``undo_text``)."""
+    undo_text: str
+    """What the handler will get, whole: indented JSON, or the stored text when it is not
+    strict JSON (``NaN``, too deeply nested): what an approver reviews."""
     undo_digest: str
     """SHA-256 of the undo data as stored (``toolq.approvals.undoing.undo_digest``)."""
 
@@ -98,7 +102,7 @@ class ApproveRun(BaseModel):
 
     The body of ``POST /v1/runs/{run_id}/approvals/approve``. Only the listed calls are
     approved: one parked in the run after the listing the approver reviewed, or whose
-    arguments changed since (another digest), is not.
+    tool or arguments changed since (another digest), is not.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -339,10 +339,10 @@ class ApprovalStore:
     ) -> CallResult:
         """Approve a parked call (optionally with edited arguments) and enqueue it.
 
-        ``digest`` names the arguments the approver saw; if they changed, the decision is
-        refused. ``always`` also approves this tool for the rest of the run. With a quorum
-        (``dangerous_approvals`` > 1) an edit replaces the arguments and resets the other
-        approvals: everyone must approve the edited version.
+        ``digest`` names the call (tool and arguments) the approver saw; if it changed, the
+        decision is refused. ``always`` also approves this tool for the rest of the run.
+        With a quorum (``dangerous_approvals`` > 1) an edit replaces the arguments and
+        resets the other approvals: everyone must approve the edited version.
         """
         for _ in range(DECIDE_ATTEMPTS):
             parked = self._read(call_id)
@@ -359,8 +359,8 @@ class ApprovalStore:
             if digest is not None and digest != shown:
                 self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
                 raise DigestMismatchError(
-                    f"call {call_id}: the arguments changed since they were shown (digest "
-                    f"{shown} is current); review the call again",
+                    f"call {call_id}: the call (its tool or arguments) changed since it was "
+                    f"shown (digest {shown} is current); review the call again",
                     call_id=call_id,
                     digest=shown,
                 )
@@ -452,11 +452,12 @@ class ApprovalStore:
     ) -> dict[str, CallResult | ToolqError]:
         """Approve the calls of a run ``by`` reviewed, each as ``approve`` would.
 
-        ``shown`` maps each call the approver was shown to the digest of its arguments as
-        shown: only those are approved, each bound to its digest (a call whose arguments
-        changed since is refused, ``digest_mismatch``), and a call parked after the listing
-        stays parked. ``may`` (the caller's own check, e.g. its approver roles) returns the
-        error that keeps ``by`` from a call, which is then left parked; the store's own
+        ``shown`` maps each call the approver was shown to its digest (of its tool and
+        arguments) as shown: only those are approved, each bound to its digest (a call whose
+        tool or arguments changed since is refused, ``digest_mismatch``), and a call parked
+        after the listing stays parked. ``may`` (the caller's own check, e.g. its approver
+        roles) returns the error that keeps ``by`` from a call, which is then left parked;
+        the store's own
         refusals (self-approval, a second approval by the same approver) are audited and
         returned the same way. Each listed call gets its result (queued, or still parked
         short of a quorum) or its error, oldest parked first; one not parked in the run,
@@ -887,8 +888,8 @@ class ApprovalStore:
         if reply.outcome == "digest":
             self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
             return DigestMismatchError(
-                f"call {call_id}: the arguments changed since they were shown; review the "
-                "call again",
+                f"call {call_id}: the call (its tool or arguments) changed since it was shown; "
+                "review the call again",
                 call_id=call_id,
                 digest=parked.digest,
             )

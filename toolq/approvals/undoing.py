@@ -4,7 +4,8 @@ An undo handler is its tool's own code, run on the undo data the call's worker s
 which anyone who can write to Redis can rewrite. So for a gated tool (DANGEROUS, or one the
 default policy parks: ``Client.undo_gate``) a worker with verify keys runs it only with a
 signature by one of those keys (kind ``undo``) over this call's facts (``call_facts``: id,
-run, tool, the worker's own risk for it, argument digest, submitter, tenant), the digest of
+run, tool, the worker's own risk for it, the digest of its tool and arguments, submitter,
+tenant), the digest of
 the undo data it is about to pass (``undo_digest``) and the approver who asked. A deciding
 process signs one (``sign_undo``) when an approver of the call's risk asks for the undo: the
 API for its caller (whose approver role the route checks), a process holding
@@ -12,7 +13,7 @@ API for its caller (whose approver role the route checks), a process holding
 submitter (as for a decision). One approver suffices, whatever the call's quorum. The
 signature binds the undo data as the API read it, which must be the data the approver
 reviewed (``Client.undo_data``; the digest sent back as ``shown``, else
-``DigestMismatchError`` and nothing signed): data rewritten after that is refused. Like a
+``DigestMismatchError``, no undo requested): data rewritten after that is refused. Like a
 call's own approval, it can be replayed on the same call by a Redis writer who sets the
 undo back to requested with the same undo data.
 """
@@ -20,10 +21,12 @@ undo back to requested with the same undo data.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from typing import Any
 
 from toolq.approvals.store import ApprovalStore
+from toolq.errors import NotAuthorizedError
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.results.store import dumps
 from toolq.signing import Verifier, call_facts
@@ -32,6 +35,58 @@ from toolq.signing import Verifier, call_facts
 def undo_digest(raw: bytes | str) -> str:
     """The digest of a call's undo data, as stored (SHA-256, hex)."""
     return hashlib.sha256(raw.encode() if isinstance(raw, str) else raw).hexdigest()
+
+
+def check_reader(approvals: ApprovalStore, call_id: str, by: str) -> None:
+    """Raise ``NotAuthorizedError`` unless ``by`` may ask for the call's undo (``sign_undo``).
+
+    Who may see a gated call's undo data (what the call overwrote): the approvers who may
+    undo it, checked as ``sign_undo`` checks them (not its submitter; ``TOOLQ_APPROVERS``
+    of its risk when set), without signing or auditing anything.
+    """
+    parked = approvals._read(call_id)
+    reason = approvals.policy.refusal(parked.risk, parked.envelope.principal, by)
+    if reason is not None:
+        raise NotAuthorizedError(
+            f"{by!r} may not undo call {call_id}, nor see its undo data: "
+            f"{reason.replace('_', ' ')}",
+            call_id=call_id,
+        )
+
+
+def undo_text(raw: bytes | str, max_depth: int) -> tuple[Any, str]:
+    """The undo data ``raw`` as an approver is shown it: ``(data, text)``.
+
+    ``text`` is what the handler will get, whole: strict JSON (no ``NaN`` or ``Infinity``,
+    nested at most ``max_depth`` deep) indented, with ``data`` parsed; anything else (which
+    no worker stores) as the stored text itself, with ``data`` None, so an approver never
+    sees a tidier value than the one that runs.
+    """
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        data = json.loads(text, parse_constant=_not_json)
+        if _depth(data) > max_depth:
+            return None, text
+        return data, json.dumps(data, indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return None, text
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def sign_undo(approvals: ApprovalStore, call_id: str, by: str, raw: bytes | str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -167,11 +168,23 @@ def approve(
     args: str | None = typer.Option(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
     ),
-    digest: str | None = typer.Option(None, help="Digest of the arguments you reviewed."),
+    digest: str | None = typer.Option(
+        None, help="Digest (of the tool and arguments) you reviewed: a changed call is refused."
+    ),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
     run_id: str | None = typer.Option(
-        None, "--run", help="Approve every pending call of this run instead of one CALL_ID."
+        None,
+        "--run",
+        help="Approve the pending calls of this run you reviewed (--reviewed, or confirm "
+        "them on a terminal) instead of one CALL_ID.",
+    ),
+    reviewed: str | None = typer.Option(
+        None,
+        "--reviewed",
+        metavar="FILE",
+        help="With --run: the calls you reviewed, as `approvals list --run-id RUN --json` "
+        "printed them ('-': stdin). Only those are approved, each as listed.",
     ),
     api: str | None = api_option("Approve"),
     token: str | None = TOKEN_OPTION,
@@ -183,13 +196,15 @@ def approve(
     app: str | None = _APP,
     redis_url: str | None = REDIS_OPTION,
 ) -> None:
-    """Approve and enqueue a parked call (with --run: each of a run's), here or via the API.
+    """Approve and enqueue a parked call (with --run: the run's you reviewed), here or via the API.
 
     A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
     registry (--app), or made by the API (--api, --token); without either it is refused,
     since workers that verify approvals would not run it.
     """
     _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
+    if reviewed is not None and run_id is None:
+        raise fail("--reviewed lists the calls of a run: use it with --run", 2)
     arguments = _edited(args)
     if api is not None:
         if call_id is None:
@@ -208,7 +223,7 @@ def approve(
         if run_id is not None:
             if unsigned:
                 _refuse_if_verified(client)
-            approve_run(client, run_id, by, unsigned=unsigned)
+            approve_run(client, run_id, by, _shown(client, run_id, reviewed), unsigned=unsigned)
             return
         assert call_id is not None
         full = resolved(client, call_id)
@@ -234,38 +249,86 @@ def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object)
         raise fail(f"{', '.join(given)} apply to one call: not with --run", 2)
 
 
-def approve_run(client: Client, run_id: str, by: str, *, unsigned: bool = False) -> None:
-    """Approve every pending call of a run (``approve_run``): a line each, then a summary.
+def _shown(client: Client, run_id: str, reviewed: str | None) -> list[ApprovalRequest]:
+    """The calls of ``run_id`` the person reviewed, each as they saw it (its digest).
 
-    Each call is decided as a single ``approve`` decides it (policy, signature, quorum; a
-    signed one only for a tool the registry knows); exit 1 when any is refused, or when the
-    run is unknown.
+    From ``--reviewed`` (the JSON list ``approvals list --run-id RUN --json`` printed), or,
+    on a terminal, the run's pending calls printed here and confirmed. Neither: a usage
+    error (a script approving what it lists this instant approves what nobody saw).
     """
+    if reviewed is not None:
+        try:
+            text = (
+                typer.get_text_stream("stdin").read()
+                if reviewed == "-"
+                else Path(reviewed).read_text(encoding="utf-8")
+            )
+            listed = [ApprovalRequest.model_validate(item) for item in json.loads(text)]
+        except (OSError, ValueError, TypeError) as exc:
+            raise fail(
+                f"--reviewed {reviewed}: not the JSON list `approvals list --json` prints ({exc})",
+                2,
+            ) from None
+        foreign = sorted({r.run_id for r in listed} - {run_id})
+        if foreign:
+            raise fail(f"--reviewed lists calls of run(s) {', '.join(foreign)}, not {run_id}", 2)
+        return listed
+    if not typer.get_text_stream("stdin").isatty():
+        raise fail(
+            f"--run approves the calls you reviewed: pass --reviewed FILE (what `toolq "
+            f"approvals list --run-id {run_id} --json` printed), or run it on a terminal to "
+            "confirm them",
+            2,
+        )
     try:
         pending = client.approvals.pending(run_id=run_id)
-        if not pending and not client.results(run_id):
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    for request in pending:
+        show_request(request)
+        console.print()
+    if pending and not typer.confirm(f"Approve these {len(pending)} call(s) of run {run_id}?"):
+        raise typer.Exit(1)
+    return pending
+
+
+def approve_run(
+    client: Client,
+    run_id: str,
+    by: str,
+    shown: list[ApprovalRequest],
+    *,
+    unsigned: bool = False,
+) -> None:
+    """Approve the ``shown`` calls of a run (``approve_run``): a line each, then a summary.
+
+    Each is bound to its digest as shown (a call changed since, its tool or its arguments,
+    is refused; one parked since is not listed) and decided as a single ``approve``
+    decides it (policy, signature, quorum; a signed one only for a tool the registry
+    knows); exit 1 when any is refused, or when the run is unknown.
+    """
+    try:
+        if not shown and not client.results(run_id):
             raise fail(f"unknown run {run_id!r}: it has no calls")
         unknown = {
             r.call_id: ToolqError(f"tool {r.name!r} is not in the registry {client.settings.app}")
-            for r in pending
+            for r in shown
             if not unsigned and client.registry.get(r.name) is None
         }
-        # each bound to its arguments as listed here: a call parked since, or changed
-        # since, is not approved
-        shown = {r.call_id: r.digest for r in pending if r.call_id not in unknown}
-        outcomes = client.approvals.approve_run(run_id, by, shown)
+        digests = {r.call_id: r.digest for r in shown if r.call_id not in unknown}
+        outcomes = client.approvals.approve_run(run_id, by, digests) if digests else {}
     except ToolqError as exc:
         raise fail(str(exc)) from None
     outcomes.update(unknown)
     refused = 0
-    for request in pending:
+    for request in shown:
         outcome = outcomes[request.call_id]
         if isinstance(outcome, ToolqError):
             refused += 1
             typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
         else:
             typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
-    typer.echo(f"run {run_id}: {len(pending) - refused} approved, {refused} refused")
+    typer.echo(f"run {run_id}: {len(shown) - refused} approved, {refused} refused")
     if refused:
         raise typer.Exit(1)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +25,7 @@ from toolq.approvals.models import UndoData
 from toolq.approvals.policy import RunRules
 from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
-from toolq.approvals.undoing import sign_undo, undo_digest
+from toolq.approvals.undoing import check_reader, sign_undo, undo_digest, undo_text
 from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
@@ -626,7 +625,7 @@ class Client:
         Redis holds now; a worker with verify keys runs a gated tool's undo handler only
         with it, and only on that data. ``shown``: the ``undo_digest`` of the data the
         approver reviewed (``undo_data``): other data now is refused
-        (``DigestMismatchError``), nothing signed. Any other undo is the run owner's (or
+        (``DigestMismatchError``), no undo requested. Any other undo is the run owner's (or
         ``admin``'s: ``NotRunOwnerError``). Raises ``UndoError`` when there is nothing to
         undo, it was undone already, or the handler failed or was not run (with its error).
         """
@@ -693,30 +692,29 @@ class Client:
         """What undoing the call would pass to its undo handler, and that data's digest.
 
         What an approver reviews before a gated undo (``undo(..., shown=digest)``).
-        Asked as ``undo`` is: by ``approved_by`` for a gated tool (the caller checks their
-        approver role), else by the run's owner (or ``admin``: ``NotRunOwnerError``).
-        Raises ``UndoError`` when no undo data is kept.
+        Asked as ``undo`` is: by ``approved_by`` for a gated tool (one who may decide the
+        call, as ``undo`` checks: ``NotAuthorizedError``; the caller checks their approver
+        role), else by the run's owner (or ``admin``: ``NotRunOwnerError``). Raises
+        ``UndoError`` when no undo data is kept.
         """
         gate = self.undo_gate(call_id) if approved_by is not None else None
-        if (
-            gate is None
-            and self.owners.check_call(call_id, principal, admin=admin, action="undo calls of")
-            is None
+        if gate is not None and approved_by is not None:
+            check_reader(self.approval_store, call_id, approved_by)
+        elif (
+            self.owners.check_call(call_id, principal, admin=admin, action="undo calls of") is None
         ):
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         envelope = self.store.envelope(call_id)
         raw = self.redis.get(self.keys.undo(call_id))
         if raw is None:
             raise UndoError(f"cannot undo call {call_id}: it has nothing to undo", call_id=call_id)
-        try:
-            data = json.loads(raw)
-        except ValueError:  # not what a worker stores: shown as the text it is
-            data = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        data, text = undo_text(raw, self.settings.max_json_depth)
         return UndoData(
             call_id=call_id,
             tool=envelope.name,
             gated=self.undo_gate(call_id),
             undo_data=data,
+            undo_text=text,
             undo_digest=undo_digest(raw),
         )
 

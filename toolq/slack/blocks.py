@@ -184,18 +184,31 @@ def digest_blocks(
 ) -> list[dict[str, Any]]:
     """One run's parked calls in one message, with one "approve all in this run" button.
 
-    The button approves exactly the calls listed, as their arguments are shown, each one
-    on its own (signed and audited like any decision).
+    The button approves exactly the calls listed with their arguments shown whole, as
+    shown, each one on its own (signed and audited like any decision). A call whose
+    arguments are longer than ``SHOWN_CHARS`` is listed cut and left out of the button:
+    its own message, or its approval page, shows it whole (an agent could put what matters
+    past the cut).
     """
-    waiting = [r for r in requests if r.status is CallStatus.AWAITING_APPROVAL]
+    whole = {
+        r.call_id
+        for r in requests
+        if len(json.dumps(r.arguments, ensure_ascii=False, separators=(",", ":"))) <= SHOWN_CHARS
+    }
+    waiting = [
+        r for r in requests if r.status is CallStatus.AWAITING_APPROVAL and r.call_id in whole
+    ]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(f"{len(requests)} calls waiting for approval")},
         _section(f"Run {slack_code(run_id)}"),
     ]
     for request in requests:
         shown = json.dumps(request.arguments, ensure_ascii=False, separators=(",", ":"))
+        cut = ""
         if len(shown) > SHOWN_CHARS:
             shown = shown[:SHOWN_CHARS] + "…"
+            if request.status is CallStatus.AWAITING_APPROVAL:
+                cut = "\n_arguments cut here: not in “approve all”; open it to review it whole_"
         state = (
             ""
             if request.status is CallStatus.AWAITING_APPROVAL
@@ -205,7 +218,7 @@ def digest_blocks(
         opener = f" <{link}|open>" if link else ""
         text = (
             f"{slack_code(request.name)} ({slack_escaped(request.risk.value)}){state}\n"
-            f"{slack_code(shown)}{opener}"
+            f"{slack_code(shown)}{opener}{cut}"
         )
         blocks.append(_section(text))
     if waiting:

@@ -1,0 +1,117 @@
+"""Attacks on the reviewed undo (``GET``/``POST /v1/calls/{id}/undo``).
+
+Each test performs an attack (a reviewer's, on the first version of the route, where each
+failed): what an approver is shown is what the handler gets, and only those who may undo a
+call see its undo data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.api.conftest import TOKENS, h
+from tests.conftest import serve
+from toolq.api.app import create_app
+from toolq.models import RiskLevel
+from toolq.settings import ApiToken
+
+pytestmark = pytest.mark.e2e
+
+
+def _succeeded(client, name: str, arguments: dict, run_id: str) -> str:
+    """A gated call by ``agent``, approved (unsigned; the in-process worker verifies nothing)
+    and run: its call id, with the undo data its worker stored."""
+    batch = client.dispatch(
+        [{"id": f"{run_id}-1", "name": name, "arguments": arguments}],
+        run_id=run_id,
+        principal="agent",
+    )
+    call_id = batch.call_ids[0]
+    client.approvals.approve(call_id, by="alice")
+    assert batch.wait(timeout=30)[0].status.value == "succeeded"
+    return call_id
+
+
+def test_deeply_nested_undo_data_is_a_4xx_not_a_500(api, client, inproc, r):
+    """A Redis writer stores undo data nested 5,000 deep: the approver is shown it as the
+    stored text (it was a 500: RecursionError in json.loads)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-deep")
+    r.set(f"toolq:undo:{call_id}", "[" * 5000 + "]" * 5000)
+    got = httpx.get(f"{api}/v1/calls/{call_id}/undo", headers=h("alice-t"))
+    assert got.status_code == 200, got.text
+    assert got.json()["undo_data"] is None
+    assert got.json()["undo_text"] == "[" * 5000 + "]" * 5000
+
+
+def test_the_submitter_cannot_read_the_undo_data_it_may_not_undo(api, client, inproc, r):
+    """GET is asked by whoever may undo the call (as POST): the call's submitter holding an
+    approver role may not undo it (403 not_authorized, self approval), nor read its undo
+    data (it was answered 200)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-self")
+    url = f"{api}/v1/calls/{call_id}/undo"
+    shown = httpx.get(url, headers=h("alice-t")).json()
+    own = httpx.post(url, headers=h("self-t"), json={"undo_digest": shown["undo_digest"]})
+    assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
+    peek = httpx.get(url, headers=h("self-t"))
+    assert peek.status_code == 403, peek.text
+
+
+@pytest.fixture
+def strict_api(settings) -> Iterator[str]:
+    """The API with TOOLQ_APPROVERS naming alice only: bob's approver:moderate role alone
+    does not let him decide."""
+    from tests.apps import registry
+
+    strict = settings.model_copy(
+        update={"approvers": {"alice": [RiskLevel.MODERATE, RiskLevel.DANGEROUS]}}
+    )
+    tokens = {**TOKENS, "bob-t": ApiToken(principal="bob", roles=["viewer", "approver:moderate"])}
+    yield from serve(create_app(strict, registry, tokens=tokens))
+
+
+def test_an_approver_refused_by_toolq_approvers_cannot_read_the_undo_data(
+    strict_api, client, inproc, r, tmp_path
+):
+    """bob is not in TOOLQ_APPROVERS: his undo is refused (403), and so is his GET of the
+    undo data (a file's previous content here; it was answered 200)."""
+    inproc.start()
+    target = tmp_path / "secret.txt"
+    target.write_text("the old, private content\n")
+    call_id = _succeeded(
+        client, "edit_file", {"path": str(target), "content": "new"}, "r-allow"
+    )
+    url = f"{strict_api}/v1/calls/{call_id}/undo"
+    shown = httpx.get(url, headers=h("alice-t")).json()
+    refused = httpx.post(url, headers=h("bob-t"), json={"undo_digest": shown["undo_digest"]})
+    assert refused.status_code == 403, refused.text
+    peek = httpx.get(url, headers=h("bob-t"))
+    assert peek.status_code == 403, peek.text
+
+
+def test_undo_data_the_approver_is_shown_is_what_the_handler_gets(
+    api, client, inproc, r, tmp_path
+):
+    """A Redis writer stores undo data with a NaN: the approver is shown it as stored (the
+    text with its ``NaN``), not as ``"before": null`` (for edit_file's undo: remove the
+    file) while the handler got ``nan`` and wrote "nan" into the file."""
+    inproc.start()
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    call_id = _succeeded(client, "edit_file", {"path": str(target), "content": "new"}, "r-nan")
+    stored = '{"path": ' + json.dumps(str(target)) + ', "before": NaN}'
+    r.set(f"toolq:undo:{call_id}", stored)
+    url = f"{api}/v1/calls/{call_id}/undo"
+    shown = httpx.get(url, headers=h("bob-t"))
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["undo_data"] is None
+    assert shown.json()["undo_text"] == stored
+    # well-formed undo data is shown indented, as the handler gets it
+    r.set(f"toolq:undo:{call_id}", json.dumps({"path": str(target), "before": 2**70}))
+    again = httpx.get(url, headers=h("bob-t")).json()
+    assert str(2**70) in again["undo_text"] and again["undo_data"]["before"] == 2**70
