@@ -41,6 +41,7 @@
     │   ├── ApprovalPredicateError  a tool's ``requires_approval`` predicate raised
     │   └── ApprovalUnverifiedError a worker found no valid signed approval for a gated call
     ├── UndoError                   nothing to undo, undone twice, undo handler failed
+    │   └── UndoAwaitingApprovalsError  a quorum undo: more approvers must ask for it
     ├── WaitTimeoutError            ``wait`` ran out of time (also a TimeoutError)
     ├── SecretsError                secret arguments that cannot be sealed or opened
     │   └── SecretsKeyMissingError  secret arguments but no ``TOOLQ_SECRETS_KEY``
@@ -304,6 +305,12 @@ class UndoError(ToolqError):
     """Nothing to undo, undone already, or the undo handler failed."""
 
     code = "undo_failed"
+
+
+class UndoAwaitingApprovalsError(UndoError):
+    """A DANGEROUS tool's undo approved by fewer approvers than its quorum: not requested yet."""
+
+    code = "undo_awaiting_approvals"
 
 
 class WaitTimeoutError(ToolqError, TimeoutError):

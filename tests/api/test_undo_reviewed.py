@@ -115,3 +115,36 @@ def test_undo_data_the_approver_is_shown_is_what_the_handler_gets(
     r.set(f"toolq:undo:{call_id}", json.dumps({"path": str(target), "before": 2**70}))
     again = httpx.get(url, headers=h("bob-t")).json()
     assert str(2**70) in again["undo_text"] and again["undo_data"]["before"] == 2**70
+
+
+@pytest.fixture
+def quorum_api(settings) -> Iterator[str]:
+    """The API with two approvers for DANGEROUS calls, and a second dangerous approver."""
+    from tests.apps import registry
+
+    two = settings.model_copy(update={"dangerous_approvals": 2})
+    tokens = {
+        **TOKENS,
+        "dan-t": ApiToken(principal="dan", roles=["viewer", "approver:dangerous"]),
+    }
+    yield from serve(create_app(two, registry, tokens=tokens))
+
+
+def test_a_dangerous_undo_is_requested_once_its_quorum_asked(quorum_api, client, inproc, r):
+    """With two approvers per DANGEROUS call, the first approver's undo answers 202 with
+    the approvers so far (nothing requested, the handler not run); the second's runs it."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-quorum")
+    url = f"{quorum_api}/v1/calls/{call_id}/undo"
+    shown = httpx.get(url, headers=h("alice-t")).json()
+    reviewed = {"undo_digest": shown["undo_digest"]}
+    first = httpx.post(url, headers=h("alice-t"), json=reviewed)
+    assert first.status_code == 202, first.text
+    body = first.json()
+    assert body["status"] == "awaiting_approvals" and body["code"] == "undo_awaiting_approvals"
+    assert body["approvers"] == ["alice"] and body["required"] == 2
+    assert r.hget(f"toolq:call:{call_id}", "undo_state") is None
+    assert r.lrange("test:undo:deploy", 0, -1) == []
+    second = httpx.post(url, headers=h("dan-t"), json=reviewed, timeout=30)
+    assert second.status_code == 200 and second.json()["type"] == "call.undone", second.text
+    assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]

@@ -10,6 +10,7 @@ ran the handler before (found by an attack test).
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -99,4 +100,50 @@ def test_an_agent_cannot_undo_an_approved_dangerous_call_alone(pair: Pair, inpro
         r.set(f"toolq:undo:{call_id}", genuine)
         event = approver.undo(call_id, timeout=30, principal="agent", admin=True, approved_by="bob")
         assert event.type.value == "call.undone"
+    assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]
+
+
+def test_a_dangerous_undo_needs_as_many_approvers_as_its_calls(pair: Pair, inproc, r):
+    """With ``TOOLQ_DANGEROUS_APPROVALS=2`` a DANGEROUS call runs only once two approvers
+    approved it, and so is its undo now: one approver's request waits for a second one
+    (nothing requested), the same approver twice counts once, and a Redis writer who
+    requests the undo with one approver's signature has it refused by the worker (before,
+    one approver undid the call alone)."""
+    from toolq.errors import UndoAwaitingApprovalsError
+    from toolq.models import RiskLevel
+
+    start_verifying(inproc, pair.verify, dangerous_approvals=2)
+    with agent_client() as agent, deciding_client(pair, dangerous_approvals=2) as approver:
+        batch = agent.dispatch(
+            call("deploy", "d2", service="api", replicas=3), principal="agent", run_id="run-q"
+        )
+        call_id = batch.call_ids[0]
+        approver.approvals.approve(call_id, by="alice")
+        approver.approvals.approve(call_id, by="bob")
+        assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+        record = f"toolq:call:{call_id}"
+        for _ in range(2):  # carol alone, twice: one approver
+            with pytest.raises(UndoAwaitingApprovalsError) as waiting:
+                approver.undo(call_id, timeout=30, approved_by="carol")
+            assert waiting.value.details == {
+                "call_id": call_id, "approvers": ["carol"], "required": 2
+            }
+        assert r.hget(record, "undo_state") is None  # nothing requested
+        [carols] = json.loads(r.hget(record, "undo_votes"))
+        # a Redis writer requests the undo with carol's approval alone
+        queue, message = approver.publisher.undo_message(call_id, RiskLevel.DANGEROUS)
+        assert approver.undos.request(call_id, queue, message, carols) == "ok"
+        deadline = time.monotonic() + 30
+        while r.hget(record, "undo_state") != b"failed":
+            assert time.monotonic() < deadline, r.hget(record, "undo_state")
+            time.sleep(0.05)
+        [failed] = [e for e in agent.events("run-q") if e.type.value == "call.undo_failed"]
+        assert "2 distinct approvers are needed" in failed.data["error"]
+        assert r.lrange("test:undo:deploy", 0, -1) == []
+        # carol and dave: undone, once
+        with pytest.raises(UndoAwaitingApprovalsError):
+            approver.undo(call_id, timeout=30, approved_by="carol")
+        event = approver.undo(call_id, timeout=30, approved_by="dave")
+        assert event.type.value == "call.undone"
+        assert r.hget(record, "undo_votes") is None
     assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]

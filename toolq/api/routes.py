@@ -36,6 +36,7 @@ from toolq.errors import (
     NotRunOwnerError,
     PayloadError,
     ToolqError,
+    UndoAwaitingApprovalsError,
     WrongTenantError,
 )
 from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
@@ -424,8 +425,10 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         The undo of a gated tool is an approver's decision: an approver of the call's risk
         (not its submitter) reviews its undo data (``GET``) and sends back its
         ``undo_digest``; the API signs the approval for that data only (changed since:
-        409 ``digest_mismatch``). Any other undo: the run's owner (or an admin), the digest
-        optional.
+        409 ``digest_mismatch``). A DANGEROUS tool's undo needs as many distinct approvers
+        as its calls (``TOOLQ_DANGEROUS_APPROVALS``): until the last has asked, 202
+        ``awaiting_approvals`` with the approvers so far, nothing requested. Any other undo:
+        the run's owner (or an admin), the digest optional.
         """
         gate = await run_in_threadpool(_may_undo, call_id, caller)  # 401/403/404 first
         body = parse_decision(await request.body(), client.settings, UndoRequest)
@@ -451,13 +454,19 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
                     f"data (GET /v1/calls/{call_id}/undo) and send back its undo_digest: "
                     '{"undo_digest": "..."}'
                 )
-            event = client.undo(
-                call_id,
-                timeout=timeout,
-                principal=caller.name,
-                approved_by=caller.name,
-                shown=shown,
-            )
+            try:
+                event = client.undo(
+                    call_id,
+                    timeout=timeout,
+                    principal=caller.name,
+                    approved_by=caller.name,
+                    shown=shown,
+                )
+            except UndoAwaitingApprovalsError as exc:  # a quorum: not requested yet
+                return JSONResponse(
+                    {"call_id": call_id, "status": "awaiting_approvals", **exc.to_dict()},
+                    status_code=202,
+                )
         else:
             admin = caller.has("admin")
             event = client.undo(

@@ -5,12 +5,13 @@ which anyone who can write to Redis can rewrite. So for a gated tool (DANGEROUS,
 default policy parks: ``Client.undo_gate``) a worker with verify keys runs it only with a
 signature by one of those keys (kind ``undo``) over this call's facts (``call_facts``: id,
 run, tool, the worker's own risk for it, the digest of its tool and arguments, submitter,
-tenant), the digest of
-the undo data it is about to pass (``undo_digest``) and the approver who asked. A deciding
-process signs one (``sign_undo``) when an approver of the call's risk asks for the undo: the
-API for its caller (whose approver role the route checks), a process holding
-``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names; never for the call's
-submitter (as for a decision). One approver suffices, whatever the call's quorum. The
+tenant), the digest of the undo data it is about to pass (``undo_digest``) and the approver
+who asked. A deciding process signs one (``sign_undo``) when an approver of the call's risk
+asks for the undo: the API for its caller (whose approver role the route checks), a process
+holding ``TOOLQ_APPROVAL_SIGNING_KEY`` for the ``approved_by`` it names; never for the
+call's submitter (as for a decision). A DANGEROUS tool's undo needs as many distinct
+approvers as its calls (``TOOLQ_DANGEROUS_APPROVALS``): their approvals wait on the record
+until enough asked (``UndoStore.vote``), then go to the worker as a JSON list. The
 signature binds the undo data as the API read it, which must be the data the approver
 reviewed (``Client.undo_data``; the digest sent back as ``shown``, else
 ``DigestMismatchError``, no undo requested): data rewritten after that is refused. Like a
@@ -118,16 +119,85 @@ def undo_refusal(
     raw: bytes | str,
     approval: Any,
     verifier: Verifier,
+    required: int = 1,
 ) -> str | None:
     """Why a worker must not run the undo handler of this gated call, or None when it may.
 
-    ``risk``: the worker's own registry's for the tool; ``digest``: of the call's arguments
-    as stored; ``raw``: the undo data it would pass; ``approval``: the record's
-    ``undo_approval``.
+    ``risk``: the worker's own registry's for the tool; ``digest``: of the call's tool and
+    arguments as stored; ``raw``: the undo data it would pass; ``approval``: the record's
+    ``undo_approval``, one signed approval or a JSON list of them; ``required``: the
+    distinct approvers the undo needs (the worker's own ``TOOLQ_DANGEROUS_APPROVALS`` for
+    a DANGEROUS tool, as for its calls). Approvals that do not hold are not counted.
     """
     if not approval:
         return "the undo of a gated call carries no signed approval"
-    payload = verifier.payload(approval, "undo")
+    approvers: set[str] = set()
+    first: str | None = None
+    for signed in _approvals(approval):
+        reason = _one_refusal(envelope, risk, digest, raw, signed, verifier)
+        if reason is None:
+            approvers.add(_by(signed, verifier))
+        first = first or reason
+    if len(approvers) >= required:
+        return None
+    if first is not None and not approvers:
+        return first
+    return f"{required} distinct approvers are needed for this undo, {len(approvers)} approved it"
+
+
+def held_approvals(
+    envelope: CallEnvelope,
+    risk: RiskLevel,
+    digest: str,
+    raw: bytes | str,
+    approvals: list[str],
+    verifier: Verifier | None,
+) -> dict[str, str]:
+    """The approvals of ``approvals`` that hold for this call and undo data, by approver.
+
+    Without a verifier (a process without verify keys) each is taken at its word, by the
+    approver its payload names: the workers verify them anyway.
+    """
+    held: dict[str, str] = {}
+    for signed in approvals:
+        if verifier is not None:
+            if _one_refusal(envelope, risk, digest, raw, signed, verifier) is None:
+                held.setdefault(_by(signed, verifier), signed)
+            continue
+        try:
+            payload = json.loads(signed).get("payload") or {}
+        except (ValueError, AttributeError):
+            continue
+        by = payload.get("by")
+        if isinstance(by, str) and by and payload.get("undo_digest") == undo_digest(raw):
+            held.setdefault(by, signed)
+    return held
+
+
+def _approvals(approval: Any) -> list[Any]:
+    """The signed approvals of a record's ``undo_approval``: one, or a JSON list of them."""
+    try:
+        value = json.loads(approval) if isinstance(approval, str | bytes) else approval
+    except ValueError:
+        return [approval]
+    return value if isinstance(value, list) else [value]
+
+
+def _by(signed: Any, verifier: Verifier) -> str:
+    payload = verifier.payload(signed, "undo") or {}
+    return str(payload.get("by"))
+
+
+def _one_refusal(
+    envelope: CallEnvelope,
+    risk: RiskLevel,
+    digest: str,
+    raw: bytes | str,
+    signed: Any,
+    verifier: Verifier,
+) -> str | None:
+    """Why one signed approval does not approve this undo, or None when it does."""
+    payload = verifier.payload(signed, "undo")
     if payload is None:
         return "the undo approval's signature is invalid or not made by a trusted key"
     for fact, value in call_facts(envelope, risk, digest).items():

@@ -22,10 +22,16 @@ import redis
 
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import UndoData
-from toolq.approvals.policy import RunRules
+from toolq.approvals.policy import RunRules, digest_call
 from toolq.approvals.resolving import resolve
 from toolq.approvals.store import ApprovalStore
-from toolq.approvals.undoing import check_reader, sign_undo, undo_digest, undo_text
+from toolq.approvals.undoing import (
+    check_reader,
+    held_approvals,
+    sign_undo,
+    undo_digest,
+    undo_text,
+)
 from toolq.backend import Backend
 from toolq.dispatch.dispatcher import CallRef, Dispatched, Dispatcher
 from toolq.dispatch.providers import to_messages
@@ -40,10 +46,12 @@ from toolq.errors import (
     DigestMismatchError,
     ReplicationError,
     SecretsError,
+    UndoAwaitingApprovalsError,
     UndoError,
     WaitTimeoutError,
 )
 from toolq.models import (
+    CallEnvelope,
     CallResult,
     CallStatus,
     Event,
@@ -58,6 +66,7 @@ from toolq.redis_target import RedisTarget
 from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary, run_summary, runs_page
+from toolq.results.store import dumps
 from toolq.results.waits import Waiter
 from toolq.secretbox import open_arguments
 from toolq.settings import Settings
@@ -625,9 +634,13 @@ class Client:
         Redis holds now; a worker with verify keys runs a gated tool's undo handler only
         with it, and only on that data. ``shown``: the ``undo_digest`` of the data the
         approver reviewed (``undo_data``): other data now is refused
-        (``DigestMismatchError``), no undo requested. Any other undo is the run owner's (or
-        ``admin``'s: ``NotRunOwnerError``). Raises ``UndoError`` when there is nothing to
-        undo, it was undone already, or the handler failed or was not run (with its error).
+        (``DigestMismatchError``), no undo requested. A DANGEROUS tool's undo needs as many
+        distinct approvers as its calls (``TOOLQ_DANGEROUS_APPROVALS``): each asks in turn,
+        and until the last one has, ``UndoAwaitingApprovalsError`` says who approved so far
+        (nothing is requested; the approvals wait on the record, for this undo data only).
+        Any other undo is the run owner's (or ``admin``'s: ``NotRunOwnerError``). Raises
+        ``UndoError`` when there is nothing to undo, it was undone already, or the handler
+        failed or was not run (with its error).
         """
         gate = self.undo_gate(call_id) if approved_by is not None else None
         if gate is None:
@@ -654,6 +667,8 @@ class Client:
                     call_id=call_id,
                     digest=undo_digest(raw),
                 )
+            if approval and gate is not None:
+                approval = self._undo_quorum(envelope, raw, approval)
         after = self.log.last_id(envelope.run_id)
         outcome = self.undos.request(call_id, queue, message, approval)
         if outcome == "missing":
@@ -680,6 +695,35 @@ class Client:
                     f"undo of call {call_id} failed: {event.data.get('error')}", call_id=call_id
                 )
         raise WaitTimeoutError(f"undo of call {call_id} not finished after {timeout}s")
+
+    def _undo_quorum(self, envelope: CallEnvelope, raw: bytes | str, approval: str) -> str:
+        """The stored form of the undo's approvals once enough approvers asked.
+
+        One approval, when the tool's undo needs one; else ``approval`` joins the ones
+        waiting on the record (for this undo data), and a JSON list of them all is returned
+        once they are enough, ``UndoAwaitingApprovalsError`` before.
+        """
+        authority = self.approval_store.authority
+        required = authority.required(envelope.name)
+        if required <= 1:
+            return approval
+        facts_digest = digest_call(envelope.name, envelope.arguments)
+        risk = authority.risk(envelope.name)
+
+        def held(votes: list[str]) -> dict[str, str]:
+            return held_approvals(envelope, risk, facts_digest, raw, votes, authority.verifier)
+
+        approvers = self.undos.vote(envelope.call_id, approval, held, required)
+        if len(approvers) < required:
+            raise UndoAwaitingApprovalsError(
+                f"undo of call {envelope.call_id} approved by {', '.join(sorted(approvers))}: "
+                f"{len(approvers)} of the {required} distinct approvers it needs; the undo "
+                "is requested when the others have asked for it too",
+                call_id=envelope.call_id,
+                approvers=sorted(approvers),
+                required=required,
+            )
+        return dumps(list(approvers.values()))
 
     def undo_data(
         self,

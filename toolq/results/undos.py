@@ -8,8 +8,9 @@ second delivery does nothing; the sweeper recovers an undo whose worker died.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolq.errors import WorkerLostError
@@ -54,6 +55,40 @@ class UndoStore:
                 approval=approval,
             )
         )
+
+    def vote(
+        self,
+        call_id: str,
+        approval: str,
+        held: Callable[[list[str]], dict[str, str]],
+        required: int,
+    ) -> dict[str, str]:
+        """Add ``approval`` to the undo approvals waiting on the call's record: those held.
+
+        ``held`` keeps, of the waiting ones and this one, those that hold for the undo data
+        now, by approver (a Redis writer's, or an approval of data since rewritten, does
+        not count). Fewer than ``required``: they wait on the record (``undo_votes``,
+        replacing the ones that no longer hold); enough: ``UNDO_CLAIM`` clears them. An
+        optimistic transaction on the record: two approvers asking at once both count.
+        """
+        key = self.keys.call(call_id)
+        out: dict[str, str] = {}
+
+        def apply(pipe: Any) -> None:
+            nonlocal out
+            raw = pipe.hget(key, "undo_votes")
+            try:
+                stored = json.loads(raw) if raw else []
+            except ValueError:
+                stored = []
+            waiting = [s for s in stored if isinstance(s, str)] if isinstance(stored, list) else []
+            out = held([*waiting, approval])
+            pipe.multi()
+            if len(out) < required:
+                pipe.hset(key, "undo_votes", json.dumps(list(out.values())))
+
+        self.redis.transaction(apply, key)
+        return out
 
     def start(self, call_id: str, token: str) -> tuple[scripts.UndoStartOutcome, str]:
         """Take the undo lease, requested → undoing: ``(ok|skip|leased, state seen)``."""

@@ -877,8 +877,8 @@ class WorkerRuntime:
         or one the default policy parks for these arguments. Such an undo runs only for a
         call whose own approval holds (a Redis writer's undo of a call nobody approved is
         refused even when an approver asks), and with a person's signed approval over this
-        call and this undo data (``undo_refusal``). Without verify keys nothing is checked,
-        as for calls.
+        call and this undo data (``undo_refusal``), by as many distinct approvers as the
+        tool's calls need. Without verify keys nothing is checked, as for calls.
         """
         if self.guard is None or self.verifier is None:
             return None
@@ -889,7 +889,11 @@ class WorkerRuntime:
         if (reason := self.guard.refusal(envelope, gate.approval, arguments)) is not None:
             return f"its call was not approved: {reason}"
         digest = digest_call(envelope.name, envelope.arguments)
-        return undo_refusal(envelope, tool.risk, digest, raw, gate.undo_approval, self.verifier)
+        # as many distinct approvers as the tool's calls need (the worker's own setting)
+        required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
+        return undo_refusal(
+            envelope, tool.risk, digest, raw, gate.undo_approval, self.verifier, required
+        )
 
     def _undo(self, call_id: str) -> None:
         token = uuid.uuid4().hex

@@ -15,8 +15,8 @@
 --   1 call_id  the call's id
 --   2 now      (s)
 --   3 message  the undo message
---   4 approval the signed approval of this undo ('' = none; toolq.approvals.undoing),
---              kept on the record (undo_approval) for the worker to check
+--   4 approval the signed approval of this undo, or a JSON list of a quorum's ('' = none;
+--              toolq.approvals.undoing), kept on the record (undo_approval) for the worker
 -- Returns 'ok' | 'missing' | 'not_succeeded' (only a succeeded call's effect is undone) |
 --   'in_progress' | 'undone' | 'nothing' (no undo data).
 local call, undo, queue, pushes, undo_queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -31,5 +31,6 @@ if state == 'undone' then return 'undone' end
 if redis.call('EXISTS', undo) == 0 then return 'nothing' end
 redis.call('HSET', call, 'undo_state', 'requested', 'undo_requested_at', now, 'undo_token', '',
            'undo_approval', approval)
+redis.call('HDEL', call, 'undo_votes')  -- a quorum's approvals waiting (UndoStore.vote): used
 push_undo(queue, pushes, undo_queued, call, call_id, message, now)
 return 'ok'
