@@ -135,7 +135,7 @@ function render(v, events) {
     el("div", wide.has(k) ? { class: "wide" } : {}, el("dt", {}, k), el("dd", {}, x))));
   const body = [
     el("h2", {}, "Arguments ", el("span", { class: "muted" }, "(secrets masked)")),
-    el("pre", { "data-testid": "arguments" }, pretty(v.arguments)),
+    el("pre", { "data-testid": "arguments" }, v.arguments_text || pretty(v.arguments)),
   ];
   if (v.original_arguments) body.push(el("h2", {}, "Original arguments"), el("pre", {}, pretty(v.original_arguments)));
   if (v.preview !== null && v.preview !== undefined) {

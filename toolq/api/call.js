@@ -57,7 +57,7 @@ async function refreshCall() {
   $("#call-meta").replaceChildren(...meta.filter(([, v]) => v !== null && v !== undefined && v !== "")
     .map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
   const body = [
-    section("Arguments (secrets masked)", el("pre", { "data-testid": "call-arguments" }, pretty(view.arguments))),
+    section("Arguments (secrets masked)", el("pre", { "data-testid": "call-arguments" }, view.arguments_text || pretty(view.arguments))),
     view.original_arguments ? section("Original arguments", el("pre", {}, pretty(view.original_arguments))) : [],
     view.preview !== null && view.preview !== undefined
       ? section("Preview", el("pre", { "data-testid": "call-preview" }, pretty(view.preview))) : [],

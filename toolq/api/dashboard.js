@@ -96,12 +96,15 @@ class ApiError extends Error {
 async function api(path, body) {
   return (await apiRaw(path, body)).data;
 }
+// A request body sent as its own JSON text: a browser's JSON.parse and JSON.stringify round
+// integers beyond 2**53, so edited arguments go out exactly as the approver typed them.
+class RawJson { constructor(text) { this.text = text; } }
 async function apiRaw(path, body) {
   const init = { headers: { Authorization: "Bearer " + token } };
   if (body !== undefined) {
     init.method = "POST";
     init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
+    init.body = body instanceof RawJson ? body.text : JSON.stringify(body);
   }
   const res = await fetch(path, init);
   const data = await res.json().catch(() => null);
@@ -342,7 +345,8 @@ async function approveRun(runId) {
     if (!listed.length) { toast(`Run ${runId}: nothing awaits a decision`); runsAt = 0; refresh(); return; }
     // Only what the dialog shows is approved: the rest stays parked for another round.
     const shown = listed.slice(0, BULK_SHOWN);
-    const lines = shown.map(r => `• ${r.name} ${JSON.stringify(r.arguments)} (${shortId(r.call_id)})`);
+    // arguments_text: numbers exactly as they will run (JSON.parse rounds big integers)
+    const lines = shown.map(r => `• ${r.name} (${shortId(r.call_id)}) ${r.arguments_text}`);
     const rest = listed.length - shown.length;
     const note = rest > 0 ? `\n\n(${rest} more stay parked: approve them in another round)` : "";
     if (!confirm(`Approve these ${shown.length} call(s) of run ${runId}?\n\n${lines.join("\n")}${note}`)) return;
@@ -488,7 +492,8 @@ function diffView(diff) {
 }
 
 function approvalCard(req) {
-  const original = JSON.stringify(req.arguments, null, 2);
+  // the API's text of the arguments: its numbers are exactly the ones that will run
+  const original = req.arguments_text || JSON.stringify(req.arguments, null, 2);
   const editor = el("textarea", { spellcheck: "false", "aria-label": "Edited arguments (JSON)" }, original);
   const reason = el("input", { class: "reason", placeholder: "reason (the model reads it)",
     "aria-label": "Deny reason" });
@@ -522,8 +527,11 @@ function approvalCard(req) {
     if (kind === "approve") {
       body = { digest: req.digest, always: always.checked };
       if (editor.value.trim() !== original.trim()) {
-        try { body.arguments = JSON.parse(editor.value); }
+        try { JSON.parse(editor.value); }
         catch (e) { error.textContent = "Arguments are not valid JSON: " + e.message; error.hidden = false; return; }
+        // sent as typed: through JSON.parse a big integer would run as another number
+        body = new RawJson(`{"digest":${JSON.stringify(req.digest)},"always":${always.checked},`
+          + `"arguments":${editor.value}}`);
       }
     } else {
       body = { reason: reason.value.trim(), always: always.checked };

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from toolq.models import CallStatus, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
@@ -33,6 +34,17 @@ class ApprovalRequest(BaseModel):
     diff: dict[str, Any] | None = None
     approvals: list[str] = Field(default_factory=list)
     decided_by: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def arguments_text(self) -> str:
+        """``arguments`` as indented JSON text, every number exactly as it will run.
+
+        What a browser shows: its ``JSON.parse`` rounds integers beyond 2**53 (an account
+        number of 17 digits would be shown as another one), so the dashboard and the
+        approval page show this text instead.
+        """
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False)
 
 
 class Approve(BaseModel):
