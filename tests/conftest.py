@@ -36,6 +36,34 @@ from toolq.cli.stack import EmbeddedRedis
 from toolq.models import RiskLevel
 from toolq.testing import TestWorker
 
+HTTP_TIMEOUT_SECONDS = 30.0
+"""How long a test's ``httpx.get``/``post``/... waits for an answer unless it says otherwise.
+
+httpx's default is 5 s; beside a second copy of the suite on two cores an API answer
+took longer now and then (a ``ReadTimeout`` in a test that checks what the answer says,
+not how fast it comes). Requests that set their own timeout keep it."""
+
+
+def patient_httpx() -> None:
+    """Make the module-level ``httpx`` request functions wait ``HTTP_TIMEOUT_SECONDS``."""
+    import functools
+
+    import httpx
+
+    def patient(send: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(send)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", HTTP_TIMEOUT_SECONDS)
+            return send(*args, **kwargs)
+
+        return call
+
+    for name in ("request", "get", "post", "put", "patch", "delete", "head", "options", "stream"):
+        setattr(httpx, name, patient(getattr(httpx, name)))
+
+
+patient_httpx()
+
 
 def serialize_compile() -> None:
     """Let one thread at a time build or read a Python syntax tree (``compile``, which
