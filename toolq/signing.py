@@ -33,6 +33,9 @@ Kind = Literal["decision", "approval", "rule", "audit", "resolution", "undo"]
 ``rule``: a sticky rule or run mode that loosens the gate; ``audit``: an audit entry;
 ``resolution``: a person's outcome for a call of unknown outcome (``toolq.approvals.resolving``);
 ``undo``: a person's approval to run a gated call's undo handler (``toolq.approvals.undoing``)."""
+SIGNED_MAX_BYTES = 256 * 1024
+"""Longest stored text taken for a signed object: a longer one (a Redis writer's) is no
+signature, and is not parsed."""
 VERSIONS: dict[Kind, int] = {
     "decision": 2,
     "approval": 2,
@@ -211,9 +214,11 @@ class Verifier:
     def payload(self, signed: Any, kind: Kind) -> dict[str, Any] | None:
         """The payload of a signed object of ``kind`` if its signature is valid, else None."""
         if isinstance(signed, str | bytes):
+            if len(signed) > SIGNED_MAX_BYTES:
+                return None
             try:
                 signed = json.loads(signed)
-            except ValueError:
+            except (ValueError, RecursionError):  # a Redis writer's text: no signature
                 return None
         if not isinstance(signed, dict):
             return None

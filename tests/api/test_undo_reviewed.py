@@ -8,16 +8,19 @@ call see its undo data.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from tests.api.conftest import TOKENS, h
 from tests.conftest import serve
 from toolq.api.app import create_app
 from toolq.models import RiskLevel
 from toolq.settings import ApiToken
+from toolq.signing import generate_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -117,17 +120,37 @@ def test_undo_data_the_approver_is_shown_is_what_the_handler_gets(
     assert str(2**70) in again["undo_text"] and again["undo_data"]["before"] == 2**70
 
 
+QUORUM_TOKENS = {
+    **TOKENS,
+    "dan-t": ApiToken(principal="dan", roles=["viewer", "approver:dangerous"]),
+}
+
+
 @pytest.fixture
 def quorum_api(settings) -> Iterator[str]:
-    """The API with two approvers for DANGEROUS calls, and a second dangerous approver."""
+    """The API with two approvers for DANGEROUS calls (no signing key: votes unverified)."""
     from tests.apps import registry
 
     two = settings.model_copy(update={"dangerous_approvals": 2})
-    tokens = {
-        **TOKENS,
-        "dan-t": ApiToken(principal="dan", roles=["viewer", "approver:dangerous"]),
-    }
-    yield from serve(create_app(two, registry, tokens=tokens))
+    yield from serve(create_app(two, registry, tokens=QUORUM_TOKENS))
+
+
+@pytest.fixture
+def signing_quorum_api(settings) -> Iterator[str]:
+    """The same API holding a signing key (the production shape: votes verified)."""
+    from tests.apps import registry
+
+    signing, _ = generate_pair()
+    two = settings.model_copy(
+        update={"dangerous_approvals": 2, "approval_signing_key": SecretStr(signing)}
+    )
+    yield from serve(create_app(two, registry, tokens=QUORUM_TOKENS))
+
+
+def _reviewed(url: str, token: str = "alice-t") -> dict[str, str]:
+    shown = httpx.get(url, headers=h(token))
+    assert shown.status_code == 200, shown.text
+    return {"undo_digest": shown.json()["undo_digest"]}
 
 
 def test_a_dangerous_undo_is_requested_once_its_quorum_asked(quorum_api, client, inproc, r):
@@ -147,4 +170,89 @@ def test_a_dangerous_undo_is_requested_once_its_quorum_asked(quorum_api, client,
     assert r.lrange("test:undo:deploy", 0, -1) == []
     second = httpx.post(url, headers=h("dan-t"), json=reviewed, timeout=30)
     assert second.status_code == 200 and second.json()["type"] == "call.undone", second.text
+    assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]
+
+
+@pytest.mark.parametrize("which", ["quorum_api", "signing_quorum_api"])
+def test_deeply_nested_undo_votes_are_not_a_500(which, request, client, inproc, r):
+    """A Redis writer sets the record's ``undo_votes`` to a list nested 100,000 deep: the
+    corrupt votes do not count (every approver's POST was a 500: RecursionError, and the
+    DANGEROUS call could no longer be undone through the API)."""
+    api = request.getfixturevalue(which)
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-deepvotes")
+    url = f"{api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    r.hset(f"toolq:call:{call_id}", "undo_votes", "[" * 100_000 + "]" * 100_000)
+    got = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
+    assert got.status_code != 500, got.text
+    assert got.status_code == 202, got.text  # the corrupt votes simply do not count
+
+
+def test_a_deeply_nested_vote_string_is_not_a_500(signing_quorum_api, client, inproc, r):
+    """A Redis writer puts one string into ``undo_votes`` that is a JSON list nested 100,000
+    deep: no signature, not counted (``Verifier.payload``'s json.loads raised RecursionError:
+    a 500 on every approver's POST)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-deepvote")
+    url = f"{signing_quorum_api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    r.hset(
+        f"toolq:call:{call_id}", "undo_votes", json.dumps(["[" * 100_000 + "]" * 100_000])
+    )
+    got = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
+    assert got.status_code == 202, got.text
+
+
+@pytest.mark.parametrize("vote", ['{"payload": [1]}', '{"payload": "by"}', '{"payload": 7}'])
+def test_a_vote_whose_payload_is_not_an_object_is_not_a_500(vote, quorum_api, client, inproc, r):
+    """Without a signing key ``held_approvals`` takes each vote at its word: one whose
+    payload is a list, string or number does not count (it was an AttributeError, a 500 on
+    every approver's POST)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-shape")
+    url = f"{quorum_api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    r.hset(f"toolq:call:{call_id}", "undo_votes", json.dumps([vote]))
+    got = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
+    assert got.status_code == 202, got.text
+
+
+def test_a_vote_on_an_undo_in_progress_is_refused_not_kept(quorum_api, client, inproc, r):
+    """alice and dan asked: the undo is requested (no worker has taken it yet). alice asks
+    again: 409 (an undo is already in progress), nothing written (her vote was written and
+    answered 202, to count toward a later undo of the call)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-again")
+    inproc.stop_all()  # the undo stays requested
+    url = f"{quorum_api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    assert httpx.post(url, headers=h("alice-t"), json=reviewed).status_code == 202
+    asked = httpx.post(f"{url}?timeout=0.5", headers=h("dan-t"), json=reviewed, timeout=30)
+    assert asked.status_code == 504, asked.text  # requested, not finished in 0.5 s
+    assert r.hget(f"toolq:call:{call_id}", "undo_state") == b"requested"
+    again = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
+    assert again.status_code == 409, again.text
+    assert r.hget(f"toolq:call:{call_id}", "undo_votes") is None
+
+
+def test_two_approvers_at_once_both_count(quorum_api, client, inproc, r):
+    """alice and dan ask at the same moment: one 202, the other runs the undo (both count)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-race")
+    url = f"{quorum_api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    answers: dict[str, int] = {}
+    barrier = threading.Barrier(2)
+
+    def ask(token: str) -> None:
+        barrier.wait()
+        answers[token] = httpx.post(url, headers=h(token), json=reviewed, timeout=30).status_code
+
+    threads = [threading.Thread(target=ask, args=(t,)) for t in ("alice-t", "dan-t")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers.values()) == [200, 202], answers
     assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]

@@ -147,3 +147,49 @@ def test_a_dangerous_undo_needs_as_many_approvers_as_its_calls(pair: Pair, inpro
         assert event.type.value == "call.undone"
         assert r.hget(record, "undo_votes") is None
     assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]
+
+
+def test_a_replayed_undo_approval_is_refused_once_it_is_old(pair: Pair, inproc, r):
+    """alice and bob approve the undo of a DANGEROUS call (quorum 2); its handler fails.
+    Nobody asks again. A Redis writer who read the two signatures off the record requests
+    the undo with them: signatures name no attempt, but an approval is good for
+    ``TOOLQ_UNDO_APPROVAL_SECONDS`` only (2 s here): replayed later, the worker refuses it
+    (before, it ran the handler again whenever the writer liked)."""
+    from toolq.errors import UndoAwaitingApprovalsError
+    from toolq.models import RiskLevel
+
+    start_verifying(inproc, pair.verify, dangerous_approvals=2, undo_approval_seconds=2.0)
+    with agent_client() as agent, deciding_client(pair, dangerous_approvals=2) as approver:
+        batch = agent.dispatch(
+            call("deploy", "d9", service="api", replicas=3), principal="agent", run_id="run-rp"
+        )
+        call_id = batch.call_ids[0]
+        approver.approvals.approve(call_id, by="alice")
+        approver.approvals.approve(call_id, by="bob")
+        assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+        record = f"toolq:call:{call_id}"
+        copied: list[str] = []
+        request = approver.undos.request
+
+        def watched(call_id_, queue, message, approval=""):
+            copied.append(approval)  # what any Redis reader sees on the record
+            return request(call_id_, queue, message, approval)
+
+        approver.undos.request = watched  # type: ignore[method-assign]
+        r.set("test:undo:deploy", "not a list")  # the handler's rpush fails: WRONGTYPE
+        with pytest.raises(UndoAwaitingApprovalsError):
+            approver.undo(call_id, timeout=30, approved_by="alice")
+        with pytest.raises(UndoError, match="WRONGTYPE"):
+            approver.undo(call_id, timeout=30, approved_by="bob")
+        r.delete("test:undo:deploy")
+        [both] = copied
+        time.sleep(2.5)  # the approvals' time is over
+        queue, message = approver.publisher.undo_message(call_id, RiskLevel.DANGEROUS)
+        assert request(call_id, queue, message, both) == "ok"
+        deadline = time.monotonic() + 30
+        while r.hget(record, "undo_state") != b"failed":
+            assert time.monotonic() < deadline, r.hget(record, "undo_state")
+            time.sleep(0.05)
+        failed = [e for e in agent.events("run-rp") if e.type.value == "call.undo_failed"]
+        assert "signed more than 2 s ago" in failed[-1].data["error"]
+        assert r.lrange("test:undo:deploy", 0, -1) == []

@@ -108,7 +108,12 @@ async function undoCall(current, name) {
   $("#call-undo").disabled = true;
   try {
     const event = await api(url, { undo_digest: kept.undo_digest });
-    toast(`Undo ${name} (${shortId(current.id)}) → ${event.type.replace("call.", "")}`);
+    if (event.status === "awaiting_approvals") {  // a DANGEROUS tool's quorum: 202, not run yet
+      toast(`Undo ${name} (${shortId(current.id)}): approved by ${event.approvers.join(", ")}, `
+        + `${event.approvers.length} of ${event.required}; another approver must ask for it too`);
+    } else {
+      toast(`Undo ${name} (${shortId(current.id)}) → ${event.type.replace("call.", "")}`);
+    }
   } catch (e) {
     toast(`${e.code}: ${e.message}`, true);
   }

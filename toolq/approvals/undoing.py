@@ -30,7 +30,7 @@ from toolq.approvals.store import ApprovalStore
 from toolq.errors import NotAuthorizedError
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.results.store import dumps
-from toolq.signing import Verifier, call_facts
+from toolq.signing import SIGNED_MAX_BYTES, Verifier, call_facts
 
 
 def undo_digest(raw: bytes | str) -> str:
@@ -112,6 +112,11 @@ def sign_undo(approvals: ApprovalStore, call_id: str, by: str, raw: bytes | str)
     return dumps(approvals.signer.sign("undo", **fields))
 
 
+MOST_APPROVALS = 32
+"""Most approvals of one undo looked at (a quorum is a few people): a Redis writer's long
+list costs a worker or an approver's request no more than that."""
+
+
 def undo_refusal(
     envelope: CallEnvelope,
     risk: RiskLevel,
@@ -120,21 +125,24 @@ def undo_refusal(
     approval: Any,
     verifier: Verifier,
     required: int = 1,
+    max_age: float | None = None,
 ) -> str | None:
     """Why a worker must not run the undo handler of this gated call, or None when it may.
 
     ``risk``: the worker's own registry's for the tool; ``digest``: of the call's tool and
     arguments as stored; ``raw``: the undo data it would pass; ``approval``: the record's
-    ``undo_approval``, one signed approval or a JSON list of them; ``required``: the
-    distinct approvers the undo needs (the worker's own ``TOOLQ_DANGEROUS_APPROVALS`` for
-    a DANGEROUS tool, as for its calls). Approvals that do not hold are not counted.
+    ``undo_approval``, one signed approval or a JSON list of them (the first
+    ``MOST_APPROVALS``); ``required``: the distinct approvers the undo needs (the worker's
+    own ``TOOLQ_DANGEROUS_APPROVALS`` for a DANGEROUS tool, as for its calls);
+    ``max_age``: seconds an approval stays good by its signed time
+    (``TOOLQ_UNDO_APPROVAL_SECONDS``). Approvals that do not hold are not counted.
     """
     if not approval:
         return "the undo of a gated call carries no signed approval"
     approvers: set[str] = set()
     first: str | None = None
     for signed in _approvals(approval):
-        reason = _one_refusal(envelope, risk, digest, raw, signed, verifier)
+        reason = _one_refusal(envelope, risk, digest, raw, signed, verifier, max_age)
         if reason is None:
             approvers.add(_by(signed, verifier))
         first = first or reason
@@ -152,35 +160,63 @@ def held_approvals(
     raw: bytes | str,
     approvals: list[str],
     verifier: Verifier | None,
+    max_age: float | None = None,
 ) -> dict[str, str]:
     """The approvals of ``approvals`` that hold for this call and undo data, by approver.
 
-    Without a verifier (a process without verify keys) each is taken at its word, by the
-    approver its payload names: the workers verify them anyway.
+    The first ``MOST_APPROVALS``. Without a verifier (a process without verify keys) each
+    is taken at its word, by the approver its payload names: the workers verify them anyway.
     """
     held: dict[str, str] = {}
-    for signed in approvals:
+    for signed in approvals[:MOST_APPROVALS]:
         if verifier is not None:
-            if _one_refusal(envelope, risk, digest, raw, signed, verifier) is None:
+            if _one_refusal(envelope, risk, digest, raw, signed, verifier, max_age) is None:
                 held.setdefault(_by(signed, verifier), signed)
             continue
-        try:
-            payload = json.loads(signed).get("payload") or {}
-        except (ValueError, AttributeError):
-            continue
+        payload = _unverified(signed)
         by = payload.get("by")
-        if isinstance(by, str) and by and payload.get("undo_digest") == undo_digest(raw):
+        if (
+            isinstance(by, str)
+            and by
+            and payload.get("undo_digest") == undo_digest(raw)
+            and _fresh(payload, max_age)
+        ):
             held.setdefault(by, signed)
     return held
 
 
+def _unverified(signed: str) -> dict[str, Any]:
+    """The payload a stored approval names, unchecked ({} for anything else)."""
+    if len(signed) > SIGNED_MAX_BYTES:
+        return {}
+    try:
+        value = json.loads(signed)
+    except (ValueError, RecursionError):
+        return {}
+    payload = value.get("payload") if isinstance(value, dict) else None
+    return payload if isinstance(payload, dict) else {}
+
+
+def _fresh(payload: dict[str, Any], max_age: float | None) -> bool:
+    """Whether an approval's signed time is within ``max_age`` seconds of now."""
+    if max_age is None:
+        return True
+    try:
+        signed_at = float(payload.get("ts") or "nan")
+    except (TypeError, ValueError):
+        return False
+    return time.time() - max_age <= signed_at <= time.time() + 60  # (clocks a minute apart)
+
+
 def _approvals(approval: Any) -> list[Any]:
-    """The signed approvals of a record's ``undo_approval``: one, or a JSON list of them."""
+    """A record's ``undo_approval``: one signed approval, or the first ``MOST_APPROVALS``."""
+    if isinstance(approval, str | bytes) and len(approval) > SIGNED_MAX_BYTES * MOST_APPROVALS:
+        return []
     try:
         value = json.loads(approval) if isinstance(approval, str | bytes) else approval
-    except ValueError:
+    except (ValueError, RecursionError):
         return [approval]
-    return value if isinstance(value, list) else [value]
+    return value[:MOST_APPROVALS] if isinstance(value, list) else [value]
 
 
 def _by(signed: Any, verifier: Verifier) -> str:
@@ -195,11 +231,17 @@ def _one_refusal(
     raw: bytes | str,
     signed: Any,
     verifier: Verifier,
+    max_age: float | None = None,
 ) -> str | None:
     """Why one signed approval does not approve this undo, or None when it does."""
     payload = verifier.payload(signed, "undo")
     if payload is None:
         return "the undo approval's signature is invalid or not made by a trusted key"
+    if not _fresh(payload, max_age):
+        return (
+            f"the undo approval was signed more than {max_age:g} s ago "
+            "(TOOLQ_UNDO_APPROVAL_SECONDS): ask again"
+        )
     for fact, value in call_facts(envelope, risk, digest).items():
         if payload.get(fact) != value:
             return f"the undo approval does not match this call's {fact}"

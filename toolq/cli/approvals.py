@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -264,7 +265,7 @@ def _shown(client: Client, run_id: str, reviewed: str | None) -> list[ApprovalRe
                 else Path(reviewed).read_text(encoding="utf-8")
             )
             listed = [ApprovalRequest.model_validate(item) for item in json.loads(text)]
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
             raise fail(
                 f"--reviewed {reviewed}: not the JSON list `approvals list --json` prints ({exc})",
                 2,
@@ -272,6 +273,9 @@ def _shown(client: Client, run_id: str, reviewed: str | None) -> list[ApprovalRe
         foreign = sorted({r.run_id for r in listed} - {run_id})
         if foreign:
             raise fail(f"--reviewed lists calls of run(s) {', '.join(foreign)}, not {run_id}", 2)
+        twice = sorted(c for c, n in Counter(r.call_id for r in listed).items() if n > 1)
+        if twice:  # as what was it reviewed? not for this command to guess
+            raise fail(f"--reviewed lists call(s) {', '.join(twice)} more than once", 2)
         return listed
     if not typer.get_text_stream("stdin").isatty():
         raise fail(

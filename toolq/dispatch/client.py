@@ -711,7 +711,15 @@ class Client:
         risk = authority.risk(envelope.name)
 
         def held(votes: list[str]) -> dict[str, str]:
-            return held_approvals(envelope, risk, facts_digest, raw, votes, authority.verifier)
+            return held_approvals(
+                envelope,
+                risk,
+                facts_digest,
+                raw,
+                votes,
+                authority.verifier,
+                self.settings.undo_approval_seconds,
+            )
 
         approvers = self.undos.vote(envelope.call_id, approval, held, required)
         if len(approvers) < required:

@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolq.errors import WorkerLostError
+import redis
+
+from toolq.errors import CallNotFoundError, UndoError, WorkerLostError
 from toolq.models import EventType, UndoState
 from toolq.results import scripts
+from toolq.results.connection import as_text
 from toolq.results.store import CallStore, dumps
 
 WORKER_LOST = {
@@ -24,6 +27,42 @@ WORKER_LOST = {
     "error_type": WorkerLostError.code,
 }
 """``call.undo_failed`` data of an undo whose worker died."""
+
+
+VOTE_ATTEMPTS = 10
+"""Optimistic transactions ``UndoStore.vote`` tries before it gives up (the record kept
+changing under it: a Redis writer at it)."""
+VOTES_MAX_BYTES = 1024 * 1024
+"""Longest ``undo_votes`` field read (a quorum's approvals are a few KB)."""
+
+
+def _waiting(raw: Any) -> list[str]:
+    """The approvals waiting in a record's ``undo_votes`` (none from anything else)."""
+    if not raw or len(raw) > VOTES_MAX_BYTES:
+        return []
+    try:
+        stored = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
+    return [s for s in stored if isinstance(s, str)] if isinstance(stored, list) else []
+
+
+def _check_votable(call_id: str, status: Any, state: Any) -> None:
+    """Raise unless the call is one an approval of its undo can wait on."""
+    if status is None:
+        raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+    if as_text(status) != "succeeded":
+        raise UndoError(
+            f"cannot undo call {call_id}: only a call that succeeded has an effect to undo",
+            call_id=call_id,
+        )
+    undo_state = as_text(state) if state is not None else None
+    if undo_state in ("requested", "undoing"):
+        raise UndoError(
+            f"cannot undo call {call_id}: an undo is already in progress", call_id=call_id
+        )
+    if undo_state == "undone":
+        raise UndoError(f"cannot undo call {call_id}: it was undone already", call_id=call_id)
 
 
 class UndoStore:
@@ -69,26 +108,30 @@ class UndoStore:
         now, by approver (a Redis writer's, or an approval of data since rewritten, does
         not count). Fewer than ``required``: they wait on the record (``undo_votes``,
         replacing the ones that no longer hold); enough: ``UNDO_CLAIM`` clears them. An
-        optimistic transaction on the record: two approvers asking at once both count.
+        optimistic transaction on the record: two approvers asking at once both count. Only
+        for a call that succeeded and whose undo is not in progress or done (``UndoError``:
+        no approval is kept for a later undo).
         """
         key = self.keys.call(call_id)
-        out: dict[str, str] = {}
-
-        def apply(pipe: Any) -> None:
-            nonlocal out
-            raw = pipe.hget(key, "undo_votes")
-            try:
-                stored = json.loads(raw) if raw else []
-            except ValueError:
-                stored = []
-            waiting = [s for s in stored if isinstance(s, str)] if isinstance(stored, list) else []
-            out = held([*waiting, approval])
-            pipe.multi()
-            if len(out) < required:
-                pipe.hset(key, "undo_votes", json.dumps(list(out.values())))
-
-        self.redis.transaction(apply, key)
-        return out
+        for _ in range(VOTE_ATTEMPTS):
+            pipe: Any
+            with self.redis.pipeline() as pipe:
+                try:
+                    pipe.watch(key)
+                    status, state, raw = pipe.hmget(key, "status", "undo_state", "undo_votes")
+                    _check_votable(call_id, status, state)
+                    out = held([*_waiting(raw), approval])
+                    pipe.multi()
+                    if len(out) < required:
+                        pipe.hset(key, "undo_votes", json.dumps(list(out.values())))
+                    pipe.execute()
+                    return out
+                except redis.WatchError:
+                    continue
+        raise UndoError(
+            f"call {call_id} kept changing while the undo approval was recorded; ask again",
+            call_id=call_id,
+        )
 
     def start(self, call_id: str, token: str) -> tuple[scripts.UndoStartOutcome, str]:
         """Take the undo lease, requested → undoing: ``(ok|skip|leased, state seen)``."""

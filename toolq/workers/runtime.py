@@ -892,7 +892,14 @@ class WorkerRuntime:
         # as many distinct approvers as the tool's calls need (the worker's own setting)
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         return undo_refusal(
-            envelope, tool.risk, digest, raw, gate.undo_approval, self.verifier, required
+            envelope,
+            tool.risk,
+            digest,
+            raw,
+            gate.undo_approval,
+            self.verifier,
+            required,
+            self.settings.undo_approval_seconds,
         )
 
     def _undo(self, call_id: str) -> None:
