@@ -275,9 +275,11 @@ class Settings(BaseSettings):
     undo_ttl: int = Field(24 * 3600, gt=0)
     """How long undo data is kept (seconds)."""
     undo_approval_seconds: float = Field(3600.0, gt=0)
-    """How long a person's approval of an undo stays good (seconds, by its signed time): a
-    worker refuses an older one, and an older approval of a quorum no longer counts. It
-    bounds how long a Redis writer can replay an approval (say after a failed undo)."""
+    """How long a person's approval of an undo stays good (seconds, by its signed time, to
+    when a worker starts the undo): a worker refuses an older one (an undo that waited in
+    its queue longer fails: ask again), and an older approval of a quorum no longer counts
+    (asking again renews it). It bounds how long a Redis writer can replay an approval
+    (say after a failed undo)."""
     stream_maxlen: int = Field(100_000, gt=0)
     """Approximate cap on one run's event stream."""
 

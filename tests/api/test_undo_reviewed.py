@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -256,3 +257,57 @@ def test_two_approvers_at_once_both_count(quorum_api, client, inproc, r):
         t.join()
     assert sorted(answers.values()) == [200, 202], answers
     assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]
+
+
+AGE = 3.0  # TOOLQ_UNDO_APPROVAL_SECONDS in these tests
+
+
+@pytest.fixture
+def short_quorum_api(settings) -> Iterator[str]:
+    """Two approvers for DANGEROUS calls, a signing key, undo approvals good for AGE s."""
+    from tests.apps import registry
+
+    signing, _ = generate_pair()
+    two = settings.model_copy(
+        update={
+            "dangerous_approvals": 2,
+            "approval_signing_key": SecretStr(signing),
+            "undo_approval_seconds": AGE,
+        }
+    )
+    yield from serve(create_app(two, registry, tokens=QUORUM_TOKENS))
+
+
+def test_asking_again_renews_an_approvers_undo_approval(short_quorum_api, client, inproc, r):
+    """alice asks (202), and asks again later to renew it (202). dan asks while alice's
+    second approval is still good: the quorum is there (the vote kept her first approval,
+    so it ran out AGE s after her first ask whatever she did)."""
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-renew")
+    url = f"{short_quorum_api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    first = httpx.post(url, headers=h("alice-t"), json=reviewed)
+    assert first.status_code == 202, first.text
+    time.sleep(AGE * 0.6)
+    again = httpx.post(url, headers=h("alice-t"), json=reviewed)
+    assert again.status_code == 202, again.text
+    time.sleep(AGE * 0.6)  # alice's first approval is AGE*1.2 s old, her second AGE*0.6 s
+    last = httpx.post(url, headers=h("dan-t"), json=reviewed, timeout=30)
+    assert last.status_code == 200, last.text  # (it was 202, approvers == ["dan"])
+    assert last.json()["type"] == "call.undone"
+
+
+@pytest.mark.parametrize("which", ["quorum_api", "signing_quorum_api"])
+def test_junk_votes_do_not_crowd_out_the_askers_own_approval(which, request, client, inproc, r):
+    """A Redis writer puts 32 junk strings into ``undo_votes``. alice asks: she is counted
+    (her approval went after them, past the 32 looked at: "approved by : 0 of 2")."""
+    api = request.getfixturevalue(which)
+    inproc.start()
+    call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-crowd")
+    url = f"{api}/v1/calls/{call_id}/undo"
+    reviewed = _reviewed(url)
+    r.hset(f"toolq:call:{call_id}", "undo_votes", json.dumps(["junk"] * 32))
+    got = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
+    assert got.status_code == 202, got.text
+    body = got.json()
+    assert body["approvers"] == ["alice"], body

@@ -7,11 +7,13 @@ rounded. The dashboard shows the API's ``arguments_text`` and sends edits as typ
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from tests.e2e import test_dashboard as base
-from tests.e2e.test_dashboard import SLOW, card, dispatch, expect, h, sign_in
+from tests.e2e.test_dashboard import SLOW, approval_row, card, dispatch, expect, h, sign_in
 
 pytestmark = pytest.mark.e2e
 
@@ -42,3 +44,37 @@ def test_an_approver_sees_and_edits_big_integers_exactly(api, page, r):
     assert envelope is not None, "never approved"
     assert envelope["arguments"] == {"amount": 98765432109876543}
     assert '"amount": 98765432109876543' in envelope["arguments_text"]
+
+
+EDITED = 98765432109876543  # JSON.parse gives 98765432109876544
+
+
+def test_the_approvals_row_shows_the_exact_number(api, page, r):
+    """The row approvers scan first (it showed ``amount=12345678901234568``)."""
+    [call_id] = dispatch(api, "run-row", ("t", "transfer", {"amount": BIG}))
+    sign_in(page)
+    row = approval_row(page, call_id)
+    expect(row).to_contain_text(str(BIG), timeout=SLOW)
+
+
+def test_the_call_page_shows_original_and_edited_numbers_exactly(api, page, r):
+    """After an edit, the call page's arguments and original arguments are exact, and its
+    timeline says the arguments were edited without a rounded copy of them (it showed
+    ``edited: {"amount":98765432109876540}`` and an original of 12345678901234568)."""
+    [call_id] = dispatch(api, "run-orig", ("t", "transfer", {"amount": BIG}))
+    shown = httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("admin-t")).json()
+    body = json.dumps({"digest": shown["digest"], "arguments": {"amount": EDITED}})
+    got = httpx.post(
+        f"{api}/v1/approvals/{call_id}/approve",
+        content=body,
+        headers={**h("admin-t"), "Content-Type": "application/json"},
+    )
+    assert got.status_code == 200, got.text
+    page.goto(f"{api}/#/calls/{call_id}")
+    sign_in(page)
+    expect(page.get_by_test_id("call-arguments")).to_contain_text(str(EDITED), timeout=SLOW)
+    approved = page.locator("#call-timeline li[data-type='call.approved']")
+    expect(approved).to_contain_text("arguments edited", timeout=SLOW)
+    expect(page.locator("#call-body")).to_contain_text(str(BIG), timeout=SLOW)
+    for rounded in ("12345678901234568", "98765432109876540", "98765432109876544"):
+        assert rounded not in page.locator("#call-panel").inner_text()

@@ -53,7 +53,7 @@ def test_an_unknown_call_is_shown_and_resolved_from_the_dashboard(api, settings,
             row = page.locator(f'[data-testid="unknown-row"][data-call-id="{first}"]')
             expect(row).to_be_visible(timeout=SLOW)
             expect(page.locator("#unknown-count")).to_have_text("1")
-            expect(row).to_contain_text("seconds=3")
+            expect(row).to_contain_text('"seconds": 3')
             row.get_by_label("Resolution note").fill("charge found <b>at the bank</b>")
             row.get_by_label("Result text").fill("charged")
             row.locator('button[data-outcome="succeeded"]').click()

@@ -137,9 +137,9 @@ function render(v, events) {
     el("h2", {}, "Arguments ", el("span", { class: "muted" }, "(secrets masked)")),
     el("pre", { "data-testid": "arguments" }, v.arguments_text || pretty(v.arguments)),
   ];
-  if (v.original_arguments) body.push(el("h2", {}, "Original arguments"), el("pre", {}, pretty(v.original_arguments)));
+  if (v.original_arguments) body.push(el("h2", {}, "Original arguments"), el("pre", {}, v.original_arguments_text ?? pretty(v.original_arguments)));
   if (v.preview !== null && v.preview !== undefined) {
-    body.push(el("h2", {}, "Preview"), el("pre", { "data-testid": "preview" }, pretty(v.preview)));
+    body.push(el("h2", {}, "Preview"), el("pre", { "data-testid": "preview" }, v.preview_text ?? pretty(v.preview)));
   }
   if (v.diff && v.diff.diff_output) {
     const lines = v.diff.diff_output.split("\n").map((line) => el("span", {

@@ -58,9 +58,9 @@ async function refreshCall() {
     .map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
   const body = [
     section("Arguments (secrets masked)", el("pre", { "data-testid": "call-arguments" }, view.arguments_text || pretty(view.arguments))),
-    view.original_arguments ? section("Original arguments", el("pre", {}, pretty(view.original_arguments))) : [],
+    view.original_arguments ? section("Original arguments", el("pre", {}, view.original_arguments_text ?? pretty(view.original_arguments))) : [],
     view.preview !== null && view.preview !== undefined
-      ? section("Preview", el("pre", { "data-testid": "call-preview" }, pretty(view.preview))) : [],
+      ? section("Preview", el("pre", { "data-testid": "call-preview" }, view.preview_text ?? pretty(view.preview))) : [],
     view.preview_error ? el("p", { class: "err" }, "preview failed: " + view.preview_error) : null,
     view.diff && view.diff.diff_output ? section("Diff", diffView(view.diff)) : [],
     result.error ? section("Error" + (result.error_type ? ` (${result.error_type})` : ""),

@@ -566,7 +566,7 @@ function approvalCard(req) {
     el("div", { class: "section-label" }, "Diff ", req.diff.change_summary ? `(${req.diff.change_summary})` : ""),
     diffView(req.diff)] : [];
   const preview = req.preview !== null && req.preview !== undefined
-    ? [el("div", { class: "section-label" }, "Preview"), el("pre", { "data-testid": "preview" }, pretty(req.preview))]
+    ? [el("div", { class: "section-label" }, "Preview"), el("pre", { "data-testid": "preview" }, req.preview_text ?? pretty(req.preview))]
     : [];
   const article = el("article", { class: "approval", "data-risk": req.risk, "data-testid": "approval",
     "data-call-id": req.call_id },
@@ -580,7 +580,7 @@ function approvalCard(req) {
     el("div", { class: "section-label" }, "Arguments"),
     el("pre", { "data-testid": "arguments" }, original),
     req.original_arguments ? [el("div", { class: "section-label" }, "Original arguments"),
-      el("pre", {}, pretty(req.original_arguments))] : [],
+      el("pre", {}, req.original_arguments_text ?? pretty(req.original_arguments))] : [],
     preview,
     req.preview_error ? el("p", { class: "err" }, "preview failed: " + req.preview_error) : null,
     diff,
@@ -643,9 +643,12 @@ function ago(ts) {
   if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor(s / 60) % 60}m`;
   return `${Math.floor(s / 86400)}d ${Math.floor(s / 3600) % 24}h`;
 }
-function argsSummary(args) {
-  const text = Object.entries(args || {}).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
-    .join(", ");
+// A parked call's arguments on one line, from the API's exact text (JSON.parse would round
+// big integers): its line breaks and indentation are JSON's own, never inside a string.
+function argsSummary(req) {
+  const text = req.arguments_text !== undefined
+    ? req.arguments_text.replace(/\n\s*/g, " ")
+    : JSON.stringify(req.arguments || {});
   return text.length > 200 ? text.slice(0, 200) + "…" : text;
 }
 function toggleApproval(id) {
@@ -661,8 +664,8 @@ function approvalRow(req) {
     el("td", { class: "run", "data-label": "Run" }, runLink(req.run_id)),
     el("td", { "data-label": "Risk" }, riskBadge(req.risk)),
     age,
-    el("td", { class: "args mono", "data-label": "Arguments", title: argsSummary(req.arguments) },
-      argsSummary(req.arguments)),
+    el("td", { class: "args mono", "data-label": "Arguments", title: argsSummary(req) },
+      argsSummary(req)),
     el("td", { class: "act" }, toggle));
   row.addEventListener("click", e => { if (!e.target.closest("a, button")) toggleApproval(req.call_id); });
   return { row, toggle, age, digest: req.digest };
@@ -818,7 +821,8 @@ function summary(type, data) {
   else if (d.error) parts.push(d.error);
   if (d.duration_ms !== undefined) parts.push(duration(d.duration_ms));
   if (d.output !== undefined) parts.push("→ " + JSON.stringify(d.output));
-  if (d.edited_arguments) parts.push("edited: " + JSON.stringify(d.edited_arguments));
+  // (the edit itself is the call's arguments, shown from the API's exact text)
+  if (d.edited_arguments) parts.push("arguments edited");
   if (d.note) parts.push("note: " + d.note);
   if (d.attempt !== undefined) parts.push("attempt " + d.attempt);
   const text = parts.join(" · ");

@@ -24,8 +24,8 @@ function unknownRow(req) {
     el("td", { class: "tool", "data-label": "Tool" }, el("strong", {}, req.name), " ", callLink(req.call_id)),
     el("td", { class: "run", "data-label": "Run" }, runLink(req.run_id)),
     el("td", { "data-label": "Risk" }, riskBadge(req.risk)),
-    el("td", { class: "args mono", "data-label": "Arguments", title: argsSummary(req.arguments) },
-      argsSummary(req.arguments)),
+    el("td", { class: "args mono", "data-label": "Arguments", title: argsSummary(req) },
+      argsSummary(req)),
     el("td", { class: "act" }, el("div", { class: "actions" }, note, result, ...buttons), error));
   return entry;
 }

@@ -44,7 +44,26 @@ class ApprovalRequest(BaseModel):
         number of 17 digits would be shown as another one), so the dashboard and the
         approval page show this text instead.
         """
-        return json.dumps(self.arguments, indent=2, ensure_ascii=False)
+        return _text(self.arguments)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def original_arguments_text(self) -> str | None:
+        """``original_arguments`` (before an edit) as text, as ``arguments_text``."""
+        return None if self.original_arguments is None else _text(self.original_arguments)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def preview_text(self) -> str | None:
+        """``preview`` as text (a string as it is), its numbers exact, as ``arguments_text``."""
+        if self.preview is None or isinstance(self.preview, str):
+            return self.preview
+        return _text(self.preview)
+
+
+def _text(value: Any) -> str:
+    """``value`` as indented JSON text: what a browser shows without parsing it."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 class Approve(BaseModel):

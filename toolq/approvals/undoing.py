@@ -114,7 +114,9 @@ def sign_undo(approvals: ApprovalStore, call_id: str, by: str, raw: bytes | str)
 
 MOST_APPROVALS = 32
 """Most approvals of one undo looked at (a quorum is a few people): a Redis writer's long
-list costs a worker or an approver's request no more than that."""
+list costs a worker or an approver's request no more than that. Junk in the first places
+can keep later genuine approvals from counting (as deleting them could): the asker's own
+goes first (``UndoStore.vote``)."""
 
 
 def undo_refusal(

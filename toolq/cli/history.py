@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from toolq.backend import Backend
 from toolq.cli.common import REDIS_OPTION, fail, print_json, require_redis, settings_for
-from toolq.errors import ToolqError
+from toolq.errors import ReplicationError, ToolqError
 from toolq.history.archiver import Archiver, ensure_group, lag_seconds
 from toolq.history.search import CallQuery, csv_text, search_row
 from toolq.history.store import HistoryStore
@@ -83,7 +83,7 @@ def archive(
             try:
                 done = archiver.step(None if once else 1000)
                 archiver.prune_if_due()
-            except (redis.RedisError, DBAPIError) as exc:
+            except (redis.RedisError, DBAPIError, ReplicationError) as exc:
                 # An outage of Redis or of the database: the batch stays pending in the
                 # group (taken again by this or another archiver), so wait and retry.
                 if once:
@@ -110,6 +110,8 @@ def _reason(exc: BaseException) -> str:
     """One line on what failed: the database's or Redis's own first line."""
     source = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     lines = str(source).strip().splitlines()
+    if isinstance(exc, ReplicationError):  # Redis answers; its replicas do not confirm
+        return f"waiting for Redis's replicas ({lines[0] if lines else 'not confirmed'})"
     what = "history store" if isinstance(exc, DBAPIError) else "Redis"
     return f"{what} unavailable ({lines[0] if lines else type(exc).__name__})"
 

@@ -11,9 +11,10 @@ them after ``Settings.history_claim_after`` (``XAUTOCLAIM``) and writes the batc
 which the upserts make a no-op for rows already there: nothing is lost, nothing is written
 twice. With ``TOOLQ_MIN_REPLICAS_ACK``, what a batch read (records, events, audit entries)
 is written to SQL only once the replicas hold it (a fence after the reads:
-``ReplicaAcks``): a call final on a master that dies before its replicas have it is not
-archived with a state the failover takes back; its entries stay pending and are archived
-once confirmed (claimed again after ``history_claim_after``).
+``ReplicaAcks``; ``ReplicationError`` until then): a call final on a master that dies
+before its replicas have it is not archived with a state the failover takes back; its
+entries stay pending and are archived once confirmed (claimed again after
+``history_claim_after``).
 
 Archivers run in every ``toolq worker`` when ``TOOLQ_HISTORY_URL`` is set (the consumer
 group spreads batches over them), or alone as ``toolq history archive``.
@@ -32,6 +33,7 @@ from typing import Any
 
 import redis
 
+from toolq.errors import ReplicationError
 from toolq.history.store import Batch, HistoryStore
 from toolq.keys import HISTORY_GROUP, Keys
 from toolq.quotas import DEFAULT_TENANT
@@ -147,8 +149,7 @@ class Archiver:
             tenants[record["run_id"]] = record.get("tenant") or DEFAULT_TENANT
         created = {r["call_id"]: r.get("created_at", "") for r in records}
         batch = Batch(calls=records, events=self._events(by_run, created), audit=self._audit())
-        if not self._confirmed(len(call_ids)):
-            return 0  # left pending: claimed again after history_claim_after
+        self._confirm(len(call_ids))  # else left pending: claimed again after history_claim_after
         self.history.write(batch)
         ids = [entry_id for entry_id, _ in entries]
         if by_run:
@@ -252,28 +253,30 @@ class Archiver:
         if entries:
             return self.archive(entries)
         audit = self._audit()
-        if audit and self._confirmed(0):
+        if audit:
+            self._confirm(0)
             self.history.write(Batch(audit=audit))
         return 0
 
-    def _confirmed(self, calls: int) -> bool:
-        """Whether the replicas hold what was read so far (always, without replica acks).
+    def _confirm(self, calls: int) -> None:
+        """Raise ``ReplicationError`` unless the replicas hold what was read so far.
 
         ``SET`` of the mark and ``WAIT`` after the reads: the replicas acknowledging the
-        mark hold everything the master had applied before it, whatever connection read it.
+        mark hold everything the master had applied before it, whatever connection read
+        it. Nothing to wait for without replica acks.
         """
         if not self.acks.enabled:
-            return True
+            return
         pipe = self.redis.pipeline(transaction=False)
         self.acks.fence(pipe)
-        if self.acks.held(pipe.execute()):
-            return True
-        log.warning(
-            "%d call(s) and the audit not archived yet: the replicas do not hold them "
-            "(TOOLQ_MIN_REPLICAS_ACK)",
-            calls,
-        )
-        return False
+        replies = pipe.execute()
+        if not self.acks.held(replies):
+            raise ReplicationError(
+                f"{calls} call(s) and the audit not archived yet: {int(replies[-1])} of "
+                f"{self.acks.replicas} replicas hold them (TOOLQ_MIN_REPLICAS_ACK)",
+                replicas=int(replies[-1]),
+                required=self.acks.replicas,
+            )
 
     def prune_if_due(self) -> dict[str, int] | None:
         """Apply the retention settings, if no archiver did for ``PRUNE_EVERY`` seconds."""
@@ -302,6 +305,9 @@ class ArchiverThread(threading.Thread):
             try:
                 self.archiver.step(self.block_ms)
                 self.archiver.prune_if_due()
+            except ReplicationError as exc:  # the batch stays pending until confirmed
+                log.warning("history archiving waits: %s", exc.message)
+                self._stopping.wait(1.0)
             except Exception:
                 log.exception("history archiving failed; retrying")
                 self._stopping.wait(1.0)

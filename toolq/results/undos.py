@@ -120,7 +120,9 @@ class UndoStore:
                     pipe.watch(key)
                     status, state, raw = pipe.hmget(key, "status", "undo_state", "undo_votes")
                     _check_votable(call_id, status, state)
-                    out = held([*_waiting(raw), approval])
+                    # the new approval first: it renews the asker's own older one, and no
+                    # stored entry (a Redis writer's junk) can crowd it out
+                    out = held([approval, *_waiting(raw)])
                     pipe.multi()
                     if len(out) < required:
                         pipe.hset(key, "undo_votes", json.dumps(list(out.values())))
