@@ -144,9 +144,9 @@ def undo_refusal(
     approvers: set[str] = set()
     first: str | None = None
     for signed in _approvals(approval):
-        reason = _one_refusal(envelope, risk, digest, raw, signed, verifier, max_age)
-        if reason is None:
-            approvers.add(_by(signed, verifier))
+        by, reason = _approver(envelope, risk, digest, raw, signed, verifier, max_age)
+        if by is not None:
+            approvers.add(by)
         first = first or reason
     if len(approvers) >= required:
         return None
@@ -171,25 +171,15 @@ def held_approvals(
     """
     held: dict[str, str] = {}
     for signed in approvals[:MOST_APPROVALS]:
-        if verifier is not None:
-            if _one_refusal(envelope, risk, digest, raw, signed, verifier, max_age) is None:
-                held.setdefault(_by(signed, verifier), signed)
-            continue
-        payload = _unverified(signed)
-        by = payload.get("by")
-        if (
-            isinstance(by, str)
-            and by
-            and payload.get("undo_digest") == undo_digest(raw)
-            and _fresh(payload, max_age)
-        ):
+        by, _ = _approver(envelope, risk, digest, raw, signed, verifier, max_age)
+        if by is not None:
             held.setdefault(by, signed)
     return held
 
 
-def _unverified(signed: str) -> dict[str, Any]:
+def _unverified(signed: Any) -> dict[str, Any]:
     """The payload a stored approval names, unchecked ({} for anything else)."""
-    if len(signed) > SIGNED_MAX_BYTES:
+    if not isinstance(signed, str | bytes) or len(signed) > SIGNED_MAX_BYTES:
         return {}
     try:
         value = json.loads(signed)
@@ -221,34 +211,34 @@ def _approvals(approval: Any) -> list[Any]:
     return value[:MOST_APPROVALS] if isinstance(value, list) else [value]
 
 
-def _by(signed: Any, verifier: Verifier) -> str:
-    payload = verifier.payload(signed, "undo") or {}
-    return str(payload.get("by"))
-
-
-def _one_refusal(
+def _approver(
     envelope: CallEnvelope,
     risk: RiskLevel,
     digest: str,
     raw: bytes | str,
     signed: Any,
-    verifier: Verifier,
+    verifier: Verifier | None,
     max_age: float | None = None,
-) -> str | None:
-    """Why one signed approval does not approve this undo, or None when it does."""
-    payload = verifier.payload(signed, "undo")
-    if payload is None:
-        return "the undo approval's signature is invalid or not made by a trusted key"
+) -> tuple[str | None, str | None]:
+    """``(approver, None)`` when one stored approval approves this undo, else ``(None, why)``.
+
+    Its signature checked once, by ``verifier``; without one (a process without verify
+    keys) the payload is taken at its word: the workers verify it anyway.
+    """
+    payload = verifier.payload(signed, "undo") if verifier is not None else _unverified(signed)
+    if not payload:
+        return None, "the undo approval's signature is invalid or not made by a trusted key"
     if not _fresh(payload, max_age):
-        return (
+        return None, (
             f"the undo approval was signed more than {max_age:g} s ago "
             "(TOOLQ_UNDO_APPROVAL_SECONDS): ask again"
         )
     for fact, value in call_facts(envelope, risk, digest).items():
         if payload.get(fact) != value:
-            return f"the undo approval does not match this call's {fact}"
+            return None, f"the undo approval does not match this call's {fact}"
     if payload.get("undo_digest") != undo_digest(raw):
-        return "the undo data changed after the undo was approved"
-    if not isinstance(payload.get("by"), str) or not payload["by"]:
-        return "the undo approval names no approver"
-    return None
+        return None, "the undo data changed after the undo was approved"
+    by = payload.get("by")
+    if not isinstance(by, str) or not by:
+        return None, "the undo approval names no approver"
+    return by, None

@@ -67,6 +67,7 @@ from toolq.registry.registry import ToolRegistry
 from toolq.results.paging import DEFAULT_LIMIT, Page
 from toolq.results.runs import RunSummary, run_summary, runs_page
 from toolq.results.store import dumps
+from toolq.results.undos import REFUSALS
 from toolq.results.waits import Waiter
 from toolq.secretbox import open_arguments
 from toolq.settings import Settings
@@ -658,29 +659,25 @@ class Client:
         gated = approved_by is not None and gate is not None
         raw = self.redis.get(self.keys.undo(call_id)) if gated or shown is not None else None
         if raw is not None:  # (none: UNDO_CLAIM answers that there is nothing to undo)
-            if approved_by is not None and gate is not None:
+            if gated:
+                assert approved_by is not None
                 approval = sign_undo(self.approval_store, call_id, approved_by, raw)
-            if shown is not None and undo_digest(raw) != shown:
+            current = undo_digest(raw)
+            if shown is not None and current != shown:
                 raise DigestMismatchError(
                     f"call {call_id}: its undo data changed since it was shown (digest "
-                    f"{undo_digest(raw)} is current); review it again",
+                    f"{current} is current); review it again",
                     call_id=call_id,
-                    digest=undo_digest(raw),
+                    digest=current,
                 )
-            if approval and gate is not None:
+            if gated:
                 approval = self._undo_quorum(envelope, raw, approval)
         after = self.log.last_id(envelope.run_id)
         outcome = self.undos.request(call_id, queue, message, approval)
         if outcome == "missing":
             raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
         if outcome != "ok":
-            reasons = {
-                "not_succeeded": "only a call that succeeded has an effect to undo",
-                "nothing": "it has nothing to undo",
-                "undone": "it was undone already",
-                "in_progress": "an undo is already in progress",
-            }
-            raise UndoError(f"cannot undo call {call_id}: {reasons[outcome]}", call_id=call_id)
+            raise UndoError(f"cannot undo call {call_id}: {REFUSALS[outcome]}", call_id=call_id)
         done = {EventType.UNDONE, EventType.UNDO_FAILED}
         for event in self.log.follow(
             envelope.run_id,

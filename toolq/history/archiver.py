@@ -269,14 +269,7 @@ class Archiver:
             return
         pipe = self.redis.pipeline(transaction=False)
         self.acks.fence(pipe)
-        replies = pipe.execute()
-        if not self.acks.held(replies):
-            raise ReplicationError(
-                f"{calls} call(s) and the audit not archived yet: {int(replies[-1])} of "
-                f"{self.acks.replicas} replicas hold them (TOOLQ_MIN_REPLICAS_ACK)",
-                replicas=int(replies[-1]),
-                required=self.acks.replicas,
-            )
+        self.acks.check(pipe.execute()[-1], f"what was read of {calls} call(s) and the audit")
 
     def prune_if_due(self) -> dict[str, int] | None:
         """Apply the retention settings, if no archiver did for ``PRUNE_EVERY`` seconds."""

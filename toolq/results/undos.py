@@ -47,22 +47,29 @@ def _waiting(raw: Any) -> list[str]:
     return [s for s in stored if isinstance(s, str)] if isinstance(stored, list) else []
 
 
+REFUSALS = {
+    "not_succeeded": "only a call that succeeded has an effect to undo",
+    "nothing": "it has nothing to undo",
+    "undone": "it was undone already",
+    "in_progress": "an undo is already in progress",
+}
+"""Why an undo is not requested, by ``UNDO_CLAIM``'s answer."""
+
+
 def _check_votable(call_id: str, status: Any, state: Any) -> None:
-    """Raise unless the call is one an approval of its undo can wait on."""
+    """Raise unless the call is one an approval of its undo can wait on (as UNDO_CLAIM)."""
     if status is None:
         raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
-    if as_text(status) != "succeeded":
-        raise UndoError(
-            f"cannot undo call {call_id}: only a call that succeeded has an effect to undo",
-            call_id=call_id,
-        )
     undo_state = as_text(state) if state is not None else None
-    if undo_state in ("requested", "undoing"):
-        raise UndoError(
-            f"cannot undo call {call_id}: an undo is already in progress", call_id=call_id
-        )
-    if undo_state == "undone":
-        raise UndoError(f"cannot undo call {call_id}: it was undone already", call_id=call_id)
+    refused = None
+    if as_text(status) != "succeeded":
+        refused = "not_succeeded"
+    elif undo_state in ("requested", "undoing"):
+        refused = "in_progress"
+    elif undo_state == "undone":
+        refused = "undone"
+    if refused is not None:
+        raise UndoError(f"cannot undo call {call_id}: {REFUSALS[refused]}", call_id=call_id)
 
 
 class UndoStore:
