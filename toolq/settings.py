@@ -335,8 +335,10 @@ class Settings(BaseSettings):
     """How long an event-stream ticket (``POST /v1/runs/{run_id}/events/ticket``) is valid."""
     decision_token_seconds: float = Field(900.0, gt=0, le=86400)
     """How long a decision token (``POST /v1/approvals/{call_id}/decision-token``) is valid."""
-    max_reason_bytes: int = Field(4096, gt=0)
-    """Longest deny reason or approval note accepted by the HTTP API."""
+    max_reason_bytes: int = Field(4096, gt=0, le=65536)
+    """Longest deny reason or approval note accepted by the HTTP API (at most 64 KiB: a
+    resolution's note is signed, and a signed object stays far below the 256 KiB a
+    verifier reads, ``toolq.signing.SIGNED_MAX_BYTES``)."""
 
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     """Per-tenant weight, concurrency, rate limit and budget (``TOOLQ_TENANTS``, JSON:

@@ -136,3 +136,27 @@ def test_rules_cannot_stand_in_for_a_quorum(pair, two, verifying, r):
     assert result.error_type == "approval_unverified"
     assert "cannot stand in for the 2 approvers" in (result.error or "")
     assert executions(r, by_rule.call_ids[0]) == 0
+
+
+def test_an_approver_removed_since_they_approved_no_longer_counts(pair, verifying, r):
+    """alice approves a DANGEROUS call (quorum 2), then is removed from TOOLQ_APPROVERS
+    (the API restarted with the new list): bob's approval is the first that counts, not the
+    second (before, alice's stood and bob's ran the call); carol's completes the quorum."""
+    everyone = {who: ["dangerous"] for who in ("alice", "bob", "carol")}
+    with deciding_client(pair, dangerous_approvals=2, approvers=everyone) as before:
+        batch = before.dispatch(wipe("q8", "x"), principal="agent")
+        call_id = batch.call_ids[0]
+        before.approvals.approve(call_id, by="alice")
+    without_alice = {who: ["dangerous"] for who in ("bob", "carol")}
+    with deciding_client(pair, dangerous_approvals=2, approvers=without_alice) as after:
+        assert after.approvals.get(call_id).approvals == []  # hers is not shown as counting
+        after.approvals.approve(call_id, by="bob")
+        assert after.result(call_id).status is CallStatus.AWAITING_APPROVAL
+        assert after.approvals.get(call_id).approvals == ["bob"]
+        assert executions(r, call_id) == 0
+        after.approvals.approve(call_id, by="carol")
+        [result] = batch.wait(timeout=30)
+    assert result.status is CallStatus.SUCCEEDED
+    assert executions(r, call_id) == 1
+    [decided] = [e.data for e in before.events(batch.run_id) if e.type is EventType.APPROVED][-1:]
+    assert decided["by"] == "carol" and decided["approvals"] == 2

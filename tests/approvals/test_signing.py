@@ -117,3 +117,23 @@ def test_worker_refuses_to_start_with_a_malformed_verify_key(settings):
     done = toolq("worker", "--app", "tests.apps:registry", settings=settings,
                  TOOLQ_APPROVAL_VERIFY_KEYS="garbage")
     assert done.returncode == 2 and "TOOLQ_APPROVAL_VERIFY_KEYS" in done.stderr
+
+
+def test_the_longest_note_allowed_still_signs_within_what_a_verifier_reads():
+    """A resolution's note is signed. ``TOOLQ_MAX_REASON_BYTES`` stops at 64 KiB, where a
+    note of 4-byte characters (each escaped to 12 bytes of JSON) still verifies; above it
+    the setting is refused (before, a note past the 256 KiB a verifier reads was signed and
+    then never verified)."""
+    from pydantic import ValidationError
+
+    from toolq.signing import SIGNED_MAX_BYTES
+
+    most = Settings(max_reason_bytes=65536).max_reason_bytes
+    with pytest.raises(ValidationError, match="less than or equal to 65536"):
+        Settings(max_reason_bytes=most + 1)
+    private, public = generate_pair()
+    note = "\U0001f600" * (most // 4)  # the worst case: 4 UTF-8 bytes, 12 as JSON
+    signed = json.dumps(Signer.from_text(private).sign("resolution", note=note, by="alice"))
+    assert len(signed) < SIGNED_MAX_BYTES
+    payload = Verifier.from_text(public).payload(signed, "resolution")
+    assert payload is not None and payload["note"] == note

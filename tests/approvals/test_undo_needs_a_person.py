@@ -193,3 +193,35 @@ def test_a_replayed_undo_approval_is_refused_once_it_is_old(pair: Pair, inproc, 
         failed = [e for e in agent.events("run-rp") if e.type.value == "call.undo_failed"]
         assert "signed more than 2 s ago" in failed[-1].data["error"]
         assert r.lrange("test:undo:deploy", 0, -1) == []
+
+
+def test_an_undo_approver_removed_since_they_asked_no_longer_counts(pair: Pair, inproc, r):
+    """carol asks for the undo of a DANGEROUS call (quorum 2) and is then removed from
+    TOOLQ_APPROVERS: dave's request is the first that counts (before, carol's waiting
+    approval and dave's undid the call); erin's completes the quorum."""
+    from toolq.errors import UndoAwaitingApprovalsError
+
+    start_verifying(inproc, pair.verify, dangerous_approvals=2)
+    names = ("alice", "bob", "carol", "dave", "erin")
+    everyone = {who: ["dangerous"] for who in names}
+    later = {who: ["dangerous"] for who in names if who != "carol"}
+    with agent_client() as agent, deciding_client(
+        pair, dangerous_approvals=2, approvers=everyone
+    ) as approver:
+        batch = agent.dispatch(
+            call("deploy", "d10", service="api", replicas=3), principal="agent", run_id="run-rv"
+        )
+        call_id = batch.call_ids[0]
+        approver.approvals.approve(call_id, by="alice")
+        approver.approvals.approve(call_id, by="bob")
+        assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+        with pytest.raises(UndoAwaitingApprovalsError):
+            approver.undo(call_id, timeout=30, approved_by="carol")
+    with deciding_client(pair, dangerous_approvals=2, approvers=later) as approver:
+        with pytest.raises(UndoAwaitingApprovalsError) as waiting:
+            approver.undo(call_id, timeout=30, approved_by="dave")
+        assert waiting.value.details["approvers"] == ["dave"]
+        assert r.lrange("test:undo:deploy", 0, -1) == []
+        event = approver.undo(call_id, timeout=30, approved_by="erin")
+        assert event.type.value == "call.undone"
+    assert r.lrange("test:undo:deploy", 0, -1) == [call_id.encode()]

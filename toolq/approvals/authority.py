@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from toolq.approvals.policy import decider_refusal
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.signing import Signer, Verifier, call_facts, parse_public_keys
 
@@ -64,14 +65,22 @@ class Authority:
     def verified(
         self, approvals: list[dict[str, Any]], facts: dict[str, Any]
     ) -> list[dict[str, Any]]:
-        """The approvals whose signatures hold for ``facts`` (all of them, unsigned).
+        """The approvals that count for ``facts``: signed for them, by a current approver.
 
         An approval a Redis writer added, or one made for other facts (another risk,
-        submitter or digest, or before version 2), does not count toward a quorum.
+        submitter or digest, or before version 2), does not count toward a quorum; nor does
+        one by an approver this process's ``TOOLQ_APPROVERS`` no longer names for the call's
+        risk (removed since they approved). Without a verifier the signatures are not
+        checked (the workers check the final decision's).
         """
-        if self.verifier is None:
-            return approvals
-        return [approval for approval in approvals if self.verifier.approves(facts, approval)]
+        risk, submitter = RiskLevel(facts["risk"]), facts["submitter"]
+        return [
+            approval
+            for approval in approvals
+            if decider_refusal(self.settings.approvers, risk, submitter, str(approval.get("by")))
+            is None
+            and (self.verifier is None or self.verifier.approves(facts, approval))
+        ]
 
     def sign_approval(self, facts: dict[str, Any], by: str, ts: str) -> str | None:
         """``by``'s signature over its part of a quorum (None: this process cannot sign)."""

@@ -168,14 +168,28 @@ class ApprovalPolicy:
 
     def refusal(self, risk: RiskLevel, submitter: str | None, by: str) -> str | None:
         """Why ``by`` may not decide a call of ``risk`` submitted by ``submitter`` (or None)."""
-        if not by:
-            return "no_principal"
-        if submitter is not None and by == submitter:
-            return "self_approval"
-        approvers = self.settings.approvers
-        if approvers is not None:
-            if by not in approvers:
-                return "not_an_approver"
-            if risk not in approvers[by]:
-                return f"not_allowed_for_{risk.value}"
-        return None
+        return decider_refusal(self.settings.approvers, risk, submitter, by)
+
+
+def decider_refusal(
+    approvers: dict[str, list[RiskLevel]] | None,
+    risk: RiskLevel,
+    submitter: str | None,
+    by: str,
+) -> str | None:
+    """Why ``by`` may not decide a call of ``risk`` submitted by ``submitter`` (or None).
+
+    ``approvers``: ``TOOLQ_APPROVERS`` as this process has it now (None: anyone but the
+    submitter). Asked of every decision, and of every approval so far that a quorum would
+    count (``Authority.verified``): an approver since removed no longer counts.
+    """
+    if not by:
+        return "no_principal"
+    if submitter is not None and by == submitter:
+        return "self_approval"
+    if approvers is not None:
+        if by not in approvers:
+            return "not_an_approver"
+        if risk not in approvers[by]:
+            return f"not_allowed_for_{risk.value}"
+    return None

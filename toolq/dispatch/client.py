@@ -708,7 +708,7 @@ class Client:
         risk = authority.risk(envelope.name)
 
         def held(votes: list[str]) -> dict[str, str]:
-            return held_approvals(
+            found = held_approvals(
                 envelope,
                 risk,
                 facts_digest,
@@ -717,6 +717,13 @@ class Client:
                 authority.verifier,
                 self.settings.undo_approval_seconds,
             )
+            # an approver removed from TOOLQ_APPROVERS since they asked no longer counts
+            policy = self.approval_store.policy
+            return {
+                by: signed
+                for by, signed in found.items()
+                if policy.refusal(risk, envelope.principal, by) is None
+            }
 
         approvers = self.undos.vote(envelope.call_id, approval, held, required)
         if len(approvers) < required:
