@@ -1,0 +1,80 @@
+"""A signed sticky rule lets through its own run's calls, not another submitter's or tenant's.
+
+A decision is bound to the call's submitter and tenant: a Redis writer who moves an approved
+call to another submitter or tenant has it refused (``test_authority``). A call that runs by
+a signed rule (``approve(..., always=True)``, mode ``auto``) must be held to the same: the
+rule was granted to the run's owner, so a Redis writer (any agent process holding the
+documented adapter setup: Redis credentials) must not run its own calls, for another
+principal or tenant, with arguments of its choosing, under a rule an approver granted to
+someone else. Each test performs the attack for real: a plain Redis client rewrites records,
+and a worker with TOOLQ_APPROVAL_VERIFY_KEYS runs (or refuses) the call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from tests.approvals.conftest import Pair, forge_queued, start_verifying
+from tests.approvals.test_worker_verification import assert_refused, call
+from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
+from tests.conftest import InProcess
+from toolq import CallStatus, Client
+from toolq.keys import Keys
+
+pytestmark = pytest.mark.e2e
+
+KEYS = Keys()
+
+
+def _sticky_run(approver: Client) -> None:
+    """Run ``sticky`` of ``agent``, where alice approved ``wipe`` for the rest of the run."""
+    first = approver.dispatch(call("wipe", "r0", target="a"), principal="agent", run_id="sticky")
+    approver.approvals.approve(first.call_ids[0], by="alice", always=True)
+
+
+def test_a_rule_approved_call_moved_to_another_submitter_or_tenant_is_refused(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    _sticky_run(approver)
+    moved = {}
+    for field, value in (("principal", "mallory"), ("tenant", "other")):
+        batch = approver.dispatch(
+            call("wipe", f"r-{field}", target="x"), principal="agent", run_id="sticky"
+        )
+        assert batch.calls[0].status is CallStatus.QUEUED  # by alice's signed rule
+        call_id = batch.call_ids[0]
+        key = KEYS.call(call_id)
+        envelope = json.loads(r.hget(key, "envelope"))
+        envelope[field] = value
+        r.hset(key, "envelope", json.dumps(envelope))
+        moved[field] = call_id
+    start_verifying(inproc, pair.verify)
+    assert_refused(approver, r, moved["principal"], "names another submitter")
+    assert_refused(approver, r, moved["tenant"], "names another tenant")
+
+
+def test_another_submitter_s_call_cannot_borrow_a_run_s_signed_rule(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    start_verifying(inproc, pair.verify)
+    _sticky_run(approver)
+    rule = approver.approvals.rules("sticky").signatures["always_approve:wipe"]
+    # mallory's own gated call, in her own run, for another tenant: parked, nobody approves.
+    mine = approver.dispatch(
+        call("wipe", "m1", target="mallory's choice"), principal="mallory", run_id="mine",
+        tenant="other",
+    )
+    call_id = mine.call_ids[0]
+    assert mine.calls[0].status is CallStatus.AWAITING_APPROVAL
+    # A Redis writer moves it into the run the rule names and attaches the rule.
+    key = KEYS.call(call_id)
+    envelope = json.loads(r.hget(key, "envelope"))
+    envelope["run_id"] = "sticky"
+    r.hset(key, mapping={"envelope": json.dumps(envelope), "run_id": "sticky"})
+    forge_queued(r, approver, call_id, approval=json.dumps(rule))
+    assert_refused(approver, r, call_id, "names another")
+    time.sleep(0.2)
