@@ -39,14 +39,16 @@ signature, and is not parsed."""
 VERSIONS: dict[Kind, int] = {
     "decision": 2,
     "approval": 2,
-    "rule": 1,
+    "rule": 2,
     "audit": 1,
     "resolution": 1,
     "undo": 1,
 }
 """The payload layout each kind is signed and verified under. ``decision`` and ``approval``
 2 also bind the call's risk, submitter and tenant (``toolq.approvals.authority``); a version
-1 decision (signed before) is refused. Audit entries keep version 1: old entries verify."""
+1 decision (signed before) is refused. ``rule`` 2 binds the run owner's submitter and tenant
+(a version 1 rule, signed before, is refused). Audit entries keep version 1: old entries
+verify."""
 
 
 def canonical(payload: Mapping[str, Any]) -> bytes:

@@ -13,14 +13,12 @@ and a worker with TOOLQ_APPROVAL_VERIFY_KEYS runs (or refuses) the call.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import redis
 
 from tests.approvals.conftest import Pair, forge_queued, start_verifying
 from tests.approvals.test_worker_verification import assert_refused, call
-from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
 from tests.conftest import InProcess
 from toolq import CallStatus, Client
 from toolq.keys import Keys
@@ -65,7 +63,9 @@ def test_another_submitter_s_call_cannot_borrow_a_run_s_signed_rule(
     rule = approver.approvals.rules("sticky").signatures["always_approve:wipe"]
     # mallory's own gated call, in her own run, for another tenant: parked, nobody approves.
     mine = approver.dispatch(
-        call("wipe", "m1", target="mallory's choice"), principal="mallory", run_id="mine",
+        call("wipe", "m1", target="mallory's choice"),
+        principal="mallory",
+        run_id="mine",
         tenant="other",
     )
     call_id = mine.call_ids[0]
@@ -77,4 +77,3 @@ def test_another_submitter_s_call_cannot_borrow_a_run_s_signed_rule(
     r.hset(key, mapping={"envelope": json.dumps(envelope), "run_id": "sticky"})
     forge_queued(r, approver, call_id, approval=json.dumps(rule))
     assert_refused(approver, r, call_id, "names another")
-    time.sleep(0.2)

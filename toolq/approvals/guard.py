@@ -6,7 +6,8 @@ writer can change), and a gated call runs only with a signature, by one of the v
 keys, over exactly this call, run, tool, argument digest, submitter and tenant, decided
 under the risk the worker's own registry gives the tool (``call_facts``): a final
 ``approve`` decision with enough distinct approvers for that risk, or a signed rule of this
-run that lets the tool through (a sticky "always approve", or mode ``auto``).
+run, granted to this call's submitter and tenant, that lets the tool through (a sticky
+"always approve", or mode ``auto``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ class ApprovalGuard:
     ) -> str | None:
         if payload.get("run_id") != envelope.run_id:
             return "the signed rule belongs to another run"
+        # Granted to the run's own calls: not to a call a Redis writer moved in, or over.
+        if payload.get("submitter") != envelope.principal:
+            return "the signed rule names another submitter"
+        if payload.get("tenant") != envelope.tenant:
+            return "the signed rule names another tenant"
         tool = self.registry.require(envelope.name)
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         if required > 1:

@@ -45,7 +45,7 @@ from toolq.models import (
     CallStatus,
     RiskLevel,
 )
-from toolq.quotas import tenant_config
+from toolq.quotas import DEFAULT_TENANT, tenant_config
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
 from toolq.results.admission import Admission
@@ -396,7 +396,7 @@ class ApprovalStore:
             if outcome == "retry":
                 continue
             if always:
-                self._set_rule(parked.envelope.run_id, "always_approve", parked.envelope.name, by)
+                self._set_rule(parked.envelope, "always_approve", by)
             return self.store.result(call_id)
         raise NotAwaitingApprovalError(
             f"call {call_id} kept changing while it was being approved; try again",
@@ -588,7 +588,7 @@ class ApprovalStore:
             self._authorize_rule(run_id, by, risk, what)
         signed = None
         if new_mode is ApprovalMode.AUTO and by is not None:
-            signed = self._sign_rule(run_id, "mode_auto", "*", by)
+            signed = self._sign_rule(run_id, "mode_auto", "*", by, *self._run_owner(run_id))
 
         def change(rules: RunRules) -> None:
             if new_mode is not None:
@@ -653,8 +653,9 @@ class ApprovalStore:
             wanted = [("always_approve", name) for name in rules.always_approve]
             if rules.mode is ApprovalMode.AUTO:
                 wanted.append(("mode_auto", "*"))
+            owner = self._run_owner(run_id)
             for rule, name in wanted:
-                signed = self._sign_rule(run_id, rule, name, by)
+                signed = self._sign_rule(run_id, rule, name, by, *owner)
                 if signed is not None:
                     rules.signatures[rule_key(rule, name)] = signed
         return self.policy.set_run_rules(run_id, rules)
@@ -675,16 +676,39 @@ class ApprovalStore:
             by=by,
         )
 
-    def _sign_rule(self, run_id: str, rule: str, tool: str, by: str) -> dict[str, Any] | None:
+    def _run_owner(self, run_id: str) -> tuple[str | None, str]:
+        """The submitter and tenant a rule of ``run_id`` is granted to: the run's owner."""
+        owner = self.owners.get(run_id)
+        return (owner.principal, owner.tenant_name) if owner else (None, DEFAULT_TENANT)
+
+    def _sign_rule(
+        self, run_id: str, rule: str, tool: str, by: str, submitter: str | None, tenant: str
+    ) -> dict[str, Any] | None:
+        """A loosening rule signed for the run's own calls: its submitter and tenant.
+
+        Workers refuse it for a call of another submitter or tenant, as a decision: a Redis
+        writer cannot borrow a run's rule for its own calls.
+        """
         if self.signer is None:
             return None
         return self.signer.sign(
-            "rule", run_id=run_id, rule=rule, tool=tool, by=by, ts=repr(time.time())
+            "rule",
+            run_id=run_id,
+            rule=rule,
+            tool=tool,
+            submitter=submitter,
+            tenant=tenant,
+            by=by,
+            ts=repr(time.time()),
         )
 
-    def _set_rule(self, run_id: str, rule: str, tool: str, by: str) -> None:
-        """Add a sticky approval (already authorized by the decision it came with), signed."""
-        signed = self._sign_rule(run_id, rule, tool, by)
+    def _set_rule(self, envelope: CallEnvelope, rule: str, by: str) -> None:
+        """Add a sticky approval (already authorized by the decision it came with), signed.
+
+        Granted to the submitter and tenant of the call it came with, as its decision was.
+        """
+        run_id, tool = envelope.run_id, envelope.name
+        signed = self._sign_rule(run_id, rule, tool, by, envelope.principal, envelope.tenant)
 
         def change(rules: RunRules) -> None:
             rules.always_approve.append(tool)
