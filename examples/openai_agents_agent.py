@@ -70,7 +70,7 @@ async def main() -> None:
             url = os.environ.get("TOOLQ_API_URL", "http://127.0.0.1:8000")
             with ApprovalClient(url, grant.token) as screen:
                 print("shown:", screen.get(call_id).arguments)
-                screen.approve(call_id, arguments={"user": "ann-test"})
+                screen.approve(call_id)  # exactly what it showed: a token approves no edit
             state.approve(item)  # tells the SDK to go on; toolq holds the decision
         result = await Runner.run(agent, state)
         print(result.final_output)

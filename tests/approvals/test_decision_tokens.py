@@ -21,8 +21,8 @@ from toolq.api.decision_tokens import DecisionTokens
 from toolq.errors import (
     ConfigurationError,
     DigestMismatchError,
-    InvalidArgumentsError,
     NotAuthorizedError,
+    NotAwaitingApprovalError,
     NotRunOwnerError,
 )
 from toolq.settings import ApiToken
@@ -169,14 +169,31 @@ def test_one_of_many_concurrent_uses_decides(api):
     assert api.person("alice-t").get(call_id).approvals == ["alice"]
 
 
+def test_a_token_approves_no_edit(api, r):
+    """The token's holder is not its approver: an edit it chose would run as approved by a
+    person who never saw it (before, the holder's arguments ran, recorded as alice's). The
+    refusal spends nothing: the same token then approves the call as alice was shown it."""
+    [call_id] = api.dispatch("dt-edit", ("w", "wipe", {"target": "prod"}))
+    token = api.person("alice-t").decision_token(call_id).token
+    for edit in ({"target": "staging"}, {"target": 7}):
+        with pytest.raises(NotAuthorizedError, match="cannot approve an edit"):
+            api.person(token).approve(call_id, arguments=edit)
+    shown = api.person("bob-t").get(call_id)
+    assert shown.arguments == {"target": "prod"} and shown.approvals == []
+    done = api.person(token).approve(call_id)
+    assert done.status is CallStatus.AWAITING_APPROVAL  # (a quorum of two here)
+    shown = api.person("bob-t").get(call_id)
+    assert shown.approvals == ["alice"] and shown.arguments == {"target": "prod"}
+
+
 def test_a_use_that_decided_nothing_gives_the_token_back(api):
     [call_id] = api.dispatch("dt-refund", ("w", "wipe", {"target": "prod"}))
     token = api.person("alice-t").decision_token(call_id).token
-    with pytest.raises(InvalidArgumentsError):
-        api.person(token).approve(call_id, arguments={"target": 7})
-    done = api.person(token).approve(call_id, arguments={"target": "staging"})
-    assert done.status is CallStatus.AWAITING_APPROVAL
-    assert api.person("bob-t").get(call_id).arguments == {"target": "staging"}
+    api.person("bob-t").deny(call_id, "not now")  # decided meanwhile: the use decides nothing
+    with pytest.raises(NotAwaitingApprovalError):
+        api.person(token).approve(call_id)
+    with pytest.raises(NotAwaitingApprovalError):  # given back: refused for the call, not spent
+        api.person(token).deny(call_id, "no")
 
 
 def test_a_token_is_bound_to_the_arguments_it_was_issued_for(api):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
     [
         ("examples.pydantic_ai_agent", "delete_user {'user': 'ann-test'} by alice: succeeded"),
         ("examples.langgraph_agent", "denied by alice: ann is a customer"),
-        ("examples.openai_agents_agent", "deleted ann-test"),
+        ("examples.openai_agents_agent", "deleted ann"),
     ],
 )
 def test_example_runs(approvers, settings, r, module, expected):

@@ -93,9 +93,10 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
 
     @router.post("/decisions/{call_id}/approve", openapi_extra=decision_body_schema(Approve))
     async def approve(call_id: str, grant: Holder, request: Request) -> dict[str, Any]:
-        """Approve as the token's approver (optionally with edited arguments); once."""
+        """Approve as the token's approver, exactly the call it was issued for; once."""
         body = parse_decision(await request.body(), client.settings, Approve) or Approve()
         _refuse_always(body.always, call_id, "approve")
+        _refuse_edit(body.arguments, call_id, grant.digest)
         if body.digest is not None and body.digest != grant.digest:
             raise DigestMismatchError(
                 f"call {call_id}: the token was issued for digest {grant.digest}",
@@ -148,6 +149,22 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
         return result.model_dump(mode="json", exclude_none=True)
 
     return router
+
+
+def _refuse_edit(arguments: dict[str, Any] | None, call_id: str, digest: str) -> None:
+    """A decision token approves the call as its approver was shown it: never an edit.
+
+    Its holder (an app's screen, a link) is not the approver: arguments it chose would run
+    as approved by a person who never saw them. An edit is the approver's own decision,
+    made with their own token (or the dashboard).
+    """
+    if arguments is not None:
+        raise NotAuthorizedError(
+            f"a decision token approves call {call_id} exactly as it was shown when the token "
+            f"was issued (digest {digest}): it cannot approve an edit; the approver edits "
+            "with their own token",
+            call_id=call_id,
+        )
 
 
 def _refuse_always(always: bool, call_id: str, verb: str) -> None:
