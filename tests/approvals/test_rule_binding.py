@@ -77,3 +77,27 @@ def test_another_submitter_s_call_cannot_borrow_a_run_s_signed_rule(
     r.hset(key, mapping={"envelope": json.dumps(envelope), "run_id": "sticky"})
     forge_queued(r, approver, call_id, approval=json.dumps(rule))
     assert_refused(approver, r, call_id, "names another")
+
+
+def test_an_admin_s_call_in_a_run_of_mode_auto_waits_for_a_person(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """Mode ``auto`` is signed for the run owner's calls: an admin's call in that run was
+    queued by it and then refused by every verifying worker (``approval_unverified``, a
+    failure nobody could approve away). It now waits for an approver, as in a run without
+    the mode, and runs once one approves it."""
+    from tests.approvals.conftest import executions
+
+    start_verifying(inproc, pair.verify)
+    approver.dispatch(call("echo", "m0", text="hi"), principal="agent", run_id="auto-run")
+    approver.approvals.set_rules("auto-run", mode="auto", by="alice", principal="agent")
+    owners = approver.dispatch(call("wipe", "m1", target="a"), principal="agent", run_id="auto-run")
+    assert owners.calls[0].status is CallStatus.QUEUED  # the owner's: by the signed mode
+    assert owners.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    admins = approver.dispatch(
+        call("wipe", "m2", target="b"), principal="root", admin=True, run_id="auto-run"
+    )
+    assert admins.calls[0].status is CallStatus.AWAITING_APPROVAL
+    approver.approvals.approve(admins.call_ids[0], by="alice")
+    assert admins.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    assert executions(r, admins.call_ids[0]) == 1

@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import RunRules
+from toolq.approvals.policy import ApprovalMode, RunRules
 from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
@@ -335,8 +335,13 @@ class Dispatcher:
         # scripts creating the calls refuse anyone else, as they do while the run is hot.
         owner = RunOwner.decode(raw_owner) if raw_owner else self.owners.restore(run_id)
         if owner is not None and not owner.admits(principal, tenant):
-            # An approver's "always" was granted for the owner's calls, not for an admin's.
-            rules = rules.model_copy(update={"always_approve": [], "always_deny": []})
+            # An approver's "always" and mode auto were granted for the owner's calls (signed
+            # for its submitter and tenant: workers refuse them for anyone else's), not for
+            # an admin's: its calls are gated as in a run without those rules.
+            loosened: dict[str, Any] = {"always_approve": [], "always_deny": []}
+            if rules.mode is ApprovalMode.AUTO:
+                loosened["mode"] = None
+            rules = rules.model_copy(update=loosened)
         return rules, owner
 
     def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
