@@ -101,3 +101,20 @@ def test_an_admin_s_call_in_a_run_of_mode_auto_waits_for_a_person(
     approver.approvals.approve(admins.call_ids[0], by="alice")
     assert admins.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
     assert executions(r, admins.call_ids[0]) == 1
+
+
+def test_rules_set_before_the_run_s_first_call_are_its_owner_s(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """Mode ``auto`` set (or a state restored) on a run with no call yet claims the run for
+    the principal asking: the rule is signed for it, and its calls then run."""
+    start_verifying(inproc, pair.verify)
+    approver.approvals.set_rules("fresh-auto", mode="auto", by="alice", principal="agent")
+    approver.approvals.restore_state(
+        "fresh-kept", {"always_approve": ["wipe"]}, by="alice", principal="agent"
+    )
+    for run_id in ("fresh-auto", "fresh-kept"):
+        batch = approver.dispatch(call("wipe", f"f-{run_id}", target="z"), principal="agent",
+                                  run_id=run_id)
+        assert batch.calls[0].status is CallStatus.QUEUED
+        assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
