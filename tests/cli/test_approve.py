@@ -7,10 +7,14 @@ over the registry's risk, or made by the API as the token's holder, the call run
 
 from __future__ import annotations
 
+import json
 import os
+import pty
+import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,6 +95,8 @@ def test_approve_is_signed_or_refused_never_reported_and_then_refused(
             "approvals",
             "approve",
             first,
+            "--digest",
+            client.approvals.get(first).digest,
             "--by",
             "alice",
             settings=settings,
@@ -108,8 +114,18 @@ def test_approve_is_signed_or_refused_never_reported_and_then_refused(
         }
         api_settings = make_settings(approval_signing_key=signing)
         for api in serve(create_app(api_settings, registry, tokens=tokens)):
+            shown = client.approvals.get(second).digest
             forbidden = toolq(
-                "approvals", "approve", second, "--api", api, "--token", "sam-t", settings=settings
+                "approvals",
+                "approve",
+                second,
+                "--digest",
+                shown,
+                "--api",
+                api,
+                "--token",
+                "sam-t",
+                settings=settings,
             )
             assert forbidden.returncode == 1 and "403" in forbidden.stderr
             assert status(r, second) == b"awaiting_approval"
@@ -117,6 +133,8 @@ def test_approve_is_signed_or_refused_never_reported_and_then_refused(
                 "approvals",
                 "approve",
                 second,
+                "--digest",
+                shown,
                 settings=settings,
                 TOOLQ_API_URL=api,
                 TOOLQ_API_TOKEN="alice-t",
@@ -125,3 +143,98 @@ def test_approve_is_signed_or_refused_never_reported_and_then_refused(
             assert through.stdout.startswith(f"approved {second}: ")
             assert wait_final(client, second) is CallStatus.SUCCEEDED
         assert status(r, third) == b"awaiting_approval"
+
+
+def rewrite(r: redis.Redis, call_id: str, arguments: dict[str, str]) -> None:
+    """What any Redis writer can do to a parked call after it was reviewed."""
+    key = Keys().call(call_id)
+    envelope = json.loads(r.hget(key, "envelope"))  # type: ignore[arg-type]
+    envelope["arguments"] = arguments
+    r.hset(key, "envelope", json.dumps(envelope))
+
+
+def test_approve_without_digest_off_a_terminal_is_refused_and_writes_nothing(
+    settings: Settings, client: Client, r: redis.Redis
+) -> None:
+    """A script approving whatever is parked this instant approves what nobody saw."""
+    call_id = parked(client, "nd1")
+    record = r.hgetall(Keys().call(call_id))
+    signed = {"TOOLQ_APPROVAL_SIGNING_KEY": generate_pair()[0], "TOOLQ_APP": "tests.apps:registry"}
+    here = toolq("approvals", "approve", call_id, "--by", "bob", settings=settings, **signed)
+    # Through the API: refused before any request (nothing listens at that URL).
+    api = ("--api", "http://127.0.0.1:9", "--token", "alice-t")
+    there = toolq("approvals", "approve", call_id, *api, settings=settings)
+    for refused in (here, there):
+        assert refused.returncode == 2, refused
+        [line] = refused.stderr.strip().splitlines()
+        assert "--digest" in line and f"toolq approvals show {call_id}" in line, line
+        assert "terminal" in line and refused.stdout == ""
+    assert r.hgetall(Keys().call(call_id)) == record
+
+
+def test_approve_with_digest_approves_only_the_call_as_reviewed(
+    settings: Settings, client: Client, r: redis.Redis
+) -> None:
+    call_id = parked(client, "nd2")
+    shown = client.approvals.get(call_id).digest
+    rewrite(r, call_id, {"target": "PRODUCTION"})
+    signed = {"TOOLQ_APPROVAL_SIGNING_KEY": generate_pair()[0], "TOOLQ_APP": "tests.apps:registry"}
+    stale = toolq("approvals", "approve", call_id, "--digest", shown, settings=settings, **signed)
+    assert stale.returncode == 1 and "changed since it was shown" in stale.stderr, stale
+    assert status(r, call_id) == b"awaiting_approval"
+    current = client.approvals.get(call_id).digest
+    done = toolq("approvals", "approve", call_id, "--digest", current, settings=settings, **signed)
+    assert done.returncode == 0, done.stderr
+    assert status(r, call_id) == b"queued"
+    assert client.approvals.get(call_id).arguments == {"target": "PRODUCTION"}
+
+
+def test_approve_on_a_terminal_shows_the_call_and_approves_it_as_shown(
+    settings: Settings, client: Client, r: redis.Redis
+) -> None:
+    """Without --digest, a person on a terminal is shown the call (tool, arguments, digest)
+    and approves what was shown by confirming: a rewrite while they read is refused."""
+    call_id = parked(client, "nd3")
+    main, child = pty.openpty()
+    env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    env.update(
+        COLUMNS="200",
+        NO_COLOR="1",
+        TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0],
+        TOOLQ_APP="tests.apps:registry",
+        TOOLQ_SECRETS_KEY=SECRETS_KEY,
+    )
+    prompt = f"Approve call {call_id} (wipe) as shown?".encode()
+
+    def run(answer: bytes, meanwhile: Callable[[], None] = lambda: None) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "toolq", "approvals", "approve", call_id, "--by", "bob"],
+            stdin=child, stdout=child, stderr=child, env=env, cwd=ROOT,
+        )  # fmt: skip
+        seen = b""
+        while prompt not in seen:
+            ready, _, _ = select.select([main], [], [], 60)
+            assert ready, seen.decode(errors="replace")
+            seen += os.read(main, 65536)
+        meanwhile()
+        os.write(main, answer)
+        code = proc.wait(60)
+        while select.select([main], [], [], 0.2)[0]:
+            seen += os.read(main, 65536)
+        return code, seen.decode(errors="replace")
+
+    try:
+        code, shown = run(b"n\n")
+        assert code == 1 and '"target": "nd3"' in shown, shown
+        assert client.approvals.get(call_id).digest in shown
+        assert status(r, call_id) == b"awaiting_approval"
+        code, shown = run(b"y\n", lambda: rewrite(r, call_id, {"target": "PRODUCTION"}))
+        assert code == 1 and "changed since it was shown" in shown, shown
+        assert status(r, call_id) == b"awaiting_approval"
+        code, shown = run(b"y\n")
+        assert code == 0 and '"target": "PRODUCTION"' in shown, shown
+        assert f"approved {call_id}: queued" in shown
+        assert status(r, call_id) == b"queued"
+    finally:
+        os.close(main)
+        os.close(child)

@@ -113,10 +113,14 @@ def test_dispatch_tail_and_approvals(settings, inproc):
     parked = calls[1]["call_id"]
     listed = toolq("approvals", "list", "--app", "tests.apps:registry", settings=settings)
     assert parked in listed.stdout
+    shown = toolq("approvals", "show", parked, "--json", settings=settings)
+    digest = json.loads(shown.stdout)["digest"]
     approved = toolq(
         "approvals",
         "approve",
         parked,
+        "--digest",
+        digest,
         "--by",
         "ops",
         "--app",
@@ -129,6 +133,8 @@ def test_dispatch_tail_and_approvals(settings, inproc):
         "approvals",
         "approve",
         parked,
+        "--digest",
+        digest,
         "--app",
         "tests.apps:registry",
         settings=settings,
@@ -340,10 +346,13 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_
         )
         assert shown.returncode == 0, shown.stderr
         assert "-one" in shown.stdout and "+two" in shown.stdout
+        digest = client.approvals.get(call_id).digest
         bad = toolq(
             "approvals",
             "approve",
             call_id,
+            "--digest",
+            digest,
             "--args",
             '{"path": 1}',
             "--app",
@@ -357,6 +366,8 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_
             "approvals",
             "approve",
             call_id,
+            "--digest",
+            digest,
             "--by",
             "ops",
             "--args",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,6 +27,7 @@ from toolq.cli.common import (
     TOKEN_OPTION,
     api_option,
     fail,
+    get_from_api,
     one_of,
     post_to_api,
     print_json,
@@ -63,10 +65,10 @@ def show_request(request: ApprovalRequest) -> None:
         f"{request.submitter or '-'}  deadline in {_left(request.deadline)}"
     )
     console.print(f"digest {request.digest}")
-    console.print(Syntax(json.dumps(request.arguments, indent=2), "json"))
-    if request.original_arguments is not None:
+    console.print(Syntax(request.arguments_text, "json"))
+    if request.original_arguments_text is not None:
         console.print("original arguments:")
-        console.print(Syntax(json.dumps(request.original_arguments, indent=2), "json"))
+        console.print(Syntax(request.original_arguments_text, "json"))
     if request.approval_metadata:
         console.print(f"metadata: {json.dumps(request.approval_metadata)}")
     if request.approvals:
@@ -170,7 +172,9 @@ def approve(
         None, "--args", metavar="JSON", help="Edited arguments as JSON (needs --app)."
     ),
     digest: str | None = typer.Option(
-        None, help="Digest (of the tool and arguments) you reviewed: a changed call is refused."
+        None,
+        help="Digest (of the tool and arguments) you reviewed, as `approvals show` printed it: "
+        "a changed call is refused. Without it, on a terminal: the call is shown to confirm.",
     ),
     note: str | None = typer.Option(None, help="Kept with the decision and in the audit."),
     always: bool = typer.Option(False, help="Also approve this tool for the rest of the run."),
@@ -199,9 +203,12 @@ def approve(
 ) -> None:
     """Approve and enqueue a parked call (with --run: the run's you reviewed), here or via the API.
 
-    A decision is signed with TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the
-    registry (--app), or made by the API (--api, --token); without either it is refused,
-    since workers that verify approvals would not run it.
+    The call is approved as you reviewed it: with --digest (what `approvals show` printed),
+    or, on a terminal, shown here and confirmed; a call changed since is refused. Neither
+    (a script without --digest) is refused. A decision is signed with
+    TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the registry (--app), or made by
+    the API (--api, --token); without either it is refused, since workers that verify
+    approvals would not run it.
     """
     _check_one_or_run(call_id, run_id, args=args, digest=digest, note=note, always=always)
     if reviewed is not None and run_id is None:
@@ -210,6 +217,8 @@ def approve(
     if api is not None:
         if call_id is None:
             raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
+        if digest is None:
+            digest = _confirmed(call_id, lambda: _shown_by_api(api, token, call_id))
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
         return
     settings = settings_for(app, redis_url)
@@ -233,12 +242,36 @@ def approve(
                 _refuse_if_verified(client)
             else:
                 _require_known_tool(client, full)
+            if digest is None:
+                digest = _confirmed(full, lambda: client.approvals.get(full))
             result = client.approvals.approve(
                 full, by=by, arguments=arguments, note=note, digest=digest, always=always
             )
         except (ToolqError, ValueError) as exc:
             raise fail(str(exc)) from None
         typer.echo(f"approved {full}: {result.status.value}")
+
+
+def _confirmed(call_id: str, read: Callable[[], ApprovalRequest]) -> str:
+    """The digest of the call ``read`` returns, once shown here and confirmed on a terminal.
+
+    Without a terminal, a usage error: a script approving what is parked this instant
+    approves what nobody saw (a Redis writer may have rewritten it since it was reviewed).
+    """
+    if not typer.get_text_stream("stdin").isatty():
+        raise fail(
+            f"approve call {call_id} as you reviewed it: pass --digest (what `toolq approvals "
+            f"show {call_id}` printed), or run it on a terminal to review and confirm it",
+            2,
+        )
+    try:
+        request = read()
+    except ToolqError as exc:
+        raise fail(str(exc)) from None
+    show_request(request)
+    if not typer.confirm(f"Approve call {request.call_id} ({request.name}) as shown?"):
+        raise typer.Exit(1)
+    return request.digest
 
 
 def _check_one_or_run(call_id: str | None, run_id: str | None, **single: object) -> None:
@@ -374,6 +407,12 @@ def _refuse_if_verified(client: Client) -> None:
             f"worker {verifying[0]} verifies approvals and would refuse an unsigned one: set "
             "TOOLQ_APPROVAL_SIGNING_KEY, or approve through the API with --api URL --token TOKEN"
         )
+
+
+def _shown_by_api(api: str, token: str | None, call_id: str) -> ApprovalRequest:
+    """``GET /v1/approvals/{id}``: the call as the API shows it to the token's holder."""
+    answer = get_from_api(api, token, f"/v1/approvals/{quote(call_id, safe='')}")
+    return ApprovalRequest.model_validate(answer)
 
 
 def _approve_through_api(

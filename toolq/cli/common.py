@@ -221,15 +221,27 @@ def post_to_api(api: str, token: str | None, path: str, body: dict[str, Any]) ->
     As the token's holder; returns the answer's JSON. Exits 1 with one line when there is no
     token, the API does not answer, or it refuses (its error message, else its text).
     """
+    sent = {name: value for name, value in body.items() if value is not None}
+    return _ask_api("POST", api, token, path, sent)
+
+
+def get_from_api(api: str, token: str | None, path: str) -> dict[str, Any]:
+    """``GET`` ``path`` of the toolq API at ``api`` as the token's holder, as ``post_to_api``."""
+    return _ask_api("GET", api, token, path, None)
+
+
+def _ask_api(
+    method: str, api: str, token: str | None, path: str, body: dict[str, Any] | None
+) -> dict[str, Any]:
     import httpx  # imported here: only ``--api`` pays for it
 
     if not token:
         raise fail("--api needs your API token: pass --token or set TOOLQ_API_TOKEN")
-    sent = {name: value for name, value in body.items() if value is not None}
     try:
-        response = httpx.post(
+        response = httpx.request(
+            method,
             f"{api.rstrip('/')}{path}",
-            json=sent,
+            json=body,
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
         )
