@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 # Imported first on purpose: CPython 3.11.7 can crash at session end ("AST constructor
 # recursion depth mismatch") when hypothesis' pytest plugin first imports hypothesis after
@@ -421,3 +422,28 @@ def serve(app: object) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+
+
+def approve_shown(
+    api: Any,
+    call_id: str,
+    headers: Mapping[str, str],
+    *,
+    reader: Mapping[str, str] | None = None,
+    **body: Any,
+) -> Any:
+    """``POST /v1/approvals/{call_id}/approve`` as an approver makes it: reviewed first.
+
+    Sends the ``digest`` that ``GET /v1/approvals/{call_id}`` returned (read with
+    ``reader``'s headers, by default ``headers``) beside ``body`` (``arguments``, ``note``,
+    ``always``); returns the approval's ``httpx.Response``. ``api`` is the API's URL, or a
+    client whose base URL is the API (an ``httpx.Client``, a ``TestClient``).
+    """
+    import httpx
+
+    http, base = (httpx, api.rstrip("/")) if isinstance(api, str) else (api, "")
+    path = f"{base}/v1/approvals/{quote(call_id, safe='')}"
+    shown = http.get(path, headers=reader or headers)
+    assert shown.status_code == 200, shown.text
+    digest = shown.json()["digest"]
+    return http.post(f"{path}/approve", headers=headers, json={"digest": digest, **body})

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.approvals.conftest import executions, start_verifying
-from tests.conftest import make_settings, serve
+from tests.conftest import approve_shown, make_settings, serve
 from toolq.api.app import create_app
 from toolq.cli.check import live_workers
 from toolq.cli.stack import Stack
@@ -41,9 +41,8 @@ def test_quorum_over_http_runs_only_what_both_approved(pair, inproc, r):
         ).json()
         call_id = sent["calls"][0]["call_id"]
         approve = f"{api}/v1/approvals/{call_id}/approve"
-        assert httpx.post(approve, json={}, headers=h("alice-t")).status_code == 200
-        edited = httpx.post(approve, json={"arguments": {"target": "PRODUCTION"}},
-                            headers=h("bob-t"))
+        assert approve_shown(api, call_id, h("alice-t")).status_code == 200
+        edited = approve_shown(api, call_id, h("bob-t"), arguments={"target": "PRODUCTION"})
         assert edited.status_code == 200 and edited.json()["status"] == "awaiting_approval"
         shown = httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("alice-t")).json()
         assert shown["approvals"] == ["bob"] and shown["arguments"] == {"target": "PRODUCTION"}

@@ -25,7 +25,7 @@ from tests.approvals.conftest import (
 )
 from tests.approvals.test_worker_verification import assert_refused, call
 from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
-from tests.conftest import InProcess, make_settings, serve
+from tests.conftest import InProcess, approve_shown, make_settings, serve
 from toolq import CallStatus, Client, RiskLevel, ToolContext, ToolRegistry
 from toolq.api.app import create_app
 from toolq.approvals.policy import digest_call
@@ -102,7 +102,7 @@ def test_a_lowered_risk_in_the_record_does_not_lower_the_role_the_api_asks(
         assert call_id not in {p["call_id"] for p in listed.json()}
 
         # The approver the tool's real risk needs still decides it, and it runs.
-        assert httpx.post(approve, json={}, headers=h("alice-t")).status_code == 200
+        assert approve_shown(api, call_id, h("alice-t")).status_code == 200
         done = wait_final(api, call_id)
         assert done["status"] == "succeeded", done
         assert executions(r, call_id) == 1
@@ -139,6 +139,7 @@ def test_the_cli_without_the_registry_refuses_to_sign_for_a_guessed_risk(
 ) -> None:
     with deciding_client(pair) as client:
         batch = client.dispatch(call("wipe", "c1", target="prod"), principal="agent")
+        digest = client.approvals.get(batch.call_ids[0]).digest
     call_id = batch.call_ids[0]
     lower_risk(r, call_id)
     env = {"TOOLQ_APPROVERS": json.dumps({"sam": ["safe"]}),
@@ -147,7 +148,7 @@ def test_the_cli_without_the_registry_refuses_to_sign_for_a_guessed_risk(
     assert refused.returncode == 1 and "pass --app" in refused.stderr
     assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
     with_app = toolq("approvals", "approve", call_id, "--by", "sam", "--app",
-                     "tests.apps:registry", settings=settings, **env)
+                     "tests.apps:registry", "--digest", digest, settings=settings, **env)
     assert with_app.returncode == 1 and "not allowed for dangerous" in with_app.stderr
     assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
 
@@ -166,8 +167,9 @@ def test_the_cli_decides_a_moderate_call_by_its_tool_only_with_the_registry(
         assert no_app.returncode == 1 and "pass --app" in no_app.stderr
         assert len(no_app.stderr.strip().splitlines()) == 1, no_app.stderr
         assert r.hget(KEYS.call(blind.call_ids[0]), "status") == b"awaiting_approval"
+        shown = client.approvals.get(known.call_ids[0]).digest
         with_app = toolq("approvals", "approve", known.call_ids[0], "--app",
-                         "tests.apps:registry", settings=settings, **env)
+                         "tests.apps:registry", "--digest", shown, settings=settings, **env)
         assert with_app.returncode == 0, with_app.stderr
         assert known.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
     assert executions(r, blind.call_ids[0]) == 0
@@ -264,13 +266,12 @@ def test_two_tokens_of_one_principal_are_one_approver_over_http(
         sent = httpx.post(f"{api}/v1/runs/two/calls", json=call("wipe", "w1", target="prod"),
                           headers=h("agent-t")).json()
         call_id = sent["calls"][0]["call_id"]
-        approve = f"{api}/v1/approvals/{call_id}/approve"
-        first = httpx.post(approve, json={}, headers=h("alice-t"))
+        first = approve_shown(api, call_id, h("alice-t"))
         assert first.status_code == 200 and first.json()["status"] == "awaiting_approval"
-        again = httpx.post(approve, json={}, headers=h("alice-laptop-t"))
+        again = approve_shown(api, call_id, h("alice-laptop-t"))
         assert again.status_code == 403 and "already approved" in again.json()["error"]["message"]
         assert executions(r, call_id) == 0
-        assert httpx.post(approve, json={}, headers=h("bob-t")).status_code == 200
+        assert approve_shown(api, call_id, h("bob-t")).status_code == 200
         assert wait_final(api, call_id)["status"] == "succeeded"
     assert executions(r, call_id) == 1
 

@@ -199,7 +199,8 @@ def test_a_use_that_decided_nothing_gives_the_token_back(api):
 def test_a_token_is_bound_to_the_arguments_it_was_issued_for(api):
     [call_id] = api.dispatch("dt-stale", ("w", "wipe", {"target": "prod"}))
     token = api.person("alice-t").decision_token(call_id).token
-    api.person("bob-t").approve(call_id, arguments={"target": "PRODUCTION"})  # an edit
+    bob = api.person("bob-t")
+    bob.approve(call_id, arguments={"target": "PRODUCTION"}, digest=bob.get(call_id).digest)
     with pytest.raises(DigestMismatchError):
         api.person(token).approve(call_id)
     with pytest.raises(DigestMismatchError):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.approvals.conftest import Pair, executions, start_verifying
 from tests.cli.test_cli import toolq
-from tests.conftest import make_settings, serve
+from tests.conftest import approve_shown, make_settings, serve
 from tests.e2e.test_dashboard import SLOW, browse, card, expect, sign_in, state_of
 from toolq import ApprovalClient, CallStatus
 from toolq.api.app import create_app
@@ -75,15 +75,14 @@ def check_refused_and_parked(api: str, wipe: str, r) -> None:
 
 def test_http_api_body(api, r):
     purge, wipe = dispatch(api, "empty-http", PURGE_DB, WIPE_PROD)
-    approve = f"{api}/v1/approvals/{{}}/approve"
     headers = {"Authorization": "Bearer admin-t"}
-    refused = httpx.post(approve.format(wipe), json={"arguments": {}}, headers=headers)
+    refused = approve_shown(api, wipe, headers, arguments={})
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_arguments"
     check_refused_and_parked(api, wipe, r)
-    assert httpx.post(approve.format(purge), json={"arguments": {}}, headers=headers).is_success
+    assert approve_shown(api, purge, headers, arguments={}).is_success
     check_ran_defaults(api, purge, r)
     # no "arguments" at all: no edit
-    assert httpx.post(approve.format(wipe), json={}, headers=headers).is_success
+    assert approve_shown(api, wipe, headers).is_success
     assert final(api, wipe)["output"] == "wiped prod"
 
 
@@ -91,11 +90,11 @@ def test_approval_client(api, r):
     purge, wipe = dispatch(api, "empty-client", PURGE_DB, WIPE_PROD)
     with ApprovalClient(api, "admin-t") as admin:
         with pytest.raises(InvalidArgumentsError):
-            admin.approve(wipe, arguments={})
+            admin.approve(wipe, arguments={}, digest=admin.get(wipe).digest)
         check_refused_and_parked(api, wipe, r)
-        admin.approve(purge, arguments={})
+        admin.approve(purge, arguments={}, digest=admin.get(purge).digest)
         check_ran_defaults(api, purge, r)
-        admin.approve(wipe)  # arguments=None: no edit
+        admin.approve(wipe, digest=admin.get(wipe).digest)  # arguments=None: no edit
     assert final(api, wipe)["output"] == "wiped prod"
 
 
@@ -103,8 +102,11 @@ def test_cli(api, r, pair, settings):
     purge, wipe = dispatch(api, "empty-cli", PURGE_DB, WIPE_PROD)
 
     def approve(call_id: str, *args: str) -> object:
+        with ApprovalClient(api, "admin-t") as admin:
+            digest = admin.get(call_id).digest
         return toolq("approvals", "approve", call_id, "--by", "ops", "--app", "tests.apps:registry",
-                     *args, settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=pair.signing)
+                     "--digest", digest, *args, settings=settings,
+                     TOOLQ_APPROVAL_SIGNING_KEY=pair.signing)
 
     refused = approve(wipe, "--args", "{}")
     assert refused.returncode == 1 and "invalid arguments" in refused.stderr

@@ -13,7 +13,7 @@ import pytest
 from anthropic.types import MessageParam, ToolParam
 from pydantic import TypeAdapter
 
-from tests.conftest import serve
+from tests.conftest import approve_shown, serve
 from toolq.api.app import create_app
 from toolq.settings import ApiToken
 
@@ -190,16 +190,14 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path, 
     pending = get(f"{api}/v1/approvals", params={"run_id": "run-p"}, headers=h("view-t")).json()
     assert {p["call_id"] for p in pending} == {w1, w2, w3}
     assert post(f"{api}/v1/approvals/{w1}/approve", headers=h("bob-t")).status_code == 403
-    selfish = post(f"{api}/v1/approvals/{w1}/approve", headers=h("self-t"))
+    selfish = approve_shown(api, w1, h("self-t"), reader=h("view-t"))
     assert selfish.status_code == 403 and "self approval" in selfish.json()["error"]["message"]
     digest = get(f"{api}/v1/approvals/{w1}", headers=h("view-t")).json()["digest"]
     stale = post(
         f"{api}/v1/approvals/{w1}/approve", json={"digest": "f" * 64}, headers=h("alice-t")
     )
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "digest_mismatch"
-    invalid = post(
-        f"{api}/v1/approvals/{w1}/approve", json={"arguments": {"target": 5}}, headers=h("alice-t")
-    )
+    invalid = approve_shown(api, w1, h("alice-t"), arguments={"target": 5})
     assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_arguments"
     ok = post(
         f"{api}/v1/approvals/{w1}/approve",
@@ -207,7 +205,7 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path, 
         json={"digest": digest, "arguments": {"target": "staging"}, "note": "safer"},
     )
     assert ok.status_code == 200, ok.text
-    twice = post(f"{api}/v1/approvals/{w1}/approve", headers=h("alice-t"))
+    twice = approve_shown(api, w1, h("alice-t"))
     assert twice.status_code == 409 and twice.json()["error"]["code"] == "not_awaiting_approval"
     denied = post(f"{api}/v1/approvals/{w2}/deny", json={"reason": "frozen"}, headers=h("alice-t"))
     assert denied.json()["status"] == "denied"
@@ -231,7 +229,7 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path, 
         json=calls(("e", "edit_file", {"path": str(target), "content": "new"})),
     ).json()
     edit_id = edit["calls"][0]["call_id"]
-    post(f"{api}/v1/approvals/{edit_id}/approve", headers=h("alice-t"))
+    assert approve_shown(api, edit_id, h("alice-t")).status_code == 200
     while get(f"{api}/v1/calls/{edit_id}", headers=h("view-t")).json()["status"] != "succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)

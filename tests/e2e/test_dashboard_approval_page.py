@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.approvals.conftest import Pair, executions
-from tests.conftest import make_settings, serve
+from tests.conftest import approve_shown, make_settings, serve
 from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS, dispatch, expect, h
 from toolq.api.app import create_app
 from toolq.settings import ApiToken
@@ -124,7 +124,7 @@ def test_an_approver_reviews_and_approves_on_a_phone(api, phone, tmp_path):
 
 def test_who_else_approved_and_a_quorum_on_a_phone(api, phone):
     [call_id] = dispatch(api, "run-quorum", ("w1", "wipe", {"target": "db"}))
-    first = httpx.post(f"{api}/v1/approvals/{call_id}/approve", json={}, headers=h("bob-t"))
+    first = approve_shown(api, call_id, h("bob-t"))
     assert first.status_code == 200, first.text
     phone.goto(f"{api}/approve/{call_id}")
     phone.fill("#token", "alice-t")

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import approve_shown
 from tests.e2e import test_dashboard as base
 from tests.e2e.test_dashboard import SLOW, dispatch, expect, h, sign_in
 
@@ -33,7 +34,7 @@ def test_the_undo_confirmation_shows_all_the_undo_data_the_handler_gets(
     [edit] = dispatch(
         api, "run-undo-cut", ("e", "edit_file", {"path": str(target), "content": "x"})
     )
-    approved = httpx.post(f"{api}/v1/approvals/{edit}/approve", headers=h("admin-t"), json={})
+    approved = approve_shown(api, edit, h("admin-t"))
     assert approved.status_code == 200, approved.text
     deadline = time.monotonic() + 30
     while httpx.get(f"{api}/v1/calls/{edit}", headers=h("admin-t")).json()["status"] != "succeeded":

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import InProcess, serve
+from tests.conftest import InProcess, approve_shown, serve
 from tests.e2e.test_mcp import http_server, http_session, text_of, toolq_meta
 from toolq import Client, Settings
 from toolq.api.app import create_app
@@ -57,8 +57,7 @@ def test_a_call_submitted_over_mcp_http_is_its_token_s_and_not_self_approvable(
 
     tokens = {token: ApiToken.model_validate(grant) for token, grant in TOKENS.items()}
     for api in serve(create_app(settings, registry, tokens=tokens)):
-        own = httpx.post(f"{api}/v1/approvals/{call_id}/approve", json={},
-                         headers=h("mallory-t"))
+        own = approve_shown(api, call_id, h("mallory-t"))
         assert own.status_code == 403, own.text
         assert own.json()["error"]["code"] == "not_authorized"
         assert "self approval" in own.json()["error"]["message"]
@@ -66,12 +65,12 @@ def test_a_call_submitted_over_mcp_http_is_its_token_s_and_not_self_approvable(
         sent = httpx.post(f"{api}/v1/runs/by-api/calls", headers=h("mallory-t"),
                           json=[{"id": "w1", "name": "wipe", "arguments": {"target": "prod"}}])
         twin = sent.json()["calls"][0]["call_id"]
-        same = httpx.post(f"{api}/v1/approvals/{twin}/approve", json={}, headers=h("mallory-t"))
+        same = approve_shown(api, twin, h("mallory-t"))
         assert (same.status_code, same.json()["error"]["message"]) == (
             403, own.json()["error"]["message"].replace(call_id, twin))
         assert r.hget(f"toolq:call:{call_id}", "status") == b"awaiting_approval"
         # Someone else may approve it, and it runs.
-        other = httpx.post(f"{api}/v1/approvals/{call_id}/approve", json={}, headers=h("alice-t"))
+        other = approve_shown(api, call_id, h("alice-t"))
         assert other.status_code == 200, other.text
     [result] = client.wait([call_id], timeout=30)
     assert result.output == "wiped prod"

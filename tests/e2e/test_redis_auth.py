@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, approve_shown
 from toolq.cli.stack import EmbeddedRedis, _free_port
 
 pytestmark = pytest.mark.e2e
@@ -256,7 +256,7 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
             with httpx.stream("GET", f"{base}/v1/runs/acl/events",
                               params={"ticket": ticket["ticket"]}, timeout=20) as stream:
                 assert any(line.startswith("id: ") for line in stream.iter_lines())
-            approved = httpx.post(f"{base}/v1/approvals/{edit}/approve", headers=auth)
+            approved = approve_shown(base, edit, auth)
             assert approved.status_code == 200, approved.text
             results = {r.call_id: r for r in client.wait(batch.call_ids, timeout=60, run_id="acl")}
             assert results[echo].output == {"text": "x"} and results[add].output == 3

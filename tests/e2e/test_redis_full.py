@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import Workers, make_settings, serve
+from tests.conftest import Workers, approve_shown, make_settings, serve
 from tests.e2e.test_api_hardening import TOKENS, h
 from toolq import AsyncClient, CallStatus, Client
 from toolq.api.app import create_app
@@ -128,12 +128,7 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             assert int(answer.headers["retry-after"]) > 0
             error = answer.json()["error"]
             assert error["code"] == "store_unavailable" and error["reason"] == "full"
-            decided = httpx.post(
-                f"{url}/v1/approvals/{parked.call_ids[0]}/approve",
-                headers=h("alice-t"),
-                json={},
-                timeout=30,
-            )
+            decided = approve_shown(url, parked.call_ids[0], h("alice-t"))
             assert decided.status_code == 503, decided.text
             assert decided.json()["error"]["code"] == "store_unavailable"
             assert "retry-after" in decided.headers
@@ -226,7 +221,8 @@ def test_a_full_redis_makes_approvals_approve_one_line(full_redis):
         fill(admin)
         # --unsigned: no worker verifies approvals here, and without it the CLI refuses
         # before it writes (it has no signing key)
-        for decision in (("approve", "--unsigned"), ("deny", "--reason", "no")):
+        digest = client.approvals.get(parked.call_ids[0]).digest
+        for decision in (("approve", "--unsigned", "--digest", digest), ("deny", "--reason", "no")):
             done = toolq(
                 "approvals", *decision, parked.call_ids[0], "--by", "alice",
                 "--app", "tests.apps:registry",

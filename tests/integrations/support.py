@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from typing import Any
 
 import redis
 
@@ -14,7 +15,7 @@ from tests.conftest import ROOT, SECRETS_KEY, InProcess, make_settings, serve
 from toolq import ApprovalClient, Settings
 from toolq.api.app import create_app
 from toolq.cli.common import load_registry
-from toolq.models import RiskLevel
+from toolq.models import CallResult, RiskLevel
 from toolq.settings import ApiToken
 from toolq.signing import generate_pair
 
@@ -79,6 +80,11 @@ class Approvers:
     def person(self, name: str) -> ApprovalClient:
         """``name``'s decisions over HTTP, with their own token (``alice`` or ``bob``)."""
         return self._closing.enter_context(ApprovalClient(self.url, f"{name}-t"))
+
+    def approve_shown(self, name: str, call_id: str, **edit: Any) -> CallResult:
+        """``name`` reviews ``call_id`` over HTTP and approves it as shown (its digest)."""
+        person = self.person(name)
+        return person.approve(call_id, digest=person.get(call_id).digest, **edit)
 
     def close(self) -> None:
         self._closing.close()

@@ -92,7 +92,7 @@ def test_after_an_approvers_edit_the_call_is_still_the_models(client, approvers:
     approvers.start()
     bridge = Bridge(client, run_id="b-edit")
     parked = bridge.submit("w1", "wipe", {"target": "prod"})
-    approvers.person("alice").approve(parked.call_id, arguments={"target": "test"})
+    approvers.approve_shown("alice", parked.call_id, arguments={"target": "test"})
     again = bridge.submit("w1", "wipe", {"target": "prod"})  # the model's arguments, as resumed
     assert again.call_id == parked.call_id
     with pytest.raises(CallIdConflictError):

@@ -102,7 +102,7 @@ def test_resuming_before_anyone_decided_interrupts_again(client, approvers, r):
     assert request.status is CallStatus.AWAITING_APPROVAL and request.approvals == []
     assert executions(r, call_id) == []
 
-    approvers.person("alice").approve(call_id)
+    approvers.approve_shown("alice", call_id)
     done = agent.invoke(resume_command(again["__interrupt__"], {"lc-w": Approve()}), config)
     assert json.loads(done["messages"][-1].content) == {"lc-w": ["success", "wiped prod"]}
     assert client.approvals.get(call_id).decided_by == "alice"
@@ -121,7 +121,7 @@ def test_a_resume_value_cannot_decide_or_edit(client, approvers, r, answer):
     config = {"configurable": {"thread_id": "lc-edit"}}
     out = agent.invoke({"messages": [("user", "wipe prod")]}, config)
     call_id = approval_requests(out["__interrupt__"])["lc-w"].value["call_id"]
-    approvers.person("alice").approve(call_id)  # as shown
+    approvers.approve_shown("alice", call_id)  # as shown
     [ran] = client.wait([call_id], timeout=30)  # decided and run before the app resumes
     assert ran.output == "wiped prod"
     with pytest.raises(NotAuthorizedError, match="is not applied"):

@@ -36,7 +36,7 @@ def decide(tools: ToolqAgentTools, approvers: Approvers, state, interruptions) -
     items = by_call_id(interruptions)
     assert sorted(items) == ["oa-wipe-1", "oa-wipe-2"]
     call_id = tools.call_for(items["oa-wipe-1"])
-    approvers.person("alice").approve(call_id, arguments={"target": "staging"})
+    approvers.approve_shown("alice", call_id, arguments={"target": "staging"})
     state.approve(items["oa-wipe-1"])
     tools.reject(state, items["oa-wipe-2"], "dev holds the only copy of the fixtures")
 
@@ -106,7 +106,6 @@ def test_sdk_approval_waits_for_a_quorum_of_authenticated_approvers(client, appr
     approvers.start(quorum=2)
     tools = ToolqAgentTools(client, run_id="oa-quorum", tools=["wipe"])
     agent = make_agent(tools, ScriptedModel([("oa-q", "wipe", {"target": "prod"})]))
-    alice, bob = approvers.person("alice"), approvers.person("bob")
 
     async def scenario() -> tuple[str, str]:
         first = await Runner.run(agent, "wipe prod")
@@ -116,12 +115,12 @@ def test_sdk_approval_waits_for_a_quorum_of_authenticated_approvers(client, appr
         state.approve(item)  # the SDK's approval: the tool may run once toolq's call is approved
         task = asyncio.create_task(Runner.run(agent, state))
         await still_parked(client, call_id, task, 1.0)  # it once approved as openai-agents
-        await asyncio.to_thread(alice.approve, call_id)
+        await asyncio.to_thread(approvers.approve_shown, "alice", call_id)
         await still_parked(client, call_id, task, 0.5)  # one of two
         with pytest.raises(NotAuthorizedError, match="already approved"):
-            await asyncio.to_thread(alice.approve, call_id)  # the same person counts once
+            await asyncio.to_thread(approvers.approve_shown, "alice", call_id)  # counts once
         await still_parked(client, call_id, task, 0.2)
-        await asyncio.to_thread(bob.approve, call_id)
+        await asyncio.to_thread(approvers.approve_shown, "bob", call_id)
         done = await asyncio.wait_for(task, 60)
         return call_id, str(done.final_output)
 
@@ -142,7 +141,7 @@ def test_the_first_approvers_edit_is_what_runs(client, approvers, r):
         [item] = first.interruptions
         call_id = tools.call_for(item)
         await asyncio.to_thread(
-            approvers.person("alice").approve, call_id, arguments={"target": "test-db"}
+            approvers.approve_shown, "alice", call_id, arguments={"target": "test-db"}
         )
         state = first.to_state()
         state.approve(item)

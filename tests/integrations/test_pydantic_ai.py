@@ -134,7 +134,7 @@ def test_approving_in_the_sdk_alone_decides_nothing(client, approvers, r):
             assert request.status is CallStatus.AWAITING_APPROVAL
             assert request.approvals == [] and executions(r, call_id) == []
         # alice decides for real, over HTTP; the same resume now goes on
-        approvers.person("alice").approve(parked_call(requests, "pai-wipe-1")["call_id"])
+        approvers.approve_shown("alice", parked_call(requests, "pai-wipe-1")["call_id"])
         approvers.person("alice").deny(parked_call(requests, "pai-wipe-2")["call_id"], "no")
         done = await agent.run(message_history=again.all_messages(), deferred_tool_results=claimed)
         return requests, done.output, again.output
@@ -158,7 +158,7 @@ def test_override_args_on_resume_are_refused(client, approvers, r, override):
         requests = first.output
         assert isinstance(requests, DeferredToolRequests)
         call_id = parked_call(requests, "pai-wipe-1")["call_id"]
-        approvers.person("alice").approve(call_id)  # the approver approved prod as shown
+        approvers.approve_shown("alice", call_id)  # the approver approved prod as shown
         edit = DeferredToolResults(
             approvals={"pai-wipe-1": ToolApproved(override_args=override), "pai-wipe-2": False}
         )
@@ -182,7 +182,7 @@ def test_tool_denied_withdraws_the_call_and_denies_nothing(client, approvers, r)
         requests = first.output
         assert isinstance(requests, DeferredToolRequests)
         call_id = parked_call(requests, "pai-wipe-1")["call_id"]
-        approvers.person("alice").approve(parked_call(requests, "pai-wipe-2")["call_id"])
+        approvers.approve_shown("alice", parked_call(requests, "pai-wipe-2")["call_id"])
         answers = DeferredToolResults(
             approvals={"pai-wipe-1": ToolDenied("not today"), "pai-wipe-2": ToolApproved()}
         )
@@ -198,7 +198,7 @@ def test_tool_denied_withdraws_the_call_and_denies_nothing(client, approvers, r)
     request = client.approvals.get(call_id)
     assert request.decided_by is None and request.approvals == []  # nobody denied it
     with pytest.raises(NotAwaitingApprovalError):
-        approvers.person("bob").approve(call_id)  # too late: it can never run
+        approvers.approve_shown("bob", call_id)  # too late: it can never run
 
 
 def reuse_model(second_turn: ToolCallPart) -> FunctionModel:

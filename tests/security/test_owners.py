@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from tests.conftest import serve
+from tests.conftest import approve_shown, serve
 from toolq import Client
 from toolq.api.app import create_app
 from toolq.errors import NotRunOwnerError
@@ -121,7 +121,7 @@ def test_intruder_cannot_dispatch_into_or_cancel_anothers_run_nor_undo_its_calls
     assert call(api, d2)["status"] == "awaiting_approval"
 
     # The owner's call is approved and runs as submitted.
-    assert post(api, f"/v1/approvals/{d1}/approve", "alice-t").status_code == 200
+    assert approve_shown(api, d1, h("alice-t")).status_code == 200
     assert settle(api, d1)["output"] == "deployed api x2"
     assert runs(r, d1) == ["deploy api 2"]
 
@@ -176,7 +176,7 @@ def test_preclaimed_provider_call_id_does_not_capture_the_owners_call(api, inpro
     again = post(api, "/v1/runs/victim/calls", "owner-t",
                  json=calls(("c1", "deploy", {"service": "web", "replicas": 3})))
     assert again.json()["calls"][0] == {**ref, "duplicate": True}
-    assert post(api, f"/v1/approvals/{ref['call_id']}/approve", "alice-t").status_code == 200
+    assert approve_shown(api, ref["call_id"], h("alice-t")).status_code == 200
     assert settle(api, ref["call_id"])["output"] == "deployed web x3"
     assert runs(r, ref["call_id"]) == ["deploy web 3"]
 
@@ -221,8 +221,7 @@ def test_always_approve_applies_only_to_the_owners_calls(api, inproc, r):
     first = post(api, "/v1/runs/sticky/calls", "owner-t",
                  json=calls(("d1", "deploy", {"service": "api", "replicas": 2})))
     d1 = first.json()["calls"][0]["call_id"]
-    assert post(api, f"/v1/approvals/{d1}/approve", "alice-t",
-                json={"always": True}).status_code == 200
+    assert approve_shown(api, d1, h("alice-t"), always=True).status_code == 200
     settle(api, d1)
     # The intruder cannot ride the rule: its dispatch is refused outright.
     ride = post(api, "/v1/runs/sticky/calls", "intruder-t",

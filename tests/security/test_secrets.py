@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.cli.test_cli import toolq  # at import: see tests/conftest.py (CPython 3.11.7)
+from tests.conftest import approve_shown
 from tests.e2e.test_api import api, h  # noqa: F401 - the uvicorn fixture
 from toolq import CallStatus
 from toolq.signing import generate_pair
@@ -62,7 +63,7 @@ def test_secret_arguments_never_leak(api, workers, r, tmp_path: Path):  # noqa: 
         httpx.get(f"{api}/v1/approvals", headers=h("view-t")).text,
         httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("view-t")).text,
     ]
-    approved = httpx.post(f"{api}/v1/approvals/{call_id}/approve", headers=h("alice-t"))
+    approved = approve_shown(api, call_id, h("alice-t"))
     assert approved.status_code == 200
     deadline = time.monotonic() + 20
     while (

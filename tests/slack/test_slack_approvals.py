@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.approvals.conftest import Pair, executions
-from tests.conftest import InProcess, make_settings, serve, settings_with_env
+from tests.conftest import InProcess, approve_shown, make_settings, serve, settings_with_env
 from tests.slack.conftest import (
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -265,8 +265,7 @@ def test_forged_stale_and_tampered_interactions_are_refused(stack: Stack):
 def test_a_decision_in_the_dashboard_updates_the_slack_message(stack: Stack):
     [call_id] = stack.dispatch("run-dashboard", ("w1", "wipe", {"target": "db"}))
     stack.message(call_id)
-    decided = httpx.post(f"{stack.api}/v1/approvals/{call_id}/approve", json={},
-                         headers={"Authorization": "Bearer alice-t"})
+    decided = approve_shown(stack.api, call_id, {"Authorization": "Bearer alice-t"})
     assert decided.status_code == 200, decided.text
     [update] = stack.slack.wait("chat.update", channel=APPROVERS)
     assert "Approved by `alice`" in text_of(update.body["blocks"])

@@ -16,6 +16,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from tests.conftest import approve_shown
 from tests.tenants.app import registry
 from toolq import Settings
 from toolq.api.app import create_app
@@ -176,7 +177,7 @@ def test_another_tenant_cannot_decide_cancel_or_undo(api: TestClient, acme_run, 
         [gated, charged]
     )
     # the run's own tenant decides
-    approved = api.post(f"/v1/approvals/{gated}/approve", headers=h("acme-approver-t"), json={})
+    approved = approve_shown(api, gated, h("acme-approver-t"))
     assert approved.status_code == 200, approved.text
 
 

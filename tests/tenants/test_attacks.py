@@ -22,7 +22,7 @@ import redis
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from tests.conftest import serve
+from tests.conftest import approve_shown, serve
 from tests.tenants.app import registry
 from toolq import Client, Settings, ToolRegistry
 from toolq.api.app import create_app
@@ -356,8 +356,8 @@ def test_a_call_denied_for_budget_cannot_be_approved_or_resent(
     (over,) = dispatch(api, "acme-t", "b", one("gated", "g", target="x"))
     record = r.hgetall(Keys().call(over))
     assert record[b"status"] == b"denied"
-    approve = api.post(f"/v1/approvals/{over}/approve", headers=h("acme-approver-t"), json={})
-    assert approve.status_code >= 400, approve.text
+    approve = approve_shown(api, over, h("acme-approver-t"))
+    assert approve.status_code == 409, approve.text
     assert r.hget(Keys().call(over), "status") == b"denied"
     assert r.zscore(Keys().pending_approvals, over) is None
     assert r.zscore(Keys().unsent, over) is None and r.zscore(Keys().queued, over) is None

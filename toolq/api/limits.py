@@ -79,10 +79,24 @@ DECISION_TEXT_FIELDS = ("reason", "note", "result")
 """Free text of a decision, stored with the call and in the audit stream."""
 
 
-def decision_body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` documenting a decision body (read raw, to apply the limits first)."""
+def decision_body_schema(model: type[BaseModel], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``openapi_extra`` documenting a decision body (read raw, to apply the limits first).
+
+    ``required``: fields of ``model`` this route requires although the model does not.
+    """
     schema = model.model_json_schema()
+    if required:
+        schema["required"] = [*schema.get("required", []), *required]
     return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
+
+
+def digest_required(call_id: str) -> RequestValidationError:
+    """The 422 of an approval without the ``digest`` the approver reviewed."""
+    message = (
+        f"approve the call as you reviewed it: GET /v1/approvals/{call_id} and send back its "
+        'digest, {"digest": "..."} (with edited arguments too: the digest of what you were shown)'
+    )
+    return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
 
 
 def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | None:

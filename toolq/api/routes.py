@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api.auth import ForbiddenError, Principal
 from toolq.api.cells import CellParts
 from toolq.api.deciding import may_decide
-from toolq.api.limits import decision_body_schema, parse_body, parse_decision
+from toolq.api.limits import decision_body_schema, digest_required, parse_body, parse_decision
 from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import (
@@ -358,25 +358,37 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         call_of_tenant(call_id, caller)
         return client.approvals.get(call_id)
 
-    @router.post("/approvals/{call_id}/approve", openapi_extra=decision_body_schema(Approve))
+    @router.post(
+        "/approvals/{call_id}/approve",
+        openapi_extra=decision_body_schema(Approve, required=("digest",)),
+    )
     async def approve(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
-        """Approve (optionally with edited arguments, and the digest you reviewed)."""
+        """Approve the call as you reviewed it: with its ``digest`` (optionally an edit).
+
+        ``digest`` is the one ``GET /v1/approvals/{call_id}`` returned, also with edited
+        ``arguments`` (the digest of what was shown before the edit): a call whose tool or
+        arguments changed since is refused (409 ``digest_mismatch``), and a body without it
+        is a 422, nothing written.
+        """
         await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 before the body
         body = parse_decision(await request.body(), client.settings, Approve)
+        if body is None or body.digest is None:
+            # Signing whatever is parked when the request arrives would sign a call a Redis
+            # writer rewrote after the approver's view.
+            raise digest_required(call_id)
         return await run_in_threadpool(_approve, call_id, caller, body)
 
     def _may_decide(call_id: str, caller: Principal) -> None:
         may_decide(client, call_id, caller)
 
-    def _approve(call_id: str, caller: Principal, body: Approve | None) -> dict[str, Any]:
-        decision = body or Approve()
+    def _approve(call_id: str, caller: Principal, body: Approve) -> dict[str, Any]:
         result = client.approvals.approve(
             call_id,
             caller.name,
-            arguments=decision.arguments,
-            note=decision.note,
-            digest=decision.digest,
-            always=decision.always,
+            arguments=body.arguments,
+            note=body.note,
+            digest=body.digest,
+            always=body.always,
         )
         return _call_json(result)
 

@@ -80,7 +80,8 @@ class Approve(BaseModel):
     note: str | None = None
     digest: str | None = None
     """The digest (of the tool's name and arguments) the approver reviewed; a changed call is
-    refused."""
+    refused. Required by ``POST /v1/approvals/{id}/approve`` (the ``digest`` of ``GET
+    /v1/approvals/{id}``); a decision token is bound to the digest it was issued for."""
     always: bool = False
     """Also approve this tool for the rest of the run."""
 

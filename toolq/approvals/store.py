@@ -340,7 +340,11 @@ class ApprovalStore:
         """Approve a parked call (optionally with edited arguments) and enqueue it.
 
         ``digest`` names the call (tool and arguments) the approver saw; if it changed, the
-        decision is refused. ``always`` also approves this tool for the rest of the run.
+        decision is refused. Without it, whatever is parked when this runs is approved: that
+        is for trusted in-process code of a deciding process (it holds the signing key), which
+        decides what it read itself. Every path that decides for a person passes the digest
+        that person was shown (the HTTP API and the CLI require it).
+        ``always`` also approves this tool for the rest of the run.
         With a quorum (``dangerous_approvals`` > 1) an edit replaces the arguments and
         resets the other approvals: everyone must approve the edited version.
         """

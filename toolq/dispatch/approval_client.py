@@ -213,7 +213,12 @@ class ApprovalClient:
         digest: str | None = None,
         always: bool = False,
     ) -> CallResult:
-        """Approve: ``arguments`` is an edit (``{}``: no arguments; None: as they are)."""
+        """Approve the call as it was shown: ``digest`` is the one ``get`` returned.
+
+        With an API token the API requires ``digest`` (without it: ``PayloadError``, 422);
+        a decision token is bound to the digest it was issued for. ``arguments`` is an edit
+        (``{}``: no arguments; None: as they are), ``digest`` still the one shown before it.
+        """
         # None leaves the arguments as they are; {} is an edit to no arguments.
         body: dict[str, Any] = {"always": always}
         if arguments is not None:

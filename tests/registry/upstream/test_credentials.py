@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import SECRETS_KEY, Workers, settings_with_env
+from tests.conftest import SECRETS_KEY, Workers, approve_shown, settings_with_env
 from tests.e2e.test_api import TOKENS as API_TOKENS
 from tests.e2e.test_api import h
 from tests.registry.upstream.conftest import TOKENS, HttpUpstream, records, serve_api
@@ -81,7 +81,7 @@ def test_each_tenant_connects_with_its_own_credentials_which_never_show(
             httpx.get(f"{api}/", headers=h("view-t")).text,
             httpx.get(f"{api}/metrics", headers=h("view-t")).text,
         ]
-        approved = httpx.post(f"{api}/v1/approvals/{call_id}/approve", headers=h("alice-t"))
+        approved = approve_shown(api, call_id, h("alice-t"))
         assert approved.status_code == 200, approved.text
         assert parked.wait(timeout=60)[0].status is CallStatus.SUCCEEDED
         for run_id in [*(f"run-{t}" for t in runs), "run-acme-delete"]:
