@@ -180,5 +180,11 @@ def test_wrong_role_is_403_before_the_body_is_looked_at(stack):
         f"{stack}/v1/approvals/{call_id}/approve", headers=alice, content='{"arguments": 5}'
     )
     assert shape.status_code == 422  # the right role, then the body is checked
+    # The page says the digest is required: without it, 422 and a pointer to the review.
+    unseen = httpx.post(
+        f"{stack}/v1/approvals/{call_id}/approve", headers=alice, content='{"note": "ok"}'
+    )
+    assert unseen.status_code == 422 and "# digest required" in PAGE
+    assert f"GET /v1/approvals/{call_id}" in unseen.json()["error"]["message"]
     pending = httpx.get(f"{stack}/v1/approvals/{call_id}", headers=alice).json()
     assert pending["status"] == "awaiting_approval"  # nothing decided by the refused requests
