@@ -82,8 +82,11 @@ def test_a_lowered_risk_in_the_record_does_not_lower_the_role_the_api_asks(
     start_verifying(inproc, pair.verify)
     settings = make_settings(approval_signing_key=pair.signing)
     for api in serve(create_app(settings, registry, tokens=TOKENS)):
-        sent = httpx.post(f"{api}/v1/runs/tamper/calls", json=call("wipe", "t1", target="prod"),
-                          headers=h("agent-t")).json()
+        sent = httpx.post(
+            f"{api}/v1/runs/tamper/calls",
+            json=call("wipe", "t1", target="prod"),
+            headers=h("agent-t"),
+        ).json()
         call_id = sent["calls"][0]["call_id"]
         approve = f"{api}/v1/approvals/{call_id}/approve"
         before = httpx.post(approve, json={}, headers=h("sam-t"))
@@ -93,8 +96,9 @@ def test_a_lowered_risk_in_the_record_does_not_lower_the_role_the_api_asks(
         after = httpx.post(approve, json={}, headers=h("sam-t"))
         assert after.status_code == 403, after.text
         assert after.json()["error"]["code"] == "forbidden"
-        denied = httpx.post(f"{api}/v1/approvals/{call_id}/deny", json={"reason": "x"},
-                            headers=h("sam-t"))
+        denied = httpx.post(
+            f"{api}/v1/approvals/{call_id}/deny", json={"reason": "x"}, headers=h("sam-t")
+        )
         assert denied.status_code == 403
         shown = httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("sam-t")).json()
         assert (shown["risk"], shown["status"]) == ("dangerous", "awaiting_approval")
@@ -114,21 +118,26 @@ def test_approvers_policy_and_quorum_take_the_risk_from_the_registry(
     start_verifying(inproc, pair.verify, dangerous_approvals=2)
     approvers = {"sam": ["safe"], "alice": ["dangerous"], "bob": ["dangerous"]}
     with deciding_client(pair, approvers=approvers, dangerous_approvals=2) as client:
-        batch = client.dispatch(call("wipe", "q1", target="prod"), principal="agent",
-                                run_id="policy")
+        batch = client.dispatch(
+            call("wipe", "q1", target="prod"), principal="agent", run_id="policy"
+        )
         call_id = batch.call_ids[0]
         lower_risk(r, call_id)
         for always in (False, True):
             with pytest.raises(NotAuthorizedError, match="not allowed for dangerous"):
                 client.approvals.approve(call_id, by="sam", always=always)
-        decided = client.approvals.decide_run("policy", "sam", approve=[call_id],
-                                              deny={call_id: "no"})
+        decided = client.approvals.decide_run(
+            "policy", "sam", approve=[call_id], deny={call_id: "no"}
+        )
         assert isinstance(decided[call_id], NotAuthorizedError)
         # One approver is not a quorum, whatever the record says the risk is.
         assert client.approvals.approve(call_id, by="alice").status is CallStatus.AWAITING_APPROVAL
         assert client.approvals.rules("policy").signatures == {}
         assert client.approvals.approve(call_id, by="bob").status in (
-            CallStatus.QUEUED, CallStatus.RUNNING, CallStatus.SUCCEEDED)
+            CallStatus.QUEUED,
+            CallStatus.RUNNING,
+            CallStatus.SUCCEEDED,
+        )
         assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
     assert executions(r, call_id) == 1
     assert (call_id, "sam", "refused:not_allowed_for_dangerous") in audit_outcomes(r)
@@ -142,13 +151,26 @@ def test_the_cli_without_the_registry_refuses_to_sign_for_a_guessed_risk(
         digest = client.approvals.get(batch.call_ids[0]).digest
     call_id = batch.call_ids[0]
     lower_risk(r, call_id)
-    env = {"TOOLQ_APPROVERS": json.dumps({"sam": ["safe"]}),
-           "TOOLQ_APPROVAL_SIGNING_KEY": pair.signing}
+    env = {
+        "TOOLQ_APPROVERS": json.dumps({"sam": ["safe"]}),
+        "TOOLQ_APPROVAL_SIGNING_KEY": pair.signing,
+    }
     refused = toolq("approvals", "approve", call_id, "--by", "sam", settings=settings, **env)
     assert refused.returncode == 1 and "pass --app" in refused.stderr
     assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
-    with_app = toolq("approvals", "approve", call_id, "--by", "sam", "--app",
-                     "tests.apps:registry", "--digest", digest, settings=settings, **env)
+    with_app = toolq(
+        "approvals",
+        "approve",
+        call_id,
+        "--by",
+        "sam",
+        "--app",
+        "tests.apps:registry",
+        "--digest",
+        digest,
+        settings=settings,
+        **env,
+    )
     assert with_app.returncode == 1 and "not allowed for dangerous" in with_app.stderr
     assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
 
@@ -168,8 +190,17 @@ def test_the_cli_decides_a_moderate_call_by_its_tool_only_with_the_registry(
         assert len(no_app.stderr.strip().splitlines()) == 1, no_app.stderr
         assert r.hget(KEYS.call(blind.call_ids[0]), "status") == b"awaiting_approval"
         shown = client.approvals.get(known.call_ids[0]).digest
-        with_app = toolq("approvals", "approve", known.call_ids[0], "--app",
-                         "tests.apps:registry", "--digest", shown, settings=settings, **env)
+        with_app = toolq(
+            "approvals",
+            "approve",
+            known.call_ids[0],
+            "--app",
+            "tests.apps:registry",
+            "--digest",
+            shown,
+            settings=settings,
+            **env,
+        )
         assert with_app.returncode == 0, with_app.stderr
         assert known.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
     assert executions(r, blind.call_ids[0]) == 0
@@ -198,10 +229,18 @@ def test_a_decision_signed_over_a_lowered_risk_does_not_run(
     forged = second.call_ids[0]
     envelope = json.loads(r.hget(KEYS.call(forged), "envelope"))
     signed = Signer.from_text(pair.signing).sign(
-        "decision", call_id=forged, run_id=envelope["run_id"], tool="wipe", risk="safe",
-        digest=digest_call(envelope["name"], envelope["arguments"]), submitter="agent",
+        "decision",
+        call_id=forged,
+        run_id=envelope["run_id"],
+        tool="wipe",
+        risk="safe",
+        digest=digest_call(envelope["name"], envelope["arguments"]),
+        submitter="agent",
         tenant="default",
-        decision="approve", approvers=["sam"], by="sam", ts=repr(time.time()),
+        decision="approve",
+        approvers=["sam"],
+        by="sam",
+        ts=repr(time.time()),
     )
     forge_queued(r, approver, forged, approval=json.dumps(signed))
     assert_refused(approver, r, forged, "decided as for a safe call")
@@ -235,10 +274,16 @@ def test_approvals_written_into_the_record_do_not_count_toward_a_quorum(
         call_id = batch.call_ids[0]
         key = KEYS.call(call_id)
         shown = client.approvals.get(call_id).digest
-        r.hset(key, "approvers", json.dumps([
-            {"by": "mallory", "digest": shown, "ts": "1"},
-            {"by": "trent", "digest": shown, "ts": "1", "sig": "AAAA"},
-        ]))
+        r.hset(
+            key,
+            "approvers",
+            json.dumps(
+                [
+                    {"by": "mallory", "digest": shown, "ts": "1"},
+                    {"by": "trent", "digest": shown, "ts": "1", "sig": "AAAA"},
+                ]
+            ),
+        )
         assert client.approvals.get(call_id).approvals == []
         client.approvals.approve(call_id, by="alice")
         assert client.approvals.get(call_id).approvals == ["alice"]
@@ -263,8 +308,9 @@ def test_two_tokens_of_one_principal_are_one_approver_over_http(
     start_verifying(inproc, pair.verify, dangerous_approvals=2)
     settings = make_settings(approval_signing_key=pair.signing, dangerous_approvals=2)
     for api in serve(create_app(settings, registry, tokens=TOKENS)):
-        sent = httpx.post(f"{api}/v1/runs/two/calls", json=call("wipe", "w1", target="prod"),
-                          headers=h("agent-t")).json()
+        sent = httpx.post(
+            f"{api}/v1/runs/two/calls", json=call("wipe", "w1", target="prod"), headers=h("agent-t")
+        ).json()
         call_id = sent["calls"][0]["call_id"]
         first = approve_shown(api, call_id, h("alice-t"))
         assert first.status_code == 200 and first.json()["status"] == "awaiting_approval"
@@ -285,9 +331,15 @@ def test_a_decision_signed_before_the_upgrade_is_refused(
     envelope = json.loads(r.hget(KEYS.call(call_id), "envelope"))
     # Version 1 bound neither the risk nor the submitter.
     payload = {
-        "call_id": call_id, "run_id": envelope["run_id"], "tool": "wipe",
-        "digest": digest_call(envelope["name"], envelope["arguments"]), "decision": "approve",
-        "approvers": ["alice"], "by": "alice", "ts": repr(time.time()), "v": 1,
+        "call_id": call_id,
+        "run_id": envelope["run_id"],
+        "tool": "wipe",
+        "digest": digest_call(envelope["name"], envelope["arguments"]),
+        "decision": "approve",
+        "approvers": ["alice"],
+        "by": "alice",
+        "ts": repr(time.time()),
+        "v": 1,
         "kind": "decision",
     }
     signed = {"payload": payload, "sig": Signer.from_text(pair.signing).signature(payload)}
@@ -305,14 +357,16 @@ def test_mode_auto_is_signed_only_for_an_approver_whatever_mode_redis_holds(
         with pytest.raises(NotAuthorizedError, match="not an approver"):
             client.approvals.set_rules("auto-run", mode="auto", by="mallory", principal="agent")
         assert client.approvals.rules("auto-run").signatures == {}
-        batch = client.dispatch(call("wipe", "a1", target="prod"), run_id="auto-run",
-                                principal="agent")
+        batch = client.dispatch(
+            call("wipe", "a1", target="prod"), run_id="auto-run", principal="agent"
+        )
         assert batch.calls[0].status is CallStatus.QUEUED  # the dispatcher read mode auto
         assert_refused(client, r, batch.call_ids[0], "carries no signed approval")
         # An approver may still set it, and then the run's calls go through.
         client.approvals.set_rules("auto-run", mode="auto", by="alice", principal="agent")
-        ok = client.dispatch(call("wipe", "a2", target="prod"), run_id="auto-run",
-                             principal="agent")
+        ok = client.dispatch(
+            call("wipe", "a2", target="prod"), run_id="auto-run", principal="agent"
+        )
         assert ok.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
 
 

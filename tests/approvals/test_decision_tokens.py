@@ -46,8 +46,11 @@ class Api:
 
     def dispatch(self, run_id: str, *calls: tuple[str, str, dict]) -> list[str]:
         body = [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
-        sent = httpx.post(f"{self.url}/v1/runs/{run_id}/calls", json=body,
-                          headers={"Authorization": "Bearer agent-t"})
+        sent = httpx.post(
+            f"{self.url}/v1/runs/{run_id}/calls",
+            json=body,
+            headers={"Authorization": "Bearer agent-t"},
+        )
         assert sent.status_code == 202, sent.text
         return [c["call_id"] for c in sent.json()["calls"]]
 
@@ -55,8 +58,9 @@ class Api:
         return ApprovalClient(self.url, token)
 
     def post(self, path: str, token: str, body: dict | None = None) -> httpx.Response:
-        return httpx.post(f"{self.url}{path}", json=body or {},
-                          headers={"Authorization": f"Bearer {token}"})
+        return httpx.post(
+            f"{self.url}{path}", json=body or {}, headers={"Authorization": f"Bearer {token}"}
+        )
 
 
 @pytest.fixture
@@ -72,8 +76,9 @@ def api(pair: Pair, inproc, r) -> Iterator[Api]:
 def wait_final(api: Api, call_id: str) -> dict:
     deadline = time.monotonic() + 30
     while True:
-        call = httpx.get(f"{api.url}/v1/calls/{call_id}",
-                         headers={"Authorization": "Bearer agent-t"}).json()
+        call = httpx.get(
+            f"{api.url}/v1/calls/{call_id}", headers={"Authorization": "Bearer agent-t"}
+        ).json()
         if call["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
             return call
         time.sleep(0.1)
@@ -104,8 +109,12 @@ def test_tokens_decide_as_their_approvers_and_count_once_each(api, r):
 
 def test_only_an_approver_of_the_calls_risk_and_tenant_gets_one(api):
     [call_id] = api.dispatch("dt-who", ("w", "wipe", {"target": "prod"}))
-    for token, code in [("agent-t", "forbidden"), ("safe-t", "forbidden"),
-                        ("self-t", "not_authorized"), ("acme-t", "not_owner")]:
+    for token, code in [
+        ("agent-t", "forbidden"),
+        ("safe-t", "forbidden"),
+        ("self-t", "not_authorized"),
+        ("acme-t", "not_owner"),
+    ]:
         refused = api.post(f"/v1/approvals/{call_id}/decision-token", token)
         assert refused.status_code == 403, (token, refused.text)
         assert refused.json()["error"]["code"] == code, (token, refused.text)

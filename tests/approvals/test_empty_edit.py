@@ -41,8 +41,9 @@ def api(pair: Pair, inproc, r) -> Iterator[str]:
 
 def dispatch(api: str, run_id: str, *calls: tuple[str, str, dict]) -> list[str]:
     body = [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
-    sent = httpx.post(f"{api}/v1/runs/{run_id}/calls", json=body,
-                      headers={"Authorization": "Bearer agent-t"})
+    sent = httpx.post(
+        f"{api}/v1/runs/{run_id}/calls", json=body, headers={"Authorization": "Bearer agent-t"}
+    )
     assert sent.status_code == 202, sent.text
     return [c["call_id"] for c in sent.json()["calls"]]
 
@@ -50,8 +51,9 @@ def dispatch(api: str, run_id: str, *calls: tuple[str, str, dict]) -> list[str]:
 def final(api: str, call_id: str) -> dict:
     deadline = time.monotonic() + 30
     while True:
-        call = httpx.get(f"{api}/v1/calls/{call_id}",
-                         headers={"Authorization": "Bearer agent-t"}).json()
+        call = httpx.get(
+            f"{api}/v1/calls/{call_id}", headers={"Authorization": "Bearer agent-t"}
+        ).json()
         if CallStatus(call["status"]).is_final or time.monotonic() > deadline:
             return call
         time.sleep(0.1)
@@ -104,9 +106,20 @@ def test_cli(api, r, pair, settings):
     def approve(call_id: str, *args: str) -> object:
         with ApprovalClient(api, "admin-t") as admin:
             digest = admin.get(call_id).digest
-        return toolq("approvals", "approve", call_id, "--by", "ops", "--app", "tests.apps:registry",
-                     "--digest", digest, *args, settings=settings,
-                     TOOLQ_APPROVAL_SIGNING_KEY=pair.signing)
+        return toolq(
+            "approvals",
+            "approve",
+            call_id,
+            "--by",
+            "ops",
+            "--app",
+            "tests.apps:registry",
+            "--digest",
+            digest,
+            *args,
+            settings=settings,
+            TOOLQ_APPROVAL_SIGNING_KEY=pair.signing,
+        )
 
     refused = approve(wipe, "--args", "{}")
     assert refused.returncode == 1 and "invalid arguments" in refused.stderr

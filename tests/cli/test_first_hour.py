@@ -216,8 +216,15 @@ def test_approvals_need_no_app_and_take_full_ids_prefixes_and_json(settings, wor
         assert unknown.returncode == 1 and "no call id" in unknown.stderr
         # These workers verify no approvals: an unsigned decision is one they run.
         approved = toolq(
-            "approvals", "approve", first[:8], "--by", "ops", "--unsigned",
-            "--digest", shown["digest"], redis_url=url,
+            "approvals",
+            "approve",
+            first[:8],
+            "--by",
+            "ops",
+            "--unsigned",
+            "--digest",
+            shown["digest"],
+            redis_url=url,
         )
         assert approved.returncode == 0, approved.stderr
         assert first in approved.stdout

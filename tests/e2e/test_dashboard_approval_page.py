@@ -53,13 +53,16 @@ def phone(api) -> Iterator[Any]:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
-        context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True,
-                                      device_scale_factor=2)
+        context = browser.new_context(
+            viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=2
+        )
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda msg: errors.append(msg.text)
-                if "Content Security Policy" in msg.text else None)
+        page.on(
+            "console",
+            lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+        )
         urls: list[str] = []
         page.on("request", lambda request: urls.append(request.url))
         yield page
@@ -96,8 +99,11 @@ def fits(page: Any) -> bool:
 def test_an_approver_reviews_and_approves_on_a_phone(api, phone, tmp_path):
     target = tmp_path / "notes.txt"
     target.write_text("line one\nline two\n")
-    [call_id] = dispatch(api, "run-phone", ("e1", "edit_file",
-                                            {"path": str(target), "content": "line one\nline 2\n"}))
+    [call_id] = dispatch(
+        api,
+        "run-phone",
+        ("e1", "edit_file", {"path": str(target), "content": "line one\nline 2\n"}),
+    )
     phone.goto(f"{api}/approve/{call_id}")
     expect(phone.locator("#login")).to_be_visible()
     phone.fill("#token", "alice-t")
@@ -162,8 +168,11 @@ def test_a_one_time_link_denies_with_a_reason_without_signing_in(api, phone):
     call = wait_status(api, call_id, "denied")
     assert call["error"] == "denied by alice: over the weekly limit"
     # spent: the same link decides nothing more
-    again = httpx.post(f"{api}/v1/decisions/{call_id}/approve", json={},
-                       headers={"Authorization": f"Bearer {token}"})
+    again = httpx.post(
+        f"{api}/v1/decisions/{call_id}/approve",
+        json={},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert again.status_code == 401
 
 

@@ -37,7 +37,9 @@ def documented_tokens() -> str:
     assert export, "the HTTP API guide lost its TOOLQ_API_TOKENS export"
     done = subprocess.run(
         ["bash", "-c", export.group(0) + '\nprintf %s "$TOOLQ_API_TOKENS"'],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout
 
@@ -71,8 +73,11 @@ def stack(settings, workers, tmp_path) -> Iterator[str]:
     }
     api = subprocess.Popen(
         [sys.executable, "-m", "toolq", "api", "--app", APP, "--port", str(port)],
-        env=environ, cwd=ROOT, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=environ,
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -62,12 +62,17 @@ def test_a_call_submitted_over_mcp_http_is_its_token_s_and_not_self_approvable(
         assert own.json()["error"]["code"] == "not_authorized"
         assert "self approval" in own.json()["error"]["message"]
         # Exactly as for the same call dispatched through the HTTP API.
-        sent = httpx.post(f"{api}/v1/runs/by-api/calls", headers=h("mallory-t"),
-                          json=[{"id": "w1", "name": "wipe", "arguments": {"target": "prod"}}])
+        sent = httpx.post(
+            f"{api}/v1/runs/by-api/calls",
+            headers=h("mallory-t"),
+            json=[{"id": "w1", "name": "wipe", "arguments": {"target": "prod"}}],
+        )
         twin = sent.json()["calls"][0]["call_id"]
         same = approve_shown(api, twin, h("mallory-t"))
         assert (same.status_code, same.json()["error"]["message"]) == (
-            403, own.json()["error"]["message"].replace(call_id, twin))
+            403,
+            own.json()["error"]["message"].replace(call_id, twin),
+        )
         assert r.hget(f"toolq:call:{call_id}", "status") == b"awaiting_approval"
         # Someone else may approve it, and it runs.
         other = approve_shown(api, call_id, h("alice-t"))

@@ -183,8 +183,20 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
     config.write_text(f"{users}\nuser test-admin on >{admin_password} ~* &* +@all\n")
     config.chmod(0o600)
     proc = subprocess.Popen(
-        [server.binary, str(config), "--port", str(server.port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--dir", server.dir],
+        [
+            server.binary,
+            str(config),
+            "--port",
+            str(server.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            server.dir,
+        ],
         stdout=subprocess.DEVNULL,
     )
     server.process = proc
@@ -211,8 +223,20 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
         "TOOLQ_LEASE_SECONDS": "2",
     }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "toolq", "worker", "--risk", "safe,moderate,dangerous",
-         "--pool", "threads", "--concurrency", "2", "--loglevel", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "toolq",
+            "worker",
+            "--risk",
+            "safe,moderate,dangerous",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "warning",
+        ],
         env={**env, "TOOLQ_REDIS_URL": worker_url},
         cwd=ROOT,
         start_new_session=True,
@@ -222,7 +246,9 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
         check = subprocess.run(
             [sys.executable, "-m", "toolq", "check"],
             env={**env, "TOOLQ_REDIS_URL": worker_url},
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         deadline = time.monotonic() + 30
         while check.returncode != 0:
@@ -232,7 +258,9 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
             check = subprocess.run(
                 [sys.executable, "-m", "toolq", "check"],
                 env={**env, "TOOLQ_REDIS_URL": worker_url},
-                capture_output=True, text=True, timeout=60,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         api_settings = Settings(redis_url=api_url)
         with toolq_api(api_settings, tmp_path / "api.log") as base:
@@ -244,8 +272,11 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
                     {"id": "e", "name": "echo", "arguments": {"text": "x"}},
                     {"id": "a", "name": "add", "arguments": {"a": 1, "b": 2}},
                     {"id": "c", "name": "countdown", "arguments": {"n": 2}},
-                    {"id": "f", "name": "edit_file",
-                     "arguments": {"path": str(target), "content": "new"}},
+                    {
+                        "id": "f",
+                        "name": "edit_file",
+                        "arguments": {"path": str(target), "content": "new"},
+                    },
                     {"id": "h", "name": "hurry", "arguments": {}},
                 ],
                 run_id="acl",
@@ -253,8 +284,9 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
             )
             echo, add, count, edit, hurry = batch.call_ids
             ticket = httpx.post(f"{base}/v1/runs/acl/events/ticket", headers=auth).json()
-            with httpx.stream("GET", f"{base}/v1/runs/acl/events",
-                              params={"ticket": ticket["ticket"]}, timeout=20) as stream:
+            with httpx.stream(
+                "GET", f"{base}/v1/runs/acl/events", params={"ticket": ticket["ticket"]}, timeout=20
+            ) as stream:
                 assert any(line.startswith("id: ") for line in stream.iter_lines())
             approved = approve_shown(base, edit, auth)
             assert approved.status_code == 200, approved.text
@@ -265,16 +297,21 @@ def test_documented_acl_users_run_a_worker_the_api_and_a_client(tmp_path):
             assert results[hurry].status.value == "expired"  # the workers' sweeper
             shown = httpx.get(f"{base}/v1/calls/{edit}/undo", headers=auth).json()
             undone = httpx.post(
-                f"{base}/v1/calls/{edit}/undo", headers=auth, timeout=30,
+                f"{base}/v1/calls/{edit}/undo",
+                headers=auth,
+                timeout=30,
                 json={"undo_digest": shown["undo_digest"]},
             )
             assert undone.status_code == 200 and target.read_text() == "old"
             via_api = httpx.post(
-                f"{base}/v1/runs/acl2/calls", headers=auth,
+                f"{base}/v1/runs/acl2/calls",
+                headers=auth,
                 json=[{"id": "w", "name": "wipe", "arguments": {"target": "t"}}],
             ).json()["calls"][0]["call_id"]
-            assert httpx.post(f"{base}/v1/calls/{via_api}/cancel", headers=auth).json()[
-                "status"] == "cancelled"
+            assert (
+                httpx.post(f"{base}/v1/calls/{via_api}/cancel", headers=auth).json()["status"]
+                == "cancelled"
+            )
             for path in ("/v1/overview", "/metrics", "/v1/approvals", "/v1/runs/acl/messages"):
                 assert httpx.get(f"{base}{path}", headers=auth).status_code == 200, path
             assert next(e.type.value for e in client.events("acl")) == "call.queued"

@@ -110,8 +110,13 @@ def test_resuming_before_anyone_decided_interrupts_again(client, approvers, r):
 
 @pytest.mark.parametrize(
     "answer",
-    [Approve(arguments={}), Approve(arguments={"target": "staging"}), Approve(always=True),
-     {"kind": "approve", "arguments": {}}, Deny(reason="no", always=True)],
+    [
+        Approve(arguments={}),
+        Approve(arguments={"target": "staging"}),
+        Approve(always=True),
+        {"kind": "approve", "arguments": {}},
+        Deny(reason="no", always=True),
+    ],
     ids=["empty-edit", "edit", "always", "empty-edit-dict", "deny-always"],
 )
 def test_a_resume_value_cannot_decide_or_edit(client, approvers, r, answer):
@@ -138,11 +143,13 @@ def test_a_reused_call_id_is_an_error_the_model_reads(client, approvers, r):
         [{"id": "lc-dup", "name": "wipe", "arguments": {"target": "prod"}}], run_id="lc-dup-run"
     ).call_ids[0]
     echo, wipe = toolq_tools(client, run_id="lc-dup-run", tools=["echo", "wipe"])
-    reused = echo.invoke({"name": "echo", "args": {"text": "hi"}, "id": "lc-dup",
-                          "type": "tool_call"})
+    reused = echo.invoke(
+        {"name": "echo", "args": {"text": "hi"}, "id": "lc-dup", "type": "tool_call"}
+    )
     assert reused.status == "error" and "already names another call" in reused.content
-    other = wipe.invoke({"name": "wipe", "args": {"target": "dev"}, "id": "lc-dup",
-                         "type": "tool_call"})
+    other = wipe.invoke(
+        {"name": "wipe", "args": {"target": "dev"}, "id": "lc-dup", "type": "tool_call"}
+    )
     assert other.status == "error" and "already names another call" in other.content
     assert [res.call_id for res in client.results("lc-dup-run")] == [parked]
     assert client.result(parked).status is CallStatus.AWAITING_APPROVAL

@@ -167,23 +167,28 @@ class ReusingModel(Model):
     run of the same conversation, its history kept by the provider), calls the ungated echo
     under the same id ``c1``. Once it read an output, answers with the outputs it read."""
 
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
-                           **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
         items = input if isinstance(input, list) else [{"role": "user", "content": input}]
         outputs = [
-            item["output"] for item in items
+            item["output"]
+            for item in items
             if isinstance(item, dict) and item.get("type") == "function_call_output"
         ]
         if outputs:
             text = ResponseOutputText(type="output_text", text=json.dumps(outputs), annotations=[])
-            message = ResponseOutputMessage(type="message", id="m", role="assistant",
-                                            status="completed", content=[text])
+            message = ResponseOutputMessage(
+                type="message", id="m", role="assistant", status="completed", content=[text]
+            )
             return ModelResponse(output=[message], usage=Usage(), response_id=None)
         asked = [item.get("content") for item in items if isinstance(item, dict)]
-        name, arguments = ("wipe", {"target": "victim"}) if "clean up" in asked else (
-            "echo", {"text": "hi"})
-        call = ResponseFunctionToolCall(type="function_call", call_id="c1", name=name,
-                                        arguments=json.dumps(arguments), id="fc1")
+        name, arguments = (
+            ("wipe", {"target": "victim"}) if "clean up" in asked else ("echo", {"text": "hi"})
+        )
+        call = ResponseFunctionToolCall(
+            type="function_call", call_id="c1", name=name, arguments=json.dumps(arguments), id="fc1"
+        )
         return ModelResponse(output=[call], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:

@@ -206,8 +206,11 @@ def reuse_model(second_turn: ToolCallPart) -> FunctionModel:
 
     def model(messages, info) -> ModelResponse:
         returned = [
-            p for m in messages if isinstance(m, ModelRequest)
-            for p in m.parts if isinstance(p, ToolReturnPart)
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
         ]
         if returned:
             read = {p.tool_call_id: [p.outcome, p.model_response_str()] for p in returned}

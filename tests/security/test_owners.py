@@ -56,8 +56,9 @@ def calls(*items: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def post(api: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
-    return httpx.post(f"{api}{path}", headers={**h(token), **kwargs.pop("headers", {})},
-                      timeout=30, **kwargs)
+    return httpx.post(
+        f"{api}{path}", headers={**h(token), **kwargs.pop("headers", {})}, timeout=30, **kwargs
+    )
 
 
 def call(api: str, call_id: str) -> dict[str, Any]:
@@ -70,7 +71,12 @@ def call(api: str, call_id: str) -> dict[str, Any]:
 def settle(api: str, call_id: str, timeout: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while (data := call(api, call_id))["status"] not in (
-        "succeeded", "failed", "denied", "cancelled", "expired", "timeout"
+        "succeeded",
+        "failed",
+        "denied",
+        "cancelled",
+        "expired",
+        "timeout",
     ):
         assert time.monotonic() < deadline, f"call {call_id} still {data['status']}"
         time.sleep(0.1)
@@ -96,9 +102,15 @@ def test_intruder_cannot_dispatch_into_or_cancel_anothers_run_nor_undo_its_calls
     api, inproc, r, settings
 ):
     inproc.start()
-    made = post(api, "/v1/runs/victim/calls", "owner-t",
-                json=calls(("d1", "deploy", {"service": "api", "replicas": 2}),
-                           ("d2", "deploy", {"service": "db", "replicas": 1})))
+    made = post(
+        api,
+        "/v1/runs/victim/calls",
+        "owner-t",
+        json=calls(
+            ("d1", "deploy", {"service": "api", "replicas": 2}),
+            ("d2", "deploy", {"service": "db", "replicas": 1}),
+        ),
+    )
     assert made.status_code == 202, made.text
     d1, d2 = (c["call_id"] for c in made.json()["calls"])
     assert call(api, d1)["status"] == "awaiting_approval"
@@ -108,8 +120,12 @@ def test_intruder_cannot_dispatch_into_or_cancel_anothers_run_nor_undo_its_calls
         return set(r.keys("toolq:call:*")) | set(r.keys("toolq:idem:*"))
 
     keys_before = records()
-    into = post(api, "/v1/runs/victim/calls", "intruder-t",
-                json=calls(("x1", "deploy", {"service": "api", "replicas": 20})))
+    into = post(
+        api,
+        "/v1/runs/victim/calls",
+        "intruder-t",
+        json=calls(("x1", "deploy", {"service": "api", "replicas": 20})),
+    )
     assert into.status_code == 403 and into.json()["error"]["code"] == "not_owner"
     listed = httpx.get(f"{api}/v1/runs/victim/calls", headers=h("alice-t")).json()
     assert [c["call_id"] for c in listed] == [d1, d2]
@@ -155,26 +171,43 @@ def test_intruder_cannot_dispatch_into_or_cancel_anothers_run_nor_undo_its_calls
 
 def test_preclaimed_provider_call_id_does_not_capture_the_owners_call(api, inproc, r):
     inproc.start()
-    first = post(api, "/v1/runs/victim/calls", "owner-t",
-                 json=calls(("c0", "echo", {"text": "owner first"})))
+    first = post(
+        api, "/v1/runs/victim/calls", "owner-t", json=calls(("c0", "echo", {"text": "owner first"}))
+    )
     assert first.status_code == 202
     # The intruder tries to claim the id the owner's model will use next.
-    grab = post(api, "/v1/runs/victim/calls", "intruder-t",
-                json=calls(("c1", "echo", {"text": "intruder output"})))
+    grab = post(
+        api,
+        "/v1/runs/victim/calls",
+        "intruder-t",
+        json=calls(("c1", "echo", {"text": "intruder output"})),
+    )
     assert grab.status_code == 403
     # Even a principal allowed into the run (an admin) claims that id only for itself.
-    admin = post(api, "/v1/runs/victim/calls", "admin-t",
-                 json=calls(("c1", "echo", {"text": "admin output"})))
+    admin = post(
+        api,
+        "/v1/runs/victim/calls",
+        "admin-t",
+        json=calls(("c1", "echo", {"text": "admin output"})),
+    )
     assert admin.status_code == 202 and admin.json()["calls"][0]["duplicate"] is False
-    mine = post(api, "/v1/runs/victim/calls", "owner-t",
-                json=calls(("c1", "deploy", {"service": "web", "replicas": 3})))
+    mine = post(
+        api,
+        "/v1/runs/victim/calls",
+        "owner-t",
+        json=calls(("c1", "deploy", {"service": "web", "replicas": 3})),
+    )
     assert mine.status_code == 202
     ref = mine.json()["calls"][0]
     assert ref["duplicate"] is False and ref["status"] == "awaiting_approval"
     assert ref["call_id"] != admin.json()["calls"][0]["call_id"]
     # A retry of the owner's own dispatch still returns the same call.
-    again = post(api, "/v1/runs/victim/calls", "owner-t",
-                 json=calls(("c1", "deploy", {"service": "web", "replicas": 3})))
+    again = post(
+        api,
+        "/v1/runs/victim/calls",
+        "owner-t",
+        json=calls(("c1", "deploy", {"service": "web", "replicas": 3})),
+    )
     assert again.json()["calls"][0] == {**ref, "duplicate": True}
     assert approve_shown(api, ref["call_id"], h("alice-t")).status_code == 200
     assert settle(api, ref["call_id"])["output"] == "deployed web x3"
@@ -183,22 +216,39 @@ def test_preclaimed_provider_call_id_does_not_capture_the_owners_call(api, inpro
 
 def test_separator_collisions_create_both_calls(api, r):
     # Before: run "victimrun:call:x" + id "y" and run "victimrun" + id "x:call:y" shared a key.
-    attacker = post(api, "/v1/runs/victimrun:call:x/calls", "intruder-t",
-                    json=calls(("y", "echo", {"text": "attacker output"})))
+    attacker = post(
+        api,
+        "/v1/runs/victimrun:call:x/calls",
+        "intruder-t",
+        json=calls(("y", "echo", {"text": "attacker output"})),
+    )
     assert attacker.status_code == 202
-    victim = post(api, "/v1/runs/victimrun/calls", "owner-t",
-                  json=calls(("x:call:y", "deploy", {"service": "api", "replicas": 1})))
+    victim = post(
+        api,
+        "/v1/runs/victimrun/calls",
+        "owner-t",
+        json=calls(("x:call:y", "deploy", {"service": "api", "replicas": 1})),
+    )
     ref = victim.json()["calls"][0]
     assert ref["duplicate"] is False and ref["status"] == "awaiting_approval"
     assert ref["call_id"] != attacker.json()["calls"][0]["call_id"]
     assert call(api, ref["call_id"])["name"] == "deploy"
 
     # The same with Idempotency-Key (stored as "client:<key>:<position>").
-    attacker = post(api, "/v1/runs/vr:client:k/calls", "intruder-t",
-                    headers={"Idempotency-Key": "z"},
-                    json=calls(("a", "echo", {"text": "attacker output"})))
-    victim = post(api, "/v1/runs/vr/calls", "owner-t", headers={"Idempotency-Key": "k:client:z"},
-                  json=calls(("b", "deploy", {"service": "api", "replicas": 1})))
+    attacker = post(
+        api,
+        "/v1/runs/vr:client:k/calls",
+        "intruder-t",
+        headers={"Idempotency-Key": "z"},
+        json=calls(("a", "echo", {"text": "attacker output"})),
+    )
+    victim = post(
+        api,
+        "/v1/runs/vr/calls",
+        "owner-t",
+        headers={"Idempotency-Key": "k:client:z"},
+        json=calls(("b", "deploy", {"service": "api", "replicas": 1})),
+    )
     ref = victim.json()["calls"][0]
     assert ref["duplicate"] is False and ref["status"] == "awaiting_approval"
     assert ref["call_id"] != attacker.json()["calls"][0]["call_id"]
@@ -218,23 +268,39 @@ def test_idempotency_keys_cannot_collide_for_one_owner(client, r):
 
 def test_always_approve_applies_only_to_the_owners_calls(api, inproc, r):
     inproc.start()
-    first = post(api, "/v1/runs/sticky/calls", "owner-t",
-                 json=calls(("d1", "deploy", {"service": "api", "replicas": 2})))
+    first = post(
+        api,
+        "/v1/runs/sticky/calls",
+        "owner-t",
+        json=calls(("d1", "deploy", {"service": "api", "replicas": 2})),
+    )
     d1 = first.json()["calls"][0]["call_id"]
     assert approve_shown(api, d1, h("alice-t"), always=True).status_code == 200
     settle(api, d1)
     # The intruder cannot ride the rule: its dispatch is refused outright.
-    ride = post(api, "/v1/runs/sticky/calls", "intruder-t",
-                json=calls(("d2", "deploy", {"service": "api", "replicas": 20})))
+    ride = post(
+        api,
+        "/v1/runs/sticky/calls",
+        "intruder-t",
+        json=calls(("d2", "deploy", {"service": "api", "replicas": 20})),
+    )
     assert ride.status_code == 403
     # A principal allowed into the run (an admin) does not get the owner's rule either.
-    admin = post(api, "/v1/runs/sticky/calls", "admin-t",
-                 json=calls(("d3", "deploy", {"service": "api", "replicas": 20})))
+    admin = post(
+        api,
+        "/v1/runs/sticky/calls",
+        "admin-t",
+        json=calls(("d3", "deploy", {"service": "api", "replicas": 20})),
+    )
     a3 = admin.json()["calls"][0]
     assert a3["status"] == "awaiting_approval"
     # The owner's next deploy is approved by the rule and runs.
-    again = post(api, "/v1/runs/sticky/calls", "owner-t",
-                 json=calls(("d4", "deploy", {"service": "api", "replicas": 3})))
+    again = post(
+        api,
+        "/v1/runs/sticky/calls",
+        "owner-t",
+        json=calls(("d4", "deploy", {"service": "api", "replicas": 3})),
+    )
     d4 = again.json()["calls"][0]
     assert d4["status"] == "queued"
     assert settle(api, d4["call_id"])["output"] == "deployed api x3"
@@ -246,8 +312,12 @@ def test_always_approve_applies_only_to_the_owners_calls(api, inproc, r):
 
 
 def test_rules_change_by_a_non_owner_is_refused(api, client, settings):
-    made = post(api, "/v1/runs/ruled/calls", "owner-t",
-                json=calls(("d1", "deploy", {"service": "api", "replicas": 2})))
+    made = post(
+        api,
+        "/v1/runs/ruled/calls",
+        "owner-t",
+        json=calls(("d1", "deploy", {"service": "api", "replicas": 2})),
+    )
     assert made.status_code == 202
     with pytest.raises(NotRunOwnerError):
         client.approvals.set_rules("ruled", mode="auto", principal="mallory")
@@ -257,8 +327,12 @@ def test_rules_change_by_a_non_owner_is_refused(api, client, settings):
     assert client.approvals.rules("ruled").always_approve == []
     # Rules left on a run before it exists make their setter its owner.
     client.approvals.set_rules("future", mode="auto", principal="mallory", by="alice")
-    late = post(api, "/v1/runs/future/calls", "owner-t",
-                json=calls(("d1", "deploy", {"service": "api", "replicas": 2})))
+    late = post(
+        api,
+        "/v1/runs/future/calls",
+        "owner-t",
+        json=calls(("d1", "deploy", {"service": "api", "replicas": 2})),
+    )
     assert late.status_code == 403 and late.json()["error"]["code"] == "not_owner"
     assert client.store.run_call_ids("future") == []
     # Owner and admin may.
@@ -284,10 +358,16 @@ def test_library_runs_without_principals_keep_working(client, inproc):
 def test_raising_predicate_fails_only_its_call(api, inproc, r):
     inproc.start()
     # The approvals guide's predicate `lambda a: a["amount"] > 100` meets the string "5000".
-    made = post(api, "/v1/runs/pay/calls", "owner-t",
-                json=calls(("t1", "transfer", {"amount": "5000"}),
-                           ("t2", "transfer", {"amount": 5}),
-                           ("e1", "echo", {"text": "still here"})))
+    made = post(
+        api,
+        "/v1/runs/pay/calls",
+        "owner-t",
+        json=calls(
+            ("t1", "transfer", {"amount": "5000"}),
+            ("t2", "transfer", {"amount": 5}),
+            ("e1", "echo", {"text": "still here"}),
+        ),
+    )
     assert made.status_code == 202, made.text
     t1, t2, e1 = (c["call_id"] for c in made.json()["calls"])
     bad = settle(api, t1)
@@ -334,8 +414,12 @@ def metric(api: str, name: str) -> float:
 
 
 def test_refused_reads_are_counted_and_audited_once_per_target_and_minute(api, r, settings):
-    made = post(api, "/v1/runs/acme-run/calls", "acme-t",
-                json=calls(*((f"e{i}", "echo", {"text": str(i)}) for i in range(25))))
+    made = post(
+        api,
+        "/v1/runs/acme-run/calls",
+        "acme-t",
+        json=calls(*((f"e{i}", "echo", {"text": str(i)}) for i in range(25))),
+    )
     assert made.status_code == 202, made.text
     first, *others = [c["call_id"] for c in made.json()["calls"]]
 

@@ -110,9 +110,7 @@ def fp(secret: str) -> str:
 def wait_final(api: str, call_ids: list[str], timeout: float = 30) -> dict[str, dict]:  # noqa: F811
     deadline = time.monotonic() + timeout
     while True:
-        got = {
-            c: httpx.get(f"{api}/v1/calls/{c}", headers=h("view-t")).json() for c in call_ids
-        }
+        got = {c: httpx.get(f"{api}/v1/calls/{c}", headers=h("view-t")).json() for c in call_ids}
         if all(g["status"] in FINAL for g in got.values()):
             return got
         assert time.monotonic() < deadline, got
@@ -359,8 +357,16 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
         "headers": {"Authorization": "**********"},
     }
     approved = toolq(
-        "approvals", "approve", call_id, "--by", "ops", "--args", json.dumps(edited),
-        settings=settings, TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0], **env,
+        "approvals",
+        "approve",
+        call_id,
+        "--by",
+        "ops",
+        "--args",
+        json.dumps(edited),
+        settings=settings,
+        TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0],
+        **env,
     )
     assert approved.returncode == 0, approved.stderr
     waited = toolq(

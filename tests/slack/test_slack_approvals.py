@@ -79,14 +79,18 @@ class Stack:
 
     def dispatch(self, run_id: str, *calls: tuple[str, str, dict]) -> list[str]:
         body = [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
-        sent = httpx.post(f"{self.api}/v1/runs/{run_id}/calls", json=body,
-                          headers={"Authorization": "Bearer agent-t"})
+        sent = httpx.post(
+            f"{self.api}/v1/runs/{run_id}/calls",
+            json=body,
+            headers={"Authorization": "Bearer agent-t"},
+        )
         assert sent.status_code == 202, sent.text
         return [c["call_id"] for c in sent.json()["calls"]]
 
     def call(self, call_id: str) -> dict[str, Any]:
-        got = httpx.get(f"{self.api}/v1/calls/{call_id}",
-                        headers={"Authorization": "Bearer agent-t"})
+        got = httpx.get(
+            f"{self.api}/v1/calls/{call_id}", headers={"Authorization": "Bearer agent-t"}
+        )
         assert got.status_code == 200, got.text
         return got.json()
 
@@ -116,14 +120,21 @@ class Stack:
         return out
 
 
-def build(slack: FakeSlack, pair: Pair, inproc: InProcess, r: redis.Redis,
-          routes: list[dict[str, Any]] | None = None, **api_settings: Any) -> Iterator[Stack]:
+def build(
+    slack: FakeSlack,
+    pair: Pair,
+    inproc: InProcess,
+    r: redis.Redis,
+    routes: list[dict[str, Any]] | None = None,
+    **api_settings: Any,
+) -> Iterator[Stack]:
     from tests.apps import registry
 
     env = slack_env(slack, routes)
     inproc.start(env=env, approval_verify_keys=pair.verify)
-    settings = settings_with_env(make_settings(approval_signing_key=pair.signing, **api_settings),
-                                 env)
+    settings = settings_with_env(
+        make_settings(approval_signing_key=pair.signing, **api_settings), env
+    )
     for url in serve(create_app(settings, registry, tokens=TOKENS)):
         yield Stack(url, slack, pair, r)
 
@@ -155,8 +166,9 @@ def test_parked_call_posts_its_facts_masked_with_buttons(stack: Stack):
     assert "<!channel>" not in shown and "<evil" not in shown
     assert "&lt;!channel&gt;" in shown
     approve = json.loads(value_of(sent, "toolq.approve"))
-    request = httpx.get(f"{stack.api}/v1/approvals/{call_id}",
-                        headers={"Authorization": "Bearer alice-t"}).json()
+    request = httpx.get(
+        f"{stack.api}/v1/approvals/{call_id}", headers={"Authorization": "Bearer alice-t"}
+    ).json()
     assert approve == {"call": call_id, "digest": request["digest"]}
     assert value_of(sent, "toolq.deny") == value_of(sent, "toolq.approve")
     assert button(body["blocks"], "toolq.open")["url"] == f"{PUBLIC}/approve/{call_id}"
@@ -165,8 +177,9 @@ def test_parked_call_posts_its_facts_masked_with_buttons(stack: Stack):
 def test_approve_from_slack_signs_audits_runs_and_updates_the_message(stack: Stack):
     [call_id] = stack.dispatch("run-approve", ("w1", "wipe", {"target": "db"}))
     sent = stack.message(call_id)
-    answered = interact(stack.api, press("toolq.approve", value_of(sent, "toolq.approve"),
-                                         "UALICE"))
+    answered = interact(
+        stack.api, press("toolq.approve", value_of(sent, "toolq.approve"), "UALICE")
+    )
     assert answered.status_code == 200, answered.text
     call = stack.wait_status(call_id, "succeeded")
     assert call["output"] == "wiped db" or executions(stack.r, call_id) == 1
@@ -231,7 +244,8 @@ def test_unmapped_underprivileged_and_self_approving_users_are_refused(stack: St
     assert stack.call(call_id)["status"] == "awaiting_approval"
     # refusals the API audits for its own routes too
     assert [(e["by"], e["outcome"]) for e in stack.audit(call_id)] == [
-        ("agent", "refused:self_approval"), ("acme-ops", "refused:not_owner"),
+        ("agent", "refused:self_approval"),
+        ("acme-ops", "refused:not_owner"),
     ]
 
 
@@ -243,9 +257,11 @@ def test_forged_stale_and_tampered_interactions_are_refused(stack: Stack):
     stale = interact(stack.api, payload, timestamp=int(time.time()) - 6 * 60)
     future = interact(stack.api, payload, timestamp=int(time.time()) + 6 * 60)
     tampered = interact(stack.api, payload, tamper=True)
-    unsigned = httpx.post(f"{stack.api}/v1/slack/interactions",
-                          content=b"payload=%7B%7D",
-                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    unsigned = httpx.post(
+        f"{stack.api}/v1/slack/interactions",
+        content=b"payload=%7B%7D",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     for refused in (forged, stale, future, tampered, unsigned):
         assert refused.status_code == 401, refused.text
         assert refused.json()["error"]["code"] == "unauthenticated"
@@ -255,10 +271,14 @@ def test_forged_stale_and_tampered_interactions_are_refused(stack: Stack):
     from tests.slack.conftest import slack_signature
 
     stamp = str(int(time.time()))
-    garbage = httpx.post(f"{stack.api}/v1/slack/interactions", content=b"payload=not-json",
-                         headers={"X-Slack-Request-Timestamp": stamp,
-                                  "X-Slack-Signature": slack_signature(SIGNING_SECRET, stamp,
-                                                                       b"payload=not-json")})
+    garbage = httpx.post(
+        f"{stack.api}/v1/slack/interactions",
+        content=b"payload=not-json",
+        headers={
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": slack_signature(SIGNING_SECRET, stamp, b"payload=not-json"),
+        },
+    )
     assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "invalid_payload"
 
 
@@ -271,8 +291,9 @@ def test_a_decision_in_the_dashboard_updates_the_slack_message(stack: Stack):
     assert "Approved by `alice`" in text_of(update.body["blocks"])
     stack.wait_status(call_id, "succeeded")
     # a button pressed on the old message after that is told, and decides nothing more
-    stale = interact(stack.api, press("toolq.approve", value_of(stack.message(call_id),
-                                                                 "toolq.approve"), "UBOB"))
+    stale = interact(
+        stack.api, press("toolq.approve", value_of(stack.message(call_id), "toolq.approve"), "UBOB")
+    )
     assert stale.status_code == 200
     [told] = stack.slack.wait("chat.postEphemeral", user="UBOB")
     assert "not awaiting approval" in told.body["text"]
@@ -290,10 +311,16 @@ def test_slack_rate_limits_are_waited_out(stack: Stack):
 
 @pytest.fixture
 def chased(slack: FakeSlack, inproc: InProcess, r: redis.Redis) -> Iterator[Stack]:
-    routes = [{
-        "channel": APPROVERS, "risks": ["dangerous"], "remind_before": 3.5,
-        "escalate_after": 1.5, "escalate_channel": ONCALL, "escalate_mention": "S0ONCALL",
-    }]
+    routes = [
+        {
+            "channel": APPROVERS,
+            "risks": ["dangerous"],
+            "remind_before": 3.5,
+            "escalate_after": 1.5,
+            "escalate_channel": ONCALL,
+            "escalate_mention": "S0ONCALL",
+        }
+    ]
     yield from build(slack, Pair(), inproc, r, routes, approval_timeout=5.0)
 
 
@@ -328,8 +355,9 @@ def test_decided_in_time_nothing_is_chased(chased: Stack):
 
 
 def test_low_risk_calls_come_in_one_digest_approved_all_at_once(stack: Stack):
-    ids = stack.dispatch("run-digest", *[(f"t{i}", "transfer", {"amount": 200 + i})
-                                         for i in range(3)])
+    ids = stack.dispatch(
+        "run-digest", *[(f"t{i}", "transfer", {"amount": 200 + i}) for i in range(3)]
+    )
     [digest] = stack.slack.wait("chat.postMessage", channel=LOW)
     time.sleep(1.5)
     assert len(stack.slack.of("chat.postMessage", channel=LOW)) == 1  # one message, not three
@@ -339,8 +367,9 @@ def test_low_risk_calls_come_in_one_digest_approved_all_at_once(stack: Stack):
     listed = json.loads(approve_all["value"])
     assert sorted(c for c, _ in listed["calls"]) == sorted(ids)
     # a moderate approver only: every call is decided as carol, one by one
-    answered = interact(stack.api, press("toolq.approve_run", approve_all["value"], "UCAROL",
-                                         channel=LOW))
+    answered = interact(
+        stack.api, press("toolq.approve_run", approve_all["value"], "UCAROL", channel=LOW)
+    )
     assert answered.status_code == 200
     for call_id in ids:
         stack.wait_status(call_id, "succeeded")
@@ -351,9 +380,12 @@ def test_low_risk_calls_come_in_one_digest_approved_all_at_once(stack: Stack):
     assert told.body["text"].count("You approved") == 3
     updates = stack.slack.wait("chat.update", count=3, channel=LOW)
     assert button(updates[-1].body["blocks"], "toolq.approve_run") is None
-    assert text_of(updates[-1].body["blocks"]).count("*queued*") + text_of(
-        updates[-1].body["blocks"]).count("*succeeded*") + text_of(
-        updates[-1].body["blocks"]).count("*running*") == 3
+    assert (
+        text_of(updates[-1].body["blocks"]).count("*queued*")
+        + text_of(updates[-1].body["blocks"]).count("*succeeded*")
+        + text_of(updates[-1].body["blocks"]).count("*running*")
+        == 3
+    )
 
 
 def test_approve_all_decides_only_the_calls_shown(stack: Stack):
@@ -388,8 +420,11 @@ def test_open_gives_an_approver_a_one_time_link_that_decides_as_them(stack: Stac
     assert prefix in text
     token = text.split(prefix, 1)[1].split("|", 1)[0]
     assert token.startswith("tqd_")
-    decided = httpx.post(f"{stack.api}/v1/decisions/{call_id}/approve", json={},
-                         headers={"Authorization": f"Bearer {token}"})
+    decided = httpx.post(
+        f"{stack.api}/v1/decisions/{call_id}/approve",
+        json={},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert decided.status_code == 200, decided.text
     stack.wait_status(call_id, "succeeded")
     assert [(e["by"], e["outcome"]) for e in stack.audit(call_id)] == [("alice", "approved")]
@@ -403,7 +438,8 @@ def quorum(slack: FakeSlack, inproc: InProcess, r: redis.Redis) -> Iterator[Stac
     env = slack_env(slack)
     inproc.start(env=env, approval_verify_keys=pair.verify, dangerous_approvals=2)
     settings = settings_with_env(
-        make_settings(approval_signing_key=pair.signing, dangerous_approvals=2), env)
+        make_settings(approval_signing_key=pair.signing, dangerous_approvals=2), env
+    )
     for url in serve(create_app(settings, registry, tokens=TOKENS)):
         yield Stack(url, slack, pair, r)
 

@@ -106,8 +106,11 @@ def test_a_bound_token_cannot_name_another_tenant(api: TestClient, r: redis.Redi
     assert "bound to tenant 'acme'" in response.json()["error"]["message"]
     assert set(r.keys("toolq:call:*")) == before
     # naming its own tenant is fine
-    own = api.post("/v1/runs/r1/calls?tenant=acme", headers=h("acme-t"),
-                   json=calls(("c", "free", {"text": "x"})))
+    own = api.post(
+        "/v1/runs/r1/calls?tenant=acme",
+        headers=h("acme-t"),
+        json=calls(("c", "free", {"text": "x"})),
+    )
     assert own.status_code == 202 and own.json()["tenant"] == "acme"
 
 
@@ -122,25 +125,37 @@ def test_an_unbound_token_names_the_tenant_in_the_body(api: TestClient):
     assert made.json()["calls"][0]["status"] == "queued"
     call_id = made.json()["calls"][0]["call_id"]
     assert api.get(f"/v1/calls/{call_id}", headers=h("free-t")).json()["tenant"] == "globex"
-    bad = api.post("/v1/runs/free-run2/calls?tenant=no%20spaces", headers=h("free-t"),
-                   json=calls(("c", "free", {"text": "x"})))
+    bad = api.post(
+        "/v1/runs/free-run2/calls?tenant=no%20spaces",
+        headers=h("free-t"),
+        json=calls(("c", "free", {"text": "x"})),
+    )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_tenant"
 
 
 def test_another_tenant_cannot_dispatch_into_the_run(api: TestClient, acme_run, r: redis.Redis):
     listed_before = r.lrange(Keys().run_calls("acme-run"), 0, -1)
     for token in ("globex-t", "globex-admin-t"):
-        into = api.post("/v1/runs/acme-run/calls", headers=h(token),
-                        json=calls(("x", "free", {"text": "x"})))
+        into = api.post(
+            "/v1/runs/acme-run/calls", headers=h(token), json=calls(("x", "free", {"text": "x"}))
+        )
         refused(into)
         assert "belongs to another tenant" in into.json()["error"]["message"]
     # An unbound admin acting for another tenant: a run belongs to one tenant.
-    refused(api.post("/v1/runs/acme-run/calls?tenant=globex", headers=h("root-t"),
-                     json=calls(("x", "free", {"text": "x"}))))
+    refused(
+        api.post(
+            "/v1/runs/acme-run/calls?tenant=globex",
+            headers=h("root-t"),
+            json=calls(("x", "free", {"text": "x"})),
+        )
+    )
     assert r.lrange(Keys().run_calls("acme-run"), 0, -1) == listed_before
     # ... for the run's own tenant it may, as it may for any principal's run
-    ok = api.post("/v1/runs/acme-run/calls?tenant=acme", headers=h("root-t"),
-                  json=calls(("x", "free", {"text": "x"})))
+    ok = api.post(
+        "/v1/runs/acme-run/calls?tenant=acme",
+        headers=h("root-t"),
+        json=calls(("x", "free", {"text": "x"})),
+    )
     assert ok.status_code == 202, ok.text
 
 
@@ -182,8 +197,9 @@ def test_another_tenant_cannot_decide_cancel_or_undo(api: TestClient, acme_run, 
 
 
 def test_pending_approvals_show_a_bound_viewer_its_tenant_only(api: TestClient, acme_run):
-    gx = api.post("/v1/runs/gx-run/calls", headers=h("globex-t"),
-                  json=calls(("g", "gated", {"target": "x"})))
+    gx = api.post(
+        "/v1/runs/gx-run/calls", headers=h("globex-t"), json=calls(("g", "gated", {"target": "x"}))
+    )
     gx_call = gx.json()["calls"][0]["call_id"]
 
     def pending(token: str) -> set[str]:
@@ -203,8 +219,9 @@ def test_pending_approvals_show_a_bound_viewer_its_tenant_only(api: TestClient, 
 
 
 def test_the_overview_shows_a_bound_viewer_its_tenant_only(api: TestClient, acme_run):
-    api.post("/v1/runs/gx-run/calls", headers=h("globex-t"),
-             json=calls(("f", "free", {"text": "x"})))
+    api.post(
+        "/v1/runs/gx-run/calls", headers=h("globex-t"), json=calls(("f", "free", {"text": "x"}))
+    )
     rows = api.get("/v1/overview", headers=h("acme-t")).json()["calls"]
     assert rows and {row["tenant"] for row in rows} == {"acme"}
     everyone = api.get("/v1/overview", headers=h("root-t")).json()["calls"]
@@ -212,8 +229,11 @@ def test_the_overview_shows_a_bound_viewer_its_tenant_only(api: TestClient, acme
 
 
 def test_tenants_endpoint(api: TestClient, acme_run):
-    walk = api.post("/v1/runs/other/calls", headers=h("free-t"),
-                    json=openai_message("walkin", "f", "free", text="x"))
+    walk = api.post(
+        "/v1/runs/other/calls",
+        headers=h("free-t"),
+        json=openai_message("walkin", "f", "free", text="x"),
+    )
     assert walk.status_code == 202, walk.text
     mine = api.get("/v1/tenants", headers=h("acme-t"))
     assert mine.status_code == 200, mine.text
@@ -224,9 +244,14 @@ def test_tenants_endpoint(api: TestClient, acme_run):
     budget = acme["budget"]
     assert (budget["limit"], budget["used"], budget["left"], budget["per"]) == (5, 2, 3, "day")
     tools = {t["name"]: t for t in mine.json()["tools"]}
-    assert tools["limited"] == {"name": "limited", "concurrency": 2, "rate_limit": "10/1s",
-                                "cost": 2.0, "cost_function": False,
-                                "use": {"slots_held": 0, "recent_starts": 0}}
+    assert tools["limited"] == {
+        "name": "limited",
+        "concurrency": 2,
+        "rate_limit": "10/1s",
+        "cost": 2.0,
+        "cost_function": False,
+        "use": {"slots_held": 0, "recent_starts": 0},
+    }
     assert tools["printed"]["use"] is None  # no limits: nothing to use
     assert tools["printed"]["cost"] is None and tools["printed"]["cost_function"]
 
@@ -240,8 +265,11 @@ def test_tenants_endpoint(api: TestClient, acme_run):
 
 def test_metrics_label_named_tenants_and_count_the_rest_as_other(api: TestClient, acme_run):
     for n, tenant in enumerate(("walkin-1", "walkin-2", "walkin-3")):
-        made = api.post(f"/v1/runs/w{n}/calls?tenant={tenant}", headers=h("free-t"),
-                        json=calls(("f", "free", {"text": "x"})))
+        made = api.post(
+            f"/v1/runs/w{n}/calls?tenant={tenant}",
+            headers=h("free-t"),
+            json=calls(("f", "free", {"text": "x"})),
+        )
         assert made.status_code == 202, made.text
     refused(api.get("/metrics", headers=h("acme-t")), "forbidden")
     text = api.get("/metrics", headers=h("root-t")).text
