@@ -351,6 +351,10 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
     listed = toolq("approvals", "list", settings=settings, **env)
     shown = toolq("approvals", "show", call_id, settings=settings, **env)
     assert call_id in listed.stdout and "**********" in shown.stdout
+    # the digest of the call as shown (its arguments as stored: secrets sealed)
+    digest = json.loads(
+        toolq("approvals", "show", call_id, "--json", settings=settings, **env).stdout
+    )["digest"]
     edited = {
         "service": "s2",
         "keys": [{"name": "a", "value": "**********"}],
@@ -364,6 +368,8 @@ def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, 
         "ops",
         "--args",
         json.dumps(edited),
+        "--digest",
+        digest,
         settings=settings,
         TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0],
         **env,
