@@ -17,10 +17,12 @@ import json
 import pytest
 import redis
 
-from tests.approvals.conftest import Pair, forge_queued, start_verifying
+from tests.approvals.conftest import Pair, executions, forge_queued, start_verifying
 from tests.approvals.test_worker_verification import assert_refused, call
 from tests.conftest import InProcess
 from toolq import CallStatus, Client
+from toolq.approvals.policy import RunRules
+from toolq.errors import NotAuthorizedError
 from toolq.keys import Keys
 
 pytestmark = pytest.mark.e2e
@@ -86,8 +88,6 @@ def test_an_admin_s_call_in_a_run_of_mode_auto_waits_for_a_person(
     queued by it and then refused by every verifying worker (``approval_unverified``, a
     failure nobody could approve away). It now waits for an approver, as in a run without
     the mode, and runs once one approves it."""
-    from tests.approvals.conftest import executions
-
     start_verifying(inproc, pair.verify)
     approver.dispatch(call("echo", "m0", text="hi"), principal="agent", run_id="auto-run")
     approver.approvals.set_rules("auto-run", mode="auto", by="alice", principal="agent")
@@ -114,7 +114,62 @@ def test_rules_set_before_the_run_s_first_call_are_its_owner_s(
         "fresh-kept", {"always_approve": ["wipe"]}, by="alice", principal="agent"
     )
     for run_id in ("fresh-auto", "fresh-kept"):
-        batch = approver.dispatch(call("wipe", f"f-{run_id}", target="z"), principal="agent",
-                                  run_id=run_id)
+        batch = approver.dispatch(
+            call("wipe", f"f-{run_id}", target="z"), principal="agent", run_id=run_id
+        )
         assert batch.calls[0].status is CallStatus.QUEUED
         assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+
+
+def test_a_sticky_rule_granted_on_an_admin_s_call_is_the_run_owner_s(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """alice approves an admin's call in agent's run with "always in this run" (the
+    dashboard's checkbox): the rule is the run's, so it is signed for the run's owner, whose
+    calls the dispatcher applies it to. Before, it was signed for the admin and replaced the
+    owner's signature: agent's next call was queued by the rule and refused by the worker
+    (``approval_unverified``), a failure no approver could undo."""
+    start_verifying(inproc, pair.verify)
+    first = approver.dispatch(call("wipe", "a0", target="a"), principal="agent", run_id="adm")
+    approver.approvals.approve(first.call_ids[0], by="alice")
+    assert first.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    admins = approver.dispatch(
+        call("wipe", "a1", target="b"), principal="root", admin=True, run_id="adm"
+    )
+    assert admins.calls[0].status is CallStatus.AWAITING_APPROVAL
+    approver.approvals.approve(admins.call_ids[0], by="alice", always=True)
+    assert admins.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    signed = approver.approvals.rules("adm").signatures["always_approve:wipe"]["payload"]
+    assert (signed["submitter"], signed["tenant"]) == ("agent", "default")
+    owners = approver.dispatch(call("wipe", "a2", target="c"), principal="agent", run_id="adm")
+    assert owners.calls[0].status is CallStatus.QUEUED
+    assert owners.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    assert executions(r, owners.call_ids[0]) == 1
+    again = approver.dispatch(
+        call("wipe", "a3", target="d"), principal="root", admin=True, run_id="adm"
+    )
+    assert again.calls[0].status is CallStatus.AWAITING_APPROVAL  # the owner's rule only
+
+
+def test_an_admin_s_loosening_rule_on_a_run_nobody_owns_is_refused(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """An admin sets mode ``auto`` (or restores a sticky approval) on a run with no call yet:
+    an admin does not claim the run, so the rule had nobody to be signed for (submitter
+    None), and the calls of whoever then claimed the run were queued by it and refused by
+    every worker. It is refused, nothing is stored, and the owner's call waits for a person."""
+    start_verifying(inproc, pair.verify)
+    with pytest.raises(NotAuthorizedError, match="has no owner yet"):
+        approver.approvals.set_rules("unowned", mode="auto", by="alice", admin=True)
+    with pytest.raises(NotAuthorizedError, match="has no owner yet"):
+        approver.approvals.restore_state(
+            "unowned", {"always_approve": ["wipe"]}, by="alice", admin=True
+        )
+    assert approver.approvals.rules("unowned") == RunRules()
+    batch = approver.dispatch(call("wipe", "u1", target="z"), principal="agent", run_id="unowned")
+    assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL
+    # once the run has its owner, the admin's rule is signed for it, and its calls run
+    approver.approvals.set_rules("unowned", mode="auto", by="alice", admin=True)
+    later = approver.dispatch(call("wipe", "u2", target="y"), principal="agent", run_id="unowned")
+    assert later.calls[0].status is CallStatus.QUEUED
+    assert later.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
