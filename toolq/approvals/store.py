@@ -45,13 +45,13 @@ from toolq.models import (
     CallStatus,
     RiskLevel,
 )
-from toolq.quotas import DEFAULT_TENANT, tenant_config
+from toolq.quotas import tenant_config
 from toolq.registry.secrets import SecretPaths, mask_arguments
 from toolq.results import scripts
 from toolq.results.admission import Admission
 from toolq.results.audit_log import AuditLog
 from toolq.results.connection import as_text
-from toolq.results.owners import RunOwners
+from toolq.results.owners import RunOwner, RunOwners
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT, Page
 from toolq.results.store import CallStore, dumps
 from toolq.secretbox import SecretBox, merge_edit, open_arguments
@@ -400,7 +400,7 @@ class ApprovalStore:
             if outcome == "retry":
                 continue
             if always:
-                self._set_rule(parked.envelope, "always_approve", by)
+                self._set_rule(parked, "always_approve", by)
             return self.store.result(call_id)
         raise NotAwaitingApprovalError(
             f"call {call_id} kept changing while it was being approved; try again",
@@ -560,7 +560,8 @@ class ApprovalStore:
         tool off the approval list one for that tool's risk. Mode ``auto`` is signed.
         Only the run's owner (or ``admin``) may change them (``NotRunOwnerError``); on a run
         not created yet, ``principal`` (of ``tenant``, else the default one) becomes its
-        owner. ``tenant``: the caller's; a run of another tenant is refused.
+        owner (an admin claims nothing: its mode ``auto`` there is refused, signed for
+        nobody). ``tenant``: the caller's; a run of another tenant is refused.
         """
         self.owners.check(
             run_id,
@@ -592,7 +593,7 @@ class ApprovalStore:
             self._authorize_rule(run_id, by, risk, what)
         signed = None
         if new_mode is ApprovalMode.AUTO and by is not None:
-            signed = self._sign_rule(run_id, "mode_auto", "*", by, *self._run_owner(run_id))
+            signed = self._sign_rule(run_id, "mode_auto", "*", by)
 
         def change(rules: RunRules) -> None:
             if new_mode is not None:
@@ -657,9 +658,8 @@ class ApprovalStore:
             wanted = [("always_approve", name) for name in rules.always_approve]
             if rules.mode is ApprovalMode.AUTO:
                 wanted.append(("mode_auto", "*"))
-            owner = self._run_owner(run_id)
             for rule, name in wanted:
-                signed = self._sign_rule(run_id, rule, name, by, *owner)
+                signed = self._sign_rule(run_id, rule, name, by)
                 if signed is not None:
                     rules.signatures[rule_key(rule, name)] = signed
         return self.policy.set_run_rules(run_id, rules)
@@ -680,39 +680,61 @@ class ApprovalStore:
             by=by,
         )
 
-    def _run_owner(self, run_id: str) -> tuple[str | None, str]:
-        """The submitter and tenant a rule of ``run_id`` is granted to: the run's owner."""
+    def _run_owner(self, run_id: str, by: str) -> RunOwner:
+        """The owner a loosening rule of ``run_id`` is signed for: the run's calls' submitter.
+
+        A run nobody owns yet (an admin's rules before its first call) has nobody to sign
+        for: a rule signed for no owner would queue the calls of whoever then claims the
+        run, and every verifying worker would refuse them. Refused instead.
+        """
         owner = self.owners.get(run_id)
-        return (owner.principal, owner.tenant_name) if owner else (None, DEFAULT_TENANT)
+        if owner is None:
+            raise NotAuthorizedError(
+                f"run {run_id} has no owner yet: a rule that loosens its gate is signed for "
+                "its owner's calls; set it as the run's owner (principal=...) or after its "
+                "first call",
+                run_id=run_id,
+                by=by,
+            )
+        return owner
 
     def _sign_rule(
-        self, run_id: str, rule: str, tool: str, by: str, submitter: str | None, tenant: str
+        self, run_id: str, rule: str, tool: str, by: str, owner: RunOwner | None = None
     ) -> dict[str, Any] | None:
-        """A loosening rule signed for the run's own calls: its submitter and tenant.
+        """A loosening rule signed for the run's own calls: its owner's submitter and tenant.
 
-        Workers refuse it for a call of another submitter or tenant, as a decision: a Redis
-        writer cannot borrow a run's rule for its own calls.
+        ``owner``: the run's, when the caller knows it (default: the run's owner key).
+        Workers refuse the rule for a call of another submitter or tenant, as a decision: a
+        Redis writer cannot borrow a run's rule for its own calls.
         """
         if self.signer is None:
             return None
+        owner = owner or self._run_owner(run_id, by)
         return self.signer.sign(
             "rule",
             run_id=run_id,
             rule=rule,
             tool=tool,
-            submitter=submitter,
-            tenant=tenant,
+            submitter=owner.principal,
+            tenant=owner.tenant_name,
             by=by,
             ts=repr(time.time()),
         )
 
-    def _set_rule(self, envelope: CallEnvelope, rule: str, by: str) -> None:
+    def _set_rule(self, parked: Parked, rule: str, by: str) -> None:
         """Add a sticky approval (already authorized by the decision it came with), signed.
 
-        Granted to the submitter and tenant of the call it came with, as its decision was.
+        Granted to the run's owner, as every rule of the run (the dispatcher applies them to
+        its owner's calls only), whoever submitted the call it came with (an admin's too):
+        the owner the call was created under (its record), else the run's.
         """
+        envelope = parked.envelope
         run_id, tool = envelope.run_id, envelope.name
-        signed = self._sign_rule(run_id, rule, tool, by, envelope.principal, envelope.tenant)
+        recorded = parked.record.get("owner")
+        owner = RunOwner.decode(recorded) if recorded else self.owners.get(run_id)
+        if owner is None:  # a record from before calls carried their run's owner
+            owner = RunOwner.of(envelope.principal, envelope.tenant)
+        signed = self._sign_rule(run_id, rule, tool, by, owner)
 
         def change(rules: RunRules) -> None:
             rules.always_approve.append(tool)
