@@ -173,3 +173,20 @@ def test_an_admin_s_loosening_rule_on_a_run_nobody_owns_is_refused(
     later = approver.dispatch(call("wipe", "u2", target="y"), principal="agent", run_id="unowned")
     assert later.calls[0].status is CallStatus.QUEUED
     assert later.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+
+
+def test_a_rule_granted_to_a_run_s_former_owner_parks_the_new_owner_s_calls(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """A run's owner key expired while its rules stayed; another principal then claims the
+    run id. The former owner's signed mode ``auto`` and sticky approval are not the new
+    owner's: its calls park for a person (before, they were queued by those rules and
+    every verifying worker failed them, ``approval_unverified``)."""
+    start_verifying(inproc, pair.verify)
+    _sticky_run(approver)  # agent's run, alice's sticky approval of wipe
+    approver.approvals.set_rules("sticky", mode="auto", by="alice", principal="agent")
+    r.delete(KEYS.run_owner("sticky"))  # what its expiry does
+    batch = approver.dispatch(call("wipe", "r-new", target="n"), principal="eve", run_id="sticky")
+    assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL
+    approver.approvals.approve(batch.call_ids[0], by="alice")
+    assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED

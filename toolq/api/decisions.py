@@ -109,7 +109,6 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
             lambda: client.approvals.approve(
                 call_id,
                 grant.approver,
-                arguments=body.arguments,
                 note=body.note,
                 digest=grant.digest,
             ),

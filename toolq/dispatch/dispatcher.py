@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import ApprovalMode, RunRules
+from toolq.approvals.policy import ApprovalMode, RunRules, rule_key
 from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
@@ -342,7 +342,7 @@ class Dispatcher:
             if rules.mode is ApprovalMode.AUTO:
                 loosened["mode"] = None
             rules = rules.model_copy(update=loosened)
-        return rules, owner
+        return _granted_to(rules, principal, tenant), owner
 
     def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
         """The queued calls' messages: one per group of calls of one risk and time limit.
@@ -407,6 +407,39 @@ class Dispatcher:
         """``"async"`` for a call of an ``async def`` tool, else ``"sync"`` (the worker's slots)."""
         tool = self.registry.get(name)
         return "async" if tool is not None and runs_async(tool) else "sync"
+
+
+def _granted_to(rules: RunRules, principal: str | None, tenant: str) -> RunRules:
+    """``rules`` without the signed loosening rules granted to another submitter or tenant.
+
+    A signed rule (sticky always-approve, mode ``auto``) names the submitter and tenant it
+    was granted to; every verifying worker refuses it for a call of anyone else, or one
+    signed before rules named them. Such a rule is left out here, so the call parks for a
+    person instead of being queued to fail (``approval_unverified``, which no approver can
+    approve away): e.g. a run whose owner key expired and was claimed again. The signature
+    is only read here, not verified: routing, not authority (the workers verify). A rule
+    without a signature (a deployment that does not sign) is kept.
+    """
+
+    def granted(rule: str, tool: str) -> bool:
+        signed = rules.signatures.get(rule_key(rule, tool))
+        if not signed:
+            return True
+        payload = signed.get("payload")
+        return (
+            isinstance(payload, dict)
+            and payload.get("submitter") == principal
+            and payload.get("tenant") == tenant
+        )
+
+    kept = [name for name in rules.always_approve if granted("always_approve", name)]
+    auto = rules.mode is ApprovalMode.AUTO and not granted("mode_auto", "*")
+    if len(kept) == len(rules.always_approve) and not auto:
+        return rules
+    update: dict[str, Any] = {"always_approve": kept}
+    if auto:
+        update["mode"] = None
+    return rules.model_copy(update=update)
 
 
 _OVER_BUDGET: CreateOutcome = "over_budget"
