@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -238,3 +239,74 @@ def test_approve_on_a_terminal_shows_the_call_and_approves_it_as_shown(
     finally:
         os.close(main)
         os.close(child)
+
+
+def shown_on_a_terminal(settings: Settings, call_id: str, answer: bytes) -> tuple[int, bytes]:
+    """Run ``approvals approve CALL_ID`` on a pty, answer its prompt; its exit and every byte
+    the terminal received."""
+    main, child = pty.openpty()
+    env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
+    env.update(
+        COLUMNS="200",
+        TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0],
+        TOOLQ_APP="tests.apps:registry",
+        TOOLQ_SECRETS_KEY=SECRETS_KEY,
+    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "toolq", "approvals", "approve", call_id, "--by", "bob"],
+            stdin=child, stdout=child, stderr=child, env=env, cwd=ROOT,
+        )  # fmt: skip
+        seen, deadline = b"", time.monotonic() + 60
+        while b"as shown?" not in seen and proc.poll() is None:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if select.select([main], [], [], 0.2)[0]:
+                seen += os.read(main, 65536)
+        if proc.poll() is None:
+            os.write(main, answer)
+        code = proc.wait(60)
+        while select.select([main], [], [], 0.2)[0]:
+            seen += os.read(main, 65536)
+        return code, seen
+    finally:
+        os.close(main)
+        os.close(child)
+
+
+# What a hostile value can send a terminal: move the cursor up and erase lines (to write
+# other arguments over the real ones), hide text (SGR 8), set the window title (OSC), an
+# 8-bit CSI, and reverse what follows (U+202E).
+HOSTILE = '\x1b[9A\x1b[2K  "content": "hello"\x1b[8m\x1b]0;ok\x1b\\\u009b2J\u202e'
+RAW = (b"\x1b[9A", b"\x1b[2K", b"\x1b[8m", b"\x1b]0;", "\u009b".encode(), "\u202e".encode())
+
+
+def test_a_hostile_argument_cannot_rewrite_the_terminal_that_shows_it(
+    settings: Settings, client: Client, r: redis.Redis, tmp_path: Path
+) -> None:
+    """The person confirms what the terminal shows: a tool argument (here in the preview's
+    diff) or a record field a Redis writer set reaches it as visible text, never as
+    control sequences that move the cursor over the call shown, and never as rich markup."""
+    from tests.apps import registry
+    from toolq.testing import TestWorker
+
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    batch = client.dispatch(
+        [{"id": "hx1", "name": "edit_file", "arguments": {"path": str(path), "content": HOSTILE}}]
+    )
+    call_id = batch.call_ids[0]
+    with TestWorker(settings, registry) as worker:
+        worker.drain()  # the preview: a diff carrying the argument's text
+    assert HOSTILE in client.approvals.get(call_id).diff["diff_output"]  # type: ignore[index]
+    # A Redis writer's field, with markup too: "[/]" closes nothing (rich raised on it).
+    r.hset(Keys().call(call_id), "preview_error", f"[/]{HOSTILE}[bold]")
+    code, seen = shown_on_a_terminal(settings, call_id, b"n\n")
+    assert code == 1, seen.decode(errors="replace")
+    assert b"Traceback" not in seen and b"as shown?" in seen, seen.decode(errors="replace")
+    for raw in RAW:
+        assert raw not in seen, (raw, seen.decode(errors="replace"))
+    text = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode())  # rich's own styles
+    assert "\\u001b[9A" in text and "\\u009b2J" in text and "\\u202e" in text, text
+    assert "[/]" in text and "[awaiting_approval]" in text  # markup of the record: as text
+    assert client.approvals.get(call_id).digest in text
+    assert status(r, call_id) == b"awaiting_approval"
