@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -34,6 +35,7 @@ from toolq.cli.common import (
     require_signing,
     settings_for,
 )
+from toolq.cli.render import visible
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
 from toolq.results.paging import DEFAULT_LIMIT, MAX_LIMIT
@@ -58,29 +60,44 @@ def _left(deadline: float | None) -> str:
 
 
 def show_request(request: ApprovalRequest) -> None:
-    """Print a parked call: arguments, metadata, preview and diff."""
-    console.print(f"[bold]{request.name}[/bold]  call {request.call_id}  [{request.status.value}]")
+    """Print a parked call: arguments, metadata, preview and diff.
+
+    Every value from the record goes through ``_text`` (or ``visible``): a person
+    confirms what this prints, so nothing in it may act on the terminal or as markup.
+    """
     console.print(
-        f"run {request.run_id}  risk {request.risk.value}  submitted by "
-        f"{request.submitter or '-'}  deadline in {_left(request.deadline)}"
+        f"[bold]{_text(request.name)}[/bold]  call {_text(request.call_id)}  "
+        + escape(f"[{request.status.value}]")
     )
-    console.print(f"digest {request.digest}")
-    console.print(Syntax(request.arguments_text, "json"))
+    console.print(
+        f"run {_text(request.run_id)}  risk {request.risk.value}  submitted by "
+        f"{_text(request.submitter or '-')}  deadline in {_left(request.deadline)}"
+    )
+    console.print(f"digest {_text(request.digest)}")
+    console.print(Syntax(visible(request.arguments_text, "\n"), "json"))
     if request.original_arguments_text is not None:
         console.print("original arguments:")
-        console.print(Syntax(request.original_arguments_text, "json"))
+        console.print(Syntax(visible(request.original_arguments_text, "\n"), "json"))
     if request.approval_metadata:
-        console.print(f"metadata: {json.dumps(request.approval_metadata)}")
+        console.print(f"metadata: {_text(json.dumps(request.approval_metadata))}")
     if request.approvals:
-        console.print(f"approved so far by: {', '.join(request.approvals)}")
+        console.print(f"approved so far by: {_text(', '.join(request.approvals))}")
     if request.preview_error:
-        console.print(f"[red]preview failed:[/red] {request.preview_error}")
+        console.print(f"[red]preview failed:[/red] {_text(request.preview_error)}")
     if request.diff:
-        console.print(f"diff ({request.diff.get('change_summary', '')}):")
-        console.print(Syntax(str(request.diff.get("diff_output", "")), "diff"))
+        console.print(f"diff ({_text(str(request.diff.get('change_summary', '')))}):")
+        console.print(Syntax(visible(str(request.diff.get("diff_output", "")), "\n\t"), "diff"))
     elif request.preview is not None:
         console.print("preview:")
         console.print(Syntax(json.dumps(request.preview, indent=2), "json"))
+
+
+def _text(value: str) -> str:
+    """A record's value inside rich markup: control characters visible, markup as text.
+
+    Its own markup (``[/]`` raised in rich, ``[conceal]`` hid what follows) is printed as text.
+    """
+    return escape(visible(value))
 
 
 @approvals.command("list")
@@ -130,12 +147,12 @@ def list_(
         table.columns[0].min_width = max(len(r.call_id) for r in pending)
         for request in pending:
             table.add_row(
-                request.call_id,
-                request.name,
+                _text(request.call_id),
+                _text(request.name),
                 request.risk.value,
                 _left(request.deadline),
-                request.run_id,
-                json.dumps(request.arguments)[:60],
+                _text(request.run_id),
+                _text(json.dumps(request.arguments)[:60]),
             )
         Console(width=max(console.width, 200), soft_wrap=True).print(table)
         if more:
@@ -269,7 +286,9 @@ def _confirmed(call_id: str, read: Callable[[], ApprovalRequest]) -> str:
     except ToolqError as exc:
         raise fail(str(exc)) from None
     show_request(request)
-    if not typer.confirm(f"Approve call {request.call_id} ({request.name}) as shown?"):
+    if not typer.confirm(
+        f"Approve call {visible(request.call_id)} ({visible(request.name)}) as shown?"
+    ):
         raise typer.Exit(1)
     return request.digest
 
@@ -362,9 +381,11 @@ def approve_run(
         outcome = outcomes[request.call_id]
         if isinstance(outcome, ToolqError):
             refused += 1
-            typer.echo(f"refused  {request.call_id}  {request.name}: {outcome}")
+            typer.echo(visible(f"refused  {request.call_id}  {request.name}: {outcome}"))
         else:
-            typer.echo(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+            typer.echo(
+                visible(f"approved {request.call_id}  {request.name}: {outcome.status.value}")
+            )
     typer.echo(f"run {run_id}: {len(shown) - refused} approved, {refused} refused")
     if refused:
         raise typer.Exit(1)
