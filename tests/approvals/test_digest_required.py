@@ -8,6 +8,7 @@ rewritten call stays parked and never runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -20,7 +21,7 @@ from tests.conftest import InProcess, make_settings, serve
 from toolq.api.app import create_app
 from toolq.approvals.policy import digest_call
 from toolq.dispatch.approval_client import ApprovalClient
-from toolq.errors import PayloadError
+from toolq.errors import ApprovalError, PayloadError
 from toolq.keys import Keys
 from toolq.settings import ApiToken
 
@@ -92,3 +93,38 @@ def test_an_approval_without_the_shown_digest_signs_nothing_rewritten_after_the_
         assert denied.status_code == 200 and denied.json()["status"] == "denied"
         time.sleep(1.0)  # a queued call would have run on the in-process worker by now
         assert executions(r, call_id) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a decision token binds the call as parked when it is issued, not as its approver "
+    "reviewed it: POST /v1/approvals/{id}/decision-token takes no digest",
+)
+def test_a_decision_token_asked_for_after_a_rewrite_approves_only_what_its_approver_saw(
+    pair, inproc: InProcess, r: redis.Redis
+) -> None:
+    """Alice reviews the call, a Redis writer rewrites it, then alice asks for a decision
+    token for the call she reviewed and hands it to her app's screen, which approves (as the
+    guide's snippet does, ``screen.approve(call_id)``): the rewrite must not be signed."""
+    from tests.apps import registry
+
+    start_verifying(inproc, pair.verify)
+    settings = make_settings(approval_signing_key=pair.signing)
+    for api in serve(create_app(settings, registry, tokens=TOKENS)):
+        sent = httpx.post(
+            f"{api}/v1/runs/r-token/calls",
+            json=[{"id": "w2", "name": "wipe", "arguments": {"target": "staging"}}],
+            headers={"Authorization": "Bearer agent-t"},
+        ).json()
+        call_id = sent["calls"][0]["call_id"]
+        with ApprovalClient(api, "alice-t") as alice:
+            reviewed = alice.get(call_id)
+            assert reviewed.arguments == {"target": "staging"}
+            rewrite_arguments(r, call_id, {"target": "PRODUCTION"})
+            grant = alice.decision_token(call_id)  # nothing says what alice reviewed
+        refused = contextlib.suppress(ApprovalError)  # refused: what this test wants
+        with ApprovalClient(api, grant.token) as screen, refused:
+            screen.approve(call_id)
+        time.sleep(1.0)  # a queued call would have run on the in-process worker by now
+        assert executions(r, call_id) == 0
+        assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"
