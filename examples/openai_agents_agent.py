@@ -64,7 +64,8 @@ async def main() -> None:
             # The person asks the API for a token good for one decision on this call, as
             # them, and hands it to the app's approval screen.
             with person() as approver:
-                grant = approver.decision_token(call_id)
+                reviewed = approver.get(call_id)  # what the person reviews
+                grant = approver.decision_token(call_id, reviewed.digest)
             print("parked:", item.raw_item.name, "decision token for", grant.approver)
             # The app's screen: it shows the call and makes the person's one decision.
             url = os.environ.get("TOOLQ_API_URL", "http://127.0.0.1:8000")

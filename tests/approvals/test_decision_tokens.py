@@ -18,6 +18,7 @@ from toolq import ApprovalClient, CallStatus
 from toolq.api.app import create_app
 from toolq.api.auth import Principal
 from toolq.api.decision_tokens import DecisionTokens
+from toolq.dispatch.approval_client import DecisionToken
 from toolq.errors import (
     ConfigurationError,
     DigestMismatchError,
@@ -73,6 +74,12 @@ def api(pair: Pair, inproc, r) -> Iterator[Api]:
         yield Api(url)
 
 
+def token_for(api: Api, person: str, call_id: str) -> DecisionToken:
+    """``person``'s decision token for the call as they were shown it (its digest)."""
+    with api.person(person) as approver:
+        return approver.decision_token(call_id, approver.get(call_id).digest)
+
+
 def wait_final(api: Api, call_id: str) -> dict:
     deadline = time.monotonic() + 30
     while True:
@@ -86,7 +93,7 @@ def wait_final(api: Api, call_id: str) -> dict:
 
 def test_tokens_decide_as_their_approvers_and_count_once_each(api, r):
     [call_id] = api.dispatch("dt-run", ("w", "wipe", {"target": "prod"}))
-    alice = api.person("alice-t").decision_token(call_id)
+    alice = token_for(api, "alice-t", call_id)
     assert alice.approver == "alice" and alice.token.startswith("tqd_")
     with api.person(alice.token) as screen:  # another process, holding only the token
         shown = screen.get(call_id)
@@ -96,10 +103,10 @@ def test_tokens_decide_as_their_approvers_and_count_once_each(api, r):
         with pytest.raises(NotAuthorizedError, match="used already"):
             screen.approve(call_id)
     # a second token for the same person counts as that person: once
-    again = api.person("alice-t").decision_token(call_id)
+    again = token_for(api, "alice-t", call_id)
     with pytest.raises(NotAuthorizedError, match="already approved"):
         api.person(again.token).approve(call_id)
-    bob = api.person("bob-t").decision_token(call_id)
+    bob = token_for(api, "bob-t", call_id)
     assert api.person(bob.token).approve(call_id).status is CallStatus.QUEUED
     assert wait_final(api, call_id)["output"] == "wiped prod"  # signed by the API: it ran
     request = api.person("alice-t").get(call_id)
@@ -119,14 +126,14 @@ def test_only_an_approver_of_the_calls_risk_and_tenant_gets_one(api):
         assert refused.status_code == 403, (token, refused.text)
         assert refused.json()["error"]["code"] == code, (token, refused.text)
     with pytest.raises(NotRunOwnerError):
-        api.person("acme-t").decision_token(call_id)
+        token_for(api, "acme-t", call_id)
 
 
 def test_a_token_decides_only_its_own_call_and_never_always(api):
     first, second = api.dispatch(
         "dt-bound", ("a", "wipe", {"target": "a"}), ("b", "wipe", {"target": "b"})
     )
-    token = api.person("alice-t").decision_token(first).token
+    token = token_for(api, "alice-t", first).token
     other = api.post(f"/v1/decisions/{second}/approve", token)
     assert other.status_code == 401 and "not for call" in other.json()["error"]["message"]
     for verb, body in [("approve", {"always": True}), ("deny", {"reason": "no", "always": True})]:
@@ -142,7 +149,7 @@ def test_a_token_decides_only_its_own_call_and_never_always(api):
 
 def test_forged_and_tampered_tokens_are_refused(api, pair):
     [call_id] = api.dispatch("dt-forge", ("w", "wipe", {"target": "prod"}))
-    token = api.person("alice-t").decision_token(call_id).token
+    token = token_for(api, "alice-t", call_id).token
     body, _, mac = token.removeprefix("tqd_").partition(".")
     payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     payload["by"] = "bob"
@@ -161,7 +168,7 @@ def test_forged_and_tampered_tokens_are_refused(api, pair):
 
 def test_one_of_many_concurrent_uses_decides(api):
     [call_id] = api.dispatch("dt-race", ("w", "wipe", {"target": "prod"}))
-    token = api.person("alice-t").decision_token(call_id).token
+    token = token_for(api, "alice-t", call_id).token
     codes: list[int] = []
     barrier = threading.Barrier(8)
 
@@ -183,7 +190,7 @@ def test_a_token_approves_no_edit(api, r):
     person who never saw it (before, the holder's arguments ran, recorded as alice's). The
     refusal spends nothing: the same token then approves the call as alice was shown it."""
     [call_id] = api.dispatch("dt-edit", ("w", "wipe", {"target": "prod"}))
-    token = api.person("alice-t").decision_token(call_id).token
+    token = token_for(api, "alice-t", call_id).token
     for edit in ({"target": "staging"}, {"target": 7}):
         with pytest.raises(NotAuthorizedError, match="cannot approve an edit"):
             api.person(token).approve(call_id, arguments=edit)
@@ -197,7 +204,7 @@ def test_a_token_approves_no_edit(api, r):
 
 def test_a_use_that_decided_nothing_gives_the_token_back(api):
     [call_id] = api.dispatch("dt-refund", ("w", "wipe", {"target": "prod"}))
-    token = api.person("alice-t").decision_token(call_id).token
+    token = token_for(api, "alice-t", call_id).token
     api.person("bob-t").deny(call_id, "not now")  # decided meanwhile: the use decides nothing
     with pytest.raises(NotAwaitingApprovalError):
         api.person(token).approve(call_id)
@@ -207,7 +214,7 @@ def test_a_use_that_decided_nothing_gives_the_token_back(api):
 
 def test_a_token_is_bound_to_the_arguments_it_was_issued_for(api):
     [call_id] = api.dispatch("dt-stale", ("w", "wipe", {"target": "prod"}))
-    token = api.person("alice-t").decision_token(call_id).token
+    token = token_for(api, "alice-t", call_id).token
     bob = api.person("bob-t")
     bob.approve(call_id, arguments={"target": "PRODUCTION"}, digest=bob.get(call_id).digest)
     with pytest.raises(DigestMismatchError):
@@ -225,7 +232,7 @@ def test_an_expired_token_is_refused(pair, inproc, r):
     for url in serve(create_app(settings, registry, tokens=TOKENS)):
         api = Api(url)
         [call_id] = api.dispatch("dt-old", ("w", "wipe", {"target": "prod"}))
-        token = api.person("alice-t").decision_token(call_id).token
+        token = token_for(api, "alice-t", call_id).token
         time.sleep(0.5)
         with pytest.raises(NotAuthorizedError, match="expired"):
             api.person(token).approve(call_id)
@@ -238,4 +245,4 @@ def test_no_tokens_without_the_signing_key(inproc, r):
         api = Api(url)
         [call_id] = api.dispatch("dt-nokey", ("w", "wipe", {"target": "prod"}))
         with pytest.raises(ConfigurationError, match="TOOLQ_APPROVAL_SIGNING_KEY"):
-            api.person("alice-t").decision_token(call_id)
+            token_for(api, "alice-t", call_id)

@@ -8,7 +8,6 @@ rewritten call stays parked and never runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 
@@ -21,7 +20,7 @@ from tests.conftest import InProcess, make_settings, serve
 from toolq.api.app import create_app
 from toolq.approvals.policy import digest_call
 from toolq.dispatch.approval_client import ApprovalClient
-from toolq.errors import ApprovalError, PayloadError
+from toolq.errors import DigestMismatchError, PayloadError
 from toolq.keys import Keys
 from toolq.settings import ApiToken
 
@@ -95,17 +94,15 @@ def test_an_approval_without_the_shown_digest_signs_nothing_rewritten_after_the_
         assert executions(r, call_id) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a decision token binds the call as parked when it is issued, not as its approver "
-    "reviewed it: POST /v1/approvals/{id}/decision-token takes no digest",
-)
 def test_a_decision_token_asked_for_after_a_rewrite_approves_only_what_its_approver_saw(
     pair, inproc: InProcess, r: redis.Redis
 ) -> None:
     """Alice reviews the call, a Redis writer rewrites it, then alice asks for a decision
     token for the call she reviewed and hands it to her app's screen, which approves (as the
-    guide's snippet does, ``screen.approve(call_id)``): the rewrite must not be signed."""
+    guide's snippet does, ``screen.approve(call_id)``): the rewrite must not be signed
+    (before, the token was bound to whatever was parked when it was issued, and the
+    rewrite ran as alice's approval). The token is asked for with the digest she reviewed:
+    a call changed since gets none, and one without a digest gets none."""
     from tests.apps import registry
 
     start_verifying(inproc, pair.verify)
@@ -121,10 +118,12 @@ def test_a_decision_token_asked_for_after_a_rewrite_approves_only_what_its_appro
             reviewed = alice.get(call_id)
             assert reviewed.arguments == {"target": "staging"}
             rewrite_arguments(r, call_id, {"target": "PRODUCTION"})
-            grant = alice.decision_token(call_id)  # nothing says what alice reviewed
-        refused = contextlib.suppress(ApprovalError)  # refused: what this test wants
-        with ApprovalClient(api, grant.token) as screen, refused:
-            screen.approve(call_id)
-        time.sleep(1.0)  # a queued call would have run on the in-process worker by now
+            with pytest.raises(DigestMismatchError):
+                alice.decision_token(call_id, reviewed.digest)
+        bare = httpx.post(
+            f"{api}/v1/approvals/{call_id}/decision-token",
+            headers={"Authorization": "Bearer alice-t"},
+        )
+        assert bare.status_code == 422 and "send back its digest" in bare.text
         assert executions(r, call_id) == 0
         assert r.hget(KEYS.call(call_id), "status") == b"awaiting_approval"

@@ -153,7 +153,12 @@ def executions_of(call_id: str) -> int:
 
 def test_a_one_time_link_denies_with_a_reason_without_signing_in(api, phone):
     [call_id] = dispatch(api, "run-link", ("t1", "transfer", {"amount": 900}))
-    issued = httpx.post(f"{api}/v1/approvals/{call_id}/decision-token", headers=h("alice-t"))
+    shown = httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("alice-t")).json()
+    issued = httpx.post(
+        f"{api}/v1/approvals/{call_id}/decision-token",
+        headers=h("alice-t"),
+        json={"digest": shown["digest"]},
+    )
     assert issued.status_code == 200, issued.text
     token = issued.json()["token"]
     phone.goto(f"{api}/approve/{call_id}#token={token}")

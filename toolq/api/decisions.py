@@ -13,9 +13,9 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import AuthenticationError, Principal
 from toolq.api.decision_tokens import DecisionGrant, DecisionTokens
-from toolq.api.limits import decision_body_schema, parse_decision
+from toolq.api.limits import decision_body_schema, parse_decision, token_digest_required
 from toolq.approvals.authority import decided_risk
-from toolq.approvals.models import ApprovalRequest, Approve, Deny
+from toolq.approvals.models import ApprovalRequest, Approve, Deny, TokenRequest
 from toolq.dispatch.approval_client import DECISION_TOKEN_PREFIX
 from toolq.dispatch.client import Client
 from toolq.errors import (
@@ -46,14 +46,33 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
 
     Holder = Annotated[DecisionGrant, Depends(holder)]
 
-    @router.post("/approvals/{call_id}/decision-token")
-    def issue(call_id: str, caller: Caller) -> dict[str, Any]:
+    @router.post(
+        "/approvals/{call_id}/decision-token",
+        openapi_extra=decision_body_schema(TokenRequest, ("digest",)),
+    )
+    async def issue(call_id: str, caller: Caller, request: Request) -> dict[str, Any]:
         """A one-time token for the caller's own decision on this call, to give to an app.
 
-        Needs the approver role of the call's risk; the token decides this call once, as
-        the caller, and only while its arguments are the ones shown now.
+        Needs the approver role of the call's risk, and the ``digest`` of the call as the
+        caller reviewed it (``GET /v1/approvals/{id}``): the token decides this call once,
+        as the caller, and only while its tool and arguments are the ones reviewed.
         """
-        request = _may_decide(call_id, caller)
+        shown = await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 first
+        body = parse_decision(await request.body(), client.settings, TokenRequest)
+        if body is None or body.digest is None:
+            raise token_digest_required(call_id)
+        return await run_in_threadpool(_issue, call_id, caller, shown, body.digest)
+
+    def _issue(
+        call_id: str, caller: Principal, request: ApprovalRequest, reviewed: str
+    ) -> dict[str, Any]:
+        if reviewed != request.digest:
+            raise DigestMismatchError(
+                f"call {call_id}: the call (its tool or arguments) changed since it was "
+                f"shown (digest {request.digest} is current); review the call again",
+                call_id=call_id,
+                digest=request.digest,
+            )
         if request.status is not CallStatus.AWAITING_APPROVAL:
             raise NotAwaitingApprovalError(
                 f"call {call_id} is {request.status.value}, not awaiting approval",

@@ -99,6 +99,15 @@ def digest_required(call_id: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
 
 
+def token_digest_required(call_id: str) -> RequestValidationError:
+    """The 422 of a decision token asked for without the ``digest`` the approver reviewed."""
+    message = (
+        f"a decision token approves the call as you reviewed it: GET /v1/approvals/{call_id} "
+        'and send back its digest, {"digest": "..."}'
+    )
+    return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
+
+
 def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | None:
     """An approve/deny body under the dispatch limits, its free text under ``max_reason_bytes``.
 

@@ -86,6 +86,18 @@ class Approve(BaseModel):
     """Also approve this tool for the rest of the run."""
 
 
+class TokenRequest(BaseModel):
+    """The body of ``POST /v1/approvals/{id}/decision-token``: what the approver reviewed.
+
+    The token is bound to this digest (of the tool's name and arguments, the ``digest`` of
+    ``GET /v1/approvals/{id}``): a call changed since it was reviewed gets no token
+    (``digest_mismatch``), so its holder can only approve what the approver saw.
+    """
+
+    digest: str | None = None
+    """Required (the route answers 422 without it)."""
+
+
 class UndoData(BaseModel):
     """What undoing a call would pass to its tool's undo handler, as an approver reviews it.
 

@@ -236,10 +236,17 @@ class ApprovalClient:
         path = self._decide(call_id, "deny")
         return self._send(_Request("POST", path, CallResult.model_validate, json=body))
 
-    def decision_token(self, call_id: str) -> DecisionToken:
-        """A one-time token for this approver's own decision on ``call_id``."""
+    def decision_token(self, call_id: str, digest: str) -> DecisionToken:
+        """A one-time token for this approver's own decision on ``call_id`` as reviewed.
+
+        ``digest``: the one ``get`` returned, of the call this approver reviewed; a call
+        changed since gets no token (``DigestMismatchError``), and the token approves only
+        that version of it.
+        """
         path = f"/v1/approvals/{_call_path(call_id)}/decision-token"
-        return self._send(_Request("POST", path, lambda data: DecisionToken(**data)))
+        return self._send(
+            _Request("POST", path, lambda data: DecisionToken(**data), json={"digest": digest})
+        )
 
     def unknown(self, run_id: str | None = None) -> list[ApprovalRequest]:
         """Calls of unknown outcome (lost with their worker mid-call), longest lost first."""
