@@ -197,7 +197,7 @@ def approve_parked(client: Client, result_id: str) -> None:
         f"approve {request.name}?",
         {"arguments": request.arguments, "metadata": request.approval_metadata},
     )
-    client.approvals.approve(result_id, by="example-approver")
+    client.approvals.approve(result_id, by="example-approver", digest=request.digest)
 
 
 def example(client: Client) -> None:

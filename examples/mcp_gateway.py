@@ -127,11 +127,16 @@ def example(client: Client) -> None:
         principal="agent",
     )
     close_id, delete_id = risky.call_ids
+    shown = {}
     for call_id in risky.call_ids:
         request = parked(client, call_id)
+        shown[call_id] = request.digest
         print(f"approver sees: {request.name} {request.arguments} {request.approval_metadata}")
     client.approvals.approve(
-        close_id, by="alice", arguments={"id": 1, "reason": "fixed: extinguished"}
+        close_id,
+        by="alice",
+        arguments={"id": 1, "reason": "fixed: extinguished"},
+        digest=shown[close_id],
     )
     client.approvals.deny(delete_id, by="alice", reason="keep the plan; archive it instead")
     closed, deleted = risky.wait(timeout=60)
