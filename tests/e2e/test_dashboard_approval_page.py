@@ -190,3 +190,30 @@ def test_a_viewer_sees_the_call_but_cannot_decide_it(api, phone):
     phone.locator("#approve").tap()
     expect(phone.locator("#decide-error")).to_contain_text("forbidden")
     assert status(api, call_id)["status"] == "awaiting_approval"
+
+
+def test_a_call_rewritten_under_the_reader_is_said_and_approve_waits(api, phone, r, tmp_path):
+    """A Redis writer rewrites the call while the approver is on its page: the next read
+    shows the new arguments, says the call changed and holds Approve for a few seconds
+    (before, the page's next poll silently swapped them in, and a tap an instant later
+    approved arguments the person had not read)."""
+    from tests.approvals.test_digest_required import rewrite_arguments
+
+    target = tmp_path / "notes.txt"
+    target.write_text("old\n")
+    [call_id] = dispatch(
+        api, "run-swap", ("s1", "edit_file", {"path": str(target), "content": "harmless\n"})
+    )
+    phone.goto(f"{api}/approve/{call_id}")
+    phone.fill("#token", "alice-t")
+    phone.click("#login button")
+    expect(phone.locator("[data-testid=arguments]")).to_contain_text("harmless")
+    expect(phone.locator("[data-testid=changed]")).to_be_hidden()
+    rewrite_arguments(r, call_id, {"path": str(target), "content": "EVIL\n"})
+    expect(phone.locator("[data-testid=arguments]")).to_contain_text("EVIL", timeout=10_000)
+    expect(phone.locator("[data-testid=changed]")).to_be_visible()
+    expect(phone.locator("#approve")).to_be_disabled()
+    expect(phone.locator("#approve")).to_be_enabled(timeout=10_000)  # after the hold
+    phone.locator("#approve").tap()  # what the page showed, for the hold and since
+    assert wait_status(api, call_id, "succeeded")["status"] == "succeeded"
+    assert target.read_text() == "EVIL\n"

@@ -6,11 +6,14 @@ const $ = (sel) => document.querySelector(sel);
 const callId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() || "");
 const base = new URL("..", location.href);
 const POLL_MS = 3000;
+const HOLD_MS = 5000;  // Approve waits this long after the call changed under the reader
 let FINAL = null;  // the final states, as the API names them (GET /v1/overview)
 let token = localStorage.getItem("toolq.token") || "";
 let decisionToken = "";
 let view = null;
 let timer = null;
+let held = null;
+let holding = false;
 
 function takeFragmentToken() {
   const given = new URLSearchParams(location.hash.slice(1)).get("token");
@@ -117,6 +120,15 @@ async function load() {
 }
 
 function render(v, events) {
+  // A call rewritten between two reads (by anyone who can write to Redis) must not be
+  // approved in the instant after it changed: say so and hold Approve for a while, so the
+  // person reads what would now be approved (the digest sent is the one shown now).
+  if (view && view.call_id === v.call_id && view.digest !== v.digest && v.status === "awaiting_approval") {
+    $("#changed").hidden = false;
+    $("#approve").disabled = holding = true;
+    clearTimeout(held);
+    held = setTimeout(() => { $("#approve").disabled = holding = false; }, HOLD_MS);
+  }
   view = v;
   $("#login").hidden = true;
   $("#call").hidden = false;
@@ -179,7 +191,8 @@ async function decide(kind) {
   } catch (e) {
     $("#decide-error").textContent = `${e.code}: ${e.message}`;
   }
-  $("#approve").disabled = $("#deny").disabled = false;
+  $("#deny").disabled = false;
+  $("#approve").disabled = holding;
   if (decisionToken === "" && !token) {
     // a spent one-time link shows what it did, then nothing more to read with
     $("#decide").hidden = true;
