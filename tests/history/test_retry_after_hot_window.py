@@ -54,9 +54,6 @@ def _archive_until_quiet(archiver: Archiver) -> None:
             archiver.step(100)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the retry writes a stub with no TTL in place of the archived call"
-)
 def test_a_retry_straddling_the_hot_window_leaves_the_archived_call_alone(r, history_url):
     SLOW.clear()
     settings = make_settings(history_url=history_url, hot_seconds=1, history_claim_after=0.1)
@@ -98,7 +95,6 @@ def test_a_retry_straddling_the_hot_window_leaves_the_archived_call_alone(r, his
         assert history.record(bystander) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="a record that is no call fails its whole batch, forever")
 def test_an_archive_entry_naming_no_call_record_does_not_hold_its_batch(r, history_url):
     settings = make_settings(history_url=history_url, history_claim_after=0.1)
     keys = Keys(settings.key_prefix)

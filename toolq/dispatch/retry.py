@@ -15,6 +15,7 @@ from toolq.dispatch.dispatcher import Dispatcher
 from toolq.dispatch.submission import Submission
 from toolq.errors import CallCancelledError, CallNotFoundError, NotRetryableError
 from toolq.models import CallEnvelope, CallStatus, EventType
+from toolq.results import scripts
 from toolq.results.owners import RunOwners
 from toolq.secretbox import SecretBox, open_arguments
 
@@ -53,12 +54,7 @@ def retry_call(
         raise _retried(call_id, record["retried_by"])
     if not store.redis.exists(store.keys.call(call_id)):
         # Archived: the link to its retry could no longer be written on its record.
-        raise NotRetryableError(
-            f"call {call_id} is archived (it left Redis after its hot window); dispatch its "
-            "tool call anew instead",
-            call_id=call_id,
-            status=status.value,
-        )
+        raise _archived(call_id, status)
     envelope = CallEnvelope.model_validate_json(record["envelope"])
     arguments = envelope.arguments
     tool = dispatcher.registry.get(envelope.name)
@@ -80,32 +76,43 @@ def retry_call(
     )
     new_id = dispatched.calls[0].call_id
     keys = store.keys
-    pipe = store.redis.pipeline(transaction=True)
-    pipe.hset(keys.call(new_id), "retry_of", call_id)
-    pipe.hsetnx(keys.call(call_id), "retried_by", new_id)
-    pipe.hget(keys.call(call_id), "retried_by")
-    _, _, linked = pipe.execute()
-    winner = linked.decode() if isinstance(linked, bytes) else str(linked)
-    if winner != new_id:
+    # One script: the old record may leave Redis (its hot window) while the retry is
+    # dispatched, and a link written then would be a new, TTL-less hash in its place.
+    link = store.scripts.run(scripts.LINK_RETRY(keys=keys, old_id=call_id, new_id=new_id))
+    if link.outcome == "gone":
+        _withdraw(dispatcher, call_id, new_id, "a retry of an archived call")
+        raise _archived(call_id, status)
+    if link.value != new_id:
         # Another retry of the same call won the race: this one is withdrawn.
-        store.transition(
-            new_id,
-            from_states=[CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL],
-            to=CallStatus.CANCELLED,
-            event=EventType.CANCELLED,
-            data={"status": CallStatus.CANCELLED.value},
-            result={
-                "error": f"a duplicate retry of call {call_id}",
-                "error_type": CallCancelledError.code,
-            },
-        )
-        raise _retried(call_id, winner)
+        _withdraw(dispatcher, call_id, new_id, "a duplicate retry")
+        raise _retried(call_id, link.value)
     if store.redis.exists(keys.history_archive):
         # The archived copy of the old call gets its ``retried_by`` too.
         store.redis.xadd(
             keys.history_archive, {"call_id": call_id, "run_id": run_id, "ts": repr(time.time())}
         )
     return new_id
+
+
+def _withdraw(dispatcher: Dispatcher, call_id: str, new_id: str, what: str) -> None:
+    """Cancel the retry ``new_id`` of ``call_id`` that lost its link (if not started)."""
+    dispatcher.store.transition(
+        new_id,
+        from_states=[CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL],
+        to=CallStatus.CANCELLED,
+        event=EventType.CANCELLED,
+        data={"status": CallStatus.CANCELLED.value},
+        result={"error": f"{what} of call {call_id}", "error_type": CallCancelledError.code},
+    )
+
+
+def _archived(call_id: str, status: CallStatus) -> NotRetryableError:
+    return NotRetryableError(
+        f"call {call_id} is archived (it left Redis after its hot window); dispatch its "
+        "tool call anew instead",
+        call_id=call_id,
+        status=status.value,
+    )
 
 
 def _retried(call_id: str, by: str) -> NotRetryableError:

@@ -593,6 +593,31 @@ class GiveBack(Script[int]):
         return int(reply)
 
 
+LinkRetryOutcome = Literal["linked", "gone"]
+
+
+LinkRetryReply = Reply[LinkRetryOutcome]
+"""``linked``: the winning retry's call id; ``gone``: the retried call's record left Redis."""
+
+
+class LinkRetry(Script[LinkRetryReply]):
+    """A retry and the call it retries, linked both ways while both are in Redis."""
+
+    file = "link_retry.lua"
+    outcomes = get_args(LinkRetryOutcome)
+
+    def __call__(self, *, keys: Keys, old_id: str, new_id: str) -> Invocation[LinkRetryReply]:
+        """An invocation: KEYS and ARGV as the header of ``link_retry.lua`` lists them."""
+        return self.invoke(
+            keys={"old": keys.call(old_id), "new": keys.call(new_id)},
+            argv={"old_id": old_id, "new_id": new_id},
+        )
+
+    def parse(self, reply: Any) -> LinkRetryReply:
+        """The outcome word and the value after it."""
+        return self.reply(reply)
+
+
 CREATE = Create()
 CREATE_GROUP = CreateGroup()
 START = Start()
@@ -603,3 +628,4 @@ TRANSITION = Transition()
 RECOVER = Recover()
 RESEND = Resend()
 GIVE_BACK = GiveBack()
+LINK_RETRY = LinkRetry()
