@@ -213,8 +213,9 @@ class Cells:
     def for_call(self, call_id: str) -> Cell:
         """The cell holding ``call_id``.
 
-        Raises ``CallNotFoundError`` when no cell knows it, ``CellUnavailableError`` when it
-        is in none of the cells that answer and some cell does not.
+        Raises ``CallNotFoundError`` when no cell knows it (nor the history store: an
+        archived call's run's cell), ``CellUnavailableError`` when it is in none of the
+        cells that answer and some cell does not.
         """
         known = self._recalled(self._calls, call_id)
         if known is not None:
@@ -237,7 +238,26 @@ class Cells:
                 cell=down[0].index,
                 where=down[0].where,
             )
-        raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        run_id = self._archived_run(call_id)
+        if run_id is None:
+            raise CallNotFoundError(f"unknown call id {call_id!r}", call_id=call_id)
+        cell = self.for_run(run_id)
+        self._remember(self._calls, call_id, cell.index)
+        return cell
+
+    def _archived_run(self, call_id: str) -> str | None:
+        """The run of a call that left every cell's Redis for the history store (or None).
+
+        One SQL database serves every cell: past its hot window a call is read from there
+        by any process, not only by one that saw it in its cell.
+        """
+        first = self.cells[0]
+        with first.guard():
+            history = first.backend.history  # opening it touches the cell's Redis
+        if history is None:
+            return None
+        record = history.records([call_id]).get(call_id)
+        return record.get("run_id") if record else None
 
     def on_run(self, run_id: str, act: Callable[[Cell], T]) -> T:
         """``act`` on the run's cell, under its ``guard``."""

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.apps import registry
 from toolq import Client
 from toolq.history.archiver import Archiver
 from toolq.history.store import HistoryStore
 
 
-@pytest.mark.xfail(strict=True, reason="for_call looks only in the cells' Redis")
 def test_an_archived_call_is_read_by_id_by_a_process_that_never_saw_it(cell_servers, tmp_path):
     cell_servers.start(2)
     settings = cell_servers.settings(history_url=f"sqlite:///{tmp_path}/h.db", hot_seconds=1)
