@@ -35,7 +35,6 @@ def pay(amount: int, ctx: ToolContext) -> str:
 APP = f"{__name__}:registry"
 
 
-@pytest.mark.xfail(strict=True, reason="recover.lua fails it as a timeout, and it can be retried")
 def test_a_lost_call_past_its_time_limit_is_unknown_not_failed(
     r: redis.Redis, workers: Workers, settings, wait_for
 ) -> None:

@@ -1,11 +1,13 @@
 -- RECOVER: a running call whose lease expired (its worker died). Includes lib/emit.lua
 -- and lib/sched.lua.
 --
--- Past its time limit the call failed with a timeout; an idempotent call recovered fewer
--- than max_recoveries times is queued again (into the unsent set: the sweeper sends it);
--- an idempotent call recovered that often failed as worker_lost; a call of any other tool
--- may have had its side effect or not: it becomes 'unknown', parked in the unknown set
--- (no TTL) until a person resolves it (resolve.lua), and is never queued again here. A scheduled call frees its slots, and when queued
+-- A call of a tool not marked idempotent may have had its side effect or not, whenever its
+-- worker died (before or past its time limit, which is often shorter than the lease that
+-- finds the death): it becomes 'unknown', parked in the unknown set (no TTL) until a person
+-- resolves it (resolve.lua), and is never queued again here nor made failed (a failed call
+-- can be retried without a person). An idempotent call past its time limit failed with a
+-- timeout; recovered fewer than max_recoveries times it is queued again (into the unsent
+-- set: the sweeper sends it); recovered that often it failed as worker_lost. A scheduled call frees its slots, and when queued
 -- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
 -- A member of a scheduled group has no message of its own: it goes to the unsent set, and
 -- the sweeper sends it alone (admitted: such calls have no limits).
@@ -50,7 +52,7 @@ local limits = sched_limits(f[6])
 if limits then sched_release(limits, call_id, t * 1000) end
 local timeout, started = tonumber(f[4]), tonumber(f[5])
 local outcome, result = 'failed', lost_result
-if timeout and started and t - started >= timeout then
+if f[2] == '1' and timeout and started and t - started >= timeout then
   outcome, result = 'timeout', timeout_result
 elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now)
