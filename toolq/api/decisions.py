@@ -13,9 +13,10 @@ from starlette.concurrency import run_in_threadpool
 
 from toolq.api.auth import AuthenticationError, Principal
 from toolq.api.decision_tokens import DecisionGrant, DecisionTokens
-from toolq.api.limits import decision_body_schema, parse_decision, token_digest_required
+from toolq.api.limits import decision_body_schema, digest_required, parse_decision
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import ApprovalRequest, Approve, Deny, TokenRequest
+from toolq.approvals.store import changed_since_shown
 from toolq.dispatch.approval_client import DECISION_TOKEN_PREFIX
 from toolq.dispatch.client import Client
 from toolq.errors import (
@@ -60,19 +61,14 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
         shown = await run_in_threadpool(_may_decide, call_id, caller)  # 401/403/404 first
         body = parse_decision(await request.body(), client.settings, TokenRequest)
         if body is None or body.digest is None:
-            raise token_digest_required(call_id)
+            raise digest_required(call_id, token=True)
         return await run_in_threadpool(_issue, call_id, caller, shown, body.digest)
 
     def _issue(
         call_id: str, caller: Principal, request: ApprovalRequest, reviewed: str
     ) -> dict[str, Any]:
         if reviewed != request.digest:
-            raise DigestMismatchError(
-                f"call {call_id}: the call (its tool or arguments) changed since it was "
-                f"shown (digest {request.digest} is current); review the call again",
-                call_id=call_id,
-                digest=request.digest,
-            )
+            raise changed_since_shown(call_id, request.digest)
         if request.status is not CallStatus.AWAITING_APPROVAL:
             raise NotAwaitingApprovalError(
                 f"call {call_id} is {request.status.value}, not awaiting approval",

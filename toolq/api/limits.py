@@ -90,20 +90,16 @@ def decision_body_schema(model: type[BaseModel], required: tuple[str, ...] = ())
     return {"requestBody": {"content": {"application/json": {"schema": schema}}}}
 
 
-def digest_required(call_id: str) -> RequestValidationError:
-    """The 422 of an approval without the ``digest`` the approver reviewed."""
-    message = (
-        f"approve the call as you reviewed it: GET /v1/approvals/{call_id} and send back its "
-        'digest, {"digest": "..."} (with edited arguments too: the digest of what you were shown)'
-    )
-    return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
+def digest_required(call_id: str, *, token: bool = False) -> RequestValidationError:
+    """The 422 of an approval without the ``digest`` the approver reviewed.
 
-
-def token_digest_required(call_id: str) -> RequestValidationError:
-    """The 422 of a decision token asked for without the ``digest`` the approver reviewed."""
+    ``token``: of a request for a decision token instead (which approves no edit).
+    """
+    what = "a decision token approves" if token else "approve"
+    edits = "" if token else " (with edited arguments too: the digest of what you were shown)"
     message = (
-        f"a decision token approves the call as you reviewed it: GET /v1/approvals/{call_id} "
-        'and send back its digest, {"digest": "..."}'
+        f"{what} the call as you reviewed it: GET /v1/approvals/{call_id} and send back its "
+        f'digest, {{"digest": "..."}}{edits}'
     )
     return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
 

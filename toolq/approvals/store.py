@@ -116,6 +116,16 @@ def _distinct(approvals: list[dict[str, Any]], digest: str) -> list[dict[str, An
     return kept
 
 
+def changed_since_shown(call_id: str, current: str) -> DigestMismatchError:
+    """The refusal of a decision about a call whose tool or arguments changed since shown."""
+    return DigestMismatchError(
+        f"call {call_id}: the call (its tool or arguments) changed since it was shown "
+        f"(digest {current} is current); review the call again",
+        call_id=call_id,
+        digest=current,
+    )
+
+
 class Parked:
     """A call record as a deciding process reads it, with what it computes itself.
 
@@ -362,12 +372,7 @@ class ApprovalStore:
             shown = parked.digest
             if digest is not None and digest != shown:
                 self._audit(request, by, AuditOutcome.refused(DigestMismatchError.code))
-                raise DigestMismatchError(
-                    f"call {call_id}: the call (its tool or arguments) changed since it was "
-                    f"shown (digest {shown} is current); review the call again",
-                    call_id=call_id,
-                    digest=shown,
-                )
+                raise changed_since_shown(call_id, shown)
             data: dict[str, Any] = {"by": by, "decision": AuditOutcome.APPROVED.value}
             if note:
                 data["note"] = note
