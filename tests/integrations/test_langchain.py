@@ -170,7 +170,9 @@ def test_sync_tool_invoked_directly_keeps_the_call_id(client, inproc):
 
 
 def test_cancelling_the_graph_task_cancels_the_toolq_call(client, inproc, wait_for):
-    inproc.start()
+    # The call runs until the cancel: a worker starved past the suite's 2 s lease under
+    # load would lose it (its call then 'unknown'), which is not what this test is about.
+    inproc.start(lease_seconds=10.0)
     slow = [{"name": "slow", "args": {"seconds": 30}, "id": "lc-slow", "type": "tool_call"}]
     agent = make_agent(client, InMemorySaver(), first_turn=slow)
     config = {"configurable": {"thread_id": "lc-cancel"}}

@@ -222,7 +222,9 @@ def test_a_reused_call_id_after_a_plain_reject_runs_nothing(client, approvers, r
 
 
 def test_cancelling_the_run_cancels_the_toolq_call(client, inproc, wait_for):
-    inproc.start()
+    # The call runs until the cancel: a worker starved past the suite's 2 s lease under
+    # load would lose it (its call then 'unknown'), which is not what this test is about.
+    inproc.start(lease_seconds=10.0)
     tools = ToolqAgentTools(client, run_id="oa-cancel", tools=["slow"])
     agent = make_agent(tools, ScriptedModel([("oa-slow", "slow", {"seconds": 30})]))
 

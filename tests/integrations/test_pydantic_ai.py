@@ -256,7 +256,9 @@ def test_a_reused_call_id_never_reaches_the_parked_call(client, approvers, r, se
 
 
 def test_cancelling_the_run_cancels_the_toolq_call(client, inproc, r, wait_for):
-    inproc.start()
+    # The call runs until the cancel: a worker starved past the suite's 2 s lease under
+    # load would lose it (its call then 'unknown'), which is not what this test is about.
+    inproc.start(lease_seconds=10.0)
 
     def slow_model(messages, info):
         return ModelResponse(parts=[ToolCallPart("slow", {"seconds": 30}, tool_call_id="pai-slow")])
