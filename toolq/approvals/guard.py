@@ -16,7 +16,7 @@ from typing import Any
 
 from toolq.approvals.policy import ApprovalMode, RunRules, digest_call, route
 from toolq.models import CallEnvelope, RiskLevel
-from toolq.registry.registry import ToolRegistry
+from toolq.registry.tool import Tool
 from toolq.settings import Settings
 from toolq.signing import Verifier, call_facts
 
@@ -24,28 +24,33 @@ from toolq.signing import Verifier, call_facts
 class ApprovalGuard:
     """Says whether a call is gated and, if so, why its approval does not hold (or None)."""
 
-    def __init__(self, registry: ToolRegistry, settings: Settings, verifier: Verifier) -> None:
-        self.registry = registry
+    def __init__(self, settings: Settings, verifier: Verifier) -> None:
         self.settings = settings
         self.verifier = verifier
 
-    def gated(self, envelope: CallEnvelope, arguments: dict[str, Any]) -> bool:
+    def gated(self, envelope: CallEnvelope, tool: Tool | None, arguments: dict[str, Any]) -> bool:
         """True when this call may run only with an approval (by the worker's own rules).
 
-        ``arguments`` are the plaintext ones, as a ``requires_approval`` predicate sees them.
+        ``arguments`` are the plaintext ones, as a ``requires_approval`` predicate sees them;
+        ``tool`` is the one the worker runs (looked up once: an upstream's ``list_changed``
+        can change the registry between the gate and the run). None: an unknown tool,
+        which the worker fails without running anything.
         """
-        tool = self.registry.get(envelope.name)
         if tool is None:
-            return False  # the executor fails unknown tools without running anything
+            return False
         try:
             return route(tool, arguments, RunRules()) != "run"
         except Exception:  # a predicate that raises cannot clear a call: fail closed
             return True
 
     def refusal(
-        self, envelope: CallEnvelope, approval: Any, arguments: dict[str, Any] | None = None
+        self,
+        envelope: CallEnvelope,
+        tool: Tool,
+        approval: Any,
+        arguments: dict[str, Any] | None = None,
     ) -> str | None:
-        """Why the stored ``approval`` does not cover this call, or None when it does.
+        """Why the stored ``approval`` does not cover this call of ``tool``, or None.
 
         The digest is over the arguments as stored; ``arguments`` (plaintext, default: as
         stored) are what a rule's routing looks at.
@@ -55,17 +60,16 @@ class ApprovalGuard:
         digest = digest_call(envelope.name, envelope.arguments)
         decision = self.verifier.payload(approval, "decision")
         if decision is not None:
-            return self._decision_refusal(envelope, digest, decision)
+            return self._decision_refusal(envelope, tool, digest, decision)
         rule = self.verifier.payload(approval, "rule")
         if rule is not None:
             plain = envelope.arguments if arguments is None else arguments
-            return self._rule_refusal(envelope, rule, plain)
+            return self._rule_refusal(envelope, tool, rule, plain)
         return "the approval's signature is invalid or not made by a trusted key"
 
     def _decision_refusal(
-        self, envelope: CallEnvelope, digest: str, payload: dict[str, Any]
+        self, envelope: CallEnvelope, tool: Tool, digest: str, payload: dict[str, Any]
     ) -> str | None:
-        tool = self.registry.require(envelope.name)
         for fact, value in call_facts(envelope, tool.risk, digest).items():
             if payload.get(fact) != value:
                 return _MISMATCH[fact].format(signed=payload.get(fact), mine=value)
@@ -83,7 +87,7 @@ class ApprovalGuard:
         return None
 
     def _rule_refusal(
-        self, envelope: CallEnvelope, payload: dict[str, Any], arguments: dict[str, Any]
+        self, envelope: CallEnvelope, tool: Tool, payload: dict[str, Any], arguments: dict[str, Any]
     ) -> str | None:
         if payload.get("run_id") != envelope.run_id:
             return "the signed rule belongs to another run"
@@ -92,7 +96,6 @@ class ApprovalGuard:
             return "the signed rule names another submitter"
         if payload.get("tenant") != envelope.tenant:
             return "the signed rule names another tenant"
-        tool = self.registry.require(envelope.name)
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         if required > 1:
             return f"a signed rule cannot stand in for the {required} approvers this tool needs"

@@ -86,12 +86,16 @@ class Executor:
         *,
         on_retry: RetryHook | None = None,
         validated: bool = False,
+        tool: Tool | None = None,
     ) -> CallResult:
-        """Run one call to a final ``CallResult``; never raises for the call's own failures."""
+        """Run one call to a final ``CallResult``; never raises for the call's own failures.
+
+        ``tool``: the one the caller already looked up (by default, ``name``'s now).
+        """
         started = time.perf_counter()
         attempts = 0
         try:
-            tool = self.registry.require(name)
+            tool = self.registry.require(name) if tool is None else tool
             self.registry.check_enabled(tool)
             kwargs = arguments if validated else tool.validate(arguments)
             for mw in self._chain(tool):

@@ -201,13 +201,30 @@ class ToolRegistry:
         """Return the tool of that name, or ``None``."""
         return self._tools.get(name)
 
+    def find(self, name: str) -> Tool | None:
+        """``get``, but a name no tool has yet makes the upstream servers list again first.
+
+        For a worker asked to run a call of ``name``: an upstream server may have added the
+        tool after this process listed, and the dispatching process heard first.
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            for toolset in list(self.toolsets):
+                toolset.relist_for(name)
+            tool = self._tools.get(name)
+        return tool
+
     def require(self, name: str) -> Tool:
         """Return the tool of that name; raise ``ToolNotFoundError`` listing the known ones."""
         tool = self._tools.get(name)
         if tool is None:
-            known = ", ".join(sorted(self._tools)) or "none"
-            raise ToolNotFoundError(f"unknown tool {name!r} (registered: {known})", tool=name)
+            raise self.not_found(name)
         return tool
+
+    def not_found(self, name: str) -> ToolNotFoundError:
+        """The error for a name no tool has, listing the known ones."""
+        known = ", ".join(sorted(self._tools)) or "none"
+        return ToolNotFoundError(f"unknown tool {name!r} (registered: {known})", tool=name)
 
     def __getitem__(self, name: str) -> Tool:
         return self.require(name)

@@ -236,7 +236,7 @@ class WorkerRuntime:
         )
         verifier = verifier_for(settings)
         self.verifier = verifier
-        self.guard = ApprovalGuard(registry, settings, verifier) if verifier else None
+        self.guard = ApprovalGuard(settings, verifier) if verifier else None
         self.box = SecretBox.from_settings(settings)
         self.undos = backend.undos
         self.keeper = LeaseKeeper(self.store, settings, self.undos)
@@ -647,27 +647,32 @@ class WorkerRuntime:
         """
         news = self._queue_news if on_loop else self._news
         call_id = env.call_id
+        # Looked up once: the gate, the secrets and the run are of the same tool, whatever
+        # an upstream's list_changed does to the registry meanwhile.
+        tool = self.registry.find(env.name)
+        if tool is None:
+            missing = self.registry.not_found(env.name)
+            return _failed(env, missing.message, missing.code)
         try:
             # Decrypted here, in memory, just before the handler: never written back.
-            arguments = self._plain_arguments(env)
+            arguments = self._plain_arguments(env, tool)
         except SecretsError as exc:
             log.warning("call %s not run: %s", call_id, exc.message)
             return _failed(env, exc.message, exc.code)
         # Gated or not is decided on the plaintext (as the dispatcher's predicate saw it);
         # the signature covers the digest of the tool and arguments as stored (secrets sealed).
-        gated = self.guard is not None and self.guard.gated(env, arguments)
-        tool = self.registry.get(env.name)
+        gated = self.guard is not None and self.guard.gated(env, tool, arguments)
         # Started before and lost: its outcome was unknown, and only a person's signed
         # re-run lets it run again (``toolq.approvals.resolving``).
-        rerun = execution > 1 and tool is not None and not tool.idempotent
+        rerun = execution > 1 and not tool.idempotent
         if gated or rerun:
             # Only these calls pay for this read (one); everything else starts as before.
             gate = self.records.read(call_id, Gate)
             if gated and self.guard is not None:
-                reason = self.guard.refusal(env, gate.approval, arguments)
+                reason = self.guard.refusal(env, tool, gate.approval, arguments)
                 if reason is not None:
                     return self._refusal(env, reason)
-            if rerun and tool is not None:
+            if rerun:
                 digest = digest_call(env.name, env.arguments)
                 reason = rerun_refusal(
                     env, tool.risk, digest, execution, gate.resolution, self.verifier
@@ -690,7 +695,7 @@ class WorkerRuntime:
             span.retry(attempt, delay, error_message(exc))
 
         ctx = context_of(env, metadata={"execution": execution}, progress_sink=progress)
-        return self.executor.execute(env.name, arguments, ctx, on_retry=retrying), ctx
+        return self.executor.execute(env.name, arguments, ctx, on_retry=retrying, tool=tool), ctx
 
     def _queue_news(
         self, env: CallEnvelope, token: str, etype: EventType, data: dict[str, Any]
@@ -736,11 +741,8 @@ class WorkerRuntime:
         )
         return _failed(env, exc.message, exc.code)
 
-    def _plain_arguments(self, env: CallEnvelope) -> dict[str, Any]:
-        """The call's arguments with its secrets decrypted (unknown tools: as stored)."""
-        tool = self.registry.get(env.name)
-        if tool is None:
-            return env.arguments
+    def _plain_arguments(self, env: CallEnvelope, tool: Tool) -> dict[str, Any]:
+        """The call's arguments with its secrets decrypted."""
         return open_arguments(self.box, tool, env.call_id, env.arguments)
 
     def _admit_after(self, ended: Sequence[CallEnvelope]) -> None:
@@ -840,7 +842,7 @@ class WorkerRuntime:
         ctx = context_of(envelope)
         fields: dict[str, str]
         try:
-            arguments = tool.validate(self._plain_arguments(envelope))
+            arguments = tool.validate(self._plain_arguments(envelope, tool))
             shown = jsonable(self._resolve(tool.call_method("preview", arguments, ctx)))
             fields = {"preview_state": PreviewState.READY.value, "preview": dumps(shown)}
             diff = diff_of(shown)
@@ -882,11 +884,11 @@ class WorkerRuntime:
         """
         if self.guard is None or self.verifier is None:
             return None
-        arguments = self._plain_arguments(envelope)
-        if tool.risk is not RiskLevel.DANGEROUS and not self.guard.gated(envelope, arguments):
+        arguments = self._plain_arguments(envelope, tool)
+        if tool.risk is not RiskLevel.DANGEROUS and not self.guard.gated(envelope, tool, arguments):
             return None
         gate = self.records.read(envelope.call_id, UndoGate)
-        if (reason := self.guard.refusal(envelope, gate.approval, arguments)) is not None:
+        if (reason := self.guard.refusal(envelope, tool, gate.approval, arguments)) is not None:
             return f"its call was not approved: {reason}"
         digest = digest_call(envelope.name, envelope.arguments)
         # as many distinct approvers as the tool's calls need (the worker's own setting)

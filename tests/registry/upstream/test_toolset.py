@@ -165,6 +165,30 @@ def test_the_registry_follows_list_changed(record: Path, new_registry) -> None:
     assert registry.invoke("notes_extra", {}).content[0].text == "extra"
 
 
+def test_a_tool_added_since_the_last_listing_is_found_by_listing_again(
+    http_upstream: HttpUpstream, new_registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``find`` lists again when asked for a name the server may have added (a worker
+    that holds no session hears no ``list_changed``), at most once per interval."""
+    from toolq.registry.upstream import toolset
+
+    server = {"url": http_upstream.url, "headers": {"Authorization": "Bearer tok-lister-5b1d"}}
+    worker = new_registry()
+    worker.mcp_server("tickets", **server)
+    other = new_registry()
+    other.mcp_server("tickets", **server)
+    monkeypatch.setattr(toolset, "RELIST_INTERVAL", 3600.0)
+    assert worker.find("tickets_extra") is None  # listed again: nothing new yet
+    assert other.invoke("tickets_grow", {}).status is CallStatus.SUCCEEDED
+    assert worker.find("tickets_extra") is None  # within the interval: not listed again
+    assert worker.find("echo_extra") is None  # not this server's prefix
+    monkeypatch.setattr(toolset, "RELIST_INTERVAL", 0.0)
+    found = worker.find("tickets_extra")
+    assert found is not None and found.risk is RiskLevel.SAFE
+    assert worker.invoke("tickets_extra", {}).content[0].text == "extra"
+    assert worker.find("tickets_no_such_tool") is None
+
+
 def test_a_server_that_cannot_be_listed_fails_the_registry_build(
     tmp_path: Path, new_registry
 ) -> None:

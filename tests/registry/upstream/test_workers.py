@@ -151,3 +151,29 @@ def test_a_killed_stdio_server_follows_the_idempotency_rules(
     runs = records(record, tool="count", event="call")
     assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"]
     assert runs[1]["ppid"] == first["ppid"]  # the same worker restarted it
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_worker_runs_a_tool_the_server_added_after_it_listed(
+    settings, workers: Workers, http_upstream, pool: str
+) -> None:
+    """The dispatcher heard ``list_changed`` first (a gateway): the worker lists again."""
+    tickets = {
+        "name": "tickets",
+        "url": http_upstream.url,
+        "headers": {"Authorization": "Bearer tok-lister-5b1d"},
+    }
+    env = upstream_env(tickets)
+    workers.start("safe,moderate", pool=pool, concurrency=1, **env)
+    with client_for(settings, env) as client:
+        registry = client.registry
+        assert "tickets_extra" not in registry
+        assert registry.invoke("tickets_grow", {}).status is CallStatus.SUCCEEDED
+        deadline = time.monotonic() + 20
+        while "tickets_extra" not in registry:  # this process follows list_changed
+            assert time.monotonic() < deadline, "the client's registry did not follow"
+            time.sleep(0.05)
+        [result] = client.dispatch(call("tickets_extra"), run_id="r-new").wait(timeout=60)
+    assert result.status is CallStatus.SUCCEEDED, result.error
+    assert result.content[0].text == "extra"
+    assert [r["tool"] for r in records(http_upstream.record)] == ["grow", "extra"]

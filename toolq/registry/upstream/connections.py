@@ -132,6 +132,13 @@ class Connections:
             self._sessions[scope] = session
             return session
 
+    def alive(self, scope: str) -> UpstreamSession | None:
+        """The live session of ``scope`` in this process, if it has one (none is started)."""
+        if self._pid != os.getpid():
+            return None
+        found = self._sessions.get(scope)
+        return found if found is not None and found.alive else None
+
     async def close(self) -> None:
         """Close every session of this process (stdio servers are stopped)."""
         sessions, self._sessions = list(self._sessions.values()), {}

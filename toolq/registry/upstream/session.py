@@ -169,6 +169,10 @@ class UpstreamSession:
         elif isinstance(message, Exception):
             log.debug("upstream MCP server %r transport: %r", self.server, message)
 
+    async def relist(self) -> None:
+        """List the server's tools again now (``on_listed`` gets the listing)."""
+        await self._list()
+
     async def _relist(self) -> None:
         try:
             await self._list()

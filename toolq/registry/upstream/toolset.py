@@ -23,6 +23,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
@@ -59,6 +60,9 @@ from toolq.registry.upstream.transports import (
 from toolq.upstreams import McpServer
 
 log = logging.getLogger("toolq.upstream")
+
+RELIST_INTERVAL = 1.0
+"""Least seconds between two listings asked for by calls of tools a process does not know."""
 
 
 class ToolTarget(Protocol):
@@ -105,6 +109,7 @@ class McpToolset:
             server.name, self._transport, self._listed, server.connect_timeout
         )
         self._watcher: concurrent.futures.Future[None] | None = None
+        self._relisted_at = float("-inf")
 
     # -- the tool list -----------------------------------------------------------------------
 
@@ -215,6 +220,39 @@ class McpToolset:
                 )
                 wanted.pop(name)
         self.tools = wanted
+
+    def relist_for(self, name: str) -> None:
+        """List the server's tools again when ``name`` could be a tool it added since.
+
+        A process learns of a new tool by ``list_changed``, which reaches another process
+        (the gateway that dispatched a call of it) first: a worker asked to run a tool it
+        does not know lists again before it calls the tool unknown. At most once per
+        ``RELIST_INTERVAL`` (a Redis writer naming made-up tools does not make a worker
+        list on every call); on the shared session when this process holds one, else on a
+        connection of its own. A server it cannot reach leaves the registry as it was.
+        """
+        if self.pinned is not None or not name.startswith(self.server.tool_prefix):
+            return
+        with self._lock:
+            if time.monotonic() - self._relisted_at < RELIST_INTERVAL:
+                return
+            self._relisted_at = time.monotonic()
+        try:
+            SessionLoop.current().run(self._relist(), timeout=self.server.connect_timeout + 5)
+        except Exception as exc:
+            log.warning(
+                "listing the tools of MCP server %r for %r failed: %s",
+                self.server.name,
+                name,
+                _describe(exc),
+            )
+
+    async def _relist(self) -> None:
+        shared = self.connections.alive("")
+        if shared is not None:
+            await shared.relist()  # the listing reaches the registry through _listed
+        else:
+            self.apply(await self._list_once())
 
     def _listed(self, definitions: list[UpstreamTool]) -> None:
         """A session's listing: the registry follows it, unless the tools are pinned."""
