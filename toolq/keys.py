@@ -70,6 +70,10 @@ class Keys:
         """JSON of a run's approval mode, tool lists and sticky decisions."""
         return f"{self.prefix}:run:{run_id}:settings"
 
+    def retrying(self, call_id: str) -> str:
+        """String naming who is dispatching the retry of a call (``retry_call``), briefly."""
+        return f"{self.prefix}:call:{call_id}:retrying"
+
     def idempotency(self, principal: str | None, run_id: str, key: str) -> str:
         """String mapping (submitter, run, provider call id or client key) to a call id.
 

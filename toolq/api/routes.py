@@ -191,7 +191,8 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         Same tool, arguments and run; approval rules apply again. The new call's
         ``retry_of`` names this one, whose ``retried_by`` names it. Run owner (or admin)
         only; 409 ``not_retryable`` for a call that is not final, succeeded, or was
-        retried already.
+        retried already, or while another principal's retry of it is being dispatched
+        (its claim holds 60 s: the owner and an admin never both retry one call).
         """
         caller.require("submitter")
         call_of_tenant(call_id, caller, "retry calls of")

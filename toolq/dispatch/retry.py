@@ -4,11 +4,16 @@ The new call goes through the dispatcher, so validation, approval rules and budg
 to it again (a call that was denied is parked again, not waved through). It keeps the
 provider call id (its result answers the same tool call) and is linked both ways: the
 new record's ``retry_of`` names the old call, the old record's ``retried_by`` the new one.
-A call is retried once: a second retry is refused with the call that retried it.
+A call is retried once: a second retry is refused with the call that retried it. Who
+retries claims it first (``Keys.retrying``, for ``CLAIM_SECONDS``): two retries by two
+principals (the run's owner and an admin, whose dispatches are two idempotency scopes) would
+otherwise both dispatch, and the loser's call, withdrawn when its link failed, could have
+started already: an ungated tool run twice for one retry.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from toolq.dispatch.dispatcher import Dispatcher
@@ -17,7 +22,11 @@ from toolq.errors import CallCancelledError, CallNotFoundError, NotRetryableErro
 from toolq.models import CallEnvelope, CallStatus, EventType
 from toolq.results import scripts
 from toolq.results.owners import RunOwners
+from toolq.results.store import CallStore
 from toolq.secretbox import SecretBox, open_arguments
+
+CLAIM_SECONDS = 60
+"""How long a retry's claim holds while it is dispatched (it ends sooner, once linked)."""
 
 RETRYABLE = (CallStatus.FAILED, CallStatus.DENIED, CallStatus.EXPIRED, CallStatus.CANCELLED)
 """The final states a call can be retried from (a succeeded call has nothing to retry)."""
@@ -55,6 +64,7 @@ def retry_call(
     if not store.redis.exists(store.keys.call(call_id)):
         # Archived: the link to its retry could no longer be written on its record.
         raise _archived(call_id, status)
+    _claim(store, call_id, principal)
     envelope = CallEnvelope.model_validate_json(record["envelope"])
     arguments = envelope.arguments
     tool = dispatcher.registry.get(envelope.name)
@@ -92,6 +102,29 @@ def retry_call(
             keys.history_archive, {"call_id": call_id, "run_id": run_id, "ts": repr(time.time())}
         )
     return new_id
+
+
+def _claim(store: CallStore, call_id: str, principal: str | None) -> None:
+    """Claim the dispatch of ``call_id``'s retry for ``principal``, or refuse.
+
+    The same principal asking again (a reply it lost, a dispatch that failed) goes on: its
+    dispatch is idempotent. Another waits out the claim even when the first dispatch failed
+    (it may have written the call before the error reached it).
+    """
+    key, me = store.keys.retrying(call_id), json.dumps([principal]).encode()
+    for _ in range(2):  # a claim that ends between the two reads: claim again
+        if store.redis.set(key, me, nx=True, ex=CLAIM_SECONDS):
+            return
+        holder = store.redis.get(key)
+        if holder == me:
+            return
+        if holder is not None:
+            break
+    raise NotRetryableError(
+        f"call {call_id} is being retried by another principal (or was, in the last "
+        f"{CLAIM_SECONDS} s, and failed): its retry is named on the call once linked",
+        call_id=call_id,
+    )
 
 
 def _withdraw(dispatcher: Dispatcher, call_id: str, new_id: str, what: str) -> None:
