@@ -280,6 +280,13 @@ class Settings(BaseSettings):
     its queue longer fails: ask again), and an older approval of a quorum no longer counts
     (asking again renews it). It bounds how long a Redis writer can replay an approval
     (say after a failed undo)."""
+    rule_seconds: float = Field(24 * 3600.0, gt=60)
+    """How long a person's rule that loosens a run's gate (a sticky "always approve", mode
+    ``auto``) lets the run's calls through (seconds, by its signed time): a worker refuses
+    it for a call it starts later, and the dispatcher stops applying it a little before
+    (``RULE_MARGIN``), so new calls park again; approving with "always" again renews it.
+    It bounds how long one sticky approval lets calls into the run, a Redis writer's
+    among them."""
     stream_maxlen: int = Field(100_000, gt=0)
     """Approximate cap on one run's event stream."""
 

@@ -190,3 +190,35 @@ def test_a_rule_granted_to_a_run_s_former_owner_parks_the_new_owner_s_calls(
     assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL
     approver.approvals.approve(batch.call_ids[0], by="alice")
     assert batch.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+
+
+def test_a_rule_past_its_age_lets_no_call_through(
+    approver: Client, inproc: InProcess, r: redis.Redis, pair: Pair
+) -> None:
+    """A sticky "always" lasts ``TOOLQ_RULE_SECONDS``, not as long as the run: a rule signed
+    two days ago (a run that long, or a Redis writer keeping an old signed rule in the run's
+    settings) no longer queues the run's calls, and no worker runs a call by it."""
+    start_verifying(inproc, pair.verify)
+    _sticky_run(approver)
+    rules = approver.approvals.rules("sticky")
+    payload = dict(rules.signatures["always_approve:wipe"]["payload"])
+    payload.pop("v"), payload.pop("kind")
+    payload["ts"] = repr(float(payload["ts"]) - 2 * 24 * 3600)
+    old = approver.approvals.signer.sign("rule", **payload)  # as signed two days ago
+    state = json.loads(r.get(KEYS.run_settings("sticky")))
+    state["signatures"]["always_approve:wipe"] = old
+    r.set(KEYS.run_settings("sticky"), json.dumps(state))
+
+    batch = approver.dispatch(call("wipe", "r-old", target="x"), principal="agent", run_id="sticky")
+    assert batch.calls[0].status is CallStatus.AWAITING_APPROVAL  # the dispatcher: too old
+    call_id = batch.call_ids[0]
+    forge_queued(r, approver, call_id, approval=json.dumps(old))  # a Redis writer: queued
+    assert_refused(approver, r, call_id, "older than TOOLQ_RULE_SECONDS")
+
+    # Approving with "always" again renews the rule: the next call runs by it.
+    again = approver.dispatch(call("wipe", "r-new", target="y"), principal="agent", run_id="sticky")
+    approver.approvals.approve(again.call_ids[0], by="alice", always=True)
+    assert again.wait(timeout=30)[0].status is CallStatus.SUCCEEDED
+    renewed = approver.dispatch(call("wipe", "r-2", target="z"), principal="agent", run_id="sticky")
+    assert renewed.calls[0].status is CallStatus.QUEUED
+    assert renewed.wait(timeout=30)[0].status is CallStatus.SUCCEEDED

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolq.approvals.policy import ApprovalMode, RunRules, digest_call, route
+from toolq.approvals.policy import ApprovalMode, RunRules, digest_call, route, rule_age
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.tool import Tool
 from toolq.settings import Settings
@@ -96,6 +96,11 @@ class ApprovalGuard:
             return "the signed rule names another submitter"
         if payload.get("tenant") != envelope.tenant:
             return "the signed rule names another tenant"
+        if rule_age(payload) > self.settings.rule_seconds:
+            return (
+                f"the signed rule is older than TOOLQ_RULE_SECONDS "
+                f"({self.settings.rule_seconds:g} s): a person must approve again"
+            )
         required = self.settings.dangerous_approvals if tool.risk is RiskLevel.DANGEROUS else 1
         if required > 1:
             return f"a signed rule cannot stand in for the {required} approvers this tool needs"

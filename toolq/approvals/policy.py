@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,6 +52,14 @@ class RunRules(BaseModel):
     signatures: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Signed rules that loosen the gate (``rule_key`` → signed object); a call that runs
     by such a rule carries its signature, and workers check it."""
+
+
+def rule_age(payload: dict[str, Any]) -> float:
+    """Seconds since a signed rule's payload was signed (infinite when it names no time)."""
+    try:
+        return time.time() - float(payload["ts"])
+    except (KeyError, TypeError, ValueError):
+        return math.inf
 
 
 def rule_key(rule: str, tool: str) -> str:

@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolq.approvals.policy import ApprovalMode, RunRules, rule_key
+from toolq.approvals.policy import ApprovalMode, RunRules, rule_age, rule_key
 from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
@@ -342,7 +342,8 @@ class Dispatcher:
             if rules.mode is ApprovalMode.AUTO:
                 loosened["mode"] = None
             rules = rules.model_copy(update=loosened)
-        return _granted_to(rules, principal, tenant), owner
+        young = self.settings.rule_seconds - min(RULE_MARGIN, self.settings.rule_seconds / 10)
+        return _granted_to(rules, principal, tenant, young), owner
 
     def _messages(self, calls: list[NewCall]) -> tuple[list[NewCall], list[MessageGroup]]:
         """The queued calls' messages: one per group of calls of one risk and time limit.
@@ -409,14 +410,21 @@ class Dispatcher:
         return "async" if tool is not None and runs_async(tool) else "sync"
 
 
-def _granted_to(rules: RunRules, principal: str | None, tenant: str) -> RunRules:
-    """``rules`` without the signed loosening rules granted to another submitter or tenant.
+RULE_MARGIN = 300.0
+"""Seconds before a signed rule's end (``Settings.rule_seconds``) the dispatcher stops
+applying it: a call it lets through is started within its rule's life."""
+
+
+def _granted_to(rules: RunRules, principal: str | None, tenant: str, young: float) -> RunRules:
+    """``rules`` without the signed loosening rules that workers would refuse for the call.
 
     A signed rule (sticky always-approve, mode ``auto``) names the submitter and tenant it
     was granted to; every verifying worker refuses it for a call of anyone else, or one
-    signed before rules named them. Such a rule is left out here, so the call parks for a
-    person instead of being queued to fail (``approval_unverified``, which no approver can
-    approve away): e.g. a run whose owner key expired and was claimed again. The signature
+    signed before rules named them, or past its age (one signed more than ``young``
+    seconds ago: ``Settings.rule_seconds`` less ``RULE_MARGIN``). Such a rule is left out
+    here, so the call parks for a person instead of being queued to fail
+    (``approval_unverified``, which no approver can approve away): e.g. a run whose owner
+    key expired and was claimed again. The signature
     is only read here, not verified: routing, not authority (the workers verify). A rule
     without a signature (a deployment that does not sign) is kept.
     """
@@ -430,6 +438,7 @@ def _granted_to(rules: RunRules, principal: str | None, tenant: str) -> RunRules
             isinstance(payload, dict)
             and payload.get("submitter") == principal
             and payload.get("tenant") == tenant
+            and rule_age(payload) <= young
         )
 
     kept = [name for name in rules.always_approve if granted("always_approve", name)]
