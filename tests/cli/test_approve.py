@@ -241,9 +241,15 @@ def test_approve_on_a_terminal_shows_the_call_and_approves_it_as_shown(
         os.close(child)
 
 
-def shown_on_a_terminal(settings: Settings, call_id: str, answer: bytes) -> tuple[int, bytes]:
-    """Run ``approvals approve CALL_ID`` on a pty, answer its prompt; its exit and every byte
-    the terminal received."""
+def shown_on_a_terminal(
+    settings: Settings,
+    call_id: str,
+    answer: bytes,
+    *more: str,
+    prompt: bytes = b"as shown?",
+) -> tuple[int, bytes]:
+    """Run ``approvals approve CALL_ID [MORE]`` on a pty, answer its prompt; its exit and
+    every byte the terminal received."""
     main, child = pty.openpty()
     env = {**os.environ, "TOOLQ_REDIS_URL": settings.redis_url, "PYTHONPATH": str(ROOT)}
     env.update(
@@ -254,11 +260,11 @@ def shown_on_a_terminal(settings: Settings, call_id: str, answer: bytes) -> tupl
     )
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "toolq", "approvals", "approve", call_id, "--by", "bob"],
+            [sys.executable, "-m", "toolq", "approvals", "approve", call_id, "--by", "bob", *more],
             stdin=child, stdout=child, stderr=child, env=env, cwd=ROOT,
         )  # fmt: skip
         seen, deadline = b"", time.monotonic() + 60
-        while b"as shown?" not in seen and proc.poll() is None:
+        while prompt not in seen and proc.poll() is None:
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             if select.select([main], [], [], 0.2)[0]:
                 seen += os.read(main, 65536)
@@ -271,6 +277,27 @@ def shown_on_a_terminal(settings: Settings, call_id: str, answer: bytes) -> tupl
     finally:
         os.close(main)
         os.close(child)
+
+
+def test_an_edit_approved_on_a_terminal_is_shown_before_it_is_confirmed(
+    settings: Settings, client: Client, r: redis.Redis
+) -> None:
+    """``--args`` on a terminal: the prompt shows the arguments that will run (the edit),
+    under the parked call's, and says so; not only the parked call's, as if approved as is."""
+    call_id = parked(client, "ed1")
+    edit = '{"target": "staging"}'
+    code, seen = shown_on_a_terminal(
+        settings, call_id, b"y\n", "--args", edit, prompt=b"with your arguments?"
+    )
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode(errors="replace"))  # colours
+    assert code == 0, shown
+    assert shown.index('"target": "ed1"') < shown.index("your --args") < shown.index(
+        '"target": "staging"'
+    )
+    assert f"approved {call_id}: queued" in shown
+    assert json.loads(r.hget(f"toolq:call:{call_id}", "envelope"))["arguments"] == {
+        "target": "staging"
+    }
 
 
 # What a hostile value can send a terminal: move the cursor up and erase lines (to write

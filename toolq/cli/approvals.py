@@ -221,7 +221,8 @@ def approve(
     """Approve and enqueue a parked call (with --run: the run's you reviewed), here or via the API.
 
     The call is approved as you reviewed it: with --digest (what `approvals show` printed),
-    or, on a terminal, shown here and confirmed; a call changed since is refused. Neither
+    or, on a terminal, shown here (with your --args under it) and confirmed; a call
+    changed since is refused. Neither
     (a script without --digest) is refused. A decision is signed with
     TOOLQ_APPROVAL_SIGNING_KEY over the tool's risk from the registry (--app), or made by
     the API (--api, --token); without either it is refused, since workers that verify
@@ -235,7 +236,7 @@ def approve(
         if call_id is None:
             raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
         if digest is None:
-            digest = _confirmed(call_id, lambda: _shown_by_api(api, token, call_id))
+            digest = _confirmed(call_id, lambda: _shown_by_api(api, token, call_id), arguments)
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
         return
     settings = settings_for(app, redis_url)
@@ -260,7 +261,7 @@ def approve(
             else:
                 _require_known_tool(client, full)
             if digest is None:
-                digest = _confirmed(full, lambda: client.approvals.get(full))
+                digest = _confirmed(full, lambda: client.approvals.get(full), arguments)
             result = client.approvals.approve(
                 full, by=by, arguments=arguments, note=note, digest=digest, always=always
             )
@@ -269,9 +270,12 @@ def approve(
         typer.echo(f"approved {full}: {result.status.value}")
 
 
-def _confirmed(call_id: str, read: Callable[[], ApprovalRequest]) -> str:
+def _confirmed(
+    call_id: str, read: Callable[[], ApprovalRequest], edit: dict[str, Any] | None = None
+) -> str:
     """The digest of the call ``read`` returns, once shown here and confirmed on a terminal.
 
+    ``edit``: the arguments of ``--args``, shown under the call's as what will run instead.
     Without a terminal, a usage error: a script approving what is parked this instant
     approves what nobody saw (a Redis writer may have rewritten it since it was reviewed).
     """
@@ -286,9 +290,14 @@ def _confirmed(call_id: str, read: Callable[[], ApprovalRequest]) -> str:
     except ToolqError as exc:
         raise fail(str(exc)) from None
     show_request(request)
-    if not typer.confirm(
-        f"Approve call {visible(request.call_id)} ({visible(request.name)}) as shown?"
-    ):
+    what = f"call {visible(request.call_id)} ({visible(request.name)})"
+    if edit is not None:
+        console.print("[bold]your --args, which run instead of the arguments above:[/bold]")
+        console.print(Syntax(visible(json.dumps(edit, indent=2), "\n"), "json"))
+        question = f"Approve {what} with your arguments?"
+    else:
+        question = f"Approve {what} as shown?"
+    if not typer.confirm(question):
         raise typer.Exit(1)
     return request.digest
 
