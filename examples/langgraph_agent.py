@@ -39,8 +39,9 @@ def main() -> None:
             for interrupt in pending.values():
                 approver.deny(interrupt.value["call_id"], "ann is a customer")
         # True only answers the interrupt: the tool reads the decision toolq holds.
-        done = agent.invoke(resume_command(out["__interrupt__"], dict.fromkeys(pending, True)),
-                            config)
+        done = agent.invoke(
+            resume_command(out["__interrupt__"], dict.fromkeys(pending, True)), config
+        )
         for message in done["messages"]:
             print(type(message).__name__, message.content)
 

@@ -30,22 +30,40 @@ set_tracing_disabled(True)
 
 
 class Scripted(Model):
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
-                           **kwargs: Any) -> ModelResponse:
-        outputs = [i for i in input if isinstance(i, dict)
-                   and i.get("type") == "function_call_output"]
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        outputs = [
+            i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
         if not outputs:
             output: list[Any] = [
-                ResponseFunctionToolCall(type="function_call", call_id="c1", name="lookup",
-                                         arguments=json.dumps({"user": "ann"}), id="fc1"),
-                ResponseFunctionToolCall(type="function_call", call_id="c2", name="delete_user",
-                                         arguments=json.dumps({"user": "ann"}), id="fc2"),
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id="c1",
+                    name="lookup",
+                    arguments=json.dumps({"user": "ann"}),
+                    id="fc1",
+                ),
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id="c2",
+                    name="delete_user",
+                    arguments=json.dumps({"user": "ann"}),
+                    id="fc2",
+                ),
             ]
         else:
-            text = ResponseOutputText(type="output_text", annotations=[],
-                                      text=json.dumps({o["call_id"]: o["output"] for o in outputs}))
-            output = [ResponseOutputMessage(type="message", id="m1", role="assistant",
-                                            status="completed", content=[text])]
+            text = ResponseOutputText(
+                type="output_text",
+                annotations=[],
+                text=json.dumps({o["call_id"]: o["output"] for o in outputs}),
+            )
+            output = [
+                ResponseOutputMessage(
+                    type="message", id="m1", role="assistant", status="completed", content=[text]
+                )
+            ]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:

@@ -47,8 +47,9 @@ async def main() -> None:
             for info in parked:
                 request = approver.get(info["call_id"])
                 print("parked:", request.name, request.arguments)
-                approver.approve(request.call_id, arguments={"user": "ann-test"},
-                                 digest=request.digest)
+                approver.approve(
+                    request.call_id, arguments={"user": "ann-test"}, digest=request.digest
+                )
 
             # The agent resumes with the decisions toolq holds.
             results = await toolset.deferred_results(requests)
@@ -59,8 +60,10 @@ async def main() -> None:
             for info in parked:
                 decided = approver.get(info["call_id"])
                 result = client.result(info["call_id"])
-                print(f"{result.name} {decided.arguments} by {decided.decided_by}: "
-                      f"{result.status.value}, {result.output}")
+                print(
+                    f"{result.name} {decided.arguments} by {decided.decided_by}: "
+                    f"{result.status.value}, {result.output}"
+                )
 
 
 if __name__ == "__main__":

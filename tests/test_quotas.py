@@ -36,8 +36,13 @@ def test_tenants_setting_reads_json_with_defaults(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize(
     "value",
-    ['{"bad name": {}}', '{"acme": {"weight": 0}}', '{"acme": {"rate_limit": "x"}}',
-     '{"acme": {"budget": {"limit": 1, "per": "week"}}}', '{"acme": {"surprise": 1}}'],
+    [
+        '{"bad name": {}}',
+        '{"acme": {"weight": 0}}',
+        '{"acme": {"rate_limit": "x"}}',
+        '{"acme": {"budget": {"limit": 1, "per": "week"}}}',
+        '{"acme": {"surprise": 1}}',
+    ],
 )
 def test_bad_tenants_settings_are_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("TOOLQ_TENANTS", value)

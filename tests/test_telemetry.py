@@ -71,7 +71,8 @@ def worker_spans(path: Path, wanted: int, timeout: float = 10) -> list[dict[str,
 
 def one(spans: list[dict[str, Any]], name: str, **attributes: Any) -> dict[str, Any]:
     found = [
-        s for s in spans
+        s
+        for s in spans
         if s["name"] == name and all(s["attributes"].get(k) == v for k, v in attributes.items())
     ]
     assert len(found) == 1, (name, attributes, spans)
@@ -95,7 +96,9 @@ def test_worker_spans_join_the_agents_trace(memory, traced_workers, otel_client,
         )
     results = batch.wait(timeout=30)
     assert [res.status for res in results] == [
-        CallStatus.SUCCEEDED, CallStatus.SUCCEEDED, CallStatus.FAILED
+        CallStatus.SUCCEEDED,
+        CallStatus.SUCCEEDED,
+        CallStatus.FAILED,
     ]
     trace_id = f"{agent.get_span_context().trace_id:032x}"
 
@@ -199,8 +202,13 @@ def test_without_opentelemetry_or_a_provider_nothing_is_traced(mode, settings):
     }
     env.pop("TOOLQ_TEST_SPANS_FILE", None)
     out = subprocess.run(
-        [sys.executable, "-c", UNTRACED, mode], env=env, cwd=ROOT, capture_output=True,
-        text=True, timeout=60, check=True,
+        [sys.executable, "-c", UNTRACED, mode],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["traceparent"] is None

@@ -87,9 +87,7 @@ def test_an_approver_refused_by_toolq_approvers_cannot_read_the_undo_data(
     inproc.start()
     target = tmp_path / "secret.txt"
     target.write_text("the old, private content\n")
-    call_id = _succeeded(
-        client, "edit_file", {"path": str(target), "content": "new"}, "r-allow"
-    )
+    call_id = _succeeded(client, "edit_file", {"path": str(target), "content": "new"}, "r-allow")
     url = f"{strict_api}/v1/calls/{call_id}/undo"
     shown = httpx.get(url, headers=h("alice-t")).json()
     refused = httpx.post(url, headers=h("bob-t"), json={"undo_digest": shown["undo_digest"]})
@@ -98,9 +96,7 @@ def test_an_approver_refused_by_toolq_approvers_cannot_read_the_undo_data(
     assert peek.status_code == 403, peek.text
 
 
-def test_undo_data_the_approver_is_shown_is_what_the_handler_gets(
-    api, client, inproc, r, tmp_path
-):
+def test_undo_data_the_approver_is_shown_is_what_the_handler_gets(api, client, inproc, r, tmp_path):
     """A Redis writer stores undo data with a NaN: the approver is shown it as stored (the
     text with its ``NaN``), not as ``"before": null`` (for edit_file's undo: remove the
     file) while the handler got ``nan`` and wrote "nan" into the file."""
@@ -198,9 +194,7 @@ def test_a_deeply_nested_vote_string_is_not_a_500(signing_quorum_api, client, in
     call_id = _succeeded(client, "deploy", {"service": "api", "replicas": 2}, "r-deepvote")
     url = f"{signing_quorum_api}/v1/calls/{call_id}/undo"
     reviewed = _reviewed(url)
-    r.hset(
-        f"toolq:call:{call_id}", "undo_votes", json.dumps(["[" * 100_000 + "]" * 100_000])
-    )
+    r.hset(f"toolq:call:{call_id}", "undo_votes", json.dumps(["[" * 100_000 + "]" * 100_000]))
     got = httpx.post(url, headers=h("alice-t"), json=reviewed, timeout=30)
     assert got.status_code == 202, got.text
 

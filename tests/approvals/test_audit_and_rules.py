@@ -20,8 +20,9 @@ def call(name: str, call_id: str, **arguments: object) -> list[dict[str, object]
 
 
 def verify_audit(settings, verify: str):
-    done = toolq("approvals", "verify-audit", "--json", settings=settings,
-                 TOOLQ_APPROVAL_VERIFY_KEYS=verify)
+    done = toolq(
+        "approvals", "verify-audit", "--json", settings=settings, TOOLQ_APPROVAL_VERIFY_KEYS=verify
+    )
     return done.returncode, json.loads(done.stdout)
 
 
@@ -29,15 +30,17 @@ def test_verify_audit_counts_and_detects_tampering(pair, inproc, r):
     strict = deciding_client(pair, approvers={"alice": ["dangerous"], "bob": ["moderate"]})
     start_verifying(inproc, pair.verify)
     batch = strict.dispatch(
-        call("wipe", "a1", target="x") + call("wipe", "a2", target="y") +
-        call("wipe", "a3", target="z"), principal="agent"
+        call("wipe", "a1", target="x")
+        + call("wipe", "a2", target="y")
+        + call("wipe", "a3", target="z"),
+        principal="agent",
     )
     a1, a2, a3 = batch.call_ids
     with pytest.raises(NotAuthorizedError):
-        strict.approvals.approve(a1, by="bob")                 # refusal, signed in Python
-    strict.approvals.approve(a1, by="alice")                    # signed inside DECIDE
+        strict.approvals.approve(a1, by="bob")  # refusal, signed in Python
+    strict.approvals.approve(a1, by="alice")  # signed inside DECIDE
     strict.approvals.deny(a2, by="alice", reason="no")
-    forge_queued(r, strict, a3)                                 # worker: system entry
+    forge_queued(r, strict, a3)  # worker: system entry
     strict.wait(batch.call_ids, timeout=30)
     assert strict.result(a3).error_type == "approval_unverified"
     code, report = verify_audit(strict.settings, pair.verify)

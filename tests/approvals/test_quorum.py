@@ -69,9 +69,7 @@ def test_second_approver_edit_resets_the_first_who_must_approve_again(two, verif
     [result] = batch.wait(timeout=30)
     assert result.output == "wiped PRODUCTION"
     assert executions(r, call_id) == 1
-    approved = [
-        e.data for e in two.events(batch.run_id) if e.type is EventType.APPROVED
-    ]
+    approved = [e.data for e in two.events(batch.run_id) if e.type is EventType.APPROVED]
     assert [(d["by"], d["approvals"], "edited_arguments" in d) for d in approved] == [
         ("alice", 1, False),
         ("bob", 1, True),

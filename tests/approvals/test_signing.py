@@ -31,9 +31,11 @@ def pem_pair() -> tuple[str, str]:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     return private, public
 
 
@@ -56,8 +58,9 @@ def test_rotation_several_verify_keys():
     for private in (old_private, new_private):
         assert verifier.payload(Signer.from_text(private).sign("decision", x=1), "decision")
     other_private, _ = generate_pair()
-    assert verifier.payload(Signer.from_text(other_private).sign("decision", x=1), "decision") \
-        is None
+    assert (
+        verifier.payload(Signer.from_text(other_private).sign("decision", x=1), "decision") is None
+    )
 
 
 def test_tampered_payload_wrong_kind_and_garbage_do_not_verify():
@@ -67,8 +70,14 @@ def test_tampered_payload_wrong_kind_and_garbage_do_not_verify():
     tampered = {**signed, "payload": {**signed["payload"], "approvers": ["alice", "bob"]}}
     assert verifier.payload(tampered, "decision") is None
     assert verifier.payload(signed, "rule") is None  # a decision never passes as a rule
-    for junk in ("", "not json", "[]", {"payload": {}}, {"payload": signed["payload"], "sig": 5},
-                 {"payload": signed["payload"], "sig": "%%%"}):
+    for junk in (
+        "",
+        "not json",
+        "[]",
+        {"payload": {}},
+        {"payload": signed["payload"], "sig": 5},
+        {"payload": signed["payload"], "sig": "%%%"},
+    ):
         assert verifier.payload(junk, "decision") is None
 
 
@@ -101,21 +110,31 @@ def test_keys_generate_prints_exports_and_json(settings):
         if line.startswith("export ")
     )
     assert set(exports) == {
-        "TOOLQ_APPROVAL_SIGNING_KEY", "TOOLQ_APPROVAL_VERIFY_KEYS", "TOOLQ_SECRETS_KEY"
+        "TOOLQ_APPROVAL_SIGNING_KEY",
+        "TOOLQ_APPROVAL_VERIFY_KEYS",
+        "TOOLQ_SECRETS_KEY",
     }
     signer = Signer.from_text(exports["TOOLQ_APPROVAL_SIGNING_KEY"])
     verifier = Verifier.from_text(exports["TOOLQ_APPROVAL_VERIFY_KEYS"])
     assert verifier.payload(signer.sign("decision", x=1), "decision")
-    assert Fernet(exports["TOOLQ_SECRETS_KEY"].encode()).decrypt(
-        Fernet(exports["TOOLQ_SECRETS_KEY"].encode()).encrypt(b"s")
-    ) == b"s"
+    assert (
+        Fernet(exports["TOOLQ_SECRETS_KEY"].encode()).decrypt(
+            Fernet(exports["TOOLQ_SECRETS_KEY"].encode()).encrypt(b"s")
+        )
+        == b"s"
+    )
     as_json = json.loads(toolq("keys", "generate", "--json", settings=settings).stdout)
     assert set(as_json) == set(exports) and as_json != exports
 
 
 def test_worker_refuses_to_start_with_a_malformed_verify_key(settings):
-    done = toolq("worker", "--app", "tests.apps:registry", settings=settings,
-                 TOOLQ_APPROVAL_VERIFY_KEYS="garbage")
+    done = toolq(
+        "worker",
+        "--app",
+        "tests.apps:registry",
+        settings=settings,
+        TOOLQ_APPROVAL_VERIFY_KEYS="garbage",
+    )
     assert done.returncode == 2 and "TOOLQ_APPROVAL_VERIFY_KEYS" in done.stderr
 
 

@@ -126,7 +126,9 @@ def test_a_dangerous_undo_needs_as_many_approvers_as_its_calls(pair: Pair, inpro
             with pytest.raises(UndoAwaitingApprovalsError) as waiting:
                 approver.undo(call_id, timeout=30, approved_by="carol")
             assert waiting.value.details == {
-                "call_id": call_id, "approvers": ["carol"], "required": 2
+                "call_id": call_id,
+                "approvers": ["carol"],
+                "required": 2,
             }
         assert r.hget(record, "undo_state") is None  # nothing requested
         [carols] = json.loads(r.hget(record, "undo_votes"))
@@ -205,9 +207,10 @@ def test_an_undo_approver_removed_since_they_asked_no_longer_counts(pair: Pair, 
     names = ("alice", "bob", "carol", "dave", "erin")
     everyone = {who: ["dangerous"] for who in names}
     later = {who: ["dangerous"] for who in names if who != "carol"}
-    with agent_client() as agent, deciding_client(
-        pair, dangerous_approvals=2, approvers=everyone
-    ) as approver:
+    with (
+        agent_client() as agent,
+        deciding_client(pair, dangerous_approvals=2, approvers=everyone) as approver,
+    ):
         batch = agent.dispatch(
             call("deploy", "d10", service="api", replicas=3), principal="agent", run_id="run-rv"
         )

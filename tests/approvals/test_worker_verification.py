@@ -100,8 +100,9 @@ def test_forged_run_rules_do_not_let_a_gated_call_run(approver, inproc, r, pair)
         "copied": "belongs to another run",
     }
     for run_id, reason in refused.items():
-        batch = approver.dispatch(call("wipe", f"g-{run_id}", target="x"), run_id=run_id,
-                                  principal="agent")
+        batch = approver.dispatch(
+            call("wipe", f"g-{run_id}", target="x"), run_id=run_id, principal="agent"
+        )
         assert batch.calls[0].status is CallStatus.QUEUED  # the dispatcher believed the rule
         assert_refused(approver, r, batch.call_ids[0], reason)
 
@@ -111,17 +112,16 @@ def test_properly_approved_calls_still_run(approver, inproc, r, pair):
     plain = approver.dispatch(call("wipe", "ok1", target="a"), principal="agent", run_id="ok")
     approver.approvals.approve(plain.call_ids[0], by="alice")
     edited = approver.dispatch(call("wipe", "ok2", target="prod"), principal="agent", run_id="ok")
-    approver.approvals.approve(edited.call_ids[0], by="alice", arguments={"target": "staging"},
-                               always=True)
+    approver.approvals.approve(
+        edited.call_ids[0], by="alice", arguments={"target": "staging"}, always=True
+    )
     by_rule = approver.dispatch(call("wipe", "ok3", target="b"), principal="agent", run_id="ok")
     assert by_rule.calls[0].status is CallStatus.QUEUED
     approver.approvals.set_rules("auto", mode="auto", by="alice", principal="agent")
     auto = approver.dispatch(call("wipe", "ok4", target="c"), principal="agent", run_id="auto")
     assert auto.calls[0].status is CallStatus.QUEUED
     ungated = approver.dispatch(call("echo", "ok5", text="hi"), principal="agent")
-    outputs = [
-        b.wait(timeout=30)[0].output for b in (plain, edited, by_rule, auto, ungated)
-    ]
+    outputs = [b.wait(timeout=30)[0].output for b in (plain, edited, by_rule, auto, ungated)]
     assert outputs == ["wiped a", "wiped staging", "wiped b", "wiped c", {"text": "hi"}]
     for batch in (plain, edited, by_rule, auto):
         assert executions(r, batch.call_ids[0]) == 1
@@ -159,14 +159,17 @@ def test_sealed_secret_arguments_verify_as_stored(approver, inproc, r, pair):
     # Secrets are sealed in Redis: the digest covers the ciphertext, the predicate and the
     # handler see the plaintext. Plain and edited approvals (secret kept masked) still run.
     start_verifying(inproc, pair.verify)
-    plain = approver.dispatch(call("login", "s1", user="ann", password="hunter2"),
-                              principal="agent")
+    plain = approver.dispatch(
+        call("login", "s1", user="ann", password="hunter2"), principal="agent"
+    )
     stored = json.loads(r.hget(f"toolq:call:{plain.call_ids[0]}", "envelope"))
     assert "hunter2" not in json.dumps(stored)
     approver.approvals.approve(plain.call_ids[0], by="alice")
-    edited = approver.dispatch(call("login", "s2", user="ann", password="hunter2"),
-                               principal="agent")
-    approver.approvals.approve(edited.call_ids[0], by="alice",
-                               arguments={"user": "bob", "password": "**********"})
+    edited = approver.dispatch(
+        call("login", "s2", user="ann", password="hunter2"), principal="agent"
+    )
+    approver.approvals.approve(
+        edited.call_ids[0], by="alice", arguments={"user": "bob", "password": "**********"}
+    )
     assert plain.wait(timeout=30)[0].output == "ann logged in with a 7-char password"
     assert edited.wait(timeout=30)[0].output == "bob logged in with a 7-char password"

@@ -99,8 +99,21 @@ def private_redis(host_dirs: dict[str, Path]) -> Iterator[str]:
     """A redis-server of this test's own, listening on a unix socket only (mode 777)."""
     path = host_dirs["run"] / "redis.sock"
     server = subprocess.Popen(
-        ["redis-server", "--port", "0", "--unixsocket", str(path), "--unixsocketperm", "777",
-         "--save", "", "--appendonly", "no", "--dir", str(host_dirs["run"])],
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(path),
+            "--unixsocketperm",
+            "777",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(host_dirs["run"]),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -170,8 +183,16 @@ def interpreter(reg: ToolRegistry) -> str:
 def as_nobody(argv: list[str], cwd: Path | str = "/") -> str:
     """Run ``argv`` as the sandbox's uid, outside the sandbox: the control."""
     done = subprocess.run(
-        argv, user=NOBODY, group=NOBODY, extra_groups=[], cwd=cwd, env={"PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=30, check=False,
+        argv,
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     return done.stdout + done.stderr
 
@@ -275,8 +296,12 @@ def test_the_filter_refuses_its_syscalls(workspace: Path) -> None:
     arch = ARCHITECTURES[platform.machine()]
     numbers = {name: arch.numbers[name] for name in (*DENIED, *arch.denied_here, "clone3")}
     reg = make_registry(workspace, "namespaces")
-    out = run(reg, "run_python", code=SYSCALL_ATTACK,
-              args=[json.dumps(numbers), str(arch.numbers["clone"])])
+    out = run(
+        reg,
+        "run_python",
+        code=SYSCALL_ATTACK,
+        args=[json.dumps(numbers), str(arch.numbers["clone"])],
+    )
     lines = out["stdout"].splitlines()
     expected = {name: f"{name} -1 {errno.EPERM}" for name in numbers}
     expected["clone3"] = f"clone3 -1 {errno.ENOSYS}"
@@ -293,8 +318,11 @@ def test_real_attacks_the_filter_stops(workspace: Path) -> None:
         "userns": ["unshare", "--user", "--map-root-user", "id", "-u"],
         # PTRACE_TRACEME; KEYCTL_GET_KEYRING_ID of the user keyring, created if need be
         "ptrace": ["python3", "-c", prelude + "print(libc.ptrace(0, 0, 0, 0), ctypes.get_errno())"],
-        "keyctl": ["python3", "-c",
-                   prelude + f"print(libc.syscall({keyctl}, 0, -4, 1), ctypes.get_errno())"],
+        "keyctl": [
+            "python3",
+            "-c",
+            prelude + f"print(libc.syscall({keyctl}, 0, -4, 1), ctypes.get_errno())",
+        ],
     }
     controls = {name: as_nobody(argv, cwd=workspace).strip() for name, argv in attacks.items()}
     assert controls["userns"] == "0"  # root in a namespace of its own

@@ -84,9 +84,7 @@ def test_each_architecture_gets_its_own_refusals(machine: str) -> None:
         assert decide(code, own, X32_SYSCALL_BIT | 39) == KILL
 
 
-def test_other_machines_are_refused(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_other_machines_are_refused(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match="knows x86_64 and aarch64, not 'riscv64'"):
         program("riscv64")
     monkeypatch.setattr(platform, "machine", lambda: "riscv64")

@@ -432,8 +432,14 @@ def test_cli_worker_and_approvals_with_cells(cell_servers: CellServers) -> None:
     assert listed.returncode == 0, listed.stderr
     assert [p["call_id"] for p in json.loads(listed.stdout)] == [parked[1]]
     assert "cell 0" in listed.stderr and "does not answer" in listed.stderr
-    lost = toolq("approvals", "approve", parked[0], "--by", "alice",
-                 TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0])
+    lost = toolq(
+        "approvals",
+        "approve",
+        parked[0],
+        "--by",
+        "alice",
+        TOOLQ_APPROVAL_SIGNING_KEY=generate_pair()[0],
+    )
     assert lost.returncode != 0 and "cell 0" in lost.stderr
     decided = toolq("approvals", "deny", parked[1], "--reason", "no", "--by", "alice")
     assert decided.returncode == 0, decided.stderr

@@ -238,8 +238,10 @@ def test_undos_waiting_behind_a_backlog_are_not_sent_again(
     unbatched = undo_client.settings.model_copy(update={"calls_per_message": 1})
     with Client(registry, unbatched) as one_per_message:
         backlog = one_per_message.dispatch(
-            [{"id": f"b{i}", "name": "slow_undoable", "arguments": {"seconds": 0}}
-             for i in range(30)]
+            [
+                {"id": f"b{i}", "name": "slow_undoable", "arguments": {"seconds": 0}}
+                for i in range(30)
+            ]
         )
         for call_id in finished:
             request_undo(undo_client, call_id)

@@ -291,8 +291,10 @@ def test_an_edit_approved_on_a_terminal_is_shown_before_it_is_confirmed(
     )
     shown = re.sub(r"\x1b\[[0-9;]*m", "", seen.decode(errors="replace"))  # colours
     assert code == 0, shown
-    assert shown.index('"target": "ed1"') < shown.index("your --args") < shown.index(
-        '"target": "staging"'
+    assert (
+        shown.index('"target": "ed1"')
+        < shown.index("your --args")
+        < shown.index('"target": "staging"')
     )
     assert f"approved {call_id}: queued" in shown
     assert json.loads(r.hget(f"toolq:call:{call_id}", "envelope"))["arguments"] == {

@@ -130,8 +130,18 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     )
     assert blind.returncode == 2 and "--reviewed" in blind.stderr, blind.stderr
     done = toolq(
-        "approvals", "approve", "--run", "bulk-run", "--by", "bob", "--reviewed", "-", *APP,
-        settings=settings, stdin=listed.stdout, **env,
+        "approvals",
+        "approve",
+        "--run",
+        "bulk-run",
+        "--by",
+        "bob",
+        "--reviewed",
+        "-",
+        *APP,
+        settings=settings,
+        stdin=listed.stdout,
+        **env,
     )
     assert done.returncode == 1, done.stderr  # one of them refused
     lines = done.stdout.splitlines()
@@ -146,8 +156,16 @@ def test_approvals_approve_run_decides_every_pending_call_as_one_approve_does(
     assert client.wait([transfer], timeout=30)[0].output == "moved 500"
     assert client.result(wipe).status is CallStatus.AWAITING_APPROVAL
     unknown = toolq(
-        "approvals", "approve", "--run", "no-such-run", "--reviewed", "-", *APP,
-        settings=settings, stdin="[]", **env,
+        "approvals",
+        "approve",
+        "--run",
+        "no-such-run",
+        "--reviewed",
+        "-",
+        *APP,
+        settings=settings,
+        stdin="[]",
+        **env,
     )
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert unknown.stderr.strip().splitlines() == [
@@ -316,17 +334,25 @@ def test_approve_run_approves_the_calls_as_listed_not_as_renamed_since(settings,
     envelope["name"] = "hurry"
     r.hset(key, mapping={"envelope": json.dumps(envelope), "name": "hurry"})
     done = toolq(
-        "approvals", "approve", "--run", "r-cli-rename", "--by", "bob", "--reviewed", "-",
-        *APP, settings=settings, stdin=listed.stdout, TOOLQ_APPROVAL_SIGNING_KEY=signing,
+        "approvals",
+        "approve",
+        "--run",
+        "r-cli-rename",
+        "--by",
+        "bob",
+        "--reviewed",
+        "-",
+        *APP,
+        settings=settings,
+        stdin=listed.stdout,
+        TOOLQ_APPROVAL_SIGNING_KEY=signing,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"refused  {call_id}  purge: " in done.stdout and "changed" in done.stdout
     assert client.result(call_id).status.value == "awaiting_approval"
 
 
-def test_approve_run_on_a_terminal_shows_the_calls_and_approves_those_confirmed(
-    settings, client
-):
+def test_approve_run_on_a_terminal_shows_the_calls_and_approves_those_confirmed(settings, client):
     """Without --reviewed, a person on a terminal is shown each pending call (tool and
     arguments) and approves exactly those by confirming; answering no approves nothing."""
     calls_ = park(client, 2, run_id="r-tty", tool="wipe")
@@ -337,9 +363,23 @@ def test_approve_run_on_a_terminal_shows_the_calls_and_approves_those_confirmed(
 
     def run(answer: bytes) -> tuple[int, str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "toolq", "approvals", "approve", "--run", "r-tty",
-             "--by", "bob", *APP],
-            stdin=child, stdout=child, stderr=child, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "toolq",
+                "approvals",
+                "approve",
+                "--run",
+                "r-tty",
+                "--by",
+                "bob",
+                *APP,
+            ],
+            stdin=child,
+            stdout=child,
+            stderr=child,
+            env=env,
+            cwd=ROOT,
         )
         seen = b""
         while b"Approve these 2 call(s) of run r-tty?" not in seen:

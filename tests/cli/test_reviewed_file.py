@@ -27,8 +27,17 @@ def test_a_deeply_nested_reviewed_file_is_a_usage_error_not_a_traceback(settings
     park(client, 1, run_id="r-deep-file", tool="purge")
     signing, _ = generate_pair()
     done = toolq(
-        "approvals", "approve", "--run", "r-deep-file", "--by", "bob", "--reviewed", "-",
-        *APP, settings=settings, stdin="[" * 100_000 + "]" * 100_000,
+        "approvals",
+        "approve",
+        "--run",
+        "r-deep-file",
+        "--by",
+        "bob",
+        "--reviewed",
+        "-",
+        *APP,
+        settings=settings,
+        stdin="[" * 100_000 + "]" * 100_000,
         TOOLQ_APPROVAL_SIGNING_KEY=signing,
     )
     assert "Traceback" not in done.stderr, done.stderr[-600:]
@@ -57,8 +66,17 @@ def test_a_call_listed_twice_is_not_counted_twice(settings, client, r):
     )
     assert [c["name"] for c in first + second] == ["purge", "hurry"]
     done = toolq(
-        "approvals", "approve", "--run", "r-dup", "--by", "bob", "--reviewed", "-", *APP,
-        settings=settings, stdin=json.dumps(first + second),
+        "approvals",
+        "approve",
+        "--run",
+        "r-dup",
+        "--by",
+        "bob",
+        "--reviewed",
+        "-",
+        *APP,
+        settings=settings,
+        stdin=json.dumps(first + second),
         TOOLQ_APPROVAL_SIGNING_KEY=signing,
     )
     assert f"approved {call_id}  purge" not in done.stdout, done.stdout

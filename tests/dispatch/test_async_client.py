@@ -25,9 +25,7 @@ def public_methods(cls: type) -> dict[str, inspect.Signature]:
 
 
 def parameters(signature: inspect.Signature) -> list[tuple[str, object, object, object]]:
-    return [
-        (p.name, p.kind, p.default, p.annotation) for p in signature.parameters.values()
-    ]
+    return [(p.name, p.kind, p.default, p.annotation) for p in signature.parameters.values()]
 
 
 @pytest.mark.parametrize(("sync", "aio"), PAIRS, ids=lambda c: c.__name__)

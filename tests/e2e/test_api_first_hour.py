@@ -78,9 +78,9 @@ def _watch(page, url: str) -> tuple[list[str], list[str]]:
     )
     page.on(
         "request",
-        lambda request: outside.append(request.url)
-        if not request.url.startswith((url, "data:"))
-        else None,
+        lambda request: (
+            outside.append(request.url) if not request.url.startswith((url, "data:")) else None
+        ),
     )
     return problems, outside
 
@@ -103,7 +103,7 @@ def test_docs_render_offline_in_chromium_with_the_authorize_button(settings):
             problems, outside = _watch(page, url)
             page.goto(url + "/docs")
             page.wait_for_selector("button.authorize", timeout=20_000)
-            page.wait_for_selector("[data-path=\"/v1/tools\"]", timeout=20_000)
+            page.wait_for_selector('[data-path="/v1/tools"]', timeout=20_000)
             page.click("button.authorize")
             page.wait_for_selector(".auth-container >> text=bearer", timeout=10_000)
             browser.close()

@@ -118,9 +118,12 @@ def test_event_ticket_is_for_one_run_read_only_and_expires(api, r):
         )
         assert refused.status_code == 401, (method, path)
     assert r.hget(f"toolq:call:{call_id}", "status") == b"awaiting_approval"
-    assert httpx.get(
-        f"{api}/v1/runs/mine/events", params={"ticket": "tqt_forged", "follow": "false"}
-    ).status_code == 401
+    assert (
+        httpx.get(
+            f"{api}/v1/runs/mine/events", params={"ticket": "tqt_forged", "follow": "false"}
+        ).status_code
+        == 401
+    )
     time.sleep(TICKET_SECONDS + 0.5)
     expired = httpx.get(f"{api}/v1/runs/mine/events", params={"ticket": ticket, "follow": "false"})
     assert expired.status_code == 401
@@ -286,7 +289,11 @@ def test_200_streams_get_every_event_and_healthz_stays_fast(settings, workers, r
                         await registered.acquire()
                 # /healthz timed from another process, so these 200 readers do not slow the probe
                 probe = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", HEALTH_PROBE, f"{base}/healthz", "4",
+                    sys.executable,
+                    "-c",
+                    HEALTH_PROBE,
+                    f"{base}/healthz",
+                    "4",
                     stdout=asyncio.subprocess.PIPE,
                 )
                 await asyncio.sleep(1)  # 200 idle streams open

@@ -37,8 +37,10 @@ from toolq.settings import ApiToken
 pytestmark = pytest.mark.e2e
 
 EXTENSION = "io.modelcontextprotocol/tasks"
-MCP_TOKENS = {"agent-t": {"principal": "agent", "roles": ["submitter", "viewer"]},
-              "eve-t": {"principal": "eve", "roles": ["submitter", "viewer"]}}
+MCP_TOKENS = {
+    "agent-t": {"principal": "agent", "roles": ["submitter", "viewer"]},
+    "eve-t": {"principal": "eve", "roles": ["submitter", "viewer"]},
+}
 API_TOKENS = {
     "agent-t": ApiToken(principal="agent", roles=["submitter", "viewer"]),
     "alice-t": ApiToken(principal="alice", roles=["viewer", "approver:dangerous"]),
@@ -120,7 +122,8 @@ class Tasks(ClientExtension):
         session, answered = ctx.session, set()
         while True:
             state = await session.send_request(
-                GetTask(params=TaskId(task_id=created.task_id)), TaskState)
+                GetTask(params=TaskId(task_id=created.task_id)), TaskState
+            )
             self.states.append(state)
             if state.status == "completed":
                 return types.CallToolResult.model_validate(state.result)
@@ -135,8 +138,11 @@ class Tasks(ClientExtension):
                 answered.add(key)
                 dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
                 await session.send_request(
-                    UpdateTask(params=TaskUpdate(task_id=created.task_id,
-                                                 input_responses={key: dumped})), Done)
+                    UpdateTask(
+                        params=TaskUpdate(task_id=created.task_id, input_responses={key: dumped})
+                    ),
+                    Done,
+                )
             await anyio.sleep((state.poll_interval_ms or 1000) / 1000)
 
 
@@ -152,8 +158,11 @@ def mcp_http(settings: Settings, public_url: str, *extra: str) -> Iterator[int]:
     params = server_params(settings, "--port", str(port), *extra)
     argv = [*params.args]
     argv[argv.index("stdio")] = "http"
-    env = {**(params.env or {}), "TOOLQ_API_TOKENS": json.dumps(MCP_TOKENS),
-           "TOOLQ_PUBLIC_URL": public_url}
+    env = {
+        **(params.env or {}),
+        "TOOLQ_API_TOKENS": json.dumps(MCP_TOKENS),
+        "TOOLQ_PUBLIC_URL": public_url,
+    }
     proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=ROOT)
     try:
         wait_listening(proc, port, "toolq mcp --transport http")
@@ -188,10 +197,12 @@ def approve_on_the_page(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True,
-                                has_touch=True)
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        page = browser.new_page(
+            viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+        )
         page.goto(url)
         page.fill("#token", "alice-t")
         page.click("#login button")
@@ -216,8 +227,9 @@ def test_a_gated_call_becomes_a_task_approved_on_the_page(settings: Settings, ap
 
     async def scenario(port: int) -> types.CallToolResult:
         with anyio.fail_after(60):
-            async with McpClient(transport(port, "agent-t"), extensions=[extension],
-                                 elicitation_callback=on_elicit) as client:
+            async with McpClient(
+                transport(port, "agent-t"), extensions=[extension], elicitation_callback=on_elicit
+            ) as client:
                 assert EXTENSION in (client.server_capabilities.extensions or {})
                 return await client.call_tool("wipe", {"target": "db"})
 
@@ -234,8 +246,9 @@ def test_a_gated_call_becomes_a_task_approved_on_the_page(settings: Settings, ap
     assert first.task_id == call_id and set(first.input_requests or {}) == {"approval"}
     # after the client answered, the task waits for the approver, never re-asks
     assert all(not s.input_requests for s in extension.states[1:])
-    decided = httpx.get(f"{api}/v1/approvals/{call_id}",
-                        headers={"Authorization": "Bearer alice-t"})
+    decided = httpx.get(
+        f"{api}/v1/approvals/{call_id}", headers={"Authorization": "Bearer alice-t"}
+    )
     assert decided.json()["decided_by"] == "alice"
 
 
@@ -252,11 +265,18 @@ def test_the_client_s_answer_decides_nothing_and_cancel_cancels(settings: Settin
                 state = await session.send_request(GetTask(params=TaskId(task_id=task)), TaskState)
                 assert state.status == "input_required"
                 # the client "accepts" the elicitation: that approves nothing
-                await session.send_request(UpdateTask(params=TaskUpdate(
-                    task_id=task, input_responses={"approval": {"action": "accept"}})), Done)
+                await session.send_request(
+                    UpdateTask(
+                        params=TaskUpdate(
+                            task_id=task, input_responses={"approval": {"action": "accept"}}
+                        )
+                    ),
+                    Done,
+                )
                 state = await session.send_request(GetTask(params=TaskId(task_id=task)), TaskState)
                 assert state.status == "working" and "waiting for an approver" in (
-                    state.status_message or "")
+                    state.status_message or ""
+                )
                 seen["working"] = httpx.get(
                     f"{api}/v1/calls/{task}", headers={"Authorization": "Bearer agent-t"}
                 ).json()["status"]
@@ -272,18 +292,21 @@ def test_the_client_s_answer_decides_nothing_and_cancel_cancels(settings: Settin
 
                 with pytest.raises(MCPError, match="unknown task"):
                     await client.session.send_request(
-                        GetTask(params=TaskId(task_id=seen["task"])), TaskState)
+                        GetTask(params=TaskId(task_id=seen["task"])), TaskState
+                    )
                 with pytest.raises(MCPError, match="unknown task"):
                     await client.session.send_request(
-                        CancelTask(params=TaskId(task_id=seen["task"])), Done)
+                        CancelTask(params=TaskId(task_id=seen["task"])), Done
+                    )
 
     with mcp_http(settings, api) as port:
         anyio.run(scenario, port)
         anyio.run(stranger, port)
     assert seen["working"] == "awaiting_approval"
     assert seen["after"] == "cancelled"
-    call = httpx.get(f"{api}/v1/calls/{seen['task']}",
-                     headers={"Authorization": "Bearer agent-t"}).json()
+    call = httpx.get(
+        f"{api}/v1/calls/{seen['task']}", headers={"Authorization": "Bearer agent-t"}
+    ).json()
     assert call["status"] == "cancelled"
 
 

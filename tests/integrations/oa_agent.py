@@ -29,8 +29,11 @@ from toolq.integrations.openai_agents import ToolqAgentTools
 
 set_tracing_disabled(True)  # offline: nothing is exported
 
-FIRST_TURN = [("oa-echo", "echo", {"text": "hi"}), ("oa-wipe-1", "wipe", {"target": "prod"}),
-              ("oa-wipe-2", "wipe", {"target": "dev"})]
+FIRST_TURN = [
+    ("oa-echo", "echo", {"text": "hi"}),
+    ("oa-wipe-1", "wipe", {"target": "prod"}),
+    ("oa-wipe-2", "wipe", {"target": "dev"}),
+]
 
 
 class ScriptedModel(Model):
@@ -39,8 +42,9 @@ class ScriptedModel(Model):
     def __init__(self, first_turn: list[tuple[str, str, dict[str, Any]]] = FIRST_TURN) -> None:
         self.first_turn = first_turn
 
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
-                           **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
         items = input if isinstance(input, list) else []
         read = {
             item["call_id"]: item["output"]
@@ -49,15 +53,24 @@ class ScriptedModel(Model):
         }
         if not read:
             output: list[Any] = [
-                ResponseFunctionToolCall(type="function_call", call_id=cid, name=name,
-                                         arguments=json.dumps(args), id=f"fc_{cid}")
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    call_id=cid,
+                    name=name,
+                    arguments=json.dumps(args),
+                    id=f"fc_{cid}",
+                )
                 for cid, name, args in self.first_turn
             ]
         else:
-            text = ResponseOutputText(type="output_text", text=json.dumps(read, sort_keys=True),
-                                      annotations=[])
-            output = [ResponseOutputMessage(type="message", id="msg_1", role="assistant",
-                                            status="completed", content=[text])]
+            text = ResponseOutputText(
+                type="output_text", text=json.dumps(read, sort_keys=True), annotations=[]
+            )
+            output = [
+                ResponseOutputMessage(
+                    type="message", id="msg_1", role="assistant", status="completed", content=[text]
+                )
+            ]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:

@@ -20,9 +20,7 @@ pytestmark = pytest.mark.e2e
 )
 def test_example_runs(approvers, settings, r, module, expected):
     approvers.start(app="examples.frameworks_tools:registry")
-    out = run_child(
-        module, settings, TOOLQ_API_URL=approvers.url, TOOLQ_APPROVER_TOKEN="alice-t"
-    )
+    out = run_child(module, settings, TOOLQ_API_URL=approvers.url, TOOLQ_APPROVER_TOKEN="alice-t")
     assert "parked:" in out and expected in out, out
     decided = [e for e in r.xrange("toolq:audit") if e[1][b"outcome"] in (b"approved", b"denied")]
     assert [e[1][b"by"] for e in decided] == [b"alice"], decided

@@ -99,9 +99,7 @@ def test_raw_json_schemas_with_refs_and_patterns() -> None:
             },
         }
     )
-    found = paths.locate(
-        {"auth": {"key": 1}, "env": {"SECRET_A": "s", "PATH": "/bin"}, "any": 3}
-    )
+    found = paths.locate({"auth": {"key": 1}, "env": {"SECRET_A": "s", "PATH": "/bin"}, "any": 3})
     assert sorted(found, key=str) == sorted(
         [("auth", "key"), ("env", "SECRET_A"), ("any",)], key=str
     )
@@ -114,9 +112,10 @@ def test_sealed_round_trip_bound_to_call_tool_and_path(tool: Any) -> None:
     # Not a substring test: base64 ciphertext can contain "p0" by chance.
     assert stored["creds"]["password"] != "p0" and "$toolq_secret" in stored["creds"]["password"]
     assert "'p0'" not in repr(stored) and stored["plain"] == "visible"
-    assert stored["creds"]["password"] != seal_arguments(box, tool, "call-1", ARGS)["creds"][
-        "password"
-    ]  # a fresh nonce each time
+    assert (
+        stored["creds"]["password"]
+        != seal_arguments(box, tool, "call-1", ARGS)["creds"]["password"]
+    )  # a fresh nonce each time
     assert open_arguments(box, tool, "call-1", stored) == ARGS
     with pytest.raises(SecretsError, match="cannot be decrypted"):
         open_arguments(box, tool, "call-2", stored)

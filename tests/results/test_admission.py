@@ -136,17 +136,22 @@ def test_tenants_are_admitted_in_proportion_to_their_weights(
     settings = make_settings(tenants=tenants, admission_depth=1, admission_batch=1)
     with Client(registry, settings) as client:
         light = client.dispatch(
-            [{"id": f"l{i}", "name": "work", "arguments": {"tag": "l", "seconds": 0}}
-             for i in range(30)],
+            [
+                {"id": f"l{i}", "name": "work", "arguments": {"tag": "l", "seconds": 0}}
+                for i in range(30)
+            ],
             tenant="light",
         )
         heavy = client.dispatch(
-            [{"id": f"h{i}", "name": "work", "arguments": {"tag": "h", "seconds": 0}}
-             for i in range(30)],
+            [
+                {"id": f"h{i}", "name": "work", "arguments": {"tag": "h", "seconds": 0}}
+                for i in range(30)
+            ],
             tenant="heavy",
         )
-        worker = inproc.worker(app=APP, env={"TOOLQ_TENANTS": json.dumps(tenants)},
-                               admission_depth=1)
+        worker = inproc.worker(
+            app=APP, env={"TOOLQ_TENANTS": json.dumps(tenants)}, admission_depth=1
+        )
         worker.start(1)
         light.wait(timeout=60)
         heavy.wait(timeout=60)
@@ -161,8 +166,10 @@ def test_a_scheduled_group_waits_as_one_entry_and_runs_without_its_cancelled_lea
 ) -> None:
     settings = make_settings(tenants={"*": {}}, admission_depth=1, admission_batch=4)
     with Client(registry, settings) as client:
-        calls = [{"id": f"w{i}", "name": "work", "arguments": {"tag": "x", "seconds": 0}}
-                 for i in range(4)]
+        calls = [
+            {"id": f"w{i}", "name": "work", "arguments": {"tag": "x", "seconds": 0}}
+            for i in range(4)
+        ]
         first = client.dispatch(calls)  # one message of 4, admitted: the queue is full now
         second = client.dispatch([{**c, "id": f"v{c['id']}"} for c in calls])
         backlog = Keys().backlog(RiskLevel.SAFE, "default")

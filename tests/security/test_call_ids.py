@@ -84,18 +84,21 @@ def test_reused_provider_id_over_http_is_refused_and_the_parked_call_untouched(
 def test_reused_client_idempotency_key_with_other_arguments_is_refused(
     client: Client, r: redis.Redis
 ) -> None:
-    first = client.dispatch(one("a", "add", a=1, b=2), run_id="k", principal="agent",
-                            idempotency_key="req-1")
+    first = client.dispatch(
+        one("a", "add", a=1, b=2), run_id="k", principal="agent", idempotency_key="req-1"
+    )
     before = stored(r)
     with pytest.raises(CallIdConflictError) as refused:
         # another provider id, other arguments, the same client key (and position)
-        client.dispatch(one("b", "add", a=1, b=3), run_id="k", principal="agent",
-                        idempotency_key="req-1")
+        client.dispatch(
+            one("b", "add", a=1, b=3), run_id="k", principal="agent", idempotency_key="req-1"
+        )
     assert refused.value.code == "call_id_conflict"
     assert refused.value.details["call_id"] == first.call_ids[0]
     assert stored(r) == before
-    same = client.dispatch(one("a", "add", a=1, b=2), run_id="k", principal="agent",
-                           idempotency_key="req-1")
+    same = client.dispatch(
+        one("a", "add", a=1, b=2), run_id="k", principal="agent", idempotency_key="req-1"
+    )
     assert same.call_ids == first.call_ids and same.calls[0].duplicate
 
 
@@ -134,15 +137,18 @@ def test_secret_arguments_compare_by_value_though_sealing_is_randomized(
 
     settings = make_settings(secrets_key=SecretBox.generate_key())
     with Client(registry, settings) as sealed:
-        first = sealed.dispatch(one("s1", "login", user="root", password="hunter2"),
-                                run_id="s", principal="agent")
+        first = sealed.dispatch(
+            one("s1", "login", user="root", password="hunter2"), run_id="s", principal="agent"
+        )
         assert first.calls[0].status is CallStatus.AWAITING_APPROVAL
-        same = sealed.dispatch(one("s1", "login", user="root", password="hunter2"),
-                               run_id="s", principal="agent")
+        same = sealed.dispatch(
+            one("s1", "login", user="root", password="hunter2"), run_id="s", principal="agent"
+        )
         assert same.call_ids == first.call_ids and same.calls[0].duplicate
         with pytest.raises(CallIdConflictError):
-            sealed.dispatch(one("s1", "login", user="root", password="other"),
-                            run_id="s", principal="agent")
+            sealed.dispatch(
+                one("s1", "login", user="root", password="other"), run_id="s", principal="agent"
+            )
     # The claim does not hold a plain hash of the secret: it is keyed by TOOLQ_SECRETS_KEY.
     [claim] = r.keys(f"{KEYS.prefix}:idem:*")
     assert b"hunter2" not in r.get(claim)
@@ -162,8 +168,9 @@ def test_racing_dispatches_of_one_id_create_exactly_one_call(
         with Client(registry, settings) as mine:
             barrier.wait()
             try:
-                batch = mine.dispatch(one("r1", "echo", text=f"racer {n}"), run_id="race",
-                                      principal="agent")
+                batch = mine.dispatch(
+                    one("r1", "echo", text=f"racer {n}"), run_id="race", principal="agent"
+                )
                 got = batch.call_ids[0]
             except CallIdConflictError as exc:
                 got = f"conflict:{exc.details['call_id']}"

@@ -73,7 +73,8 @@ class FakeSlack:
     def of(self, method: str, **match: Any) -> list[Sent]:
         with self.lock:
             return [
-                s for s in self.sent
+                s
+                for s in self.sent
                 if s.method == method and all(s.body.get(k) == v for k, v in match.items())
             ]
 
@@ -154,8 +155,15 @@ def interact(
     )
 
 
-def press(action_id: str, value: str, user: str, *, channel: str = "C0APPROVE",
-          ts: str = "1700000000.000001", team: str = TEAM) -> dict[str, Any]:
+def press(
+    action_id: str,
+    value: str,
+    user: str,
+    *,
+    channel: str = "C0APPROVE",
+    ts: str = "1700000000.000001",
+    team: str = TEAM,
+) -> dict[str, Any]:
     """A ``block_actions`` payload: ``user`` pressed a button of a message."""
     return {
         "type": "block_actions",
@@ -180,8 +188,9 @@ def submit_deny(view: dict[str, Any], user: str, reason: str, team: str = TEAM) 
             "id": "V0MODAL",
             "callback_id": view["callback_id"],
             "private_metadata": view["private_metadata"],
-            "state": {"values": {"reason": {"reason": {"type": "plain_text_input",
-                                                       "value": reason}}}},
+            "state": {
+                "values": {"reason": {"reason": {"type": "plain_text_input", "value": reason}}}
+            },
         },
     }
 

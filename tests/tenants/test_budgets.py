@@ -180,12 +180,10 @@ def test_rules_set_before_the_run_exists_claim_it_for_the_tenant(client: Client)
     from toolq.errors import NotRunOwnerError
 
     client.approvals.set_rules("early", mode="strict", principal="p", tenant="acme")
-    made = client.dispatch(one("free", "f", text="x"), run_id="early", principal="p",
-                           tenant="acme")
+    made = client.dispatch(one("free", "f", text="x"), run_id="early", principal="p", tenant="acme")
     assert made.calls[0].status is CallStatus.QUEUED
     with pytest.raises(NotRunOwnerError, match="another tenant"):
-        client.dispatch(one("free", "g", text="x"), run_id="early", principal="p",
-                        tenant="globex")
+        client.dispatch(one("free", "g", text="x"), run_id="early", principal="p", tenant="globex")
     with pytest.raises(NotRunOwnerError, match="another tenant"):
         client.approvals.set_rules("early", mode="strict", principal="p", tenant="globex")
 

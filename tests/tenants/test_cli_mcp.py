@@ -33,13 +33,15 @@ def one(call_id: str, name: str = "charged") -> str:
 
 def test_dispatch_and_tenants_on_the_command_line(settings: Settings) -> None:
     env = {"TOOLQ_TENANTS": TENANTS}
-    first = toolq("dispatch", "--app", APP, "--tenant", "acme", settings=settings,
-                  stdin=one("a"), **env)
+    first = toolq(
+        "dispatch", "--app", APP, "--tenant", "acme", settings=settings, stdin=one("a"), **env
+    )
     assert first.returncode == 0, first.stderr
     (call,) = json.loads(first.stdout)["calls"]
     assert (call["status"], call["tenant"]) == ("queued", "acme")
-    second = toolq("dispatch", "--app", APP, "--tenant", "acme", settings=settings,
-                   stdin=one("b"), **env)
+    second = toolq(
+        "dispatch", "--app", APP, "--tenant", "acme", settings=settings, stdin=one("b"), **env
+    )
     (denied,) = json.loads(second.stdout)["calls"]
     assert (denied["status"], denied["error_type"]) == ("denied", "budget_exceeded")
 
@@ -53,11 +55,14 @@ def test_dispatch_and_tenants_on_the_command_line(settings: Settings) -> None:
     assert table.returncode == 0, table.stderr
     acme_line = next(line for line in table.stdout.splitlines() if line.startswith("acme "))
     assert acme_line.split()[:7] == ["acme", "3", "-", "-", "1/month", "1", "0"]
-    assert any(line.split()[:6] == ["printed", "-", "-", "-", "-", "f(args)"]
-               for line in table.stdout.splitlines())
+    assert any(
+        line.split()[:6] == ["printed", "-", "-", "-", "-", "f(args)"]
+        for line in table.stdout.splitlines()
+    )
 
-    bad = toolq("dispatch", "--app", APP, "--tenant", "no spaces", settings=settings,
-                stdin=one("c"))
+    bad = toolq(
+        "dispatch", "--app", APP, "--tenant", "no spaces", settings=settings, stdin=one("c")
+    )
     assert bad.returncode == 1 and "tenant 'no spaces'" in bad.stderr
 
 

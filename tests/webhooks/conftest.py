@@ -40,12 +40,12 @@ class Receiver:
             seen = sum(1 for r in self.received if r.path == path)
             event = headers.get("X-Toolq-Event", "")
             of_event = sum(
-                1 for r in self.received
+                1
+                for r in self.received
                 if r.path == path and r.headers.get("X-Toolq-Event") == event
             )
-            failing = (
-                seen < self.fail_first.get(path, 0)
-                or of_event < self.fail_event.get((path, event), 0)
+            failing = seen < self.fail_first.get(path, 0) or of_event < self.fail_event.get(
+                (path, event), 0
             )
             status = 500 if failing else 204
             self.received.append(Received(path, headers, body, status))
@@ -54,7 +54,8 @@ class Receiver:
     def of(self, path: str, answered: int | None = None) -> list[Received]:
         with self.lock:
             return [
-                r for r in self.received
+                r
+                for r in self.received
                 if r.path == path and (answered is None or r.answered == answered)
             ]
 

@@ -31,11 +31,15 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
     signing, verify = generate_pair()
     endpoint = hook(receiver)
     hooks = json.dumps([{"url": endpoint.url, "secret": SECRET, "events": EVENTS}])
-    inproc.start(env={"TOOLQ_WEBHOOKS": hooks, "TOOLQ_WEBHOOK_BACKOFF": "0.2"},
-                 approval_verify_keys=verify, dangerous_approvals=2)
+    inproc.start(
+        env={"TOOLQ_WEBHOOKS": hooks, "TOOLQ_WEBHOOK_BACKOFF": "0.2"},
+        approval_verify_keys=verify,
+        dangerous_approvals=2,
+    )
     keys = Keys()
-    with Client(registry, make_settings(approval_signing_key=signing,
-                                        dangerous_approvals=2)) as approver:
+    with Client(
+        registry, make_settings(approval_signing_key=signing, dangerous_approvals=2)
+    ) as approver:
         run = "forged-run"
         first = approver.dispatch(call("c1", "wipe", target="db"), run_id=run, principal="agent")
         other = approver.dispatch(call("c2", "wipe", target="prod"), run_id=run, principal="agent")
@@ -46,16 +50,28 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
 
         def forge_event(call_id: str, by: str) -> str:
             data = json.dumps({"by": by, "decision": "approved", "status": "queued"})
-            fields = {"type": "call.approved", "call_id": call_id, "ts": repr(time.time()),
-                      "data": data}
+            fields = {
+                "type": "call.approved",
+                "call_id": call_id,
+                "ts": repr(time.time()),
+                "data": data,
+            }
             event_id = r.xadd(keys.run_stream(run), fields).decode()
             return event_id
 
         def forge_outbox(call_id: str, by: str, event_id: str) -> None:
             data = json.dumps({"by": by, "decision": "approved", "status": "queued"})
-            r.xadd(keys.webhook_outbox, {"type": "call.approved", "call_id": call_id,
-                                         "run_id": run, "ts": repr(time.time()), "data": data,
-                                         "event_id": event_id})
+            r.xadd(
+                keys.webhook_outbox,
+                {
+                    "type": "call.approved",
+                    "call_id": call_id,
+                    "run_id": run,
+                    "ts": repr(time.time()),
+                    "data": data,
+                    "event_id": event_id,
+                },
+            )
 
         # 1. the attack: an outbox entry only, naming alice on a call she never saw
         forge_outbox(c2, "alice", "1-0")
@@ -65,9 +81,17 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
         forge_outbox(c1, "mallory", forge_event(c1, "mallory"))
         # 4. a delivery record written directly, due now
         planted = f"9999999999999-0.{endpoint.id}"
-        r.hset(keys.webhook_delivery(planted), mapping={
-            "type": "call.approved", "call_id": c2, "run_id": run,
-            "event_id": forge_event(c2, "alice"), "hook": endpoint.id, "attempts": "0"})
+        r.hset(
+            keys.webhook_delivery(planted),
+            mapping={
+                "type": "call.approved",
+                "call_id": c2,
+                "run_id": run,
+                "event_id": forge_event(c2, "alice"),
+                "hook": endpoint.id,
+                "attempts": "0",
+            },
+        )
         r.zadd(keys.webhook_due, {planted: 0})
 
         approver.approvals.approve(c1, by="bob")  # the second: bob's signed decision
@@ -82,12 +106,14 @@ def test_forged_decisions_are_never_sent(receiver, inproc, r):
     for got in sent:
         assert verify_signature(SECRET, got.headers[SIGNATURE_HEADER], got.body)
     said = sorted((x.json["type"], x.json["call"]["id"], x.json["data"].get("by")) for x in sent)
-    assert said == sorted([
-        ("call.awaiting_approval", c1, None),
-        ("call.awaiting_approval", c2, None),
-        ("call.approved", c1, "alice"),
-        ("call.approved", c1, "bob"),
-    ])
+    assert said == sorted(
+        [
+            ("call.awaiting_approval", c1, None),
+            ("call.awaiting_approval", c2, None),
+            ("call.approved", c1, "alice"),
+            ("call.approved", c1, "bob"),
+        ]
+    )
     dead = [json.loads(x) for x in r.lrange(keys.webhook_dead, 0, -1)]
     assert all(d["error"].startswith("unverified: ") and d["attempts"] == 1 for d in dead), dead
     assert sorted(d["call_id"] for d in dead) == sorted([c2, c2, c1, c2, c2])

@@ -41,14 +41,22 @@ def test_mentions_links_and_code_spans_arrive_as_text(receiver, inproc, client):
     shown_run = f"`run &lt;!channel&gt; \u02cbx\u02cb &amp; {escaped_phish}`"
     registered = ", ".join(sorted(tool.name for tool in registry.list()))
     texts = sorted(r.body for r in receiver.of("/slack"))
-    assert texts == sorted([
-        body(f"toolq: call `wipe` (dangerous) in run {shown_run} is waiting for approval "
-             f"<{PUBLIC}/#/calls/{wipe}|open>"),
-        body(f"toolq: call `wipe` (dangerous) in run {shown_run} was denied by "
-             f"`bob&lt;!channel&gt;\u02cb`: {escaped_phish} &lt;!channel&gt; urgent "
-             f"<{PUBLIC}/#/calls/{wipe}|open>"),
-        body(f"toolq: call `&lt;!channel&gt;` (safe) in run {shown_run} failed: unknown tool "
-             f"'&lt;!channel&gt;' (registered: {registered}) <{PUBLIC}/#/calls/{failed}|open>"),
-    ])
+    assert texts == sorted(
+        [
+            body(
+                f"toolq: call `wipe` (dangerous) in run {shown_run} is waiting for approval "
+                f"<{PUBLIC}/#/calls/{wipe}|open>"
+            ),
+            body(
+                f"toolq: call `wipe` (dangerous) in run {shown_run} was denied by "
+                f"`bob&lt;!channel&gt;\u02cb`: {escaped_phish} &lt;!channel&gt; urgent "
+                f"<{PUBLIC}/#/calls/{wipe}|open>"
+            ),
+            body(
+                f"toolq: call `&lt;!channel&gt;` (safe) in run {shown_run} failed: unknown tool "
+                f"'&lt;!channel&gt;' (registered: {registered}) <{PUBLIC}/#/calls/{failed}|open>"
+            ),
+        ]
+    )
     for got in receiver.of("/slack"):
         assert b"<!" not in got.body and b"<https://evil" not in got.body

@@ -24,7 +24,10 @@ def hooks_env(receiver: Receiver, **extra: str) -> dict[str, str]:
             "url": f"{receiver.url}/hook",
             "secret": SECRET,
             "events": [
-                "call.awaiting_approval", "call.approved", "call.denied", "call.expired",
+                "call.awaiting_approval",
+                "call.approved",
+                "call.denied",
+                "call.expired",
                 "call.failed",
             ],
         },
@@ -40,8 +43,9 @@ def hooks_env(receiver: Receiver, **extra: str) -> dict[str, str]:
 
 def test_events_arrive_signed_masked_and_linked(receiver, inproc, client, r):
     inproc.start(env=hooks_env(receiver))
-    parked = client.dispatch(call("l1", "login", user="ann", password="hunter2-secret"),
-                             principal="agent")
+    parked = client.dispatch(
+        call("l1", "login", user="ann", password="hunter2-secret"), principal="agent"
+    )
     call_id = parked.call_ids[0]
     wait_until(lambda: receiver.of("/hook") and receiver.of("/slack"))
     (sent,) = receiver.of("/hook")
@@ -49,8 +53,12 @@ def test_events_arrive_signed_masked_and_linked(receiver, inproc, client, r):
     assert sent.headers["X-Toolq-Event"] == "call.awaiting_approval"
     doc = sent.json
     assert doc["type"] == "call.awaiting_approval"
-    assert doc["call"] == {"id": call_id, "run_id": parked.run_id, "tool": "login",
-                           "risk": "dangerous"}
+    assert doc["call"] == {
+        "id": call_id,
+        "run_id": parked.run_id,
+        "tool": "login",
+        "risk": "dangerous",
+    }
     assert doc["url"] == f"{PUBLIC}/#/calls/{call_id}"
     assert doc["data"]["arguments"]["user"] == "ann"
     assert doc["data"]["arguments"]["password"] != "hunter2-secret"
@@ -100,10 +108,14 @@ def test_a_delivery_survives_failures_and_kill_9_of_its_worker(receiver, workers
     assert len(receiver.of("/hook")) == 1
 
     workers.start(**env)
-    wait_until(lambda: len(receiver.of("/hook", 204)) == 2, timeout=30,
-               message=str([(x.path, x.answered) for x in receiver.received]))
-    parked_deliveries = [x for x in receiver.of("/hook") if x.json["type"] ==
-                         "call.awaiting_approval"]
+    wait_until(
+        lambda: len(receiver.of("/hook", 204)) == 2,
+        timeout=30,
+        message=str([(x.path, x.answered) for x in receiver.received]),
+    )
+    parked_deliveries = [
+        x for x in receiver.of("/hook") if x.json["type"] == "call.awaiting_approval"
+    ]
     assert [x.answered for x in parked_deliveries] == [500, 500, 204]
     assert {x.headers["X-Toolq-Delivery"] for x in parked_deliveries} == {delivery_id}
     assert {x.json["id"] for x in parked_deliveries} == {delivery_id}
@@ -116,8 +128,9 @@ def test_a_delivery_survives_failures_and_kill_9_of_its_worker(receiver, workers
 
 def test_a_delivery_is_given_up_after_its_last_attempt(receiver, inproc, client, r):
     receiver.fail_first = {"/hook": 100}
-    inproc.start(env=hooks_env(receiver, TOOLQ_WEBHOOK_MAX_ATTEMPTS="3",
-                                TOOLQ_WEBHOOK_BACKOFF="0.1"))
+    inproc.start(
+        env=hooks_env(receiver, TOOLQ_WEBHOOK_MAX_ATTEMPTS="3", TOOLQ_WEBHOOK_BACKOFF="0.1")
+    )
     client.dispatch(call("w1", "wipe", target="db"), principal="agent")
     keys = Keys()
     wait_until(lambda: r.llen(keys.webhook_dead) == 1)

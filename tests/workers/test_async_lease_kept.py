@@ -60,8 +60,11 @@ def test_a_lease_that_lapsed_while_nobody_recovered_the_call_is_taken_back(r, wa
         try:
             wait_for(lambda: r.exists(keys.lease(call_id)) == 1, timeout=30)
             r.delete(keys.lease(call_id))  # what a lapse does, the keeper not there in time
-            wait_for(lambda: r.exists(keys.lease(call_id)) == 1, timeout=10,
-                     message="the keeper did not take the lease back")
+            wait_for(
+                lambda: r.exists(keys.lease(call_id)) == 1,
+                timeout=10,
+                message="the keeper did not take the lease back",
+            )
         finally:
             draining.join(timeout=30)
         [result] = batch.wait(timeout=10)
