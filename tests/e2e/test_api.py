@@ -247,7 +247,7 @@ def test_approvals_roles_self_approval_edits_cancel_undo(api, inproc, tmp_path, 
     own = post(url, headers=h("agent-mod-t"), json={"undo_digest": shown["undo_digest"]})
     assert own.status_code == 403 and own.json()["error"]["code"] == "not_authorized"
     unseen = post(url, headers=h("bob-t"), timeout=30)  # an approver must review the data
-    assert unseen.status_code == 400 and "undo_digest" in unseen.json()["error"]["message"]
+    assert unseen.status_code == 422 and "undo_digest" in unseen.json()["error"]["message"]
     # A Redis writer rewrites the undo data after bob reviewed it (another file to
     # overwrite): bob's undo is refused, nothing signed, nothing run
     kept = r.get(f"toolq:undo:{edit_id}")

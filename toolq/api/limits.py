@@ -101,7 +101,16 @@ def digest_required(call_id: str, *, token: bool = False) -> RequestValidationEr
         f"{what} the call as you reviewed it: GET /v1/approvals/{call_id} and send back its "
         f'digest, {{"digest": "..."}}{edits}'
     )
-    return RequestValidationError([{"loc": ("digest",), "msg": message, "type": "missing"}])
+    return reviewed_required("digest", message)
+
+
+def reviewed_required(field: str, message: str) -> RequestValidationError:
+    """The 422 of a decision without what its approver reviewed (``field`` names it).
+
+    One status for every decision that must name what a person was shown (an approval, a
+    decision token, a run's bulk approval, a gated undo): the body lacks a required field.
+    """
+    return RequestValidationError([{"loc": (field,), "msg": message, "type": "missing"}])
 
 
 def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | None:

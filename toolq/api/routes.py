@@ -18,7 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from toolq.api.auth import ForbiddenError, Principal
 from toolq.api.cells import CellParts
 from toolq.api.deciding import may_decide
-from toolq.api.limits import decision_body_schema, digest_required, parse_body, parse_decision
+from toolq.api.limits import (
+    decision_body_schema,
+    digest_required,
+    parse_body,
+    parse_decision,
+    reviewed_required,
+)
 from toolq.api.paging import DEFAULT, Limit, PageCursor, TimeBound, paged, time_bounds
 from toolq.approvals.authority import decided_risk
 from toolq.approvals.models import (
@@ -215,9 +221,10 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         await run_in_threadpool(_may_decide_run, run_id, caller)  # 401/403/404 first
         body = parse_decision(await request.body(), client.settings, ApproveRun)
         if body is None:
-            raise PayloadError(
+            raise reviewed_required(
+                "calls",
                 'list the calls you reviewed, each with its digest: {"calls": [{"call_id": '
-                '..., "digest": ...}]} (GET /v1/approvals?run_id= lists them)'
+                '..., "digest": ...}]} (GET /v1/approvals?run_id= lists them)',
             )
         return await run_in_threadpool(_approve_run, run_id, caller, body)
 
@@ -462,10 +469,11 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
     ) -> Any:
         if gate is not None:
             if shown is None:
-                raise PayloadError(
+                raise reviewed_required(
+                    "undo_digest",
                     f"the undo of call {call_id} is an approver's decision: review its undo "
                     f"data (GET /v1/calls/{call_id}/undo) and send back its undo_digest: "
-                    '{"undo_digest": "..."}'
+                    '{"undo_digest": "..."}',
                 )
             try:
                 event = client.undo(
