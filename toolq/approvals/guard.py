@@ -49,11 +49,16 @@ class ApprovalGuard:
         tool: Tool,
         approval: Any,
         arguments: dict[str, Any] | None = None,
+        *,
+        starting: bool = True,
     ) -> str | None:
         """Why the stored ``approval`` does not cover this call of ``tool``, or None.
 
         The digest is over the arguments as stored; ``arguments`` (plaintext, default: as
-        stored) are what a rule's routing looks at.
+        stored) are what a rule's routing looks at. ``starting``: the call is about to
+        start, so a signed rule must be younger than ``TOOLQ_RULE_SECONDS`` (the age bounds
+        which calls a rule lets start; a call that ran by a young rule stays approved, say
+        for its undo, which a person approves anew).
         """
         if not approval:
             return "the call carries no signed approval"
@@ -64,7 +69,7 @@ class ApprovalGuard:
         rule = self.verifier.payload(approval, "rule")
         if rule is not None:
             plain = envelope.arguments if arguments is None else arguments
-            return self._rule_refusal(envelope, tool, rule, plain)
+            return self._rule_refusal(envelope, tool, rule, plain, starting)
         return "the approval's signature is invalid or not made by a trusted key"
 
     def _decision_refusal(
@@ -87,7 +92,12 @@ class ApprovalGuard:
         return None
 
     def _rule_refusal(
-        self, envelope: CallEnvelope, tool: Tool, payload: dict[str, Any], arguments: dict[str, Any]
+        self,
+        envelope: CallEnvelope,
+        tool: Tool,
+        payload: dict[str, Any],
+        arguments: dict[str, Any],
+        starting: bool = True,
     ) -> str | None:
         if payload.get("run_id") != envelope.run_id:
             return "the signed rule belongs to another run"
@@ -96,7 +106,7 @@ class ApprovalGuard:
             return "the signed rule names another submitter"
         if payload.get("tenant") != envelope.tenant:
             return "the signed rule names another tenant"
-        if rule_age(payload) > self.settings.rule_seconds:
+        if starting and rule_age(payload) > self.settings.rule_seconds:
             return (
                 f"the signed rule is older than TOOLQ_RULE_SECONDS "
                 f"({self.settings.rule_seconds:g} s): a person must approve again"

@@ -888,7 +888,9 @@ class WorkerRuntime:
         if tool.risk is not RiskLevel.DANGEROUS and not self.guard.gated(envelope, tool, arguments):
             return None
         gate = self.records.read(envelope.call_id, UndoGate)
-        if (reason := self.guard.refusal(envelope, tool, gate.approval, arguments)) is not None:
+        # the call ran (by a rule young then): its rule's age is no reason to keep its effect
+        reason = self.guard.refusal(envelope, tool, gate.approval, arguments, starting=False)
+        if reason is not None:
             return f"its call was not approved: {reason}"
         digest = digest_call(envelope.name, envelope.arguments)
         # as many distinct approvers as the tool's calls need (the worker's own setting)
