@@ -496,7 +496,11 @@ class WorkerRuntime:
             with call_span(env, execution) as span:
                 if span.recording:
                     self._trace_approval(env, span)
-                body = self._body(env, token, execution, span, on_loop=True)
+                tool = self.registry.get(env.name)
+                if tool is None:  # listing an upstream again waits for it: not on the loop
+                    loop = asyncio.get_running_loop()
+                    tool = await loop.run_in_executor(None, self.registry.find, env.name)
+                body = self._body(env, token, execution, span, tool, on_loop=True)
                 if isinstance(body, CallResult):
                     result = body
                 else:
@@ -606,7 +610,7 @@ class WorkerRuntime:
 
     def _outcome(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> CallResult:
         """Decrypt, verify and run a started call on this thread: its result, never an error."""
-        body = self._body(env, token, execution, span)
+        body = self._body(env, token, execution, span, self.registry.find(env.name))
         if isinstance(body, CallResult):
             return body
         coro, ctx = body
@@ -636,6 +640,7 @@ class WorkerRuntime:
         token: str,
         execution: int,
         span: CallSpan,
+        tool: Tool | None,
         *,
         on_loop: bool = False,
     ) -> tuple[Coroutine[Any, Any, CallResult], ToolContext] | CallResult:
@@ -647,9 +652,9 @@ class WorkerRuntime:
         """
         news = self._queue_news if on_loop else self._news
         call_id = env.call_id
-        # Looked up once: the gate, the secrets and the run are of the same tool, whatever
-        # an upstream's list_changed does to the registry meanwhile.
-        tool = self.registry.find(env.name)
+        # ``tool`` was looked up once (``ToolRegistry.find``, off the event loop): the gate,
+        # the secrets and the run are of the same tool, whatever an upstream's list_changed
+        # does to the registry meanwhile.
         if tool is None:
             missing = self.registry.not_found(env.name)
             return _failed(env, missing.message, missing.code)
