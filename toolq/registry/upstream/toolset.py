@@ -110,6 +110,7 @@ class McpToolset:
         )
         self._watcher: concurrent.futures.Future[None] | None = None
         self._relisted_at = float("-inf")
+        self._relisting = threading.Lock()
 
     # -- the tool list -----------------------------------------------------------------------
 
@@ -233,19 +234,21 @@ class McpToolset:
         """
         if self.pinned is not None or not name.startswith(self.server.tool_prefix):
             return
-        with self._lock:
+        # One listing at a time: a call asked while one is under way waits for its answer
+        # (the tool it names may be in it) rather than being refused by the interval.
+        with self._relisting:
             if time.monotonic() - self._relisted_at < RELIST_INTERVAL:
                 return
             self._relisted_at = time.monotonic()
-        try:
-            SessionLoop.current().run(self._relist(), timeout=self.server.connect_timeout + 5)
-        except Exception as exc:
-            log.warning(
-                "listing the tools of MCP server %r for %r failed: %s",
-                self.server.name,
-                name,
-                _describe(exc),
-            )
+            try:
+                SessionLoop.current().run(self._relist(), timeout=self.server.connect_timeout + 5)
+            except Exception as exc:
+                log.warning(
+                    "listing the tools of MCP server %r for %r failed: %s",
+                    self.server.name,
+                    name,
+                    _describe(exc),
+                )
 
     async def _relist(self) -> None:
         shared = self.connections.alive("")
