@@ -26,7 +26,7 @@ from toolq.results.store import CallStore
 from toolq.secretbox import SecretBox, open_arguments
 
 CLAIM_SECONDS = 60
-"""How long a retry's claim holds while it is dispatched (it ends sooner, once linked)."""
+"""How long a retry's claim holds (once linked, the call's ``retried_by`` refuses the others)."""
 
 RETRYABLE = (CallStatus.FAILED, CallStatus.DENIED, CallStatus.EXPIRED, CallStatus.CANCELLED)
 """The final states a call can be retried from (a succeeded call has nothing to retry)."""

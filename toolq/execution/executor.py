@@ -127,15 +127,16 @@ class Executor:
     def _chain(self, tool: Tool) -> list[Any]:
         return [*self.registry.middleware, *tool.middleware]
 
-    def needs_task(self, name: str) -> bool:
+    def needs_task(self, name: str, tool: Tool | None = None) -> bool:
         """Whether ``execute`` of a call of ``name`` may need an asyncio task before it waits.
 
         It does not for a synchronous handler with no time limit and no middleware: it
         awaits nothing until a retry's backoff, and ``run_inline`` can run it. A time limit
         (``asyncio.wait_for``, from Python 3.12) or a middleware hook may need
-        ``asyncio.current_task()``.
+        ``asyncio.current_task()``. ``tool``: the one the call runs, when the caller looked
+        it up already (by default, ``name``'s now).
         """
-        tool = self.registry.get(name)
+        tool = self.registry.get(name) if tool is None else tool
         if tool is None:
             return False
         timed = tool.run_timeout(self.default_timeout) is not None

@@ -610,13 +610,14 @@ class WorkerRuntime:
 
     def _outcome(self, env: CallEnvelope, token: str, execution: int, span: CallSpan) -> CallResult:
         """Decrypt, verify and run a started call on this thread: its result, never an error."""
-        body = self._body(env, token, execution, span, self.registry.find(env.name))
+        tool = self.registry.find(env.name)
+        body = self._body(env, token, execution, span, tool)
         if isinstance(body, CallResult):
             return body
         coro, ctx = body
         self.keeper.add(env.call_id, token, ctx)
         try:
-            if self.executor.needs_task(env.name):
+            if self.executor.needs_task(env.name, tool):
                 return self._loop().run_until_complete(coro)
             return run_inline(coro, self._loop())
         except Exception as exc:  # the executor reports failures; this is a toolq bug

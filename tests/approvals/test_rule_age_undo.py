@@ -1,4 +1,4 @@
-"""Review of 2c966a0: a rule's age bounds which calls it lets *start*, not the undo of one
+"""A rule's age bounds which calls it lets *start*, not the undo of one
 that ran by it while it was young."""
 
 from __future__ import annotations

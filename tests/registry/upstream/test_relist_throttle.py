@@ -1,4 +1,4 @@
-"""Review of 39793d6: two calls of a tool the server just added, asked for at once in one
+"""Two calls of a tool the server just added, asked for at once in one
 worker process (threads pool, or an async call beside a sync one)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Review of 39793d6: listing an upstream server again (``ToolRegistry.find``) from the
-worker's event loop holds up every ``async def`` call of the process while it lists."""
+"""Listing an upstream server again (``ToolRegistry.find``) for a tool the worker does not
+know is done off the worker's event loop: on it, it held up every ``async def`` call of
+the process while it listed."""
 
 from __future__ import annotations
 
