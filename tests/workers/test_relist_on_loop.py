@@ -69,7 +69,9 @@ def test_relisting_for_an_unknown_tool_does_not_hold_up_the_event_loop(
         assert gone.status is CallStatus.FAILED and gone.error_type == "tool_not_found"
         assert tick.status is CallStatus.SUCCEEDED, tick.error
         lag = tick.output if isinstance(tick.output, float) else float(tick.content[0].text)
-        assert lag < 0.5, f"the event loop was held up {lag:.2f} s by the listing"
+        # on the loop it held every call up the whole listing (1.5 s); a loaded machine adds
+        # some lag to twenty short sleeps, not a second
+        assert lag < 1.0, f"the event loop was held up {lag:.2f} s by the listing"
     finally:
         worker.stop()
         worker.close()
