@@ -443,6 +443,7 @@ class ApprovalRouter(CellRouting, ApprovalStore):
     get = on_call(ApprovalStore.get)
     approve = on_call(ApprovalStore.approve)
     deny = on_call(ApprovalStore.deny)
+    refused = on_call(ApprovalStore.refused)
     approve_run = on_run(ApprovalStore.approve_run)
     decide_run = on_run(ApprovalStore.decide_run)
     rules = on_run(ApprovalStore.rules)

@@ -167,6 +167,12 @@ REFUSED_STICKY_UNDER_QUORUM = "sticky_under_quorum"
 """Refusal reason: an ``always`` approval of a call that needs more than one approver."""
 REFUSED_SAME_APPROVER = "same_approver"
 """Refusal reason: a second approval of one call by the same approver."""
+REFUSED_NOT_REVIEWED = "not_reviewed"
+"""Refusal reason: an approval without the digest of what its approver was shown."""
+REFUSED_TOKEN_EDIT = "token_edit"
+"""Refusal reason: a decision token's holder asked to approve other arguments."""
+REFUSED_TOKEN_ALWAYS = "token_always"
+"""Refusal reason: a decision token's holder asked for a sticky rule (``always``)."""
 
 
 class Resolution(StrEnum):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.approvals.conftest import Pair, executions, start_verifying
+from tests.approvals.conftest import Pair, audit_outcomes, executions, start_verifying
 from tests.conftest import make_settings, serve
 from toolq import ApprovalClient, CallStatus
 from toolq.api.app import create_app
@@ -196,6 +196,8 @@ def test_a_token_approves_no_edit(api, r):
             api.person(token).approve(call_id, arguments=edit)
     shown = api.person("bob-t").get(call_id)
     assert shown.arguments == {"target": "prod"} and shown.approvals == []
+    refused = [(by, outcome) for c, by, outcome in audit_outcomes(r) if c == call_id]
+    assert refused == [("alice", "refused:token_edit")] * 2  # audited, as alice's token
     done = api.person(token).approve(call_id)
     assert done.status is CallStatus.AWAITING_APPROVAL  # (a quorum of two here)
     shown = api.person("bob-t").get(call_id)

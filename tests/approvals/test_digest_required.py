@@ -79,7 +79,13 @@ def test_an_approval_without_the_shown_digest_signs_nothing_rewritten_after_the_
         with ApprovalClient(api, "alice-t") as client, pytest.raises(PayloadError):
             client.approve(call_id)
         assert r.hgetall(KEYS.call(call_id)) == record  # nothing written
-        assert r.xlen(KEYS.audit_stream) == audited  # a malformed body, as every other
+        # but audited: an approver's client that approves without showing the call
+        refusals = [
+            (f[b"call_id"], f[b"by"], f[b"outcome"])
+            for _, f in r.xrange(KEYS.audit_stream)[audited:]
+        ]
+        assert len(refusals) >= 4
+        assert set(refusals) == {(call_id.encode(), b"alice", b"refused:not_reviewed")}
 
         stale = httpx.post(approve, json={"digest": shown["digest"]}, headers=ALICE)
         assert stale.status_code == 409 and stale.json()["error"]["code"] == "digest_mismatch"

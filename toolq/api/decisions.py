@@ -26,7 +26,7 @@ from toolq.errors import (
     ReplicationError,
     ToolqError,
 )
-from toolq.models import CallResult, CallStatus
+from toolq.models import REFUSED_TOKEN_ALWAYS, REFUSED_TOKEN_EDIT, CallResult, CallStatus
 
 
 def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) -> APIRouter:
@@ -110,8 +110,9 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
     async def approve(call_id: str, grant: Holder, request: Request) -> dict[str, Any]:
         """Approve as the token's approver, exactly the call it was issued for; once."""
         body = parse_decision(await request.body(), client.settings, Approve) or Approve()
-        _refuse_always(body.always, call_id, "approve")
-        _refuse_edit(body.arguments, call_id, grant.digest)
+        await _refuse(grant, _always_refusal(body.always, call_id, "approve"), REFUSED_TOKEN_ALWAYS)
+        edit = _edit_refusal(body.arguments, call_id, grant.digest)
+        await _refuse(grant, edit, REFUSED_TOKEN_EDIT)
         if body.digest is not None and body.digest != grant.digest:
             raise DigestMismatchError(
                 f"call {call_id}: the token was issued for digest {grant.digest}",
@@ -133,7 +134,7 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
     async def deny(call_id: str, grant: Holder, request: Request) -> dict[str, Any]:
         """Deny as the token's approver, with a reason the model will read; once."""
         body = parse_decision(await request.body(), client.settings, Deny) or Deny()
-        _refuse_always(body.always, call_id, "deny")
+        await _refuse(grant, _always_refusal(body.always, call_id, "deny"), REFUSED_TOKEN_ALWAYS)
 
         def decide() -> CallResult:
             # Denying changes the arguments of nothing; still, only what the token was for.
@@ -148,6 +149,12 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
             return client.approvals.deny(call_id, grant.approver, body.reason)
 
         return await run_in_threadpool(_spend, grant, decide)
+
+    async def _refuse(grant: DecisionGrant, refusal: NotAuthorizedError | None, why: str) -> None:
+        """Raise ``refusal``, if any, audited as the token's approver's (nothing spent)."""
+        if refusal is not None:
+            await run_in_threadpool(client.approvals.refused, grant.call_id, grant.approver, why)
+            raise refusal
 
     def _spend(grant: DecisionGrant, decide: Any) -> dict[str, Any]:
         """Spend the token, then decide; a decision that did not happen gives it back."""
@@ -165,27 +172,31 @@ def build_decisions_router(client: Client, auth: Any, tokens: DecisionTokens) ->
     return router
 
 
-def _refuse_edit(arguments: dict[str, Any] | None, call_id: str, digest: str) -> None:
+def _edit_refusal(
+    arguments: dict[str, Any] | None, call_id: str, digest: str
+) -> NotAuthorizedError | None:
     """A decision token approves the call as its approver was shown it: never an edit.
 
     Its holder (an app's screen, a link) is not the approver: arguments it chose would run
     as approved by a person who never saw them. An edit is the approver's own decision,
     made with their own token (or the dashboard).
     """
-    if arguments is not None:
-        raise NotAuthorizedError(
-            f"a decision token approves call {call_id} exactly as it was shown when the token "
-            f"was issued (digest {digest}): it cannot approve an edit; the approver edits "
-            "with their own token",
-            call_id=call_id,
-        )
+    if arguments is None:
+        return None
+    return NotAuthorizedError(
+        f"a decision token approves call {call_id} exactly as it was shown when the token "
+        f"was issued (digest {digest}): it cannot approve an edit; the approver edits "
+        "with their own token",
+        call_id=call_id,
+    )
 
 
-def _refuse_always(always: bool, call_id: str, verb: str) -> None:
+def _always_refusal(always: bool, call_id: str, verb: str) -> NotAuthorizedError | None:
     """A decision token decides one call: never the tool for the rest of the run."""
-    if always:
-        raise NotAuthorizedError(
-            f"a decision token decides one call: it cannot {verb} the tool for the rest of "
-            "the run (always)",
-            call_id=call_id,
-        )
+    if not always:
+        return None
+    return NotAuthorizedError(
+        f"a decision token decides one call: it cannot {verb} the tool for the rest of "
+        "the run (always)",
+        call_id=call_id,
+    )

@@ -45,7 +45,7 @@ from toolq.errors import (
     UndoAwaitingApprovalsError,
     WrongTenantError,
 )
-from toolq.models import CallResult, Event, ProviderFormat, RiskLevel
+from toolq.models import REFUSED_NOT_REVIEWED, CallResult, Event, ProviderFormat, RiskLevel
 from toolq.results.events import check_stream_id, stream_id_key
 from toolq.results.hub import EventHub, Listener
 from toolq.results.runs import RunSummary
@@ -382,7 +382,11 @@ def build_router(client: Client, auth: Any, parts: CellParts) -> APIRouter:
         body = parse_decision(await request.body(), client.settings, Approve)
         if body is None or body.digest is None:
             # Signing whatever is parked when the request arrives would sign a call a Redis
-            # writer rewrote after the approver's view.
+            # writer rewrote after the approver's view. Audited: an approver's client that
+            # approves without showing the call is worth an operator's look.
+            await run_in_threadpool(
+                client.approvals.refused, call_id, caller.name, REFUSED_NOT_REVIEWED
+            )
             raise digest_required(call_id)
         return await run_in_threadpool(_approve, call_id, caller, body)
 

@@ -956,6 +956,20 @@ class ApprovalStore:
             status=status,
         )
 
+    def refused(self, call_id: str, by: str, code: str) -> None:
+        """Audit a decision refused before it reached the call (signed, as every refusal).
+
+        For the refusals a front end makes itself: an approval without the digest its
+        approver reviewed, a decision token's holder asking for an edit or a sticky rule.
+        Nothing is audited for a call that is not parked (there is nothing it could decide).
+        """
+        try:
+            request = self.get(call_id)
+        except ToolqError:
+            return
+        if request.status is CallStatus.AWAITING_APPROVAL:
+            self._audit(request, by, AuditOutcome.refused(code))
+
     def _audit_sig(
         self, call_id: str, run_id: str, tool: str, by: str, outcome: str, digest: str, ts: str
     ) -> str:
