@@ -58,12 +58,17 @@ def approval_link(public_url: str | None, call_id: str) -> str | None:
 
 def code_block(value: object) -> str:
     """``value`` in a Slack code block it cannot close, cut to ``SECTION_CHARS``."""
+    return f"```{_code_text(value)[0]}```"
+
+
+def _code_text(value: object) -> tuple[str, bool]:
+    """``value`` as code block text, cut to ``SECTION_CHARS``; whether it was cut."""
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
     escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     escaped = escaped.replace("`", "\u02cb")
     if len(escaped) > SECTION_CHARS:
-        escaped = escaped[:SECTION_CHARS] + "\n…"
-    return f"```{escaped}```"
+        return escaped[:SECTION_CHARS] + "\n…", True
+    return escaped, False
 
 
 def slack_date(ts: float, fallback: str = "") -> str:
@@ -129,7 +134,14 @@ def approval_blocks(
     if request.deadline:
         fields.append(f"*Deadline*\n{slack_date(request.deadline)}")
     blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
-    blocks.append(_section("*Arguments* (secrets masked)\n" + code_block(request.arguments)))
+    shown, cut = _code_text(request.arguments)
+    blocks.append(_section(f"*Arguments* (secrets masked)\n```{shown}```"))
+    if cut:
+        # Approve binds the digest of the whole arguments: a message that shows part of them
+        # offers no Approve (an agent could put what matters past the cut).
+        blocks.append(
+            _section("_arguments cut here: open the call to review them whole and approve it_")
+        )
     if request.preview is not None:
         blocks.append(_section("*Preview*\n" + code_block(request.preview)))
     diff = (request.diff or {}).get("diff_output")
@@ -142,14 +154,15 @@ def approval_blocks(
     if outcome is not None:
         blocks.append(_section(outcome_line(outcome)))
     value = button_value(request)
+    approve = {
+        "type": "button",
+        "action_id": APPROVE,
+        "text": _plain("Approve"),
+        "style": "primary",
+        "value": value,
+    }
     buttons: list[dict[str, Any]] = [
-        {
-            "type": "button",
-            "action_id": APPROVE,
-            "text": _plain("Approve"),
-            "style": "primary",
-            "value": value,
-        },
+        *([] if cut else [approve]),
         {
             "type": "button",
             "action_id": DENY,
