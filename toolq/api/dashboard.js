@@ -339,16 +339,40 @@ const retryButton = c => runsSupported && RETRYABLE.has(c.status) ? el("button",
 // arguments, and only those go in the request, each with the digest of the arguments shown
 // (a call parked after the listing, or changed since, is not approved).
 const BULK_SHOWN = 25;  // calls one bulk approval shows, and approves
+// A browser cuts a confirm() message it finds too long (Chromium on Linux: 32 rows of 132
+// columns): a call goes in only while the whole dialog fits those, every line whole.
+const DIALOG_ROWS = 28;  // rows for the calls (the question and the note take the rest)
+const DIALOG_COLS = 120;
+function fitsDialog(listed) {
+  const shown = [];
+  let rows = 0;
+  for (const r of listed) {
+    if (shown.length >= BULK_SHOWN) break;
+    // arguments_text: numbers exactly as they will run (JSON.parse rounds big integers)
+    const text = `• ${r.name} (${shortId(r.call_id)}) ${r.arguments_text}`;
+    const lines = text.split("\n");
+    if (lines.some(line => line.length > DIALOG_COLS)) continue;  // reviewed on its own card
+    if (rows + lines.length > DIALOG_ROWS) break;
+    rows += lines.length;
+    shown.push({ r, text });
+  }
+  return shown;
+}
 async function approveRun(runId) {
   try {
     const listed = await api(`v1/approvals${query({ run_id: runId, limit: "1000" })}`);
     if (!listed.length) { toast(`Run ${runId}: nothing awaits a decision`); runsAt = 0; refresh(); return; }
-    // Only what the dialog shows is approved: the rest stays parked for another round.
-    const shown = listed.slice(0, BULK_SHOWN);
-    // arguments_text: numbers exactly as they will run (JSON.parse rounds big integers)
-    const lines = shown.map(r => `• ${r.name} (${shortId(r.call_id)}) ${r.arguments_text}`);
+    // Only what the dialog shows whole is approved: the rest stays parked for another round
+    // (a call too long for the dialog, for its own card).
+    const fitting = fitsDialog(listed);
+    if (!fitting.length) {
+      toast(`Run ${runId}: its calls are too long to approve at once; review each on its own card`, true);
+      return;
+    }
+    const shown = fitting.map(f => f.r);
+    const lines = fitting.map(f => f.text);
     const rest = listed.length - shown.length;
-    const note = rest > 0 ? `\n\n(${rest} more stay parked: approve them in another round)` : "";
+    const note = rest > 0 ? `\n\n(${rest} more stay parked: approve them on their cards)` : "";
     if (!confirm(`Approve these ${shown.length} call(s) of run ${runId}?\n\n${lines.join("\n")}${note}`)) return;
     const calls = shown.map(r => ({ call_id: r.call_id, digest: r.digest }));
     const result = await api(`v1/runs/${encodeURIComponent(runId)}/approvals/approve`, { calls });
