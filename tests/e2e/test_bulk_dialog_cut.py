@@ -1,4 +1,4 @@
-"""Attack: the dashboard's bulk approve asks in a native confirm() that Chromium cuts.
+"""The dashboard's bulk approve asks in a native confirm() that Chromium cuts.
 
 Chromium shows a JavaScript dialog's message in at most 32 rows of 132 columns on Linux
 (``kMessageTextMaxRows``/``kMessageTextMaxCols``, 3000 characters elsewhere) and elides the

@@ -1,4 +1,4 @@
-"""Attack: a Slack message cuts long arguments, yet its Approve button approves them whole."""
+"""A Slack message cuts long arguments: its Approve button would approve them whole, unseen."""
 
 from __future__ import annotations
 
