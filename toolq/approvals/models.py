@@ -55,15 +55,46 @@ class ApprovalRequest(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def preview_text(self) -> str | None:
-        """``preview`` as text (a string as it is), its numbers exact, as ``arguments_text``."""
-        if self.preview is None or isinstance(self.preview, str):
-            return self.preview
+        """``preview`` as text (a string ``visible``, else JSON as ``arguments_text``)."""
+        if self.preview is None:
+            return None
+        if isinstance(self.preview, str):
+            return visible(self.preview, "\n\t")
         return _text(self.preview)
 
 
 def _text(value: Any) -> str:
-    """``value`` as indented JSON text: what a browser shows without parsing it."""
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    """``value`` as indented JSON text: what a browser shows without parsing it.
+
+    Characters that would show other text than the value holds are escaped (``visible``):
+    the text is still JSON of the same value.
+    """
+    return visible(json.dumps(value, indent=2, ensure_ascii=False), "\n")
+
+
+def visible(text: str, keep: str = "") -> str:
+    r"""``text`` as a person is shown it: every character ``str.isprintable`` refuses, escaped.
+
+    A call's arguments, its preview and any field a Redis writer set may carry characters
+    that reorder or hide what is read (U+202E turns ``gnp.exe`` into ``exe.png`` on
+    screen, U+200B hides in a name) or, on a terminal, escape sequences (move the cursor
+    up, erase a line: other arguments painted over the ones a person is asked to approve).
+    Each is shown as its JSON escape (``\u202e``), so JSON text keeps its value: what an
+    approver reads on the dashboard, the approval page, Slack or the CLI is what runs.
+    ``keep``: characters left as they are (``"\n"`` in text of several lines).
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    """``char`` as a JSON escape (a surrogate pair beyond the BMP)."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 class Approve(BaseModel):

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from toolq.approvals.models import visible as visible  # re-exported for the CLI
 from toolq.models import CallStatus, Event, EventType
 
 SHORT_ID = 8
@@ -78,30 +79,6 @@ def cut(value: Any, chars: int = TEXT_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
-def visible(text: str, keep: str = "") -> str:
-    r"""``text`` for a terminal: every character ``str.isprintable`` refuses as an escape.
-
-    A call's arguments, its preview and any field a Redis writer set may carry escape
-    sequences (move the cursor up, erase a line, retitle the window, an 8-bit CSI) or
-    characters that reorder or hide what is read (U+202E, U+200B): written as they are,
-    they could paint other arguments over the ones a person is asked to approve. Each is
-    shown as its JSON escape (``\u001b``), so JSON text keeps its value. ``keep``: characters
-    left as they are (``"\n"`` in text of several lines).
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c in keep else _escaped(c) for c in text)
-
-
-def _escaped(char: str) -> str:
-    """``char`` as a JSON escape (a surrogate pair beyond the BMP)."""
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def duration(ms: float | None) -> str:

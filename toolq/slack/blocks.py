@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from toolq.approvals.models import ApprovalRequest
+from toolq.approvals.models import ApprovalRequest, visible
 from toolq.models import CallStatus
 from toolq.webhooks.payload import slack_code, slack_escaped
 
@@ -64,6 +64,7 @@ def code_block(value: object) -> str:
 def _code_text(value: object) -> tuple[str, bool]:
     """``value`` as code block text, cut to ``SECTION_CHARS``; whether it was cut."""
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    text = visible(text, "\n\t")  # nothing that reorders or hides what is read
     escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     escaped = escaped.replace("`", "\u02cb")
     if len(escaped) > SECTION_CHARS:
