@@ -380,3 +380,47 @@ def test_approvals_show_diff_and_approve_with_edited_args(settings, inproc, tmp_
         assert ok.returncode == 0, ok.stderr
         assert batch.wait(timeout=20)[0].status is CallStatus.SUCCEEDED
     assert target.read_text() == "three\n"
+
+
+def test_dev_prints_export_lines_a_shell_can_run(settings):
+    # `toolq dev` prints "the export TOOLQ_REDIS_URL=... line to use in other shells"
+    # (docs/getting-started.md); pasting each printed export line into a shell must work.
+    environ = {
+        **{k: v for k, v in os.environ.items() if k != "TOOLQ_SECRETS_KEY"},
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry"),
+            *("--redis-url", settings.redis_url, "--pool", "threads", "--no-api"),
+        ],
+        env=environ,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "Ctrl-C to stop" in line or not line:
+                break
+        exports = [line.strip() for line in lines if line.strip().startswith("export ")]
+        assert any("TOOLQ_SECRETS_KEY=" in line for line in exports), "".join(lines)
+        for line in exports:
+            shell = subprocess.run(
+                ["bash", "-c", f"{line}\n" + 'echo "${' + line.split()[1].split("=")[0] + '}"'],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            assert shell.returncode == 0 and not shell.stderr, (line, shell.stderr)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
