@@ -424,3 +424,37 @@ def test_dev_prints_export_lines_a_shell_can_run(settings):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_dev_ctrl_c_at_a_terminal_stops_redis_after_the_workers(tmp_path):
+    # A terminal's Ctrl-C sends SIGINT to the whole foreground process group, the embedded
+    # redis-server included: it exits at once, before the workers' warm shutdown, whose
+    # history archiver and sweeper then log "Connection refused" tracebacks.
+    environ = {
+        **{k: v for k, v in os.environ.items() if k != "TOOLQ_REDIS_URL"},
+        "PYTHONPATH": str(ROOT),
+        "TMPDIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolq", "dev", "--app", "tests.apps:registry", "--no-api"],
+        env=environ,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "Ctrl-C to stop" in line or not line:
+                break
+        time.sleep(3)  # the workers' maintenance threads are up
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+        rest, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0, rest[-4000:]
+        assert "Traceback" not in rest and "Connection refused" not in rest, rest[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
