@@ -192,7 +192,8 @@ def render(result: CallResult) -> dict[str, Any]:
     if result.status is CallStatus.AWAITING_APPROVAL:
         text = (
             f"call {result.call_id} ({result.name}) is awaiting approval; a human can approve "
-            f"it with `toolq approvals approve {result.call_id} --by NAME`. Call the tool "
+            f"it with `toolq approvals approve {result.call_id} --by NAME --app MODULE:REGISTRY` "
+            "(or in the dashboard). Call the tool "
             "again with the same arguments to get its result."
         )
     else:

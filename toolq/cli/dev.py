@@ -144,7 +144,7 @@ def dev(
             typer.echo(f"  export TOOLQ_REDIS_URL={stack.redis_url}")
         typer.echo(f"  export TOOLQ_HISTORY_URL={history_url}")
         if not settings.secrets_key:
-            typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  (generated)")
+            typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  # generated")
         # Deciding from another shell (`toolq approvals approve`) needs the stack's key.
         typer.echo(f"  export TOOLQ_APPROVAL_SIGNING_KEY={stack.signing_key}")
         typer.echo("Ctrl-C to stop.")

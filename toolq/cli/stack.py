@@ -127,7 +127,11 @@ class EmbeddedRedis:
             with os.fdopen(fd, "w") as f:
                 f.write(f"requirepass {self.password}\n")
             argv.insert(1, config)
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # A session of its own: a terminal's Ctrl-C (SIGINT to the foreground process group)
+        # must not stop Redis before the workers' warm shutdown; close() stops it, by PID.
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 10
         while not redis_answers(self.url):
             if self.process.poll() is not None or time.monotonic() > deadline:
