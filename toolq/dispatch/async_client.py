@@ -205,6 +205,7 @@ class AsyncApprovals:
     audit = _in_thread(ApprovalStore.audit)
     approve = _in_thread(ApprovalStore.approve)
     deny = _in_thread(ApprovalStore.deny)
+    refused = _in_thread(ApprovalStore.refused)
     unknown = _in_thread(ApprovalStore.unknown)
     decide_run = _in_thread(ApprovalStore.decide_run)
     approve_run = _in_thread(ApprovalStore.approve_run)
