@@ -28,16 +28,14 @@ class ApprovalGuard:
         self.settings = settings
         self.verifier = verifier
 
-    def gated(self, envelope: CallEnvelope, tool: Tool | None, arguments: dict[str, Any]) -> bool:
+    def gated(self, envelope: CallEnvelope, tool: Tool, arguments: dict[str, Any]) -> bool:
         """True when this call may run only with an approval (by the worker's own rules).
 
         ``arguments`` are the plaintext ones, as a ``requires_approval`` predicate sees them;
         ``tool`` is the one the worker runs (looked up once: an upstream's ``list_changed``
-        can change the registry between the gate and the run). None: an unknown tool,
-        which the worker fails without running anything.
+        can change the registry between the gate and the run; an unknown tool is failed
+        before the gate, without running anything).
         """
-        if tool is None:
-            return False
         try:
             return route(tool, arguments, RunRules()) != "run"
         except Exception:  # a predicate that raises cannot clear a call: fail closed
