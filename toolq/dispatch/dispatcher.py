@@ -36,7 +36,7 @@ from toolq.approvals.policy import ApprovalMode, RunRules, rule_age, rule_key
 from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
-from toolq.dispatch.limits import check_payload
+from toolq.dispatch.limits import check_payload, check_run_id
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.dispatch.stages import (
     CallPlan,
@@ -181,6 +181,7 @@ class Dispatcher:
     def _dispatch(self, payload: Any, submission: Submission, span: DispatchSpan) -> Dispatched:
         run_id, principal, tenant = submission.run_id, submission.principal, submission.tenant
         notify = submission.notify
+        check_run_id(run_id)
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, submission.format)
         if len(calls) > self.settings.max_calls_per_dispatch:

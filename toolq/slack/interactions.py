@@ -85,10 +85,19 @@ class Interaction:
     action: Action
 
 
+def _dict(value: object) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a field of another shape).
+
+    A field of the wrong type reads as missing: a signed payload is still only trusted for
+    where to answer.
+    """
+    return value if isinstance(value, dict) else {}
+
+
 def _value(raw: object) -> dict[str, Any]:
     try:
         value = json.loads(str(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInteraction("an action value that is not toolq's") from None
     if not isinstance(value, dict):
         raise BadInteraction("an action value that is not toolq's")
@@ -107,25 +116,22 @@ def parse(body: bytes) -> Interaction:
     try:
         form = parse_qs(body.decode(), strict_parsing=True)
         payload = json.loads(form["payload"][0])
-    except (KeyError, IndexError, ValueError, UnicodeDecodeError):
+    except (KeyError, IndexError, ValueError, UnicodeDecodeError, RecursionError):
         raise BadInteraction("the body is not a Slack interaction payload") from None
     if not isinstance(payload, dict):
         raise BadInteraction("the body is not a Slack interaction payload")
-    user = payload.get("user") or {}
-    team = payload.get("team") or {}
-    channel = payload.get("channel") or {}
-    user_id = user.get("id") if isinstance(user, dict) else None
+    user_id = _dict(payload.get("user")).get("id")
     if not isinstance(user_id, str):
         raise BadInteraction("an interaction without a user")
-    team_id = team.get("id") if isinstance(team, dict) else None
-    channel_id = channel.get("id") if isinstance(channel, dict) else None
+    team_id = _dict(payload.get("team")).get("id")
+    channel_id = _dict(payload.get("channel")).get("id")
     kind = payload.get("type")
     if kind == "block_actions":
         action = _block_action(payload)
     elif kind == "view_submission":
         action = _view_submission(payload)
-        metadata = _value(((payload.get("view") or {}).get("private_metadata")) or "{}")
-        channel_id = metadata.get("channel") if isinstance(metadata.get("channel"), str) else None
+        metadata = _value(_dict(payload.get("view")).get("private_metadata") or "{}")
+        channel_id = metadata.get("channel")
     else:
         action = Ignored()
     return Interaction(
@@ -175,8 +181,8 @@ def _view_submission(payload: dict[str, Any]) -> Action:
     if not isinstance(view, dict) or view.get("callback_id") != blocks.DENY_VIEW:
         return Ignored()
     call_id, digest = _call(_value(view.get("private_metadata") or "{}"))
-    state = ((view.get("state") or {}).get("values") or {}).get(blocks.REASON) or {}
-    reason = (state.get(blocks.REASON) or {}).get("value") if isinstance(state, dict) else None
+    values = _dict(_dict(view.get("state")).get("values"))
+    reason = _dict(_dict(values.get(blocks.REASON)).get(blocks.REASON)).get("value")
     return Decide(
         approve=False,
         call_id=call_id,

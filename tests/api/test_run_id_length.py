@@ -1,0 +1,31 @@
+"""A run id names Redis keys and history rows: one over 256 characters is a 400, nothing kept."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api.conftest import h
+from toolq.dispatch.limits import MAX_RUN_ID_CHARS
+from toolq.errors import PayloadError
+
+pytestmark = pytest.mark.e2e
+
+CALL = [{"id": "c1", "name": "echo", "arguments": {"text": "x"}}]
+
+
+def test_an_overlong_run_id_is_refused_before_anything_is_written(api, client, r):
+    before = r.dbsize()
+    long_id = "r" * 5000
+    got = httpx.post(f"{api}/v1/runs/{long_id}/calls", json=CALL, headers=h("agent-t"))
+    assert got.status_code == 400, got.text
+    error = got.json()["error"]
+    assert error["code"] == "invalid_payload" and "at most 256 characters" in error["message"]
+    with pytest.raises(PayloadError):
+        client.dispatch(CALL, run_id="r" * (MAX_RUN_ID_CHARS + 1), principal="agent")
+    assert r.dbsize() == before
+    # the longest allowed id works
+    ok = httpx.post(
+        f"{api}/v1/runs/{'r' * MAX_RUN_ID_CHARS}/calls", json=CALL, headers=h("agent-t")
+    )
+    assert ok.status_code == 202, ok.text
