@@ -140,6 +140,7 @@ def test_the_overview_counts_a_bound_viewers_tenant_only(
         "hostname": "w1@host",
         "queues": [keys.queue_for(RiskLevel.SAFE)],
         "current": queued + parked,
+        "processed": 9876,
     }
     # a worker's heartbeat, running globex's queued call, as beat() writes it
     r.set(keys.worker("w1@host"), json.dumps(heartbeat), ex=60)
@@ -151,6 +152,8 @@ def test_the_overview_counts_a_bound_viewers_tenant_only(
     assert body["queues"] == {"safe": 0, "moderate": 0, "dangerous": 0}
     assert body["calls"] == []
     assert all(not w["current"] for w in body["worker_list"]), body["worker_list"]
+    # how many calls the fleet ran, every tenant's, is not a bound viewer's to see
+    assert all(w["processed"] is None for w in body["worker_list"]), body["worker_list"]
     # the tenant's own figures are there
     mine = dispatch(api, "acme-t", "ac", one("gated", "a1", target="x"))
     body = api.get("/v1/overview", headers=h("acme-t")).json()
@@ -160,6 +163,7 @@ def test_the_overview_counts_a_bound_viewers_tenant_only(
     assert everything["pending_approvals"] == 2
     assert everything["queues"]["safe"] >= 1
     assert {c for w in everything["worker_list"] for c in w["current"]} == set(queued + parked)
+    assert [w["processed"] for w in everything["worker_list"]] == [9876]
 
 
 def test_a_bound_viewers_overview_reads_a_bounded_number_of_calls(

@@ -208,7 +208,8 @@ def tenant_figures(
     """What a caller bound to ``tenant`` may see of one cell's figures.
 
     Its queued calls per risk (not the queues' message counts), its calls awaiting a
-    decision, the live workers with only its calls among their current ones, and whether
+    decision, the live workers with only its calls among their current ones (and no
+    processed count: that counts every tenant's calls), and whether
     the queued count was capped. The parked count is the size of the tenant's own parked
     index and its calls waiting for admission the length of its backlogs, so neither grows
     with what other tenants (or it) parked; the calls queued for the fleet are read up to
@@ -240,7 +241,11 @@ def tenant_figures(
         risk, status = mine.get(call_id, ("", ""))
         if status == CallStatus.QUEUED.value and risk in queues:
             queues[risk] += 1
-    visible = [{**w, "current": [c for c in w.get("current") or [] if c in mine]} for w in workers]
+    # A worker's processed count is every tenant's calls: a bound caller sees none of it.
+    visible = [
+        {**w, "current": [c for c in w.get("current") or [] if c in mine], "processed": None}
+        for w in workers
+    ]
     return queues, int(parked), visible, capped
 
 
