@@ -411,6 +411,8 @@ def test_dev_prints_export_lines_a_shell_can_run(settings):
                 break
         exports = [line.strip() for line in lines if line.strip().startswith("export ")]
         assert any("TOOLQ_SECRETS_KEY=" in line for line in exports), "".join(lines)
+        # another shell can decide (signing key) and check the audit (verify keys) with them
+        assert any("TOOLQ_APPROVAL_VERIFY_KEYS=" in line for line in exports), "".join(lines)
         for line in exports:
             shell = subprocess.run(
                 ["bash", "-c", f"{line}\n" + 'echo "${' + line.split()[1].split("=")[0] + '}"'],
@@ -455,6 +457,8 @@ def test_dev_ctrl_c_at_a_terminal_stops_redis_after_the_workers(tmp_path):
         rest, _ = proc.communicate(timeout=90)
         assert proc.returncode == 0, rest[-4000:]
         assert "Traceback" not in rest and "Connection refused" not in rest, rest[-4000:]
+        # the embedded Redis and the history store that archived it are gone with the stack
+        assert not list(tmp_path.glob("toolq-*")), list(tmp_path.iterdir())
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

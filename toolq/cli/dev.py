@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import typer
@@ -85,7 +87,10 @@ def dev(
             '(--redis-url "$TOOLQ_REDIS_URL" uses that one)',
             err=True,
         )
-    history_url = settings.history_url or dev_history_url()
+    # A history store of its own goes with the embedded Redis it archives (removed on stop);
+    # next to an existing Redis, whose records outlive the stack, it is kept.
+    history_dir = None if settings.history_url else tempfile.mkdtemp(prefix="toolq-history-")
+    history_url = settings.history_url or dev_history_url(history_dir)
     stack = Stack.start(
         settings.app,
         redis_url,
@@ -147,6 +152,8 @@ def dev(
             typer.echo(f"  export TOOLQ_SECRETS_KEY={stack.secrets_key}  # generated")
         # Deciding from another shell (`toolq approvals approve`) needs the stack's key.
         typer.echo(f"  export TOOLQ_APPROVAL_SIGNING_KEY={stack.signing_key}")
+        # ... and checking its audit (`toolq verify-audit`) the public key that goes with it.
+        typer.echo(f"  export TOOLQ_APPROVAL_VERIFY_KEYS={stack.verify_keys}")
         typer.echo("Ctrl-C to stop.")
         processes = [*stack.workers.values(), *([stack.api] if stack.api else [])]
         while all(p.poll() is None for p in processes):
@@ -157,3 +164,7 @@ def dev(
         typer.echo("stopping…")
     finally:
         stack.stop()
+        if history_dir is not None and (stack.embedded or stack.cells):
+            shutil.rmtree(history_dir, ignore_errors=True)
+        elif history_dir is not None:
+            typer.echo(f"history kept at {history_dir}", err=True)

@@ -125,7 +125,9 @@ def queue_checks(workers: list[dict[str, Any]], queues: list[str]) -> list[Check
             False,
             "no_worker",
             f"no live worker consumes {queue}: its calls wait in the queue",
-            f"start a worker for it: toolq worker --risk {queue.rsplit('.', 1)[-1]}",
+            f"start a worker for it: toolq worker --risk {queue.rsplit('.', 1)[-1]} "
+            "--app MODULE:ATTR (the module of your tools; --app may be left out where "
+            "TOOLQ_APP is set)",
         )
         for queue in queues
     ]
