@@ -167,8 +167,10 @@ class Sweeper:
             pipe.set(self.keys.resent(tag), "1", nx=True, ex=ttl)
         fresh = [(t, c) for (_, t, c), first in zip(stranded, pipe.execute(), strict=True) if first]
         if fresh:
-            log.warning("re-sending %d messages taken by a worker that never started them",
-                        len(fresh))  # fmt: skip
+            # Calls, not messages: a message may carry several, some of them started (those
+            # the lease recovery settles) and these never.
+            log.warning("re-sending %d queued calls whose message a worker took but never "
+                        "started them (a killed or stopped worker)", len(fresh))  # fmt: skip
         calls = [c for t, c in fresh if t == TASK_NAME]
         undos = [c for t, c in fresh if t == UNDO_TASK_NAME]
         return self.resend(calls) + self.resend_undos(undos)
