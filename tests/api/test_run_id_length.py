@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from tests.api.conftest import h
-from toolq.dispatch.limits import MAX_RUN_ID_CHARS
 from toolq.errors import PayloadError
+from toolq.results.owners import MAX_RUN_ID_CHARS
 
 pytestmark = pytest.mark.e2e
 

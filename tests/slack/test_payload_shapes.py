@@ -1,4 +1,4 @@
-"""A signed interaction payload of any shape gets an answer Slack accepts, never a 500."""
+"""A signed interaction of any shape, or one whose Slack Web API call fails, is never a 500."""
 
 from __future__ import annotations
 
@@ -61,4 +61,14 @@ def test_signed_payloads_of_the_wrong_shape_are_a_4xx_or_ignored(stack: Stack): 
         if answered.status_code == 400:
             assert answered.json()["error"]["code"] == "invalid_payload"
     # the deep value never reached a decision, nor did any other shape
+    assert stack.call(call_id)["status"] == "awaiting_approval"
+
+
+def test_a_deny_press_whose_modal_slack_refuses_is_not_a_500(stack: Stack):  # noqa: F811
+    # Slack refuses views.open (an expired trigger_id: they live 3 s; here its rate limit)
+    [call_id] = stack.dispatch("run-views-refused", ("w1", "wipe", {"target": "db"}))
+    value = value_of(stack.message(call_id), "toolq.deny")
+    stack.slack.limit["views.open"] = (10, 0)
+    answered = interact(stack.api, press("toolq.deny", value, "UBOB"))
+    assert answered.status_code in (200, 400), answered.text
     assert stack.call(call_id)["status"] == "awaiting_approval"

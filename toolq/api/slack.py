@@ -82,11 +82,16 @@ class SlackInteractions:
                 said = self.decide(caller, action)
             elif isinstance(action, AskReason):
                 may_decide(self.client, action.call_id, caller)
-                self.web.open_view(
-                    action.trigger_id,
-                    blocks.deny_view(action.call_id, action.digest, interaction.channel),
-                )
-                return None
+                try:
+                    self.web.open_view(
+                        action.trigger_id,
+                        blocks.deny_view(action.call_id, action.digest, interaction.channel),
+                    )
+                except SlackCallError as exc:  # an expired trigger (3 s), a rate limit
+                    error = slack_escaped(exc.error)
+                    said = f":warning: Slack did not open the reason dialog ({error}): Deny again"
+                else:
+                    return None
             elif isinstance(action, ApproveRun):
                 said = self.approve_run(caller, action)
             elif isinstance(action, OpenPage):

@@ -91,16 +91,21 @@ def dev(
     # next to an existing Redis, whose records outlive the stack, it is kept.
     history_dir = None if settings.history_url else tempfile.mkdtemp(prefix="toolq-history-")
     history_url = settings.history_url or dev_history_url(history_dir)
-    stack = Stack.start(
-        settings.app,
-        redis_url,
-        port=DEFAULT_REDIS_PORT,
-        concurrency=concurrency,
-        pool=pool,
-        loglevel=log_level,
-        shards=shards,
-        env={"TOOLQ_HISTORY_URL": history_url},
-    )
+    try:
+        stack = Stack.start(
+            settings.app,
+            redis_url,
+            port=DEFAULT_REDIS_PORT,
+            concurrency=concurrency,
+            pool=pool,
+            loglevel=log_level,
+            shards=shards,
+            env={"TOOLQ_HISTORY_URL": history_url},
+        )
+    except BaseException:
+        if history_dir is not None:  # nothing ran: nothing was archived there
+            shutil.rmtree(history_dir, ignore_errors=True)
+        raise
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     # Ctrl-C stops the stack even when this process was started with SIGINT ignored (as a
     # background job of a script, or under a test runner): Python then installs no handler.

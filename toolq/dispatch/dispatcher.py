@@ -36,7 +36,7 @@ from toolq.approvals.policy import ApprovalMode, RunRules, rule_age, rule_key
 from toolq.dispatch.archived import archived_claims, merge
 from toolq.dispatch.commit import Company, CreateCommit
 from toolq.dispatch.conflicts import conflict_error, fingerprint, refused_call
-from toolq.dispatch.limits import check_payload, check_run_id
+from toolq.dispatch.limits import check_payload
 from toolq.dispatch.providers import parse_tool_calls
 from toolq.dispatch.stages import (
     CallPlan,
@@ -69,7 +69,7 @@ from toolq.models import (
 )
 from toolq.quotas import tenant_config, valid_tenant
 from toolq.results.admission import Admission
-from toolq.results.owners import RunOwner, RunOwners
+from toolq.results.owners import RunOwner, RunOwners, check_new_run_id
 from toolq.results.scripts import CreateOutcome
 from toolq.results.store import CallStore, MessageGroup, NewCall
 from toolq.secretbox import SecretBox
@@ -181,7 +181,6 @@ class Dispatcher:
     def _dispatch(self, payload: Any, submission: Submission, span: DispatchSpan) -> Dispatched:
         run_id, principal, tenant = submission.run_id, submission.principal, submission.tenant
         notify = submission.notify
-        check_run_id(run_id)
         payload = check_payload(payload, self.settings)
         calls = parse_tool_calls(payload, submission.format)
         if len(calls) > self.settings.max_calls_per_dispatch:
@@ -192,6 +191,8 @@ class Dispatcher:
         run = run_id or new_id()
         # A run this dispatch creates has no rules yet: no need to look them up.
         run_rules, owner = self._rules_for(run, principal, tenant) if run_id else (RunRules(), None)
+        if run_id and owner is None:
+            check_new_run_id(run_id)  # a run this dispatch creates (one that exists keeps its id)
         budget = tenant_config(self.settings.tenants, tenant).budget
         plan = DispatchPlan(submission, run, run_rules, budget)
         new_calls = []

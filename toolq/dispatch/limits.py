@@ -1,4 +1,7 @@
-"""Limits on what ``dispatch`` accepts: payload size, JSON depth and the run id's length."""
+"""Limits on what ``dispatch`` accepts: payload size and JSON depth.
+
+A new run's id length is checked where runs are created (``toolq.results.owners``).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +15,6 @@ from toolq.settings import Settings
 
 _ENCODER = json.JSONEncoder(default=str)
 """Measures a payload's JSON size (what cannot be encoded as its ``str``)."""
-
-
-MAX_RUN_ID_CHARS = 256
-"""A run id names Redis keys, events and history rows: longer ones are refused."""
-
-
-def check_run_id(run_id: str | None) -> None:
-    """Refuse a run id longer than ``MAX_RUN_ID_CHARS`` characters (None: a new run)."""
-    if run_id is not None and len(run_id) > MAX_RUN_ID_CHARS:
-        raise PayloadError(
-            f"a run id is at most {MAX_RUN_ID_CHARS} characters; this one has {len(run_id)}",
-            size=len(run_id),
-            limit=MAX_RUN_ID_CHARS,
-        )
 
 
 def json_depth(value: Any, limit: int) -> int:

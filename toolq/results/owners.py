@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from toolq.errors import NotRunOwnerError
+from toolq.errors import NotRunOwnerError, PayloadError
 from toolq.forks import fresh_in_children
 from toolq.keys import Keys
 from toolq.models import AuditOutcome
@@ -59,6 +59,23 @@ def _encoded(principal: str | None, tenant: str | None) -> str:
     Every CREATE names its run's owner, and a process dispatches for few of them.
     """
     return _CANONICAL.encode({"principal": principal, "tenant": tenant})
+
+
+MAX_RUN_ID_CHARS = 256
+"""A run id names Redis keys, events and history rows: a new run's is at most this long."""
+
+
+def check_new_run_id(run_id: str) -> None:
+    """Refuse the id of a run about to be created when longer than ``MAX_RUN_ID_CHARS``.
+
+    Runs that exist keep working whatever their id (made before the limit).
+    """
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise PayloadError(
+            f"a run id is at most {MAX_RUN_ID_CHARS} characters; this one has {len(run_id)}",
+            size=len(run_id),
+            limit=MAX_RUN_ID_CHARS,
+        )
 
 
 @dataclass(frozen=True)
@@ -211,6 +228,8 @@ class RunOwners:
         not created yet must not wait there for someone else's calls). ``tenant``: the
         caller's tenant when it is bound to one (an admin's too); ``None``: any.
         """
+        if claim and len(run_id) > MAX_RUN_ID_CHARS and self.get(run_id) is None:
+            check_new_run_id(run_id)  # rules on a run not created yet would create it
         owner = self.claim(run_id, principal, tenant) if claim and not admin else self.get(run_id)
         self._enforce(owner, run_id, principal, admin=admin, action=action, tenant=tenant)
 

@@ -169,8 +169,8 @@ class Sweeper:
         if fresh:
             # Calls, not messages: a message may carry several, some of them started (those
             # the lease recovery settles) and these never.
-            log.warning("re-sending %d queued calls whose message a worker took but never "
-                        "started them (a killed or stopped worker)", len(fresh))  # fmt: skip
+            log.warning("re-sending %d queued calls (or undos) a worker took in a message "
+                        "but never started: a killed or stopped worker", len(fresh))  # fmt: skip
         calls = [c for t, c in fresh if t == TASK_NAME]
         undos = [c for t, c in fresh if t == UNDO_TASK_NAME]
         return self.resend(calls) + self.resend_undos(undos)
