@@ -14,13 +14,25 @@ error ``ToolMessage`` with toolq's message. ``False`` / ``Deny(reason=...)`` wit
 call (cancelled unless final already: not a denial; the model reads the reason). A resume
 value that tries to decide (``Approve(arguments=...)``, ``{}`` included, ``note``, ``digest``,
 ``always``) raises ``NotAuthorizedError``. ``resume_command`` builds the ``Command`` from
-answers keyed by tool call id, never by position.
+answers keyed by tool call id, never by position: each resume value it makes carries the
+answers by tool call id (``ANSWERS``), and every call reads all of its own on each replay,
+whatever order LangGraph hands the values out in (calls interrupting in one task, as a
+``ToolNode`` given several calls runs them, share that task's values).
+
+A tool invoked without a ``ToolCall`` (a node calling ``tool.invoke(arguments, config)``)
+has no provider call id: its call id is derived from the LangGraph task, the tool, the
+arguments and how many such calls the task made before, so the node's replay on resume finds
+the call it dispatched instead of dispatching another.
 """
 
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import json
+import threading
 import uuid
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
 
@@ -44,6 +56,19 @@ from toolq.models import CallResult, CallStatus
 
 APPROVAL_REQUEST = "toolq.approval_request"
 """``type`` of the value every toolq interrupt carries."""
+
+ANSWERS = "toolq.answers"
+"""``type`` of a resume value ``resume_command`` makes: ``{"type", "answers": {tool call id:
+answer}}``, read by each call for its own id."""
+
+_SCRATCHPAD = "__pregel_scratchpad"
+"""Where LangGraph keeps a task's resume values (``configurable``; ``interrupt`` reads it)."""
+
+_DIRECT_CALLS: OrderedDict[int, tuple[Any, Counter[str]]] = OrderedDict()
+"""Per task execution (its scratchpad, held so its id is not reused meanwhile): the calls
+made so far without a provider call id; the latest ``_DIRECT_TASKS`` executions."""
+_DIRECT_TASKS = 4096
+_DIRECT_LOCK = threading.Lock()
 
 _TOOL_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "toolq_tool_call_id", default=None
@@ -85,38 +110,56 @@ class ToolqTool(BaseTool):
             _TOOL_CALL_ID.reset(token)
 
     def _run(self, config: RunnableConfig, **arguments: Any) -> Any:
-        bridge, call_id = self._call(config)
+        bridge, call_id = self._call(config, arguments)
         state = _submitted(bridge, call_id, self.name, arguments)
-        self._await_decision(bridge, state)
+        self._await_decision(bridge, state, config)
         return _returned(bridge.wait(state.call_id))
 
     async def _arun(self, config: RunnableConfig, **arguments: Any) -> Any:
-        bridge, call_id = self._call(config)
+        bridge, call_id = self._call(config, arguments)
         # one quick Redis round trip, not awaited: a cancelled task never leaves behind a
         # call it dispatched without knowing its id
         state = _submitted(bridge, call_id, self.name, arguments)
-        self._await_decision(bridge, state)  # interrupt() raises; the call stays parked
+        self._await_decision(bridge, state, config)  # interrupt() raises; the call stays parked
         with bridge.cancelled_with_task(state.call_id):
             return _returned(await bridge.result(state.call_id))
 
-    def _call(self, config: RunnableConfig) -> tuple[Bridge, str]:
+    def _call(self, config: RunnableConfig, arguments: dict[str, Any]) -> tuple[Bridge, str]:
         run = self._fixed_run or (config.get("configurable") or {}).get("thread_id")
         bridge = self._bridge.with_run(str(run)) if run else self._bridge
-        return bridge, _TOOL_CALL_ID.get() or f"call_{uuid.uuid4().hex}"
+        return bridge, _TOOL_CALL_ID.get() or _direct_call_id(config, self.name, arguments)
 
-    def _await_decision(self, bridge: Bridge, state: CallResult) -> None:
+    def _await_decision(self, bridge: Bridge, state: CallResult, config: RunnableConfig) -> None:
         """Interrupt the graph until an approver decided the call in toolq.
 
-        A call that was ever parked interrupts at least once, so every resume value is
-        read and checked, even one given after the approver decided. Each resume replays
-        the interrupts before it (LangGraph re-runs the tool); after each answer the call's
-        state is read again, and the loop ends once toolq decided it. A resume that
-        withdraws the call raises ``ToolException`` with its reason.
+        Every answer the app gave this call is read on each replay (LangGraph re-runs the
+        tool on every resume), whatever toolq's state is now, so a withdrawal given after a
+        "go on" is never skipped: the answers ``resume_command`` made are found by the call's
+        tool call id among the task's resume values; plain ones (``Command(resume=True)``)
+        are read in order, all of those stored before the call goes on. A call that was
+        ever parked interrupts at least once. Once it has an answer, the loop ends when
+        toolq decided it; a withdrawal raises ``ToolException`` with its reason (or, when
+        the call started already, lets its outcome stand).
         """
         request = bridge.request(state.call_id)
         if request.deadline is None:
             return  # never parked
+        stored = _stored_answers(config)
+        own = [
+            value["answers"][state.tool_call_id]
+            for value in stored
+            if _is_answers(value) and state.tool_call_id in value["answers"]
+        ]
+        for answer in own:
+            if self._withdrawn(bridge, state, answer):
+                return
+        plain = sum(1 for value in stored if not _is_answers(value))
+        answered, read = bool(own), 0
         while True:
+            if answered and read >= plain:
+                request = bridge.request(state.call_id)
+                if request.status is not CallStatus.AWAITING_APPROVAL:
+                    return
             answer = interrupt(
                 {
                     "type": APPROVAL_REQUEST,
@@ -131,16 +174,28 @@ class ToolqTool(BaseTool):
                     "preview": request.preview,
                     "approvals": request.approvals,
                 }
-            )
-            reason = _withdrawal(answer, state.call_id)
-            if reason is not None:
-                withdrawn = bridge.withdraw(state.call_id)
-                if withdrawn.status is CallStatus.CANCELLED:
-                    raise ToolException(f"not run: {reason}")
-                return  # it started (or ended) already: its outcome stands
-            request = bridge.request(state.call_id)
-            if request.status is not CallStatus.AWAITING_APPROVAL:
+            )  # a stored value in LangGraph's order, or it pauses the graph (raises)
+            if _is_answers(answer):
+                continue  # read above when it holds this call's answer; never another's
+            read += 1
+            if self._withdrawn(bridge, state, answer):
                 return
+            answered = True
+
+    @staticmethod
+    def _withdrawn(bridge: Bridge, state: CallResult, answer: Any) -> bool:
+        """Apply one answer: ``False`` to go on, ``True`` for a call withdrawn too late.
+
+        A withdrawal cancels the call and raises ``ToolException`` with its reason; a call
+        that started already keeps its outcome (``True``: wait for it).
+        """
+        reason = _withdrawal(answer, state.call_id)
+        if reason is None:
+            return False
+        withdrawn = bridge.withdraw(state.call_id)
+        if withdrawn.status is CallStatus.CANCELLED:
+            raise ToolException(f"not run: {reason}")
+        return True
 
 
 def toolq_tools(
@@ -175,16 +230,25 @@ def approval_requests(interrupts: Iterable[Interrupt]) -> dict[str, Interrupt]:
 
 
 def resume_command(interrupts: Iterable[Interrupt], answers: Mapping[str, Resume]) -> Command[Any]:
-    """``Command(resume={interrupt id: answer})`` from answers keyed by tool call id.
+    """``Command(resume={interrupt id: {"type": ANSWERS, "answers": {tool call id: answer}}})``.
 
-    A tool call id that has no pending toolq interrupt raises ``KeyError``.
+    Each pending interrupt answered gets the answers of every call pending under the same
+    interrupt id (calls that interrupt in one LangGraph task share it); each call reads its
+    own by tool call id, never by position. A tool call id that has no pending toolq
+    interrupt raises ``KeyError``.
     """
     pending = approval_requests(interrupts)
     missing = set(answers) - set(pending)
     if missing:
         raise KeyError(f"no pending toolq approval for tool call ids {sorted(missing)}")
+    grouped: dict[str, dict[str, Any]] = {}
+    for call_id, answer in answers.items():
+        grouped.setdefault(pending[call_id].id, {})[call_id] = _wire(answer)
     return Command(
-        resume={pending[call_id].id: _wire(answer) for call_id, answer in answers.items()}
+        resume={
+            interrupt_id: {"type": ANSWERS, "answers": by_call}
+            for interrupt_id, by_call in grouped.items()
+        }
     )
 
 
@@ -232,6 +296,47 @@ def _decision(answer: Any) -> Approve | Deny:
     raise ToolException(f"cannot read the resume value {answer!r}")
 
 
+def _is_answers(value: Any) -> bool:
+    """Whether a resume value is one ``resume_command`` made (answers by tool call id)."""
+    return (
+        isinstance(value, Mapping)
+        and value.get("type") == ANSWERS
+        and isinstance(value.get("answers"), Mapping)
+    )
+
+
+def _stored_answers(config: RunnableConfig) -> list[Any]:
+    """The resume values LangGraph holds for the running task (``[]`` outside a graph)."""
+    scratchpad = (config.get("configurable") or {}).get(_SCRATCHPAD)
+    resume = getattr(scratchpad, "resume", None)
+    return list(resume) if isinstance(resume, list) else []
+
+
+def _direct_call_id(config: RunnableConfig, name: str, arguments: dict[str, Any]) -> str:
+    """The call id of a call made without a provider call id, the same on every replay.
+
+    Inside a LangGraph task: from the task (its checkpoint namespace, which a resumed task
+    keeps), the tool, the arguments and how many equal calls the task made before in this
+    execution. Elsewhere (no task to replay) a random one.
+    """
+    configurable = config.get("configurable") or {}
+    scratchpad, task = configurable.get(_SCRATCHPAD), configurable.get("checkpoint_ns")
+    if scratchpad is None or not task:
+        return f"call_{uuid.uuid4().hex}"
+    what = json.dumps([task, name, arguments], sort_keys=True, default=str)
+    with _DIRECT_LOCK:  # a ToolNode runs its calls in threads
+        held, counted = _DIRECT_CALLS.pop(id(scratchpad), (scratchpad, Counter()))
+        if held is not scratchpad:
+            counted = Counter()
+        _DIRECT_CALLS[id(scratchpad)] = (scratchpad, counted)
+        while len(_DIRECT_CALLS) > _DIRECT_TASKS:
+            _DIRECT_CALLS.popitem(last=False)
+        counted[what] += 1
+        seen = counted[what]
+    digest = hashlib.sha256(f"{what}\0{seen}".encode()).hexdigest()
+    return f"call_{digest[:32]}"
+
+
 def _submitted(
     bridge: Bridge, tool_call_id: str, name: str, arguments: dict[str, Any]
 ) -> CallResult:
@@ -250,6 +355,7 @@ def _returned(result: CallResult) -> Any:
 
 
 __all__ = [
+    "ANSWERS",
     "APPROVAL_REQUEST",
     "ToolqTool",
     "approval_requests",

@@ -2,8 +2,10 @@
 
 Install with ``pip install 'toolq[openai-agents]'``. ``ToolqAgentTools(client, run_id=...)``
 gives one ``FunctionTool`` per active registry tool; all calls of one SDK run go to the
-toolq run ``run_id``. ``needs_approval`` dispatches the call and answers with toolq's gate,
-so a parked call is one of the run's interruptions (``call_for(item)`` names its toolq call).
+toolq run ``run_id``, which is required (``ConfigurationError`` without it: the SDK names no
+run a resumed ``RunState`` could find its calls in). ``needs_approval`` dispatches the call
+and answers with toolq's gate, so a parked call is one of the run's interruptions
+(``call_for(item)`` names its toolq call).
 
 An approver decides that call in toolq (``ApprovalClient`` with their own token or a decision
 token, the dashboard, the CLI); the tools never do. ``state.approve(item)`` only lets the SDK
@@ -27,7 +29,7 @@ from agents.tool_context import ToolContext
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.errors import CallIdConflictError
+from toolq.errors import CallIdConflictError, ConfigurationError
 from toolq.integrations._bridge import Bridge, BridgeOptions, error_text, output_of
 from toolq.models import CallResult, CallStatus
 from toolq.registry.tool import Tool
@@ -44,6 +46,15 @@ class ToolqAgentTools:
         **options: Unpack[BridgeOptions],
     ) -> None:
         self.bridge = Bridge(client, **options)
+        if not self.bridge.fixed_run:
+            # The SDK has no run id of its own to fall back on: a made-up one would differ in
+            # the process that resumes a serialized RunState, which would then dispatch the
+            # parked call again instead of finding it.
+            raise ConfigurationError(
+                "ToolqAgentTools needs the toolq run of the conversation (run_id=..., or a "
+                "Submission naming one): a RunState resumed in another process finds its "
+                "parked calls there"
+            )
         wanted = set(tools) if tools is not None else None
         self.tools: list[FunctionTool] = [
             self._function_tool(tool)

@@ -11,10 +11,12 @@ only lets the run go on: a call toolq still holds parked ends the resumed run wi
 ``DeferredToolRequests`` again, one approved runs (with the approver's edit, if any), one
 denied or expired is a ``ToolFailed`` with toolq's message. ``ToolApproved(override_args=...)``
 with other arguments than the model's raises ``NotAuthorizedError`` (``{}`` too: it is an
-edit to no arguments). ``ToolDenied`` withdraws the call: the toolset cancels it in toolq at
-the run's next step unless it is final already (that is not a denial; the model reads
-the ``ToolDenied`` message). ``deferred_results`` turns toolq's decisions into
-``DeferredToolResults``.
+edit to no arguments). ``await toolset.deny(requests, tool_call_id, message)`` gives the
+``ToolDenied`` and withdraws the call at once: cancelled in toolq unless final already (that
+is not a denial; the model reads the message). A plain ``ToolDenied`` is withdrawn at the
+resumed run's next step, which a resume that defers again never reaches: until the run
+after it an approver could still approve the call. ``deferred_results`` turns toolq's
+decisions into ``DeferredToolResults``.
 """
 
 from __future__ import annotations
@@ -157,6 +159,24 @@ class ToolqToolset(AbstractToolset[Any]):
             elif current.status.is_final:
                 results.approvals[part.tool_call_id] = ToolDenied(error_text(current))
         return results
+
+    async def deny(
+        self, requests: DeferredToolRequests, tool_call_id: str, message: str
+    ) -> ToolDenied:
+        """``ToolDenied(message)`` for one of ``requests``, its toolq call withdrawn now.
+
+        The call is cancelled unless final already (not a denial: no approver decided it);
+        no later approval can run it. A plain ``ToolDenied`` is withdrawn only at the next
+        step of the resumed run, and a resume that defers again (another call still
+        parked) has none before it ends: until the run after it, an approver could still
+        approve the call.
+        """
+        info = requests.metadata.get(tool_call_id, {}).get(METADATA_KEY)
+        if info:
+            bridge = self.bridge.with_run(info["run_id"])
+            await asyncio.to_thread(bridge.withdraw, info["call_id"])
+            self._withdrawn.add((info["run_id"], tool_call_id))
+        return ToolDenied(message)
 
     def events(self, run_id: str, after: str | None = None) -> Iterator[Event]:
         """A toolq run's events so far (progress included); ``run_id`` as ``run_id(ctx)``."""
