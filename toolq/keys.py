@@ -71,8 +71,11 @@ class Keys:
         return f"{self.prefix}:run:{run_id}:settings"
 
     def retrying(self, call_id: str) -> str:
-        """String naming who is dispatching the retry of a call (``retry_call``), briefly."""
-        return f"{self.prefix}:call:{call_id}:retrying"
+        """String naming who is dispatching the retry of a call (``retry_call``), briefly.
+
+        Not under ``call:``: a scan of call ids by prefix (``call_match``) finds records only.
+        """
+        return f"{self.prefix}:retrying:{call_id}"
 
     def idempotency(self, principal: str | None, run_id: str, key: str) -> str:
         """String mapping (submitter, run, provider call id or client key) to a call id.

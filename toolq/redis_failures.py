@@ -67,6 +67,15 @@ def refusal(exc: BaseException) -> RefusalReason | None:
     return _REASONS.get(found.group(1)) if found else None
 
 
+def unblocked(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis ending a blocking command because its role changed.
+
+    A master demoted to a replica (a failover, ``REPLICAOF``) answers the clients blocked in
+    commands that write (``BRPOP``) with ``UNBLOCKED``: their connection is as good as lost.
+    """
+    return isinstance(exc, redis_errors.ResponseError) and str(exc).startswith("UNBLOCKED")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

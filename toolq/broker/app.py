@@ -23,7 +23,7 @@ from toolq.broker import acks
 from toolq.broker.held import held_for
 from toolq.keys import Keys
 from toolq.models import RiskLevel
-from toolq.redis_failures import refusal
+from toolq.redis_failures import refusal, unblocked
 from toolq.redis_target import RedisTarget
 from toolq.settings import Settings
 
@@ -179,12 +179,14 @@ def _reject_unless_refused(self: Any, delivery_tag: str, requeue: bool = False) 
 def _brpop_read_unless_refused(self: Any, **options: Any) -> Any:
     """The ``_brpop_read`` of kombu; ``BRPOP`` refused (a read-only replica) is a lost connection.
 
-    Celery then reconnects with its backoff, as after a restart, instead of exiting.
+    So is a ``BRPOP`` its master ended when demoted to a replica (``UNBLOCKED``: a failover,
+    ``REPLICAOF``). Celery then reconnects with its backoff, as after a restart, instead of
+    exiting.
     """
     try:
         return _KOMBU_BRPOP_READ(self, **options)
     except redis_errors.ResponseError as exc:
-        if not _refused(exc):
+        if not (_refused(exc) or unblocked(exc)):
             raise
         self.client.connection.disconnect()
         raise redis_errors.ConnectionError(f"Redis refuses to hand out messages: {exc}") from exc

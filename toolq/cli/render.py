@@ -122,6 +122,8 @@ def what(event: Event) -> str:
         return f"attempt {data.get('attempt', 1)}"
     if kind is EventType.PROGRESS:
         return cut(data.get("data"))
+    if kind is EventType.RETRYING and "attempt" not in data:  # re-queued by the sweeper
+        return cut(data.get("reason") or data.get("error") or "")
     if kind is EventType.RETRYING:
         return f"attempt {data.get('attempt')} in {data.get('delay')}s: {cut(data.get('error'))}"
     if kind is EventType.SUCCEEDED:

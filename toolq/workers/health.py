@@ -147,17 +147,22 @@ def lost_checks(seen: dict[str, str], alive: set[str], now: float | None = None)
         lapsed = lapsed_at(entry)
         if lapsed is None or now - lapsed > LOST_NOTICE_SECONDS:
             continue
-        queues = ", ".join(json.loads(entry).get("queues", []))
-        ago = max(0, int(now - lapsed))
+        data = json.loads(entry)
+        queues = ", ".join(data.get("queues", []))
+        # From its last heartbeat (what host and supervisor logs are matched against), not
+        # from when that heartbeat lapsed, up to three periods later.
+        ago = max(0, int(now - float(data["at"])))
         found.append(
             Check(
                 WorkerLostError.code,
                 False,
                 WorkerLostError.code,
-                f"worker {hostname} ({queues}) stopped without a clean shutdown about "
-                f"{ago}s ago (killed, OOM-killed or its host lost)",
-                "check its host and supervisor logs (dmesg for the OOM killer); its calls "
-                "are recovered one lease later (runbook: a worker is killed mid-call)",
+                f"worker {hostname} ({queues}) stopped without a clean shutdown: its last "
+                f"heartbeat was about {ago}s ago (killed, OOM-killed, hung, exited on an "
+                "error, or its host lost)",
+                "check its host and supervisor logs (its own log for an error; dmesg for the "
+                "OOM killer); its calls are recovered one lease later (runbook: a worker is "
+                "killed mid-call)",
             )
         )
     return found
