@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -328,3 +331,30 @@ def test_cli_resolves_signed_here_and_through_the_api(stack: Stack, r, wait_for)
     )
     assert refused.returncode == 1 and "409" in refused.stderr
     assert executions(r, call_id) == 1
+
+
+def test_a_hung_worker_that_wakes_settles_the_call_it_lost(stack: Stack, r, wait_for):
+    # The worker stops (SIGSTOP: a hang, a VM paused) mid-call: the call's lease lapses and it
+    # is parked as unknown. The worker wakes and its handler ends: that outcome is the call's.
+    stack.workers.stop_all()
+    victim: Any = stack.worker()
+    call_id = stack.client.dispatch(
+        [{"id": "hung", "name": "slow", "arguments": {"seconds": 2}}], principal="agent"
+    ).call_ids[0]
+    wait_for(lambda: executions(r, call_id) == 1, message="call never started")
+    os.killpg(victim.pid, signal.SIGSTOP)
+    try:
+        stack.worker()
+        wait_for(
+            lambda: stack.client.result(call_id).status is CallStatus.UNKNOWN,
+            timeout=30,
+            message="the call of the hung worker never became unknown",
+        )
+    finally:
+        os.killpg(victim.pid, signal.SIGCONT)
+    got = stack.final(call_id)
+    assert (got["status"], got["output"]) == ("succeeded", "slept"), got
+    assert executions(r, call_id) == 1
+    assert r.zscore("toolq:calls:unknown", call_id) is None
+    listed = httpx.get(f"{stack.api}/v1/unknown", headers=h("viewer-t"), timeout=HTTP_TIMEOUT)
+    assert listed.json() == []

@@ -426,6 +426,75 @@ def test_recover_parks_a_lost_non_idempotent_call_as_unknown(r: redis.Redis, lua
     assert start(lua, token="t2").outcome == "skip"  # never started again from here
 
 
+def resolve(lua: Scripts, outcome: str):
+    final = outcome in ("succeeded", "failed")
+    return lua.run(
+        scripts.RESOLVE(
+            keys=KEYS,
+            call_id="c1",
+            run_id="run1",
+            outcome=outcome,
+            by="ann",
+            now=now(),
+            maxlen=1000,
+            ttl=3600,
+            result='{"output": "by ann"}' if final else "",
+            resolution="{}",
+            data="{}",
+            attempt=1,
+            etype=f"call.{outcome}" if final else "",
+        )
+    )
+
+
+def test_the_runner_that_lost_an_unknown_call_settles_it_when_it_finishes(
+    r: redis.Redis, lua: Scripts
+):
+    # Its worker hung past the lease: the call was parked as unknown for a person; the worker
+    # wakes and finishes it. Its outcome is the call's (nobody else knew it).
+    create(lua)
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "unknown"
+    assert finish(lua, token="someone-else") == "stale"
+    assert finish(lua) == "ok"
+    rec = record(r)
+    assert (rec["status"], rec["result"], rec["settled_late"]) == (
+        "succeeded",
+        '{"output": 1}',
+        "1",
+    )
+    assert r.zscore(KEYS.unknown, "c1") is None and r.ttl(KEYS.call("c1")) > 0
+    assert events(r)[-2:] == ["call.unknown", "call.succeeded"]
+    assert finish(lua) == "ok"  # its reply lost, the same finish again: nothing changes
+    assert finish(lua, status="failed") == "stale"
+    assert events(r)[-1] == "call.succeeded"
+
+
+def test_a_persons_resolution_stands_over_the_lost_runners_late_finish(
+    r: redis.Redis, lua: Scripts
+):
+    create(lua)
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "unknown"
+    assert resolve(lua, "failed").outcome == "ok"
+    assert finish(lua) == "stale"
+    assert record(r)["status"] == "failed" and record(r)["result"] == '{"output": "by ann"}'
+
+
+def test_a_late_finish_never_ends_the_rerun_a_person_asked_for(r: redis.Redis, lua: Scripts):
+    create(lua)
+    start(lua)
+    r.delete(KEYS.lease("c1"))
+    assert recover(lua) == "unknown"
+    assert resolve(lua, "rerun").outcome == "ok"
+    assert start(lua, token="t2").outcome == "ok"
+    assert finish(lua) == "stale"  # the lost attempt's runner
+    assert record(r)["status"] == "running"
+    assert finish(lua, token="t2") == "ok"
+
+
 def test_recover_a_call_past_its_time_limit_is_a_timeout(r: redis.Redis, lua: Scripts):
     create(lua, idempotent=True, timeout="0.001")
     start(lua)

@@ -5,6 +5,12 @@
 -- nothing. A runner that lost the call (another token, or no longer running) is stale.
 -- A scheduled call's concurrency slots are freed (lib/sched.lua).
 --
+-- Except the runner whose lease lapsed while it ran on (a hung or partitioned worker) of a
+-- call recover.lua then parked as 'unknown' under its token ('lost_token'): the call waits
+-- for a person only because nobody knew whether the handler had its effect, and this runner
+-- knows. Its outcome settles the call (out of the unknown set, 'settled_late'). Once a person
+-- resolved it (resolve.lua clears 'lost_token'), the person's outcome stands.
+--
 -- KEYS
 --   1 call        the call's record (Keys.call)
 --   2 stream      the run's event stream (Keys.run_stream)
@@ -15,6 +21,7 @@
 --   7 outbox      webhook outbox stream (Keys.webhook_outbox)
 --   8 archive     finished calls for the history store (Keys.history_archive)
 --   9 durations   execution-time counters per tool (Keys.metrics_durations)
+--   10 unknown    calls of unknown outcome, by when lost (Keys.unknown)
 -- ARGV
 --   1  call_id    the call's id
 --   2  token      the worker's lease token
@@ -35,19 +42,25 @@
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
-local archive, durations = KEYS[8], KEYS[9]
+local archive, durations, unknown = KEYS[8], KEYS[9], KEYS[10]
 local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
 local bucket_field, sum_field, duration_us = ARGV[13], ARGV[14], ARGV[15]
 
 -- (name, risk and notify for the event: lib/emit.lua need not read the record again)
-local f = redis.call('HMGET', call, 'status', 'token', 'limits', 'name', 'risk', 'notify')
-if f[2] ~= token then return {'stale'} end
+local f = redis.call('HMGET', call, 'status', 'token', 'limits', 'name', 'risk', 'notify',
+                    'lost_token')
+local late = token ~= '' and f[7] == token
+if f[2] ~= token and not late then return {'stale'} end
 if f[1] == status then return {'ok', ''} end
-if f[1] ~= 'running' then return {'stale'} end
+if f[1] ~= (late and 'unknown' or 'running') then return {'stale'} end
 redis.call('HSET', call, 'status', status, 'result', result,
            'updated_at', now, 'finished_at', now)
+if late then
+  redis.call('HSET', call, 'settled_late', '1')
+  redis.call('ZREM', unknown, call_id)
+end
 redis.call('EXPIRE', call, ttl)
 -- The record runs under this token, so the lease is this token's or expired: only START
 -- takes it, and START writes the record's token in the same script.

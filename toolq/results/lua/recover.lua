@@ -5,7 +5,8 @@
 -- worker died (before or past its time limit, which is often shorter than the lease that
 -- finds the death): it becomes 'unknown', parked in the unknown set (no TTL) until a person
 -- resolves it (resolve.lua), and is never queued again here nor made failed (a failed call
--- can be retried without a person). An idempotent call past its time limit failed with a
+-- can be retried without a person). Its lost runner's token is kept ('lost_token'): should
+-- that runner finish after all (it hung, it was cut off), finish.lua settles the call. An idempotent call past its time limit failed with a
 -- timeout; recovered fewer than max_recoveries times it is queued again (into the unsent
 -- set: the sweeper sends it); recovered that often it failed as worker_lost. A scheduled call frees its slots, and when queued
 -- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
@@ -43,7 +44,7 @@ local unknown_result = ARGV[9]
 
 if redis.call('EXISTS', lease) == 1 then return {'alive'} end
 local f = redis.call('HMGET', call, 'status', 'idempotent', 'recoveries', 'timeout',
-                    'started_at', 'limits', 'lane', 'backlog', 'message', 'carries')
+                    'started_at', 'limits', 'lane', 'backlog', 'message', 'carries', 'token')
 redis.call('ZREM', running, call_id)
 if f[1] ~= 'running' then return {'gone'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
@@ -62,8 +63,9 @@ elseif f[2] == '1' and tonumber(f[3] or '0') < tonumber(max_recoveries) then
        '{"status":"queued","reason":"worker lost during execution; re-running idempotent call"}')
   return {'requeue'}
 elseif f[2] ~= '1' then
+  -- the lost runner's token: should it finish after all, its outcome settles the call
   redis.call('HSET', call, 'status', 'unknown', 'result', unknown_result, 'token', '',
-             'updated_at', now, 'lost_at', now)
+             'updated_at', now, 'lost_at', now, 'lost_token', f[11] or '')
   redis.call('ZADD', unknown, now, call_id)
   emit('call.unknown', '{"status":"unknown","reason":"worker lost during execution"}')
   return {'unknown'}

@@ -43,6 +43,7 @@ if f[1] ~= 'unknown' then return {'conflict', f[1]} end
 if (f[2] or '0') ~= attempt then return {'retry'} end
 local emit = emitter(stream, maxlen, hook_types, outbox, archive, call_id, run_id, now)
 redis.call('ZREM', unknown, call_id)
+redis.call('HDEL', call, 'lost_token')  -- the person's outcome stands over a late runner's
 if outcome == 'rerun' then
   redis.call('HSET', call, 'status', 'queued', 'token', '', 'updated_at', now,
              'resolution', resolution, 'resolved_by', by)

@@ -288,7 +288,10 @@ FinishOutcome = Literal["ok", "stale"]
 
 
 class Finish(Script[FinishOutcome]):
-    """A running call's final state and event (``finish.lua``); ``stale``: it was lost."""
+    """A running call's final state and event (``finish.lua``); ``stale``: it was lost.
+
+    A call of unknown outcome is settled by the runner that lost it, should it finish.
+    """
 
     file = "finish.lua"
     outcomes = get_args(FinishOutcome)
@@ -324,6 +327,7 @@ class Finish(Script[FinishOutcome]):
                 "undo": keys.undo(call_id),
                 **emit_keys(keys),
                 "durations": keys.metrics_durations,
+                "unknown": keys.unknown,
             },
             argv={
                 "call_id": call_id,
