@@ -97,6 +97,17 @@ def test_healthz_and_check_report_a_redis_that_refuses_writes(
         assert cli.returncode == 1, cli
         assert "unhealthy: Redis is out of memory" in cli.stderr and "maxmemory" in cli.stderr
 
+        # Nearly full: the probe's small write passes, a dispatch may not. It says so.
+        raw.config_set("maxmemory", str(int(int(raw.info("memory")["used_memory"]) / 0.965)))
+        code, status, found = checks(api)
+        assert (code, status) == (200, "degraded") and found["redis_writes"]["ok"] is True
+        near = found["redis_memory"]
+        assert near["ok"] is False and near["code"] == "redis_nearly_full", near
+        cli = check_cli(private_redis.url)
+        # a warning (Redis still takes writes); the exit status is the missing workers'
+        assert "warning: Redis at" in cli.stderr and "of its maxmemory" in cli.stderr, cli
+        assert "unhealthy: Redis" not in cli.stderr, cli
+
         raw.config_set("maxmemory", "0")
         assert checks(api)[2]["redis_writes"]["ok"] is True
 
@@ -138,7 +149,7 @@ def test_a_sigkilled_worker_is_reported_lost_and_a_stopped_one_is_not(
         code, status, found = checks(api)
         assert (code, status) == (200, "ok"), found
         assert set(found) == {
-            "redis_writes", "workers:toolq.safe", "workers:toolq.moderate",
+            "redis_writes", "redis_memory", "workers:toolq.safe", "workers:toolq.moderate",
             "workers:toolq.dangerous",
         }  # fmt: skip
 

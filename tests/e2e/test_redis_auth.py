@@ -134,6 +134,10 @@ def test_check_flags_an_open_redis(settings):
         flagged = run_check(server.url)
         assert flagged.returncode == 1
         assert "accepts unauthenticated connections" in flagged.stderr
+        # an open Redis hides no other finding (a drill's on-call person missed one so)
+        both = run_check(server.url, "--risk", "safe")
+        assert both.returncode == 1 and "open Redis" in both.stderr
+        assert "no live worker consumes toolq.safe" in both.stderr, both.stderr
         allowed = run_check(server.url, "--allow-open-redis")
         assert allowed.returncode == 0 and "accepts unauthenticated" in allowed.stderr
     finally:

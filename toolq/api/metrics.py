@@ -15,9 +15,6 @@ tenant only, as "other" stands for many tenants).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
-
-import redis
 
 from toolq.dispatch.client import Client
 from toolq.dispatch.tenants import COUNTED, calls_by_tenant, tenant_statuses, tool_limits
@@ -25,7 +22,7 @@ from toolq.models import RiskLevel
 from toolq.quotas import ANY_TENANT, DEFAULT_TENANT, OTHER_TENANTS, RateLimit
 from toolq.results.connection import as_text
 from toolq.results.store import DURATION_BUCKETS_MS
-from toolq.workers.health import history_lag
+from toolq.workers.health import history_lag, read_memory
 from toolq.workers.heartbeat import live_workers
 
 
@@ -53,7 +50,7 @@ def render(client: Client) -> str:
         metric("toolq_cell_up", "gauge", "Whether each cell's Redis answers (1) or not (0).")
         for index in every:
             lines.append(f'toolq_cell_up{{shard="{index}"}} {1 if index in up else 0}')
-    memory = [(cell, redis_memory(cell.redis)) for cell in cells]  # one INFO per cell
+    memory = [(cell, read_memory(cell.redis)) for cell in cells]  # one INFO per cell
     metric("toolq_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO used_memory).")
     for cell, (used, _) in ((c, m) for c, m in memory if m is not None):
         lines.append(f"toolq_redis_memory_used_bytes{cell.only_label} {used}")
@@ -143,15 +140,6 @@ def render(client: Client) -> str:
             lines.append(f"toolq_history_unarchived{cell.only_label} {waiting}")
     lines.extend(tenant_lines(client))
     return "\n".join(lines) + "\n"
-
-
-def redis_memory(client: redis.Redis) -> tuple[int, int] | None:
-    """``(used_memory, maxmemory)`` from one ``INFO memory`` (None: INFO not allowed)."""
-    try:
-        info: Any = client.info("memory")
-    except redis.ResponseError:  # an ACL user without +info
-        return None
-    return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
 
 
 class _Cell:

@@ -28,7 +28,7 @@ from toolq.cli.common import (
 from toolq.errors import WorkerLostError
 from toolq.keys import Keys
 from toolq.results.connection import RedisTarget, master_address, probe_client
-from toolq.workers.health import run_checks
+from toolq.workers.health import NEARLY_FULL_CODE, run_checks
 from toolq.workers.heartbeat import live_workers, missing_queues
 
 __all__ = ["accepts_unauthenticated", "at_address", "check", "live_workers", "missing_queues"]
@@ -121,14 +121,18 @@ def check(
             "or ACL users (docs/operations/redis-acls.md)",
             err=True,
         )
-        if not allow_open_redis:
-            typer.echo("unhealthy: open Redis (pass --allow-open-redis to accept it)", err=True)
-            raise typer.Exit(1)
-    for lost in (c for c in checks if c.code == WorkerLostError.code):
-        typer.echo(f"warning: {lost.reason}; {lost.fix}", err=True)
-    failed = [c for c in checks if not c.ok and c.code != WorkerLostError.code]
+    # Every finding is printed, whichever of them makes the check fail.
+    # Warnings leave the exit status alone: a worker's own healthcheck must not fail for
+    # another worker's crash, nor for a Redis that still takes writes.
+    warned = (WorkerLostError.code, NEARLY_FULL_CODE)
+    for warning in (c for c in checks if c.code in warned):
+        typer.echo(f"warning: {warning.reason}; {warning.fix}", err=True)
+    failed = [c for c in checks if not c.ok and c.code not in warned]
     for check in failed:
         typer.echo(f"unhealthy: {check.reason}; fix: {check.fix}", err=True)
+    if is_open and not allow_open_redis:
+        typer.echo("unhealthy: open Redis (pass --allow-open-redis to accept it)", err=True)
+        raise typer.Exit(1)
     if failed:
         raise typer.Exit(1)
     typer.echo("ok")

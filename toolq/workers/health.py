@@ -99,6 +99,36 @@ def write_check(refused: redis.ResponseError | None, where: str) -> Check:
     return Check("redis_writes", False, code, f"{reason} ({where}: {first})", fix)
 
 
+NEARLY_FULL_CODE = "redis_nearly_full"
+NEARLY_FULL = 0.95
+"""Share of ``maxmemory`` past which ``redis_memory`` fails: a dispatch (a larger write) may
+be refused there while the probe's small write still passes."""
+
+
+def memory_check(memory: tuple[int, int] | None, where: str) -> Check:
+    """The ``redis_memory`` check from ``(used_memory, maxmemory)`` (None: not readable)."""
+    if memory is None or memory[1] <= 0 or memory[0] < NEARLY_FULL * memory[1]:
+        return Check("redis_memory", True)
+    used, limit = memory
+    return Check(
+        "redis_memory",
+        False,
+        NEARLY_FULL_CODE,
+        f"Redis at {where} uses {used / limit:.0%} of its maxmemory ({used} of {limit} "
+        "bytes): dispatches and decisions may be refused while small writes still pass",
+        "free memory or raise maxmemory (runbook: Redis is full or read-only)",
+    )
+
+
+def read_memory(client: redis.Redis) -> tuple[int, int] | None:
+    """``(used_memory, maxmemory)`` from one ``INFO memory`` (None: INFO not allowed)."""
+    try:
+        info: Any = client.info("memory")
+    except redis.ResponseError:  # an ACL user without +info
+        return None
+    return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+
+
 def refusal_kind(exc: redis.ResponseError) -> str:
     """Redis's error code of a refused write: ``OOM``, ``MISCONF``, ``READONLY``, ...
 
@@ -233,7 +263,7 @@ def run_checks(
     refused = probe_writes(client, keys)
     seen: Any = client.hgetall(keys.workers_seen)
     checks = _checks(refused, seen, client.mget(_beat_keys(keys, seen)) if seen else [],
-                     queues, where)  # fmt: skip
+                     queues, where, read_memory(client))  # fmt: skip
     if history_alert is not None:
         first = client.xrange(keys.history_archive, count=1)
         checks.append(history_check(history_lag(first), history_alert))
@@ -250,11 +280,14 @@ def _checks(
     beats: Any,
     queues: list[str],
     where: str,
+    memory: tuple[int, int] | None,
 ) -> list[Check]:
     workers = [json.loads(b) for b in beats if b]
     alive = {str(w.get("hostname")) for w in workers}
+    written = write_check(refused, where)
     return [
-        write_check(refused, where),
+        written,
+        *([memory_check(memory, where)] if written.ok else []),  # refused says more
         *queue_checks(workers, queues),
         *lost_checks({_text(k): _text(v) for k, v in seen.items()}, alive),
     ]
@@ -275,7 +308,12 @@ async def run_checks_async(
         refused = exc
     seen: Any = await client.hgetall(keys.workers_seen)
     beats = await client.mget(_beat_keys(keys, seen)) if seen else []
-    checks = _checks(refused, seen, beats, queues, where)
+    try:
+        info: Any = await client.info("memory")
+        memory = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+    except redis.ResponseError:  # an ACL user without +info
+        memory = None
+    checks = _checks(refused, seen, beats, queues, where, memory)
     if history_alert is not None:
         first = await client.xrange(keys.history_archive, count=1)
         checks.append(history_check(history_lag(first), history_alert))
