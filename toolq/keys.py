@@ -70,6 +70,14 @@ class Keys:
         """JSON of a run's approval mode, tool lists and sticky decisions."""
         return f"{self.prefix}:run:{run_id}:settings"
 
+    def asked(self, call_id: str) -> str:
+        """How many times a LangGraph tool interrupted its graph for a parked call.
+
+        Its replays interrupt as often again before reading toolq's state
+        (``toolq.integrations.langchain``).
+        """
+        return f"{self.prefix}:asked:{call_id}"
+
     def retrying(self, call_id: str) -> str:
         """String naming who is dispatching the retry of a call (``retry_call``), briefly.
 

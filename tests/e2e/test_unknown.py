@@ -358,3 +358,66 @@ def test_a_hung_worker_that_wakes_settles_the_call_it_lost(stack: Stack, r, wait
     assert r.zscore("toolq:calls:unknown", call_id) is None
     listed = httpx.get(f"{stack.api}/v1/unknown", headers=h("viewer-t"), timeout=HTTP_TIMEOUT)
     assert listed.json() == []
+
+
+def test_a_woken_runner_is_not_cut_short_and_its_handler_settles_the_call(
+    stack: Stack, r, wait_for
+):
+    """The handler still has work left when its worker wakes. Its lease is gone, but the call
+    waits as unknown under its token (nobody runs it again without a person): cancelling the
+    run would end it with an outcome toolq made up (``cancelled`` says nothing of the
+    effect), so the run goes on and the handler's own outcome settles the call."""
+    stack.workers.stop_all()
+    victim: Any = stack.worker()
+    call_id = stack.client.dispatch(
+        [{"id": "hung", "name": "slow", "arguments": {"seconds": 12}}], principal="agent"
+    ).call_ids[0]
+    wait_for(lambda: executions(r, call_id) == 1, message="call never started")
+    os.killpg(victim.pid, signal.SIGSTOP)
+    try:
+        stack.worker()
+        wait_for(
+            lambda: stack.client.result(call_id).status is CallStatus.UNKNOWN,
+            timeout=30,
+            message="the call of the hung worker never became unknown",
+        )
+    finally:
+        os.killpg(victim.pid, signal.SIGCONT)
+    got = stack.final(call_id, timeout=40)
+    assert (got["status"], got["output"]) == ("succeeded", "slept"), got
+    assert executions(r, call_id) == 1
+
+
+def test_a_woken_runner_past_its_time_limit_does_not_settle_the_call_as_failed(
+    stack: Stack,
+    r,
+    wait_for,
+):
+    """The hang outlasts the tool's time limit: on waking, the executor's limit fires (or the
+    keeper's cancel) and the runner FINISHes ``failed``/``cancelled``. recover.lua never makes
+    a lost call of a tool not idempotent failed ("a failed call can be retried without a
+    person"); the late FINISH does, and the submitter may now retry a call whose effect
+    may have happened."""
+    stack.workers.stop_all()
+    victim: Any = stack.workers.start(
+        "safe", concurrency=1, TOOLQ_APPROVAL_VERIFY_KEYS=stack.verify, TOOLQ_DEFAULT_TIMEOUT="4"
+    )
+    call_id = stack.client.dispatch(
+        [{"id": "hung", "name": "slow", "arguments": {"seconds": 60}}], principal="agent"
+    ).call_ids[0]
+    wait_for(lambda: executions(r, call_id) == 1, message="call never started")
+    os.killpg(victim.pid, signal.SIGSTOP)
+    try:
+        stack.worker()
+        wait_for(
+            lambda: stack.client.result(call_id).status is CallStatus.UNKNOWN,
+            timeout=30,
+            message="the call of the hung worker never became unknown",
+        )
+        time.sleep(5)  # past the 4 s limit while stopped
+    finally:
+        os.killpg(victim.pid, signal.SIGCONT)
+    time.sleep(3)
+    got = stack.client.result(call_id)
+    assert executions(r, call_id) == 1
+    assert got.status is CallStatus.UNKNOWN, (got.status, got.error_type, got.error)

@@ -16,7 +16,12 @@ from toolq.results.runner import Scripts
 
 
 def finish(
-    lua: Scripts, token: str = "tok", status: str = "succeeded", undo: str = "", bucket: str = ""
+    lua: Scripts,
+    token: str = "tok",
+    status: str = "succeeded",
+    undo: str = "",
+    bucket: str = "",
+    settles: bool = True,
 ):
     return lua.direct(
         scripts.FINISH(
@@ -36,6 +41,7 @@ def finish(
             tool="echo",
             bucket=bucket,
             duration_us=1200 if bucket else 0,
+            settles=settles,
         )
     )
 
@@ -457,6 +463,9 @@ def test_the_runner_that_lost_an_unknown_call_settles_it_when_it_finishes(
     r.delete(KEYS.lease("c1"))
     assert recover(lua) == "unknown"
     assert finish(lua, token="someone-else") == "stale"
+    # an end toolq caused (its lost lease cancelled the handler, the time limit) says nothing
+    assert finish(lua, status="cancelled", settles=False) == "stale"
+    assert record(r)["status"] == "unknown"
     assert finish(lua) == "ok"
     rec = record(r)
     assert (rec["status"], rec["result"], rec["settled_late"]) == (

@@ -242,11 +242,39 @@ def tenant_figures(
         if status == CallStatus.QUEUED.value and risk in queues:
             queues[risk] += 1
     # A worker's processed count is every tenant's calls: a bound caller sees none of it.
+    now_running = CallStatus.RUNNING.value
     visible = [
-        {**w, "current": [c for c in w.get("current") or [] if c in mine], "processed": None}
+        {
+            **w,
+            "current": [
+                c for c in w.get("current") or [] if mine.get(c, ("", ""))[1] == now_running
+            ],
+            "processed": None,
+        }
         for w in workers
     ]
     return queues, int(parked), visible, capped
+
+
+def running_only(client: Client, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``workers`` with only their calls that are running among their current ones.
+
+    A worker's heartbeat lists every call of the messages it runs, and a message may carry
+    calls still queued behind the running one (or recovered elsewhere since): one read of
+    their states keeps the panel to what runs.
+    """
+    ids = sorted({str(c) for w in workers for c in w.get("current") or []})
+    if not ids:
+        return workers
+    pipe = client.redis.pipeline(transaction=False)
+    for call_id in ids:
+        pipe.hget(client.keys.call(call_id), "status")
+    running = {
+        call_id
+        for call_id, status in zip(ids, pipe.execute(), strict=True)
+        if status is not None and as_text(status) == CallStatus.RUNNING.value
+    }
+    return [{**w, "current": [c for c in w.get("current") or [] if c in running]} for w in workers]
 
 
 def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[str, Any]:
@@ -287,6 +315,7 @@ def overview(client: Client, scope: str | None = None, **filters: Any) -> dict[s
             pipe.zcard(keys.pending_approvals)
             *depths, parked = pipe.execute()
             depth = {level.value: n for level, n in zip(RiskLevel, depths, strict=True)}
+            workers = running_only(cell, workers)
         for level in RiskLevel:
             queue = keys.queue_for(level)
             queues[level.value] += depth[level.value]

@@ -190,6 +190,16 @@ class Bridge:
         """A call as approvers see it (secrets masked)."""
         return self.client.approvals.get(call_id)
 
+    def asked(self, call_id: str) -> int:
+        """How many interrupts a framework made for the call so far (``set_asked``)."""
+        cell = self.client.cell_for_call(call_id)
+        return int(cell.redis.get(cell.keys.asked(call_id)) or 0)
+
+    def set_asked(self, call_id: str, count: int) -> None:
+        """Record ``count`` interrupts made for the call (kept as long as finished calls)."""
+        cell = self.client.cell_for_call(call_id)
+        cell.redis.set(cell.keys.asked(call_id), count, ex=cell.settings.result_ttl)
+
     def calls(self) -> list[CallResult]:
         """The run's calls as they are now, to find one by its provider id.
 

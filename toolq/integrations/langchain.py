@@ -32,7 +32,8 @@ import hashlib
 import json
 import threading
 import uuid
-from collections import Counter, OrderedDict
+import weakref
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
 
@@ -64,10 +65,10 @@ answer}}``, read by each call for its own id."""
 _SCRATCHPAD = "__pregel_scratchpad"
 """Where LangGraph keeps a task's resume values (``configurable``; ``interrupt`` reads it)."""
 
-_DIRECT_CALLS: OrderedDict[int, tuple[Any, Counter[str]]] = OrderedDict()
-"""Per task execution (its scratchpad, held so its id is not reused meanwhile): the calls
-made so far without a provider call id; the latest ``_DIRECT_TASKS`` executions."""
-_DIRECT_TASKS = 4096
+_DIRECT_CALLS: weakref.WeakKeyDictionary[Any, Counter[str]] = weakref.WeakKeyDictionary()
+"""Per task execution: the calls it made so far without a provider call id. Keyed by its
+scratchpad's ``get_null_resume`` (a function made per execution: the scratchpad itself is
+neither hashable nor weakly referable), so it lives exactly as long as the execution."""
 _DIRECT_LOCK = threading.Lock()
 
 _TOOL_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -132,34 +133,39 @@ class ToolqTool(BaseTool):
     def _await_decision(self, bridge: Bridge, state: CallResult, config: RunnableConfig) -> None:
         """Interrupt the graph until an approver decided the call in toolq.
 
-        Every answer the app gave this call is read on each replay (LangGraph re-runs the
-        tool on every resume), whatever toolq's state is now, so a withdrawal given after a
-        "go on" is never skipped: the answers ``resume_command`` made are found by the call's
-        tool call id among the task's resume values; plain ones (``Command(resume=True)``)
-        are read in order, all of those stored before the call goes on. A call that was
-        ever parked interrupts at least once. Once it has an answer, the loop ends when
-        toolq decided it; a withdrawal raises ``ToolException`` with its reason (or, when
-        the call started already, lets its outcome stand).
+        LangGraph re-runs the tool on every resume and hands a task's stored resume values
+        to its ``interrupt()`` calls in order, the node's own questions included. So each
+        replay interrupts exactly as often as the call did before (how often is kept in
+        toolq: ``Bridge.asked``), reading the same values whatever toolq's state is now: a
+        withdrawal given after a "go on" is never skipped, and the node's own questions
+        after the call keep their answers. Only then is toolq's state read: decided, the
+        call goes on; still parked, it interrupts once more. A call that was ever parked
+        interrupts at least once. The answers ``resume_command`` made are also found by the
+        call's tool call id among all the task's values, so calls interrupting in one task
+        (a ``ToolNode`` given several calls) never take each other's. A withdrawal raises
+        ``ToolException`` with its reason (or, when the call started already, lets its
+        outcome stand).
         """
         request = bridge.request(state.call_id)
         if request.deadline is None:
             return  # never parked
-        stored = _stored_answers(config)
         own = [
             value["answers"][state.tool_call_id]
-            for value in stored
+            for value in _stored_answers(config)
             if _is_answers(value) and state.tool_call_id in value["answers"]
         ]
         for answer in own:
             if self._withdrawn(bridge, state, answer):
                 return
-        plain = sum(1 for value in stored if not _is_answers(value))
-        answered, read = bool(own), 0
+        asked, made = bridge.asked(state.call_id), 0
         while True:
-            if answered and read >= plain:
-                request = bridge.request(state.call_id)
-                if request.status is not CallStatus.AWAITING_APPROVAL:
-                    return
+            if made >= asked:
+                if made > 0:  # it asked before and read those answers: toolq decides now
+                    request = bridge.request(state.call_id)
+                    if request.status is not CallStatus.AWAITING_APPROVAL:
+                        return
+                asked = made + 1
+                bridge.set_asked(state.call_id, asked)  # before interrupt(), which may pause
             answer = interrupt(
                 {
                     "type": APPROVAL_REQUEST,
@@ -174,13 +180,12 @@ class ToolqTool(BaseTool):
                     "preview": request.preview,
                     "approvals": request.approvals,
                 }
-            )  # a stored value in LangGraph's order, or it pauses the graph (raises)
+            )  # a stored value (LangGraph's order), or it pauses the graph (raises)
+            made += 1
             if _is_answers(answer):
                 continue  # read above when it holds this call's answer; never another's
-            read += 1
             if self._withdrawn(bridge, state, answer):
                 return
-            answered = True
 
     @staticmethod
     def _withdrawn(bridge: Bridge, state: CallResult, answer: Any) -> bool:
@@ -317,20 +322,19 @@ def _direct_call_id(config: RunnableConfig, name: str, arguments: dict[str, Any]
 
     Inside a LangGraph task: from the task (its checkpoint namespace, which a resumed task
     keeps), the tool, the arguments and how many equal calls the task made before in this
-    execution. Elsewhere (no task to replay) a random one.
+    execution. Elsewhere (no task to replay, or a LangGraph that keeps its task's state
+    otherwise) a random one.
     """
     configurable = config.get("configurable") or {}
     scratchpad, task = configurable.get(_SCRATCHPAD), configurable.get("checkpoint_ns")
     if scratchpad is None or not task:
         return f"call_{uuid.uuid4().hex}"
     what = json.dumps([task, name, arguments], sort_keys=True, default=str)
+    execution = getattr(scratchpad, "get_null_resume", None)
+    if execution is None:
+        return f"call_{uuid.uuid4().hex}"
     with _DIRECT_LOCK:  # a ToolNode runs its calls in threads
-        held, counted = _DIRECT_CALLS.pop(id(scratchpad), (scratchpad, Counter()))
-        if held is not scratchpad:
-            counted = Counter()
-        _DIRECT_CALLS[id(scratchpad)] = (scratchpad, counted)
-        while len(_DIRECT_CALLS) > _DIRECT_TASKS:
-            _DIRECT_CALLS.popitem(last=False)
+        counted = _DIRECT_CALLS.setdefault(execution, Counter())
         counted[what] += 1
         seen = counted[what]
     digest = hashlib.sha256(f"{what}\0{seen}".encode()).hexdigest()

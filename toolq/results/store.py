@@ -12,6 +12,7 @@ from typing import Any, Literal
 import redis
 
 from toolq.errors import (
+    CallCancelledError,
     CallNotFoundError,
     OutcomeUnknownError,
     PayloadError,
@@ -197,6 +198,21 @@ def result_payload(result: CallResult) -> dict[str, Any]:
         # Dumped whole: excluding defaults would drop each block's ``type`` tag.
         payload["content"] = [block.model_dump(mode="json") for block in result.content]
     return payload
+
+
+TOOLQ_ENDINGS = frozenset({ToolTimeoutError.code, CallCancelledError.code, WorkerLostError.code})
+"""Error types of a call toolq ended (its time limit, a cancel, a lost worker), not its tool."""
+
+
+def ended_on_its_own(result: CallResult) -> bool:
+    """Whether the handler ended on its own: returned, or raised (or reported) its own error.
+
+    Only such an outcome tells whether a call lost with its lease had its effect (FINISH's
+    ``settles``); one toolq caused (the time limit, a cancel) does not.
+    """
+    if result.status is CallStatus.SUCCEEDED:
+        return True
+    return result.status is CallStatus.FAILED and result.error_type not in TOOLQ_ENDINGS
 
 
 def final_event_data(status: CallStatus, payload: dict[str, Any]) -> dict[str, Any]:
@@ -531,7 +547,29 @@ class CallStore:
             tool=envelope.name,
             bucket=bucket,
             duration_us=duration_us,
+            settles=ended_on_its_own(result),
         )
+
+    def parked_unknown(self, leases: dict[str, str]) -> set[str]:
+        """The calls among lost ``leases`` (call id → token) parked as unknown under that token.
+
+        Nobody runs such a call again without a person: its lost runner may go on, and its
+        handler's own outcome settles it (``finish.lua``).
+        """
+        ids = list(leases)
+        if not ids:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for call_id in ids:
+            pipe.hmget(self.keys.call(call_id), "status", "lost_token")
+        return {
+            call_id
+            for call_id, (status, lost) in zip(ids, pipe.execute(), strict=True)
+            if status is not None
+            and as_text(status) == CallStatus.UNKNOWN.value
+            and lost is not None
+            and as_text(lost) == leases[call_id]
+        }
 
     def renew(self, leases: dict[str, str]) -> dict[str, bool]:
         """Extend the leases of running calls (call id → token); which ones are still ours."""

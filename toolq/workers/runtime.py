@@ -188,9 +188,20 @@ class LeaseKeeper(threading.Thread):
                 if time.monotonic() - last_renew >= self.renew_every:
                     last_renew = time.monotonic()
                     held = self.store.renew({c: token for c, (token, _) in active.items()})
-                    for call_id, ok in held.items():
-                        if not ok:
-                            # Someone else may recover this call now: stop ours.
+                    lost = {c: active[c][0] for c, ok in held.items() if not ok}
+                    # Parked as unknown under our token (this worker was away: hung, cut
+                    # off): nobody runs it again without a person, and the handler's own
+                    # outcome settles it. Any other lost call may run elsewhere: stop ours.
+                    parked = self.store.parked_unknown(lost)
+                    for call_id in lost:
+                        if call_id in parked:
+                            log.warning(
+                                "lease of call %s lost; it waits as unknown: this run goes on "
+                                "and its outcome will settle it",
+                                call_id,
+                            )
+                            self.remove(call_id)
+                        else:
                             log.warning("lease of call %s lost; cancelling this run", call_id)
                             active[call_id][1].cancel()
                     for call_id, ok in self.undos.renew(undoing).items():

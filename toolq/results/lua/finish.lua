@@ -8,8 +8,10 @@
 -- Except the runner whose lease lapsed while it ran on (a hung or partitioned worker) of a
 -- call recover.lua then parked as 'unknown' under its token ('lost_token'): the call waits
 -- for a person only because nobody knew whether the handler had its effect, and this runner
--- knows. Its outcome settles the call (out of the unknown set, 'settled_late'). Once a person
--- resolved it (resolve.lua clears 'lost_token'), the person's outcome stands.
+-- knows, when its handler ended on its own (returned, or raised its own error: 'settles').
+-- That outcome settles the call (out of the unknown set, 'settled_late'); an end toolq
+-- caused (cancelled by the lost lease, the time limit) says nothing of the effect and is
+-- stale. Once a person resolved it (resolve.lua clears 'lost_token'), theirs stands.
 --
 -- KEYS
 --   1 call        the call's record (Keys.call)
@@ -39,6 +41,7 @@
 --                    count of its calls is the sum of its buckets, +Inf included)
 --   14 sum_field     its tool's sum field in durations (microseconds)
 --   15 duration_us   its execution time (microseconds)
+--   16 settles       '1': the handler ended on its own (may settle a call it lost)
 -- Returns {'ok', event_id ('' for a repeat)} | {'stale'}.
 local call, stream, lease, running, undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hook_types, outbox = KEYS[6], KEYS[7]
@@ -47,11 +50,12 @@ local call_id, token, status, result, etype = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local data, maxlen, now, ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local undo_data, undo_ttl, run_id = ARGV[10], ARGV[11], ARGV[12]
 local bucket_field, sum_field, duration_us = ARGV[13], ARGV[14], ARGV[15]
+local settles = ARGV[16] == '1'
 
 -- (name, risk and notify for the event: lib/emit.lua need not read the record again)
 local f = redis.call('HMGET', call, 'status', 'token', 'limits', 'name', 'risk', 'notify',
                     'lost_token')
-local late = token ~= '' and f[7] == token
+local late = settles and token ~= '' and f[7] == token
 if f[2] ~= token and not late then return {'stale'} end
 if f[1] == status then return {'ok', ''} end
 if f[1] ~= (late and 'unknown' or 'running') then return {'stale'} end

@@ -290,7 +290,8 @@ FinishOutcome = Literal["ok", "stale"]
 class Finish(Script[FinishOutcome]):
     """A running call's final state and event (``finish.lua``); ``stale``: it was lost.
 
-    A call of unknown outcome is settled by the runner that lost it, should it finish.
+    A call of unknown outcome is settled by the runner that lost it, should its handler end
+    on its own (``settles``).
     """
 
     file = "finish.lua"
@@ -316,6 +317,7 @@ class Finish(Script[FinishOutcome]):
         tool: str = "",
         bucket: str = "",
         duration_us: int = 0,
+        settles: bool = False,
     ) -> Invocation[FinishOutcome]:
         """An invocation: KEYS and ARGV as the header of ``finish.lua`` lists them."""
         return self.invoke(
@@ -345,6 +347,7 @@ class Finish(Script[FinishOutcome]):
                 "bucket_field": f"{tool}|le|{bucket}" if bucket else "",
                 "sum_field": f"{tool}|sum_us",
                 "duration_us": duration_us,
+                "settles": flag(settles),
             },
         )
 
