@@ -131,6 +131,9 @@ def test_a_full_redis_refuses_dispatches_and_stops_no_worker(full_redis, tmp_pat
             decided = approve_shown(url, parked.call_ids[0], h("alice-t"))
             assert decided.status_code == 503, decided.text
             assert decided.json()["error"]["code"] == "store_unavailable"
+            # named as a dispatch's refusal names it (without the password)
+            assert "Redis at redis://:***@127.0.0.1:" in decided.json()["error"]["message"]
+            assert full_redis.password not in decided.text
             assert "retry-after" in decided.headers
         assert not admin.exists(keys.run_calls("oom-3"))
         assert set(admin.keys("toolq*")) <= keys_before

@@ -87,7 +87,7 @@ def create_app(
         docs_url=None,  # served by toolq.api.docs from local files
         redoc_url=None,
     )
-    errors.install(app)
+    errors.install(app, target.describe() if target is not None else "")
     docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_payload_bytes)
     if probe is not None:

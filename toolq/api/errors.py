@@ -81,8 +81,11 @@ async def send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers that turn exceptions into JSON errors."""
+def install(app: FastAPI, where: str = "") -> None:
+    """Register the handlers that turn exceptions into JSON errors.
+
+    ``where``: the Redis the app uses, named in its failures' messages (no password).
+    """
 
     @app.exception_handler(errors.ToolqError)
     async def toolq_error(request: Request, exc: errors.ToolqError) -> JSONResponse:
@@ -108,7 +111,7 @@ def install(app: FastAPI) -> None:
     async def redis_failed(request: Request, exc: redis.RedisError) -> JSONResponse:
         # Redis went away mid-request (after the clients' retries: the same 503 as the gate),
         # refused a write (full, read-only), or refused toolq's credentials: each its own code.
-        error = store_error(exc)
+        error = store_error(exc, where)
         if error is None:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             error = errors.InternalError(f"Redis answered with an error: {first}")
