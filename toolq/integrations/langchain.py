@@ -326,13 +326,11 @@ def _direct_call_id(config: RunnableConfig, name: str, arguments: dict[str, Any]
     otherwise) a random one.
     """
     configurable = config.get("configurable") or {}
-    scratchpad, task = configurable.get(_SCRATCHPAD), configurable.get("checkpoint_ns")
-    if scratchpad is None or not task:
+    task = configurable.get("checkpoint_ns")
+    execution = getattr(configurable.get(_SCRATCHPAD), "get_null_resume", None)
+    if execution is None or not task:
         return f"call_{uuid.uuid4().hex}"
     what = json.dumps([task, name, arguments], sort_keys=True, default=str)
-    execution = getattr(scratchpad, "get_null_resume", None)
-    if execution is None:
-        return f"call_{uuid.uuid4().hex}"
     with _DIRECT_LOCK:  # a ToolNode runs its calls in threads
         counted = _DIRECT_CALLS.setdefault(execution, Counter())
         counted[what] += 1

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -123,9 +124,13 @@ def memory_check(memory: tuple[int, int] | None, where: str) -> Check:
 def read_memory(client: redis.Redis) -> tuple[int, int] | None:
     """``(used_memory, maxmemory)`` from one ``INFO memory`` (None: INFO not allowed)."""
     try:
-        info: Any = client.info("memory")
+        return _memory(client.info("memory"))
     except redis.ResponseError:  # an ACL user without +info
         return None
+
+
+def _memory(info: Any) -> tuple[int, int]:
+    """``(used_memory, maxmemory)`` of an ``INFO memory`` reply."""
     return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
 
 
@@ -308,11 +313,9 @@ async def run_checks_async(
         refused = exc
     seen: Any = await client.hgetall(keys.workers_seen)
     beats = await client.mget(_beat_keys(keys, seen)) if seen else []
-    try:
-        info: Any = await client.info("memory")
-        memory = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
-    except redis.ResponseError:  # an ACL user without +info
-        memory = None
+    memory: tuple[int, int] | None = None
+    with contextlib.suppress(redis.ResponseError):  # an ACL user without +info: None
+        memory = _memory(await client.info("memory"))
     checks = _checks(refused, seen, beats, queues, where, memory)
     if history_alert is not None:
         first = await client.xrange(keys.history_archive, count=1)

@@ -6,10 +6,12 @@
 -- finds the death): it becomes 'unknown', parked in the unknown set (no TTL) until a person
 -- resolves it (resolve.lua), and is never queued again here nor made failed (a failed call
 -- can be retried without a person). Its lost runner's token is kept ('lost_token'): should
--- that runner finish after all (it hung, it was cut off), finish.lua settles the call. An idempotent call past its time limit failed with a
--- timeout; recovered fewer than max_recoveries times it is queued again (into the unsent
--- set: the sweeper sends it); recovered that often it failed as worker_lost. A scheduled call frees its slots, and when queued
--- again goes back to the front of its backlog (not to the unsent set): it is admitted again.
+-- that runner finish after all (it hung, it was cut off), finish.lua settles the call.
+-- An idempotent call past its time limit failed with a timeout; recovered fewer than
+-- max_recoveries times it is queued again (into the unsent set: the sweeper sends it);
+-- recovered that often it failed as worker_lost. A scheduled call frees its slots, and when
+-- queued again goes back to the front of its backlog (not to the unsent set): it is
+-- admitted again.
 -- A member of a scheduled group has no message of its own: it goes to the unsent set, and
 -- the sweeper sends it alone (admitted: such calls have no limits).
 --
