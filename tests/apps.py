@@ -383,3 +383,13 @@ def deploy(service: str, replicas: int, ctx: ToolContext) -> ToolOutput:
     """Pretend to deploy (records the execution; its undo records itself in test:undo:deploy)."""
     record(ctx, f"deploy {service} {replicas}")
     return ToolOutput.ok(f"deployed {service} x{replicas}", undo_metadata={"call_id": ctx.call_id})
+
+
+@registry.tool(risk=RiskLevel.DANGEROUS)
+def post_json(url: str, token: SecretStr, body: dict[str, object], ctx: ToolContext) -> str:
+    """POST a JSON body with a secret token (parked: dangerous); records the body it got."""
+    import json as _json
+
+    _redis().rpush(f"test:body:{ctx.call_id}", _json.dumps(body, sort_keys=True))
+    record(ctx, "post_json")
+    return f"posted to {url}"
