@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
@@ -83,9 +84,20 @@ def visible(text: str, keep: str = "") -> str:
     approver reads on the dashboard, the approval page, Slack or the CLI is what runs.
     ``keep``: characters left as they are (``"\n"`` in text of several lines).
     """
-    if text.isprintable():
+    if text.isprintable() and not _IGNORABLE.search(text):
         return text
-    return "".join(c if c.isprintable() or c in keep else _escaped(c) for c in text)
+    return "".join(
+        c if (c.isprintable() and not _IGNORABLE.match(c)) or c in keep else _escaped(c)
+        for c in text
+    )
+
+
+_IGNORABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
+)
+"""Default-ignorable code points (Unicode's ``Default_Ignorable_Code_Point``) that
+``str.isprintable`` accepts: drawn as nothing or as a blank, they hide in a value as U+200B
+does (the others of that property are format characters, which it refuses)."""
 
 
 def _escaped(char: str) -> str:

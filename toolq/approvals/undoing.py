@@ -26,6 +26,7 @@ import json
 import time
 from typing import Any
 
+from toolq.approvals.models import visible
 from toolq.approvals.store import ApprovalStore
 from toolq.errors import NotAuthorizedError
 from toolq.models import CallEnvelope, RiskLevel
@@ -61,16 +62,17 @@ def undo_text(raw: bytes | str, max_depth: int) -> tuple[Any, str]:
     ``text`` is what the handler will get, whole: strict JSON (no ``NaN`` or ``Infinity``,
     nested at most ``max_depth`` deep) indented, with ``data`` parsed; anything else (which
     no worker stores) as the stored text itself, with ``data`` None, so an approver never
-    sees a tidier value than the one that runs.
+    sees a tidier value than the one that runs. Characters that reorder or hide text are
+    shown as JSON escapes (``visible``), as in a call's ``arguments_text``.
     """
     text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
     try:
         data = json.loads(text, parse_constant=_not_json)
         if _depth(data) > max_depth:
-            return None, text
-        return data, json.dumps(data, indent=2, ensure_ascii=False)
+            return None, visible(text, "\n\t")
+        return data, visible(json.dumps(data, indent=2, ensure_ascii=False), "\n")
     except (ValueError, RecursionError):
-        return None, text
+        return None, visible(text, "\n\t")
 
 
 def _not_json(constant: str) -> Any:

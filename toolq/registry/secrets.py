@@ -231,16 +231,23 @@ def mask_arguments(
 ) -> dict[str, Any]:
     """The one masking helper: a copy with every secret shown as ``MASK``.
 
-    Sealed values are masked wherever they are (no schema needed); with ``paths``, the
-    secret locations of the tool's schema are masked too, encrypted or not. A tool without
+    With ``paths``, the secret locations of the tool's schema are masked, encrypted or not,
+    and nothing else: a value shaped like a sealed one elsewhere is plaintext that runs as it
+    is, and is shown. Without them (a tool this process does not know), sealed values are
+    masked wherever they are. A tool without
     secrets costs a shallow copy: nothing of its arguments is ever sealed.
     """
-    if paths is not None and not paths.any:
+    if paths is None:
+        masked: dict[str, Any] = _mask_sealed(arguments)
+        return masked
+    if not paths.any:
         return dict(arguments)
-    out: dict[str, Any] = _mask_sealed(arguments)
-    if paths is not None:
-        out = replace_at(out, paths.locate(out, conservative=conservative), lambda _p, _v: MASK)
-    return out
+    # Only the schema's secret locations: a value shaped like a sealed one anywhere else is
+    # plaintext a submitter chose, and runs as it is; masked, no approver could see it.
+    out: dict[str, Any] = replace_at(
+        arguments, paths.locate(arguments, conservative=conservative), lambda _p, _v: MASK
+    )
+    return out if out is not arguments else dict(arguments)
 
 
 __all__ = [

@@ -204,11 +204,7 @@ def digest_blocks(
     its own message, or its approval page, shows it whole (an agent could put what matters
     past the cut).
     """
-    whole = {
-        r.call_id
-        for r in requests
-        if len(json.dumps(r.arguments, ensure_ascii=False, separators=(",", ":"))) <= SHOWN_CHARS
-    }
+    whole = {r.call_id for r in requests if len(_one_line(r.arguments)) <= SHOWN_CHARS}
     waiting = [
         r for r in requests if r.status is CallStatus.AWAITING_APPROVAL and r.call_id in whole
     ]
@@ -217,7 +213,7 @@ def digest_blocks(
         _section(f"Run {slack_code(run_id)}"),
     ]
     for request in requests:
-        shown = json.dumps(request.arguments, ensure_ascii=False, separators=(",", ":"))
+        shown = _one_line(request.arguments)
         cut = ""
         if len(shown) > SHOWN_CHARS:
             shown = shown[:SHOWN_CHARS] + "…"
@@ -255,6 +251,15 @@ def digest_blocks(
             }
         )
     return blocks
+
+
+def _one_line(arguments: dict[str, Any]) -> str:
+    """A call's arguments on one line, as a digest shows them.
+
+    Nothing in it reorders or hides what is read (``visible``): "approve all" approves what
+    was read.
+    """
+    return visible(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
 
 
 def digest_text(run_id: str, count: int) -> str:
