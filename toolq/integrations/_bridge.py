@@ -243,15 +243,23 @@ class Bridge:
             stop.set()
 
     @contextlib.contextmanager
-    def cancelled_with_task(self, call_id: str) -> Iterator[None]:
+    def cancelled_with_task(self, call_id: str, *, keep_parked: bool = False) -> Iterator[None]:
         """Cancel the call when the task awaiting inside this block is cancelled.
 
         The cancel is one quick Redis write made at once, so it lands even while the
-        event loop shuts down.
+        event loop shuts down. With ``keep_parked``, a call still awaiting approval is left
+        parked: the task only waited for a person, and withdrawing is the app's say
+        (a resume finds the call again).
         """
         try:
             yield
         except asyncio.CancelledError:
+            if keep_parked:
+                # unfenced: whether a person still has to decide, not an outcome
+                cell = self.client.cell_for_call(call_id)
+                [current] = cell.store.results([call_id], confirm=False)
+                if current.status is CallStatus.AWAITING_APPROVAL:
+                    raise
             self.cancel(call_id)
             raise
 

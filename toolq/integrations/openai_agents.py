@@ -29,7 +29,7 @@ from agents.tool_context import ToolContext
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.errors import CallIdConflictError, ConfigurationError
+from toolq.errors import CallIdConflictError, ConfigurationError, PayloadError
 from toolq.integrations._bridge import Bridge, BridgeOptions, error_text, output_of
 from toolq.models import CallResult, CallStatus
 from toolq.registry.tool import Tool
@@ -82,7 +82,10 @@ class ToolqAgentTools:
     def _found(self, item: ToolApprovalItem) -> CallResult | None:
         name = _field(item, "name") or item.tool_name or ""
         raw = _field(item, "arguments")
-        arguments = json.loads(raw) if isinstance(raw, str) and raw else {}
+        try:
+            arguments = _arguments(raw) if isinstance(raw, str) else {}
+        except ValueError:
+            return None  # not JSON: the tool dispatches no call for it (see invoke)
         return self.bridge.find(_call_id(item), name, arguments)
 
     def _function_tool(self, tool: Tool) -> FunctionTool:
@@ -96,19 +99,25 @@ class ToolqAgentTools:
                 return False
             try:
                 state = bridge.submit(call_id, tool.name, arguments)
-            except CallIdConflictError:
-                return False  # the tool reports the conflict when it is invoked
+            except (CallIdConflictError, PayloadError):
+                return False  # the tool reports the refusal when it is invoked
             return state.status is CallStatus.AWAITING_APPROVAL
 
         async def invoke(ctx: ToolContext[Any], raw: str) -> Any:
-            arguments = json.loads(raw) if raw else {}
             try:
-                # one quick Redis round trip, not awaited: a cancelled task never leaves
-                # behind a call it dispatched without knowing its id
+                arguments = _arguments(raw)
+            except ValueError as exc:
+                # the SDK interrupts for such a call without asking needs_approval: nothing
+                # was dispatched, and the model reads why
+                return f"Error: arguments are not valid JSON: {exc}"
+            try:
+                # one quick Redis round trip, not awaited: a cancelled task never leaves behind
+                # a call it dispatched without knowing its id
                 state = bridge.submit(ctx.tool_call_id, tool.name, arguments)
-            except CallIdConflictError as exc:
+            except (CallIdConflictError, PayloadError) as exc:
                 return exc.message
-            with bridge.cancelled_with_task(state.call_id):
+            # a cancelled wait on a person leaves the call parked for the next resume
+            with bridge.cancelled_with_task(state.call_id, keep_parked=True):
                 # a parked call is final once an approver decided it in toolq and it ran
                 result = await bridge.result(state.call_id)
             if result.status is CallStatus.SUCCEEDED:
@@ -135,6 +144,11 @@ def _call_id(item: ToolApprovalItem) -> str:
     if not isinstance(value, str):
         raise ValueError(f"approval item {item!r} carries no call id")
     return value
+
+
+def _arguments(raw: str | None) -> Any:
+    """The model's arguments text as JSON (``{}`` when empty); ``ValueError`` if not JSON."""
+    return json.loads(raw) if raw else {}
 
 
 def _text(value: Any) -> str:
