@@ -40,6 +40,10 @@ class ArgumentSchema(Protocol):
         """Return validated keyword arguments for the handler; raise ``InvalidArgumentsError``."""
         ...
 
+    def given(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments the model gave, as ``validate`` reads them (before any coercion)."""
+        ...
+
 
 class _NoTitles(GenerateJsonSchema):
     """Pydantic's generator without the ``title`` keys providers don't need."""
@@ -116,18 +120,27 @@ class ModelSchema:
         A ``null`` for an optional argument whose default is not ``None`` means "not given"
         (OpenAI strict mode sends every property), so the default applies.
         """
-        defaulted = self._null_means_default
-        arguments = {
-            name: value
-            for name, value in arguments.items()
-            if not (value is None and name in defaulted)
-        }
         try:
-            instance = self.model.model_validate(arguments)
+            instance = self.model.model_validate(self.given(arguments))
         except ValidationError as exc:
             errors = [_describe(dict(e)) for e in exc.errors(include_url=False)]
             raise invalid_arguments(self.tool_name, errors) from None
         return {name: getattr(instance, name) for name in self._names}
+
+    def given(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` without the ``null``s that mean "not given" (``validate``).
+
+        A ``requires_approval`` predicate sees these, so a ``null`` cannot pass its check as
+        something other than the default the handler then gets.
+        """
+        defaulted = self._null_means_default
+        if not defaulted:
+            return arguments
+        return {
+            name: value
+            for name, value in arguments.items()
+            if not (value is None and name in defaulted)
+        }
 
 
 def _check_schema(tool_name: str, schema: dict[str, Any], what: str) -> None:
@@ -173,6 +186,10 @@ class DictSchema:
             if name not in filled and isinstance(prop, dict) and "default" in prop:
                 filled[name] = prop["default"]
         return filled
+
+    def given(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` as they are: a ``null`` is a value the schema allows or refuses."""
+        return arguments
 
 
 class OutputSchema:

@@ -190,7 +190,7 @@ class Tool:
         """
         if callable(self.requires_approval):
             try:
-                return bool(self.requires_approval(arguments))
+                return bool(self.requires_approval(self.schema.given(arguments)))
             except Exception as exc:
                 # A predicate on unvalidated arguments meets strings where it expects numbers;
                 # that call fails with a readable error, not the whole batch with a 500.
