@@ -99,7 +99,10 @@ class Authenticator:
             in_url = "token" in request.query_params
             hint = " (tokens are not accepted in the URL)" if in_url else ""
             raise AuthenticationError(f"missing bearer token (Authorization: Bearer <token>){hint}")
+        # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a
+        # 500), and a header value is its bytes decoded as latin-1.
+        given = token.encode("latin-1")
         for known, grant in self.tokens.items():
-            if secrets.compare_digest(known, token):
+            if secrets.compare_digest(known.encode(), given):
                 return Principal(grant.principal, frozenset(grant.roles), grant.tenant)
         raise AuthenticationError("unknown token")

@@ -136,6 +136,17 @@ def parse_decision(raw: bytes, settings: Settings, model: type[Body]) -> Body | 
             f"a string of {longest} bytes in the body; the limit is "
             f"{settings.max_string_bytes} bytes"
         )
+    if isinstance(payload, dict):
+        # A misspelt field would be dropped: an edit ("argumets") approving the arguments as
+        # they are, a "reson" denying without the reason. Refused as a model forbidding extras.
+        unknown = [key for key in payload if key not in model.model_fields]
+        if unknown:
+            raise RequestValidationError(
+                [
+                    {"loc": (key,), "msg": "unknown field (misspelt?)", "type": "extra_forbidden"}
+                    for key in unknown
+                ]
+            )
     try:
         return model.model_validate(payload)
     except ValidationError as exc:

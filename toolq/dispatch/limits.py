@@ -39,7 +39,7 @@ def check_payload(payload: Any, settings: Settings) -> Any:
         size = len(payload.encode() if isinstance(payload, str) else payload)
         _check_size(size, settings)
         try:
-            payload = json.loads(payload)
+            payload = json.loads(payload, parse_constant=_not_json)
         except RecursionError:
             raise PayloadError(
                 f"payload is nested deeper than {settings.max_json_depth} levels"
@@ -61,6 +61,12 @@ def check_payload(payload: Any, settings: Settings) -> Any:
     _check_size(size, settings)
     _check_depth(payload, settings)
     return payload
+
+
+def _not_json(constant: str) -> Any:
+    # json.loads takes NaN, Infinity and -Infinity; JSON has no such numbers, and a call's
+    # arguments are stored as JSON (with null in their place), so it would run with others.
+    raise ValueError(f"{constant} is not a JSON number")
 
 
 def _check_depth(payload: Any, settings: Settings) -> None:

@@ -45,6 +45,9 @@ def check_stream_id(value: str) -> str:
     """``value`` if it is a stream id (``<ms>-<seq>`` or ``<ms>``); else ``PayloadError``."""
     if not _STREAM_ID.fullmatch(value) or max(stream_id_key(value)) >= 2**64:
         raise PayloadError(f"{value[:64]!r} is not an event id (expected <ms>-<seq>, e.g. 1-0)")
+    if stream_id_key(value) == (2**64 - 1, 2**64 - 1):
+        # Redis refuses a range from after the largest id ("invalid start ID for the interval").
+        raise PayloadError(f"no event comes after {value!r}, the largest stream id")
     return value
 
 
