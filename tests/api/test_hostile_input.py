@@ -98,3 +98,38 @@ def test_nan_and_infinity_are_not_json_and_dispatch_nothing(api, r, constant):
     error = got.json()["error"]
     assert error["code"] == "invalid_payload" and constant.lstrip("-") in error["message"]
     assert r.dbsize() == before
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [{"id": ["a", 1], "name": "echo", "arguments": {"text": "a"}}],
+        [{"id": {"k": "v"}, "name": "echo", "arguments": {"text": "a"}}],
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": True, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+            ],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": 12.5, "name": "echo", "input": {"text": "a"}}],
+        },
+        {"candidates": [{"content": {"parts": [{"functionCall": {"id": [1], "name": "echo"}}]}}]},
+        {
+            "object": "response",
+            "output": [{"type": "function_call", "call_id": {"x": 1}, "name": "echo"}],
+        },
+    ],
+    ids=["generic-list", "generic-object", "openai-bool", "anthropic-float", "gemini", "responses"],
+)
+def test_a_provider_call_id_of_the_wrong_type_is_a_400_not_its_python_repr(api, r, payload):
+    # The id was str()-ed: the call answered under tool_call_id "['a', 1]", "True" or
+    # "{'x': 1}", an id the model never sent (an MCP request's id of these types is a 400).
+    before = r.dbsize()
+    got = httpx.post(f"{api}/v1/runs/run-wrong-id/calls", json=payload, headers=h("agent-t"))
+    assert got.status_code == 400, got.text
+    error = got.json()["error"]
+    assert error["code"] == "invalid_payload" and "call id" in error["message"]
+    assert r.dbsize() == before
