@@ -70,6 +70,13 @@ def make_call(
         name, error = "", "tool call has no name"
     if call_id in (None, ""):
         call_id = new_call_id(id_prefix)
+    elif not isinstance(call_id, str | int) or isinstance(call_id, bool):
+        # str() of a list, object, bool or float is an id the model never sent: the result
+        # would answer no call of its turn. As an MCP request's id (bool is no int in JSON).
+        raise PayloadError(
+            f"a tool call id must be a string or an integer; this {str(name)[:64]!r} call has "
+            f"{json_type(call_id)} {str(call_id)[:64]}"
+        )
     return ToolCall(id=str(call_id), name=name, arguments=decoded, format=format, error=error)
 
 
