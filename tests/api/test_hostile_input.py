@@ -82,6 +82,26 @@ def test_a_denial_with_a_misspelt_field_is_refused_not_denied_without_its_reason
     assert after["status"] == "awaiting_approval"
 
 
+@pytest.mark.parametrize("verb", ["approve", "deny"])
+@pytest.mark.parametrize("always", ["yes", "true", 1, "on"])
+def test_always_is_a_json_boolean_not_a_truthy_string(api, verb, always):
+    # "always" extends the decision to the tool for the rest of the run: only a person's
+    # true says so, never a string or number pydantic would coerce.
+    call_id = _parked(api, f"run-always-{verb}-{always}")
+    shown = httpx.get(f"{api}/v1/approvals/{call_id}", headers=h("alice-t")).json()
+    got = httpx.post(
+        f"{api}/v1/approvals/{call_id}/{verb}",
+        json={"digest": shown["digest"], "always": always}
+        if verb == "approve"
+        else {"always": always},
+        headers=h("alice-t"),
+    )
+    assert got.status_code == 422, got.text
+    assert "always" in got.json()["error"]["message"]
+    after = httpx.get(f"{api}/v1/calls/{call_id}", headers=h("agent-t")).json()
+    assert after["status"] == "awaiting_approval"
+
+
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_not_json_and_dispatch_nothing(api, r, constant):
     # Python's json.loads takes them; the call was stored with null in their place (its

@@ -6,7 +6,14 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    computed_field,
+    field_validator,
+)
 
 from toolq.models import CallStatus, Resolution, RiskLevel
 from toolq.quotas import DEFAULT_TENANT
@@ -125,8 +132,9 @@ class Approve(BaseModel):
     """The digest (of the tool's name and arguments) the approver reviewed; a changed call is
     refused. Required by ``POST /v1/approvals/{id}/approve`` (the ``digest`` of ``GET
     /v1/approvals/{id}``); a decision token is bound to the digest it was issued for."""
-    always: bool = False
-    """Also approve this tool for the rest of the run."""
+    always: StrictBool = False
+    """Also approve this tool for the rest of the run (a JSON ``true``: no string or number
+    stands in for it)."""
 
 
 class TokenRequest(BaseModel):
@@ -214,7 +222,7 @@ class Deny(BaseModel):
 
     kind: Literal["deny"] = "deny"
     reason: str = ""
-    always: bool = False
+    always: StrictBool = False
     """Also deny this tool for the rest of the run."""
 
 
