@@ -153,3 +153,37 @@ def test_a_provider_call_id_of_the_wrong_type_is_a_400_not_its_python_repr(api, 
     error = got.json()["error"]
     assert error["code"] == "invalid_payload" and "call id" in error["message"]
     assert r.dbsize() == before
+
+
+def test_a_tool_call_id_over_256_characters_is_a_400_and_writes_nothing(api, r):
+    # It is stored with the call, each event and the history row: 1 MiB ids were taken.
+    before = r.dbsize()
+    payload = [
+        {"id": "c1", "name": "echo", "arguments": {"text": "a"}},
+        {"id": "x" * 257, "name": "echo", "arguments": {"text": "b"}},
+    ]
+    got = httpx.post(f"{api}/v1/runs/run-long-id/calls", json=payload, headers=h("agent-t"))
+    assert got.status_code == 400, got.text
+    error = got.json()["error"]
+    assert error["code"] == "invalid_payload" and "at most 256 characters" in error["message"]
+    assert r.dbsize() == before
+    ok = [{"id": "y" * 256, "name": "echo", "arguments": {"text": "c"}}]
+    got = httpx.post(f"{api}/v1/runs/run-long-id/calls", json=ok, headers=h("agent-t"))
+    assert got.status_code == 202, got.text
+
+
+def test_a_tool_name_over_256_characters_fails_its_call_without_storing_the_name(api, r):
+    payload = [
+        {"id": "n1", "name": "e" * 100_000, "arguments": {}},
+        {"id": "n2", "name": "echo", "arguments": {"text": "still here"}},
+    ]
+    got = httpx.post(f"{api}/v1/runs/run-long-name/calls", json=payload, headers=h("agent-t"))
+    assert got.status_code == 202, got.text
+    long_call, echo = got.json()["calls"]
+    assert long_call["status"] in ("failed", "denied"), long_call
+    assert echo["status"] == "queued"
+    shown = httpx.get(f"{api}/v1/calls/{long_call['call_id']}", headers=h("agent-t")).json()
+    assert "longer than 256 characters (100000)" in (shown["error"] or "")
+    assert (
+        len(httpx.get(f"{api}/v1/calls/{long_call['call_id']}", headers=h("agent-t")).text) < 5000
+    )

@@ -51,6 +51,13 @@ def to_json(payload: Any) -> tuple[Any, str | None]:
     return payload, None
 
 
+MAX_CALL_ID_CHARS = 256
+"""A provider's tool call id is at most this long (they are 20-40 characters): it is stored
+with the call, its events and its history row."""
+MAX_NAME_CHARS = 256
+"""A longer tool name is no tool's (providers allow 64 characters)."""
+
+
 def new_call_id(prefix: str = "call_") -> str:
     """Make a fresh id for a provider call that came without one."""
     return prefix + uuid.uuid4().hex
@@ -68,6 +75,10 @@ def make_call(
     decoded, error = decode_arguments(arguments)
     if not isinstance(name, str) or not name:
         name, error = "", "tool call has no name"
+    elif len(name) > MAX_NAME_CHARS:
+        # no tool has such a name (providers allow 64): the call fails as one without a
+        # name, and the name is not stored
+        name, error = "", f"tool name is longer than {MAX_NAME_CHARS} characters ({len(name)})"
     if call_id in (None, ""):
         call_id = new_call_id(id_prefix)
     elif not isinstance(call_id, str | int) or isinstance(call_id, bool):
@@ -77,7 +88,15 @@ def make_call(
             f"a tool call id must be a string or an integer; this {str(name)[:64]!r} call has "
             f"{json_type(call_id)} {str(call_id)[:64]}"
         )
-    return ToolCall(id=str(call_id), name=name, arguments=decoded, format=format, error=error)
+    call_id = str(call_id)
+    if len(call_id) > MAX_CALL_ID_CHARS:
+        raise PayloadError(
+            f"a tool call id is at most {MAX_CALL_ID_CHARS} characters; this {name[:64]!r} "
+            f"call's has {len(call_id)}",
+            size=len(call_id),
+            limit=MAX_CALL_ID_CHARS,
+        )
+    return ToolCall(id=call_id, name=name, arguments=decoded, format=format, error=error)
 
 
 def decode_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
