@@ -18,6 +18,8 @@ from toolq.integrations.langchain import approval_requests, resume_command, tool
 
 pytestmark = pytest.mark.e2e
 
+BIG = "x" * (6 * 1024 * 1024)  # past TOOLQ_MAX_PAYLOAD_BYTES (5 MiB)
+
 ANSWERS = {
     "lc-wipe-1": True,
     "lc-wipe-2": Deny(reason="dev holds the only copy of the fixtures"),
@@ -196,3 +198,19 @@ def test_cancelling_the_graph_task_cancels_the_toolq_call(client, inproc, wait_f
 
 def test_scripted_model_is_a_chat_model():
     assert ScriptedChatModel().invoke("hi").tool_calls[0]["id"] == "lc-echo"
+
+
+def test_a_call_over_the_payload_limit_is_an_error_the_model_reads(client, inproc):
+    # toolq's PayloadError escaped the tool: the graph's run died with it, and the other
+    # calls of the turn with it (as for a reused id, the model reads the refusal).
+    inproc.start()
+    [echo] = toolq_tools(client, run_id="lc-big", tools=["echo"])
+    big = echo.invoke(
+        {"name": "echo", "args": {"text": BIG}, "id": "lc-big-1", "type": "tool_call"}
+    )
+    assert big.status == "error" and "payload" in big.content and BIG not in big.content
+    ok = echo.invoke(
+        {"name": "echo", "args": {"text": "ok"}, "id": "lc-big-2", "type": "tool_call"}
+    )
+    assert json.loads(ok.content) == {"text": "ok"}
+    assert [res.tool_call_id for res in client.results("lc-big")] == ["lc-big-2"]

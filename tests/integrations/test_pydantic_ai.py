@@ -281,3 +281,40 @@ def test_cancelling_the_run_cancels_the_toolq_call(client, inproc, r, wait_for):
     [result] = client.results("pai-cancel")
     wait_for(lambda: client.result(result.call_id).status.is_final, 15)
     assert client.result(result.call_id).status is CallStatus.CANCELLED
+
+
+BIG = "x" * (6 * 1024 * 1024)  # past TOOLQ_MAX_PAYLOAD_BYTES (5 MiB)
+
+
+def test_a_call_over_the_payload_limit_is_an_error_the_model_reads(client, inproc, r):
+    # toolq's PayloadError escaped call_tool: the agent's run raised, and the well-formed
+    # call of the same turn was lost with it.
+    inproc.start()
+    toolset = ToolqToolset(client, run_id="pai-big", tools=["echo"])
+
+    def model(messages, info) -> ModelResponse:
+        returned = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        if returned:
+            read = {p.tool_call_id: [p.outcome, p.model_response_str()] for p in returned}
+            return ModelResponse(parts=[TextPart(json.dumps(read))])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("echo", {"text": BIG}, tool_call_id="big-1"),
+                ToolCallPart("echo", {"text": "ok"}, tool_call_id="big-2"),
+            ]
+        )
+
+    agent = make_agent(toolset, FunctionModel(model))
+    output = asyncio.run(agent.run("go")).output
+    assert isinstance(output, str), output
+    read = json.loads(output)
+    assert read["big-1"][0] == "failed" and "payload" in read["big-1"][1]
+    assert BIG not in read["big-1"][1]
+    assert read["big-2"] == ["success", '{"text":"ok"}']
+    assert [res.tool_call_id for res in client.results("pai-big")] == ["big-2"]

@@ -45,7 +45,7 @@ from pydantic import ConfigDict, PrivateAttr, ValidationError
 from toolq.approvals.models import Approve, Deny
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.errors import CallIdConflictError
+from toolq.errors import CallIdConflictError, PayloadError
 from toolq.integrations._bridge import (
     Bridge,
     BridgeOptions,
@@ -342,10 +342,10 @@ def _direct_call_id(config: RunnableConfig, name: str, arguments: dict[str, Any]
 def _submitted(
     bridge: Bridge, tool_call_id: str, name: str, arguments: dict[str, Any]
 ) -> CallResult:
-    """``Bridge.submit``; a call id that names another call is an error the model reads."""
+    """``Bridge.submit``; a reused call id or a call over a limit is an error the model reads."""
     try:
         return bridge.submit(tool_call_id, name, arguments)
-    except CallIdConflictError as exc:
+    except (CallIdConflictError, PayloadError) as exc:
         raise ToolException(exc.message) from None
 
 

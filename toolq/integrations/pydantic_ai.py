@@ -42,7 +42,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from toolq.dispatch.async_client import AsyncClient
 from toolq.dispatch.client import Client
-from toolq.errors import CallIdConflictError, InvalidArgumentsError
+from toolq.errors import CallIdConflictError, InvalidArgumentsError, PayloadError
 from toolq.integrations._bridge import (
     Bridge,
     BridgeOptions,
@@ -122,7 +122,8 @@ class ToolqToolset(AbstractToolset[Any]):
             # one quick Redis round trip, not awaited: a cancelled task never leaves behind
             # a call it dispatched without knowing its id
             state = bridge.submit(call_id, name, sent)
-        except CallIdConflictError as exc:
+        except (CallIdConflictError, PayloadError) as exc:
+            # a reused id, or a call toolq refuses to store (over a limit): the model reads why
             raise ToolFailed(exc.message) from None
         with bridge.cancelled_with_task(state.call_id):
             if state.status is CallStatus.AWAITING_APPROVAL:
