@@ -164,3 +164,28 @@ def test_a_plain_value_shaped_like_a_sealed_secret_is_not_masked(pair: Pair, inp
         f"the approver was shown {request.arguments['body']['query']!r} for a plaintext "
         "value that ran"
     )
+
+
+def test_the_diff_of_a_preview_shows_reordering_characters_escaped(tmp_path):
+    """The diff is computed on a worker from the tool's ``preview`` (tool code, and the
+    submitter's arguments): the dashboard and the approval page show its ``diff_output`` as
+    text, and ``evil<RLO>gnp.exe`` read ``evilexe.png`` there while ``arguments_text`` on the
+    same card was escaped."""
+    from tests.apps import registry
+    from toolq.testing import TestWorker
+
+    settings = make_settings()
+    path = tmp_path / "f.txt"
+    path.write_text("old\n")
+    with Client(registry, settings) as client:
+        batch = client.dispatch(
+            call("edit_file", "d1", path=str(path), content=f"evil{RLO}gnp.exe")
+        )
+        with TestWorker(settings, registry) as worker:
+            worker.drain()  # the preview message
+        request = client.approvals.get(batch.call_ids[0])
+    assert request.diff is not None
+    shown = request.diff["diff_output"]
+    assert RLO not in shown and "evil\\u202egnp.exe" in shown
+    # what the views show of the call beside it (the raw values stay the data that runs)
+    assert RLO not in request.arguments_text and RLO not in (request.preview_text or "")

@@ -43,6 +43,18 @@ class ApprovalRequest(BaseModel):
     approvals: list[str] = Field(default_factory=list)
     decided_by: str | None = None
 
+    @field_validator("diff")
+    @classmethod
+    def _diff_shown_as_it_is(cls, diff: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The rendered diff with hidden and reordering characters escaped (``visible``).
+
+        A worker computes it from the tool's ``preview`` (tool code): every view shows
+        ``diff_output`` as text, and it must not read as other text than it holds.
+        """
+        if diff is not None and isinstance(diff.get("diff_output"), str):
+            return {**diff, "diff_output": visible(diff["diff_output"], "\n\t")}
+        return diff
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def arguments_text(self) -> str:
