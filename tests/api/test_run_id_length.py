@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import httpx
 import pytest
 
@@ -29,3 +31,20 @@ def test_an_overlong_run_id_is_refused_before_anything_is_written(api, client, r
         f"{api}/v1/runs/{'r' * MAX_RUN_ID_CHARS}/calls", json=CALL, headers=h("agent-t")
     )
     assert ok.status_code == 202, ok.text
+
+
+@pytest.mark.parametrize("control", ["\n", "\x00", "\r", "\x1b", "\x85"])
+def test_a_new_run_id_with_a_control_character_is_refused(api, client, r, control):
+    # a newline in a run id forged lines of logs and of `toolq tail`
+    before = r.dbsize()
+    run_id = f"run{control}forged"
+    with pytest.raises(PayloadError, match="control characters"):
+        client.dispatch(CALL, run_id=run_id, principal="agent")
+    got = httpx.post(
+        f"{api}/v1/runs/{quote(run_id, safe='')}/calls",
+        json=CALL,
+        headers=h("agent-t"),
+    )
+    assert got.status_code == 400, got.text
+    assert "control characters" in got.json()["error"]["message"]
+    assert r.dbsize() == before

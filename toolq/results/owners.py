@@ -20,6 +20,7 @@ import functools
 import json
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -68,13 +69,21 @@ MAX_RUN_ID_CHARS = 256
 def check_new_run_id(run_id: str) -> None:
     """Refuse the id of a run about to be created when longer than ``MAX_RUN_ID_CHARS``.
 
-    Runs that exist keep working whatever their id (made before the limit).
+    A new run's id has no control characters either (a newline, NUL, ...). Runs that exist
+    keep working whatever their id (made before the limits).
     """
     if len(run_id) > MAX_RUN_ID_CHARS:
         raise PayloadError(
             f"a run id is at most {MAX_RUN_ID_CHARS} characters; this one has {len(run_id)}",
             size=len(run_id),
             limit=MAX_RUN_ID_CHARS,
+        )
+    control = next((c for c in run_id if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        # a newline in an id forges lines of logs and of `toolq tail`; NUL cuts it in C tools
+        raise PayloadError(
+            f"a run id has no control characters; this one has {control!r} at "
+            f"{run_id.index(control)}"
         )
 
 
