@@ -26,7 +26,11 @@ def verified(secret: str, body: bytes, timestamp: str | None, signature: str | N
     """True when Slack signed exactly ``body`` with ``secret`` in the last 5 minutes."""
     from slack_sdk.signature import SignatureVerifier
 
-    if not timestamp or not signature or not timestamp.strip().isdigit():
+    # ASCII only: str.isdigit takes superscripts int() refuses, and compare_digest raises
+    # on str with non-ASCII characters (header values arrive as latin-1 text)
+    if not timestamp or not signature or not (timestamp.isascii() and signature.isascii()):
+        return False
+    if not timestamp.strip().isdigit():
         return False
     return SignatureVerifier(secret).is_valid(body, timestamp.strip(), signature)
 

@@ -53,4 +53,7 @@ def verify_signature(
     if abs(current - timestamp) > tolerance:
         return False
     expected = _mac(secret, timestamp, body)
-    return any(hmac.compare_digest(expected, given) for given in parts.get("v1", []))
+    # as bytes: compare_digest raises on str with non-ASCII characters (a hostile header)
+    return any(
+        hmac.compare_digest(expected.encode(), given.encode()) for given in parts.get("v1", [])
+    )
