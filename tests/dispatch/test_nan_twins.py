@@ -1,0 +1,27 @@
+"""NaN and Infinity are no JSON numbers on every path a call comes in by, not only the
+HTTP body: ``Client.dispatch`` of Python data (what the MCP server hands it, parsed by the
+MCP SDK, which takes ``NaN``; what ``dispatch_stream`` and the adapters build) is refused as
+the API refuses the same call in its body (400), with nothing written. Let through, the
+call was stored with ``null`` in the number's place: an approver read ``"seconds": null``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from toolq.errors import PayloadError
+
+CONSTANTS = [math.nan, math.inf, -math.inf]
+
+
+def _calls(constant: float) -> list[dict]:
+    return [{"id": "c1", "name": "gated", "arguments": {"path": "/x", "seconds": constant}}]
+
+
+@pytest.mark.parametrize("constant", CONSTANTS)
+def test_client_dispatch_refuses_nan_and_infinity_as_the_api_does(client, r, constant):
+    before = r.dbsize()
+    with pytest.raises(PayloadError):
+        client.dispatch(_calls(constant), run_id="run-nan-python", principal="agent")
+    assert r.dbsize() == before
