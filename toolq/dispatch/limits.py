@@ -13,8 +13,10 @@ from pydantic import BaseModel
 from toolq.errors import PayloadError
 from toolq.settings import Settings
 
-_ENCODER = json.JSONEncoder(default=str)
-"""Measures a payload's JSON size (what cannot be encoded as its ``str``)."""
+_ENCODER = json.JSONEncoder(default=str, allow_nan=False)
+"""Measures a payload's JSON size (what cannot be encoded as its ``str``); refuses NaN and
+Infinity as a JSON text's ``NaN`` is refused (``_not_json``): Python data with them comes
+from parsers that take them (the MCP SDK's), and would be stored with ``null`` instead."""
 
 
 def json_depth(value: Any, limit: int) -> int:
