@@ -113,7 +113,12 @@ class StreamedCalls:
     def _tool_use(self, block: _Open) -> dict[str, Any]:
         raw = "".join(block.arguments) or "{}"
         try:
-            arguments: Any = json.loads(raw)
+            # NaN and Infinity are not JSON: left as text, the call fails as a chat call's does
+            arguments: Any = json.loads(raw, parse_constant=_not_json)
         except ValueError:
             arguments = raw  # dispatch records the call as failed with the decoding error
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": arguments}
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not allowed")
