@@ -189,3 +189,31 @@ def test_the_diff_of_a_preview_shows_reordering_characters_escaped(tmp_path):
     assert RLO not in shown and "evil\\u202egnp.exe" in shown
     # what the views show of the call beside it (the raw values stay the data that runs)
     assert RLO not in request.arguments_text and RLO not in (request.preview_text or "")
+
+
+
+def test_a_preview_error_shows_reordering_characters_escaped():
+    """A preview that raises: its message (tool code's, here quoting the submitter's path)
+    is shown as ``preview failed: ...`` on the dashboard card and the call page, beside an
+    escaped ``arguments_text``; U+202E in it reordered what the approver read there."""
+    from toolq import RiskLevel, ToolRegistry
+    from toolq.testing import TestWorker
+
+    registry = ToolRegistry()
+
+    def preview(path: str) -> str:
+        raise ValueError(f"cannot read {path}")
+
+    @registry.tool(risk=RiskLevel.MODERATE, requires_approval=True, preview=preview)
+    def remove(path: str) -> str:
+        """Remove a file."""
+        return path
+
+    settings = make_settings()
+    with Client(registry, settings) as client:
+        batch = client.dispatch(call("remove", "p1", path=f"evil{RLO}gnp.exe"))
+        with TestWorker(settings, registry) as worker:
+            worker.drain()  # the preview message
+        request = client.approvals.get(batch.call_ids[0])
+    assert request.preview_error, request
+    assert RLO not in request.preview_error and "\\u202e" in request.preview_error
