@@ -43,6 +43,13 @@ class ApprovalRequest(BaseModel):
     approvals: list[str] = Field(default_factory=list)
     decided_by: str | None = None
 
+    @field_validator("preview_error")
+    @classmethod
+    def _preview_error_shown_as_it_is(cls, error: str | None) -> str | None:
+        """A failed preview's message (tool code's) with hidden characters escaped, as
+        ``diff_output``: the dashboard and the call page show it beside the arguments."""
+        return None if error is None else visible(error, "\n\t")
+
     @field_validator("diff")
     @classmethod
     def _diff_shown_as_it_is(cls, diff: dict[str, Any] | None) -> dict[str, Any] | None:
