@@ -33,12 +33,12 @@ def test_an_overlong_run_id_is_refused_before_anything_is_written(api, client, r
     assert ok.status_code == 202, ok.text
 
 
-@pytest.mark.parametrize("control", ["\n", "\x00", "\r", "\x1b", "\x85"])
+@pytest.mark.parametrize("control", ["\n", "\x00", "\r", "\x1b", "\x85", "\u202e", "\u200b"])
 def test_a_new_run_id_with_a_control_character_is_refused(api, client, r, control):
     # a newline in a run id forged lines of logs and of `toolq tail`
     before = r.dbsize()
     run_id = f"run{control}forged"
-    with pytest.raises(PayloadError, match="control characters"):
+    with pytest.raises(PayloadError, match="control or format characters"):
         client.dispatch(CALL, run_id=run_id, principal="agent")
     got = httpx.post(
         f"{api}/v1/runs/{quote(run_id, safe='')}/calls",
@@ -46,5 +46,5 @@ def test_a_new_run_id_with_a_control_character_is_refused(api, client, r, contro
         headers=h("agent-t"),
     )
     assert got.status_code == 400, got.text
-    assert "control characters" in got.json()["error"]["message"]
+    assert "control or format characters" in got.json()["error"]["message"]
     assert r.dbsize() == before

@@ -318,3 +318,39 @@ def test_a_call_over_the_payload_limit_is_an_error_the_model_reads(client, inpro
     assert BIG not in read["big-1"][1]
     assert read["big-2"] == ["success", '{"text":"ok"}']
     assert [res.tool_call_id for res in client.results("pai-big")] == ["big-2"]
+
+
+def test_a_cancel_while_a_parked_call_is_read_leaves_it_parked(client, r):
+    # call_tool reads a parked call's request (a thread) before raising ApprovalRequired;
+    # a cancel of the run in that read withdrew the call nobody had decided (as the OpenAI
+    # Agents adapter did for a resume waiting on a person).
+    import threading
+
+    toolset = ToolqToolset(client, run_id="pai-read-cancel", tools=["wipe"])
+    reading, release = threading.Event(), threading.Event()
+    real = toolset.bridge.request
+
+    def held(call_id: str):  # the read, held open until the run is cancelled
+        reading.set()
+        release.wait(10)
+        return real(call_id)
+
+    toolset.bridge.request = held  # type: ignore[method-assign]
+
+    def model(messages, info) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("wipe", {"target": "prod"}, tool_call_id="rc-1")])
+
+    agent = make_agent(toolset, FunctionModel(model))
+
+    async def scenario() -> None:
+        task = asyncio.create_task(agent.run("wipe"))
+        await asyncio.to_thread(reading.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(scenario())
+    [parked] = client.results("pai-read-cancel")
+    assert parked.status is CallStatus.AWAITING_APPROVAL
+    assert executions(r, parked.call_id) == []

@@ -191,7 +191,6 @@ def test_the_diff_of_a_preview_shows_reordering_characters_escaped(tmp_path):
     assert RLO not in request.arguments_text and RLO not in (request.preview_text or "")
 
 
-
 def test_a_preview_error_shows_reordering_characters_escaped():
     """A preview that raises: its message (tool code's, here quoting the submitter's path)
     is shown as ``preview failed: ...`` on the dashboard card and the call page, beside an
@@ -217,3 +216,28 @@ def test_a_preview_error_shows_reordering_characters_escaped():
         request = client.approvals.get(batch.call_ids[0])
     assert request.preview_error, request
     assert RLO not in request.preview_error and "\\u202e" in request.preview_error
+
+
+def test_approval_metadata_shows_reordering_characters_escaped():
+    """``approval_metadata()`` is tool code's (an upstream MCP server's annotations for a
+    gateway tool): the dashboard shows its keys and strings as notes on the card."""
+    from toolq import RiskLevel, ToolRegistry
+
+    registry = ToolRegistry()
+
+    @registry.tool(
+        risk=RiskLevel.MODERATE,
+        requires_approval=True,
+        approval_metadata={f"tar{RLO}get": [f"evil{RLO}gnp.exe", {"n": f"x{RLO}y"}], "k": 3},
+    )
+    def remove(path: str) -> str:
+        """Remove a file."""
+        return path
+
+    with Client(registry, make_settings()) as client:
+        batch = client.dispatch(call("remove", "m1", path="a"))
+        request = client.approvals.get(batch.call_ids[0])
+    assert request.approval_metadata == {
+        "tar\\u202eget": ["evil\\u202egnp.exe", {"n": "x\\u202ey"}],
+        "k": 3,
+    }

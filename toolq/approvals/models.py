@@ -43,11 +43,23 @@ class ApprovalRequest(BaseModel):
     approvals: list[str] = Field(default_factory=list)
     decided_by: str | None = None
 
+    @field_validator("approval_metadata")
+    @classmethod
+    def _metadata_shown_as_it_is(cls, metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``approval_metadata()`` with its keys and strings ``visible``.
+
+        It comes from tool code (or an upstream MCP server's annotations), and every view
+        shows it as text beside the arguments.
+        """
+        return None if metadata is None else _escaped_strings(metadata)
+
     @field_validator("preview_error")
     @classmethod
     def _preview_error_shown_as_it_is(cls, error: str | None) -> str | None:
-        """A failed preview's message (tool code's) with hidden characters escaped, as
-        ``diff_output``: the dashboard and the call page show it beside the arguments."""
+        """A failed preview's message (tool code's) ``visible``, as ``diff_output``.
+
+        The dashboard and the call page show it beside the arguments.
+        """
         return None if error is None else visible(error, "\n\t")
 
     @field_validator("diff")
@@ -88,6 +100,17 @@ class ApprovalRequest(BaseModel):
         if isinstance(self.preview, str):
             return visible(self.preview, "\n\t")
         return _text(self.preview)
+
+
+def _escaped_strings(value: Any) -> Any:
+    """``value`` with every string in it (dict keys too) ``visible``."""
+    if isinstance(value, str):
+        return visible(value, "\n\t")
+    if isinstance(value, dict):
+        return {_escaped_strings(k): _escaped_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped_strings(item) for item in value]
+    return value
 
 
 def _text(value: Any) -> str:

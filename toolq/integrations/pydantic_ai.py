@@ -125,7 +125,8 @@ class ToolqToolset(AbstractToolset[Any]):
         except (CallIdConflictError, PayloadError) as exc:
             # a reused id, or a call toolq refuses to store (over a limit): the model reads why
             raise ToolFailed(exc.message) from None
-        with bridge.cancelled_with_task(state.call_id):
+        # a cancel while a parked call's request is read leaves it parked (no one decided)
+        with bridge.cancelled_with_task(state.call_id, keep_parked=True):
             if state.status is CallStatus.AWAITING_APPROVAL:
                 # Undecided in toolq (whatever the resume said): deferred again.
                 request = await asyncio.to_thread(bridge.request, state.call_id)

@@ -69,8 +69,8 @@ MAX_RUN_ID_CHARS = 256
 def check_new_run_id(run_id: str) -> None:
     """Refuse the id of a run about to be created when longer than ``MAX_RUN_ID_CHARS``.
 
-    A new run's id has no control characters either (a newline, NUL, ...). Runs that exist
-    keep working whatever their id (made before the limits).
+    A new run's id has no control or format characters either (a newline, NUL, U+202E).
+    Runs that exist keep working whatever their id (made before the limits).
     """
     if len(run_id) > MAX_RUN_ID_CHARS:
         raise PayloadError(
@@ -78,12 +78,13 @@ def check_new_run_id(run_id: str) -> None:
             size=len(run_id),
             limit=MAX_RUN_ID_CHARS,
         )
-    control = next((c for c in run_id if unicodedata.category(c) == "Cc"), None)
+    control = next((c for c in run_id if unicodedata.category(c) in ("Cc", "Cf")), None)
     if control is not None:
-        # a newline in an id forges lines of logs and of `toolq tail`; NUL cuts it in C tools
+        # a newline in an id forges lines of logs and of `toolq tail`, NUL cuts it in C
+        # tools, and a format character (U+202E, U+200B) shows approvers another run's id
         raise PayloadError(
-            f"a run id has no control characters; this one has {control!r} at "
-            f"{run_id.index(control)}"
+            f"a run id has no control or format characters; this one has "
+            f"{control!a} at {run_id.index(control)}"
         )
 
 
