@@ -215,21 +215,46 @@ class Verifier:
 
     def payload(self, signed: Any, kind: Kind) -> dict[str, Any] | None:
         """The payload of a signed object of ``kind`` if its signature is valid, else None."""
-        if isinstance(signed, str | bytes):
-            if len(signed) > SIGNED_MAX_BYTES:
-                return None
-            try:
-                signed = json.loads(signed)
-            except (ValueError, RecursionError):  # a Redis writer's text: no signature
-                return None
-        if not isinstance(signed, dict):
+        parts = _signed_parts(signed)
+        if parts is None:
             return None
-        payload, signature = signed.get("payload"), signed.get("sig")
-        if not isinstance(payload, dict) or not isinstance(signature, str):
-            return None
+        payload, signature = parts
         if payload.get("v") != VERSIONS[kind] or payload.get("kind") != kind:
             return None
         return payload if self.valid(payload, signature) else None
+
+    def earlier_version(self, signed: Any, kind: Kind) -> int | None:
+        """The version of a validly signed ``kind`` older than this release's, else None.
+
+        Only to say why it is refused: a trusted key signed it, in an earlier layout.
+        """
+        parts = _signed_parts(signed)
+        if parts is None:
+            return None
+        payload, signature = parts
+        version = payload.get("v")
+        if payload.get("kind") != kind or not isinstance(version, int) or isinstance(version, bool):
+            return None
+        if version >= VERSIONS[kind] or not self.valid(payload, signature):
+            return None
+        return version
+
+
+def _signed_parts(signed: Any) -> tuple[dict[str, Any], str] | None:
+    """``(payload, signature)`` of a signed object (or its JSON text), unverified; else None."""
+    if isinstance(signed, str | bytes):
+        if len(signed) > SIGNED_MAX_BYTES:
+            return None
+        try:
+            signed = json.loads(signed)
+        except (ValueError, RecursionError):  # a Redis writer's text: no signature
+            return None
+    if not isinstance(signed, dict):
+        return None
+    payload, signature = signed.get("payload"), signed.get("sig")
+    if not isinstance(payload, dict) or not isinstance(signature, str):
+        return None
+    return payload, signature
 
 
 def signer_for(settings: Settings) -> Signer | None:

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolq.approvals.policy import ApprovalMode, RunRules, digest_call, route, rule_age
+from toolq.approvals.policy import (
+    ApprovalMode,
+    RunRules,
+    digest_arguments,
+    digest_call,
+    route,
+    rule_age,
+)
 from toolq.models import CallEnvelope, RiskLevel
 from toolq.registry.tool import Tool
 from toolq.settings import Settings
-from toolq.signing import Verifier, call_facts
+from toolq.signing import VERSIONS, Verifier, call_facts
 
 
 class ApprovalGuard:
@@ -68,11 +75,24 @@ class ApprovalGuard:
         if rule is not None:
             plain = envelope.arguments if arguments is None else arguments
             return self._rule_refusal(envelope, tool, rule, plain, starting)
+        for kind in ("decision", "rule"):
+            earlier = self.verifier.earlier_version(approval, kind)
+            if earlier is not None:
+                return (
+                    f"the {kind} was signed by an earlier release of toolq ({kind} version "
+                    f"{earlier}; this worker reads version {VERSIONS[kind]}): a person must "
+                    "approve the call again"
+                )
         return "the approval's signature is invalid or not made by a trusted key"
 
     def _decision_refusal(
         self, envelope: CallEnvelope, tool: Tool, digest: str, payload: dict[str, Any]
     ) -> str | None:
+        if payload.get("digest") == digest_arguments(envelope.arguments):
+            # Signed by a release before digest_call (2026-11-27), over the arguments alone:
+            # the tool's name is a signed fact beside it (checked below), so it binds the
+            # same call. Accepted so that calls approved before a rolling upgrade still run.
+            digest = payload["digest"]
         for fact, value in call_facts(envelope, tool.risk, digest).items():
             if payload.get(fact) != value:
                 return _MISMATCH[fact].format(signed=payload.get(fact), mine=value)
