@@ -143,7 +143,32 @@ def test_approve_is_signed_or_refused_never_reported_and_then_refused(
             assert through.returncode == 0, through.stderr
             assert through.stdout.startswith(f"approved {second}: ")
             assert wait_final(client, second) is CallStatus.SUCCEEDED
-        assert status(r, third) == b"awaiting_approval"
+            # A prefix, as the dashboard shows it (it was sent to the API as given: 404).
+            by_prefix = toolq(
+                "approvals",
+                "approve",
+                third[:8],
+                "--digest",
+                client.approvals.get(third).digest,
+                settings=settings,
+                TOOLQ_API_URL=api,
+                TOOLQ_API_TOKEN="alice-t",
+            )
+            assert by_prefix.returncode == 0, by_prefix.stderr
+            assert by_prefix.stdout.startswith(f"approved {third}: ")
+            assert wait_final(client, third) is CallStatus.SUCCEEDED
+            unknown = toolq(
+                "approvals",
+                "approve",
+                "0000aaaa",
+                "--digest",
+                "d",
+                settings=settings,
+                TOOLQ_API_URL=api,
+                TOOLQ_API_TOKEN="alice-t",
+            )
+            assert unknown.returncode == 1 and len(unknown.stderr.strip().splitlines()) == 1
+            assert "no call parked for you starts with '0000aaaa'" in unknown.stderr
 
 
 def rewrite(r: redis.Redis, call_id: str, arguments: dict[str, str]) -> None:

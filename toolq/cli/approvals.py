@@ -29,12 +29,14 @@ from toolq.cli.common import (
     api_option,
     fail,
     get_from_api,
+    list_from_api,
     one_of,
     post_to_api,
     print_json,
     require_signing,
     settings_for,
 )
+from toolq.cli.ids import MIN_PREFIX, is_full_id
 from toolq.cli.render import visible
 from toolq.dispatch.client import Client
 from toolq.errors import ToolqError
@@ -235,6 +237,7 @@ def approve(
     if api is not None:
         if call_id is None:
             raise fail("--api approves one call (CALL_ID): --run decides here, signed", 2)
+        call_id = _resolved_by_api(api, token, call_id)
         if digest is None:
             digest = _confirmed(call_id, lambda: _shown_by_api(api, token, call_id), arguments)
         _approve_through_api(api, token, call_id, arguments, note, digest, always)
@@ -437,6 +440,32 @@ def _refuse_if_verified(client: Client) -> None:
             f"worker {verifying[0]} verifies approvals and would refuse an unsigned one: set "
             "TOOLQ_APPROVAL_SIGNING_KEY, or approve through the API with --api URL --token TOKEN"
         )
+
+
+def _resolved_by_api(api: str, token: str | None, given: str) -> str:
+    """The parked call ``given`` names through the API: a full id, or a unique prefix of one.
+
+    A prefix is looked up among the parked calls the API lists to the token's holder (the
+    oldest ``MAX_LIMIT``): the only ones it could approve.
+    """
+    if is_full_id(given) or len(given) < MIN_PREFIX:
+        return given  # the API says whether it is a parked call
+    listed = list_from_api(api, token, f"/v1/approvals?limit={MAX_LIMIT}")
+    found = sorted(
+        {
+            str(item["call_id"])
+            for item in listed
+            if isinstance(item, dict) and str(item.get("call_id", "")).startswith(given)
+        }
+    )
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise fail(
+            f"no call parked for you starts with {given!r} (through the API, a prefix is "
+            "looked up among the parked calls it lists): pass the whole call id"
+        )
+    raise fail(f"call id prefix {given!r} matches {len(found)} parked calls; type more of it")
 
 
 def _shown_by_api(api: str, token: str | None, call_id: str) -> ApprovalRequest:

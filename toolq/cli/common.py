@@ -222,17 +222,23 @@ def post_to_api(api: str, token: str | None, path: str, body: dict[str, Any]) ->
     token, the API does not answer, or it refuses (its error message, else its text).
     """
     sent = {name: value for name, value in body.items() if value is not None}
-    return _ask_api("POST", api, token, path, sent)
+    return dict(_ask_api("POST", api, token, path, sent))
 
 
 def get_from_api(api: str, token: str | None, path: str) -> dict[str, Any]:
     """``GET`` ``path`` of the toolq API at ``api`` as the token's holder, as ``post_to_api``."""
-    return _ask_api("GET", api, token, path, None)
+    return dict(_ask_api("GET", api, token, path, None))
+
+
+def list_from_api(api: str, token: str | None, path: str) -> list[Any]:
+    """``GET`` a listing (a JSON array, as ``/v1/approvals``) as ``get_from_api`` does."""
+    answer = _ask_api("GET", api, token, path, None)
+    return list(answer) if isinstance(answer, list) else []
 
 
 def _ask_api(
     method: str, api: str, token: str | None, path: str, body: dict[str, Any] | None
-) -> dict[str, Any]:
+) -> Any:
     import httpx  # imported here: only ``--api`` pays for it
 
     if not token:
@@ -255,7 +261,7 @@ def _ask_api(
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         message = error.get("message") or response.text.strip()[:200]
         raise fail(f"the API refused ({response.status_code}): {message}")
-    return dict(answer)
+    return answer
 
 
 def print_json(value: Any) -> None:

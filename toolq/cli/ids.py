@@ -15,6 +15,11 @@ SHOWN = 5
 """Candidates named when a prefix is ambiguous."""
 
 
+def is_full_id(given: str) -> bool:
+    """Whether ``given`` has the form of a whole call id (``toolq.models.new_id``: 32 hex)."""
+    return len(given) == 32 and all(c in "0123456789abcdef" for c in given)
+
+
 def resolve_call_id(client: redis.Redis, keys: Keys, given: str) -> str:
     """The one call id ``given`` is or starts.
 
