@@ -88,10 +88,15 @@ class ApprovalGuard:
     def _decision_refusal(
         self, envelope: CallEnvelope, tool: Tool, digest: str, payload: dict[str, Any]
     ) -> str | None:
-        if payload.get("digest") == digest_arguments(envelope.arguments):
+        if set(envelope.arguments) != _CALL_SHAPE and payload.get("digest") == digest_arguments(
+            envelope.arguments
+        ):
             # Signed by a release before digest_call (2026-11-27), over the arguments alone:
             # the tool's name is a signed fact beside it (checked below), so it binds the
             # same call. Accepted so that calls approved before a rolling upgrade still run.
+            # Never for arguments shaped {"arguments", "tool"}: digest_arguments of those is
+            # digest_call of another call's, so any decision this release signs would cover
+            # them (a Redis writer's rewrite). Both forms are signed as decision version 2.
             digest = payload["digest"]
         for fact, value in call_facts(envelope, tool.risk, digest).items():
             if payload.get(fact) != value:
@@ -146,6 +151,9 @@ class ApprovalGuard:
             pass
         return "the signed rule does not let this call run without a decision"
 
+
+_CALL_SHAPE = frozenset({"arguments", "tool"})
+"""The keys of what ``digest_call`` hashes: arguments of this shape never take the old form."""
 
 _MISMATCH = {
     "call_id": "the signed approval belongs to another call",
