@@ -364,3 +364,36 @@ def test_a_hostile_argument_cannot_rewrite_the_terminal_that_shows_it(
     assert "[/]" in text and "[awaiting_approval]" in text  # markup of the record: as text
     assert client.approvals.get(call_id).digest in text
     assert status(r, call_id) == b"awaiting_approval"
+
+
+def test_a_prefix_through_the_api_is_refused_when_the_listing_is_cut(
+    settings: Settings, client: Client
+) -> None:
+    """Past one page of parked calls, the one a prefix finds may not be the only one: an
+    identical call (same tool and arguments, so the same digest) in another run could be
+    approved instead of the one the person reviewed."""
+    from tests.apps import registry
+
+    signing, _ = generate_pair()
+    batch = client.dispatch(
+        [{"id": f"cut-{i}", "name": "wipe", "arguments": {"target": "same"}} for i in range(1001)],
+        principal="agent",
+    )
+    last = batch.call_ids[-1]
+    tokens = {"alice-t": ApiToken(principal="alice", roles=["viewer", "approver:dangerous"])}
+    for api in serve(
+        create_app(make_settings(approval_signing_key=signing), registry, tokens=tokens)
+    ):
+        cut = toolq(
+            "approvals",
+            "approve",
+            last[:8],
+            "--digest",
+            client.approvals.get(last).digest,
+            settings=settings,
+            TOOLQ_API_URL=api,
+            TOOLQ_API_TOKEN="alice-t",
+        )
+        assert cut.returncode == 1, cut.stdout
+        assert "more parked calls than one page" in cut.stderr and "whole call id" in cut.stderr
+    assert client.result(last).status is CallStatus.AWAITING_APPROVAL

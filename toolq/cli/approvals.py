@@ -445,12 +445,12 @@ def _refuse_if_verified(client: Client) -> None:
 def _resolved_by_api(api: str, token: str | None, given: str) -> str:
     """The parked call ``given`` names through the API: a full id, or a unique prefix of one.
 
-    A prefix is looked up among the parked calls the API lists to the token's holder (the
-    oldest ``MAX_LIMIT``): the only ones it could approve.
+    A prefix is looked up among the parked calls the API lists to the token's holder: the
+    only ones it could approve, and only when the listing is whole (one page, every cell).
     """
     if is_full_id(given) or len(given) < MIN_PREFIX:
         return given  # the API says whether it is a parked call
-    listed = list_from_api(api, token, f"/v1/approvals?limit={MAX_LIMIT}")
+    listed, whole = list_from_api(api, token, f"/v1/approvals?limit={MAX_LIMIT}")
     found = sorted(
         {
             str(item["call_id"])
@@ -458,6 +458,13 @@ def _resolved_by_api(api: str, token: str | None, given: str) -> str:
             if isinstance(item, dict) and str(item.get("call_id", "")).startswith(given)
         }
     )
+    if not whole:
+        # a call past the page, or in a cell that is down, may start with it too: the one
+        # found could be another run's call of the same tool and arguments (same digest)
+        raise fail(
+            f"the API lists more parked calls than one page, or a cell is down: a prefix "
+            f"({given!r}) could name another call; pass the whole call id"
+        )
     if len(found) == 1:
         return found[0]
     if not found:

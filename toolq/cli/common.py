@@ -230,14 +230,25 @@ def get_from_api(api: str, token: str | None, path: str) -> dict[str, Any]:
     return dict(_ask_api("GET", api, token, path, None))
 
 
-def list_from_api(api: str, token: str | None, path: str) -> list[Any]:
-    """``GET`` a listing (a JSON array, as ``/v1/approvals``) as ``get_from_api`` does."""
-    answer = _ask_api("GET", api, token, path, None)
-    return list(answer) if isinstance(answer, list) else []
+def list_from_api(api: str, token: str | None, path: str) -> tuple[list[Any], bool]:
+    """``GET`` a listing (a JSON array, as ``/v1/approvals``) as ``get_from_api`` does.
+
+    With whether it is whole: no next page (``X-Next-Cursor``) and no cell down
+    (``X-Toolq-Cells-Down``).
+    """
+    answer, headers = _ask_api("GET", api, token, path, None, with_headers=True)
+    whole = not headers.get("x-next-cursor") and not headers.get("x-toolq-cells-down")
+    return (list(answer) if isinstance(answer, list) else []), whole
 
 
 def _ask_api(
-    method: str, api: str, token: str | None, path: str, body: dict[str, Any] | None
+    method: str,
+    api: str,
+    token: str | None,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    with_headers: bool = False,
 ) -> Any:
     import httpx  # imported here: only ``--api`` pays for it
 
@@ -261,7 +272,7 @@ def _ask_api(
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         message = error.get("message") or response.text.strip()[:200]
         raise fail(f"the API refused ({response.status_code}): {message}")
-    return answer
+    return (answer, response.headers) if with_headers else answer
 
 
 def print_json(value: Any) -> None:
