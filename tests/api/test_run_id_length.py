@@ -48,3 +48,13 @@ def test_a_new_run_id_with_a_control_character_is_refused(api, client, r, contro
     assert got.status_code == 400, got.text
     assert "control or format characters" in got.json()["error"]["message"]
     assert r.dbsize() == before
+
+
+def test_a_run_id_spelt_with_joiners_is_a_run_id(client):
+    # ZWNJ spells Persian words (U+200C), ZWJ emoji sequences (U+200D): not refused.
+    for run_id in (
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+        "dev-\U0001f469\u200d\U0001f4bb",
+    ):
+        batch = client.dispatch(CALL, run_id=run_id, principal="agent")
+        assert batch.run_id == run_id

@@ -66,6 +66,11 @@ MAX_RUN_ID_CHARS = 256
 """A run id names Redis keys, events and history rows: a new run's is at most this long."""
 
 
+_JOINERS = frozenset("\u200c\u200d")
+"""ZERO WIDTH NON-JOINER and JOINER: format characters that Persian, Urdu and Indic words and
+emoji sequences are spelt with, so an id may hold them."""
+
+
 def check_new_run_id(run_id: str) -> None:
     """Refuse the id of a run about to be created when longer than ``MAX_RUN_ID_CHARS``.
 
@@ -78,7 +83,10 @@ def check_new_run_id(run_id: str) -> None:
             size=len(run_id),
             limit=MAX_RUN_ID_CHARS,
         )
-    control = next((c for c in run_id if unicodedata.category(c) in ("Cc", "Cf")), None)
+    control = next(
+        (c for c in run_id if unicodedata.category(c) in ("Cc", "Cf") and c not in _JOINERS),
+        None,
+    )
     if control is not None:
         # a newline in an id forges lines of logs and of `toolq tail`, NUL cuts it in C
         # tools, and a format character (U+202E, U+200B) shows approvers another run's id
