@@ -42,3 +42,11 @@ def test_setting_rules_does_not_create_a_run_the_dispatcher_would_refuse(client)
     with pytest.raises(PayloadError):
         client.approvals.set_rules(LONG, approval_timeout=60, principal="agent")
     assert not client.redis.exists(client.keys.run_owner(LONG))
+
+
+@pytest.mark.parametrize("odd", ["r\nforged", "r\u202eevil"])
+def test_setting_rules_does_not_create_a_run_whose_id_holds_a_control_character(client, odd):
+    # the same claim, for the characters a new run's id refuses (not only its length)
+    with pytest.raises(PayloadError, match="control or format characters"):
+        client.approvals.set_rules(odd, approval_timeout=60, principal="agent")
+    assert not client.redis.exists(client.keys.run_owner(odd))

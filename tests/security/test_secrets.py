@@ -324,6 +324,8 @@ def test_a_sealed_secret_moved_by_a_redis_writer_does_not_decrypt(client, inproc
     assert not r.exists(f"test:exec:{moved.call_id}") and not r.exists(f"test:exec:{plain.call_id}")
 
 
+# Seven CLI processes (16 s alone): a CI pair on two loaded cores took it past 120 s.
+@pytest.mark.timeout(300)
 def test_cli_list_show_tail_and_approve_with_edit_keep_secrets_masked(settings, inproc, r):
     import json
 

@@ -246,7 +246,8 @@ class RunOwners:
         not created yet must not wait there for someone else's calls). ``tenant``: the
         caller's tenant when it is bound to one (an admin's too); ``None``: any.
         """
-        if claim and len(run_id) > MAX_RUN_ID_CHARS and self.get(run_id) is None:
+        odd = len(run_id) > MAX_RUN_ID_CHARS or not run_id.isprintable()  # no GET otherwise
+        if claim and odd and self.get(run_id) is None:
             check_new_run_id(run_id)  # rules on a run not created yet would create it
         owner = self.claim(run_id, principal, tenant) if claim and not admin else self.get(run_id)
         self._enforce(owner, run_id, principal, admin=admin, action=action, tenant=tenant)
