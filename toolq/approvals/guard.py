@@ -88,8 +88,11 @@ class ApprovalGuard:
     def _decision_refusal(
         self, envelope: CallEnvelope, tool: Tool, digest: str, payload: dict[str, Any]
     ) -> str | None:
-        if set(envelope.arguments) != _CALL_SHAPE and payload.get("digest") == digest_arguments(
-            envelope.arguments
+        signed = payload.get("digest")
+        if (
+            signed != digest  # the old form is hashed only for a decision not of this one
+            and set(envelope.arguments) != _CALL_SHAPE
+            and signed == digest_arguments(envelope.arguments)
         ):
             # Signed by a release before digest_call (2026-11-27), over the arguments alone:
             # the tool's name is a signed fact beside it (checked below), so it binds the
@@ -97,7 +100,7 @@ class ApprovalGuard:
             # Never for arguments shaped {"arguments", "tool"}: digest_arguments of those is
             # digest_call of another call's, so any decision this release signs would cover
             # them (a Redis writer's rewrite). Both forms are signed as decision version 2.
-            digest = payload["digest"]
+            digest = signed
         for fact, value in call_facts(envelope, tool.risk, digest).items():
             if payload.get(fact) != value:
                 return _MISMATCH[fact].format(signed=payload.get(fact), mine=value)

@@ -105,7 +105,7 @@ def decode_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         return {}, None
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw, parse_constant=_reject_constant)
+            raw = json.loads(raw, parse_constant=reject_constant)
         except ValueError as exc:
             return {}, f"arguments are not valid JSON: {exc}"
         except RecursionError:
@@ -115,7 +115,8 @@ def decode_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     return raw, None
 
 
-def _reject_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
+    """``json.loads``'s ``parse_constant``: ``NaN`` and ``Infinity`` are not JSON."""
     raise ValueError(f"{name} is not allowed")
 
 

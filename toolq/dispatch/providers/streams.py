@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolq.dispatch.providers.base import reject_constant
 from toolq.models import ProviderFormat
 
 
@@ -114,11 +115,7 @@ class StreamedCalls:
         raw = "".join(block.arguments) or "{}"
         try:
             # NaN and Infinity are not JSON: left as text, the call fails as a chat call's does
-            arguments: Any = json.loads(raw, parse_constant=_not_json)
+            arguments: Any = json.loads(raw, parse_constant=reject_constant)
         except ValueError:
             arguments = raw  # dispatch records the call as failed with the decoding error
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": arguments}
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not allowed")
